@@ -1,0 +1,32 @@
+# The two commands a newcomer types: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint typecheck pytest clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/gpufleet plan --model meta-llama/Llama-3.1-70B --gpu h100-sxm --gpus-per-node 8 \
+	    --input-tokens 1024 --output-tokens 256 --rps 20 --ttft-slo 1.0 --tpot-slo 0.05
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/pytest -q
+
+test: lint typecheck pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

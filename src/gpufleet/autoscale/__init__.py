@@ -1,0 +1,1 @@
+"""gpufleet.autoscale (see DESIGN.md)."""

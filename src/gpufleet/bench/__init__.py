@@ -1,0 +1,1 @@
+"""gpufleet.bench (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""gpufleet.engine (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""gpufleet.gateway (see DESIGN.md)."""

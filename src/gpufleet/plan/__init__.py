@@ -1,0 +1,1 @@
+"""gpufleet.plan (see DESIGN.md)."""

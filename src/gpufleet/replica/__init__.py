@@ -1,0 +1,1 @@
+"""gpufleet.replica (see DESIGN.md)."""

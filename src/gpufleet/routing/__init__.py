@@ -1,0 +1,1 @@
+"""gpufleet.routing (see DESIGN.md)."""

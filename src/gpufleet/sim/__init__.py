@@ -1,0 +1,1 @@
+"""gpufleet.sim (see DESIGN.md)."""

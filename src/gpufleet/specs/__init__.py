@@ -1,0 +1,1 @@
+"""gpufleet.specs (see DESIGN.md)."""
