@@ -1,0 +1,78 @@
+"""What a router knows and decides (DESIGN.md: `ReplicaView`, `RequestInfo`, `RoutingPolicy`).
+
+The gateway (live) and the simulator (virtual clock) both keep one `ReplicaView` per
+replica up to date and ask a policy to choose. Policies never read a clock, sleep or do
+I/O; anything time-dependent comes in through the views (`stats.scraped_at_s`) or the
+`now_s` the caller passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+
+class ReplicaState(StrEnum):
+    STARTING = "starting"
+    READY = "ready"
+    DRAINING = "draining"
+    DEAD = "dead"
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """The last scrape of a replica's /metrics (vLLM names in comments)."""
+
+    num_running: int = 0  # vllm:num_requests_running
+    num_waiting: int = 0  # vllm:num_requests_waiting
+    kv_cache_usage: float = 0.0  # vllm:kv_cache_usage_perc, a fraction 0..1
+    scraped_at_s: float = 0.0
+    # The gateway's own in-flight count for this replica when the scrape was taken, so a
+    # policy can correct stale engine numbers by what was sent since.
+    in_flight_at_scrape: int = 0
+
+
+@dataclass(slots=True)
+class ReplicaView:
+    replica_id: str
+    url: str
+    models: frozenset[str] = frozenset()
+    state: ReplicaState = ReplicaState.READY
+    in_flight: int = 0  # requests this gateway sent and has not seen finish
+    stats: EngineStats | None = None
+    pool: str | None = None  # tenant pool this replica belongs to; None = shared
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    request_id: str
+    model: str
+    prompt_tokens: int = 0
+    tenant: str | None = None
+    session_key: str | None = None
+    prefix_hashes: tuple[int, ...] = ()  # chained hashes of the prompt's blocks
+
+
+class RoutingPolicy(Protocol):
+    """Chooses one replica among the eligible ones (ready, serving the model, in the pool).
+
+    `choose` returns None only when `replicas` is empty. The notifications let a policy
+    keep its own soft state (prefix index, session map); they must be cheap.
+    """
+
+    name: str
+
+    def choose(
+        self, request: RequestInfo, replicas: Sequence[ReplicaView]
+    ) -> ReplicaView | None: ...
+
+    def on_started(self, request: RequestInfo, replica: ReplicaView) -> None: ...
+
+    def on_first_token(self, request: RequestInfo, replica: ReplicaView) -> None: ...
+
+    def on_finished(self, request: RequestInfo, replica: ReplicaView, ok: bool) -> None: ...
+
+    def on_replica_removed(self, replica_id: str) -> None: ...
