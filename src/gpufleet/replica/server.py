@@ -556,40 +556,57 @@ class ReplicaServer:
         if not chat and params.echo_prompt is not None:
             first = head + text_open + _escape(params.echo_prompt) + text_close + mid_tail
             first += usage_tail(0)
-        stop_str = None
-        text_so_far = ""
-        finish_reason: str | None = None
+        state: dict[str, Any] = {"first": first, "text": "", "finish": None, "stop": None}
 
-        def chunk(body: bytes, completion: int) -> bytes:
-            if finish_reason is None:
-                return head + text_open + body + text_close + mid_tail + usage_tail(completion)
-            end = f'"{finish_reason}","stop_reason":{json.dumps(stop_str)}}}]'.encode()
-            return head + text_open + body + text_close + end + usage_tail(completion)
+        def produce() -> bytes:
+            """The bytes of the next chunk (tokens whose time has come), or b"" (sync)."""
+            if state["finish"] is not None:
+                return b""
+            out: bytes = state["first"]
+            state["first"] = b""
+            if stream.available > stream.sent:
+                text, n, stop_str = self._take_text(params, stream, state["text"])
+                self._observe_tokens(stream, n)
+                if params.stop:
+                    state["text"] += text
+                if stop_str is not None:
+                    state["finish"], state["stop"] = "stop", stop_str
+                elif stream.ended and stream.sent >= stream.available:
+                    state["finish"] = str(req.finish_reason)
+                body = text.encode() if not params.stop else _escape(text)
+            elif stream.ended:
+                state["finish"] = str(req.finish_reason)
+                body = b""
+            else:
+                return out
+            finish = state["finish"]
+            out += head + text_open + body + text_close
+            if finish is None:
+                return out + mid_tail + usage_tail(stream.sent)
+            end = f'"{finish}","stop_reason":{json.dumps(state["stop"])}}}]'.encode()
+            return out + end + usage_tail(stream.sent)
 
-        while True:
+        transport = request.transport
+        if not params.stop and transport is not None:
+            # Fast path: the runner writes each step's chunk straight to the socket (HTTP
+            # chunked framing done here), so a token costs no task switch; this handler
+            # only wakes at the end to write the usage chunk and [DONE].
+            def push(_: RequestStream) -> None:
+                if transport.is_closing():
+                    return
+                data = produce()
+                if data:
+                    transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+
+            stream.on_tokens = push
+        while state["finish"] is None:
             await stream.wait()
             if self.runner is not None and self.runner.failed is not None:
                 await resp.write(_sse_error("the engine died", 500))
                 return resp
-            out = first
-            first = b""
-            if stream.available > stream.sent:
-                text, n, stop_str = self._take_text(params, stream, text_so_far)
-                self._observe_tokens(stream, n)
-                text_so_far += text
-                if stop_str is not None:
-                    finish_reason = "stop"
-                elif stream.ended and stream.sent >= stream.available:
-                    finish_reason = str(req.finish_reason)
-                body = text.encode() if not params.stop else _escape(text)
-                out += chunk(body, stream.sent)
-            elif stream.ended:
-                finish_reason = str(req.finish_reason)
-                out += chunk(b"", stream.sent)
-            if out:
-                await resp.write(out)
-            if finish_reason is not None:
-                break
+            data = produce()
+            if data:
+                await resp.write(data)
         self._observe_finished(stream, stream.sent)
         tail = b""
         if params.include_usage:
