@@ -32,7 +32,6 @@ LOGITS_BYTES = BYTES_PER_PARAM["fp32"]  # the sampler works on fp32 logits
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 DEFAULT_BLOCK_TOKENS = 16
-DEFAULT_MAX_NUM_SEQS = 256
 
 # Non-torch memory vLLM must leave free. CUDA context + allocator slack on every GPU;
 # NCCL's communicator buffers when the replica spans GPUs; captured CUDA graphs (vLLM V1
@@ -45,6 +44,11 @@ CUDA_GRAPH_BYTES = int(1.0 * GIB)
 def default_max_num_batched_tokens(gpu: GpuSpec) -> int:
     """vLLM V1's serving default: 8192 on GPUs with >= 70 GiB, 2048 on smaller ones."""
     return 8192 if gpu.memory_bytes >= 70 * GIB else 2048
+
+
+def default_max_num_seqs(gpu: GpuSpec) -> int:
+    """vLLM V1's serving default: 1024 on GPUs with >= 70 GiB, 256 on smaller ones."""
+    return 1024 if gpu.memory_bytes >= 70 * GIB else 256
 
 
 def stage_layer_ids(num_layers: int, pp: int, stage: int) -> range:
@@ -195,7 +199,7 @@ def memory_breakdown(
     max_model_len: int,
     *,
     max_num_batched_tokens: int | None = None,
-    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+    max_num_seqs: int | None = None,
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     block_tokens: int = DEFAULT_BLOCK_TOKENS,
 ) -> MemoryBreakdown:
@@ -203,7 +207,8 @@ def memory_breakdown(
     usable = gpu.memory_bytes * gpu_memory_utilization
     stage = heaviest_stage(model, layout)
     weights = stage_weight_bytes(model, layout, stage)
-    activation = activation_peak_bytes(model, layout, batched, max_num_seqs)
+    seqs = max_num_seqs or default_max_num_seqs(gpu)
+    activation = activation_peak_bytes(model, layout, batched, seqs)
     reserve = float(CUDA_CONTEXT_BYTES + CUDA_GRAPH_BYTES)
     if layout.num_gpus > 1:
         reserve += NCCL_BYTES
