@@ -164,3 +164,21 @@ def test_render_flags() -> None:
         load_model("llama-3.1-70b"), H100, Layout(weight_dtype="int4"), max_model_len=4096
     )
     assert "--quantization awq_marlin" in int4.vllm and any("AWQ" in n for n in int4.notes)
+
+
+def test_unmeetable_slo_gives_a_warning_with_numbers() -> None:
+    p = plan(request("llama-3.1-8b", tpot_slo_s=0.0005))
+    assert p.chosen.replicas is None and p.chosen.performance is not None
+    assert not p.chosen.performance.slo_met
+    assert p.warnings and "TPOT" in p.warnings[0] and "--tpot-slo" in p.warnings[0]
+
+
+@pytest.mark.parametrize("gpu", ["h100-sxm", "h200", "l40s"])
+def test_every_catalog_model_gets_a_plan(gpu: str) -> None:
+    from gpufleet.specs import model_names
+
+    for name in model_names():
+        p = plan(request(name, gpu=load_gpu(gpu), rps=5))
+        c = p.chosen
+        assert c.memory.fits and c.kv_concurrent_requests >= MIN_USEFUL_CONCURRENCY, name
+        assert c.layout.tp <= 8 and p.decisions, name

@@ -166,7 +166,7 @@ def print_plan(result: Plan, width: int | None = None) -> None:
         params += f", {model.active_params() / 1e9:.1f}B active"
     console.print(
         f"[bold]{model.name}[/] ({params}) on [bold]{req.gpu.name}[/] "
-        f"({req.gpu.memory_bytes / (1 << 30):.0f} GiB, {req.node_gpus} per node) — "
+        f"({req.gpu.memory_bytes / (1 << 30):.0f} GiB, {req.node_gpus} per node)\n"
         f"{req.input_tokens} in / {req.output_tokens} out tokens, {req.rps:g} req/s, "
         f"SLO TTFT {req.ttft_slo_s:g} s, TPOT {req.tpot_slo_s * 1e3:g} ms, "
         f"max_model_len {result.max_model_len}"
@@ -191,10 +191,16 @@ def print_plan(result: Plan, width: int | None = None) -> None:
         )
     console.print(mem)
 
-    console.print("[bold]Decisions[/]")
+    trail = Table.grid(padding=(0, 1))
+    trail.add_column(no_wrap=True)
+    trail.add_column(no_wrap=True)
+    trail.add_column(no_wrap=True)
+    trail.add_column()
     for d in result.decisions:
         mark = "[green]✓[/]" if d.kept else "[red]✗[/]"
-        console.print(f" {mark} {d.step:<11} {d.option}: {d.reason}", soft_wrap=False)
+        trail.add_row(mark, d.step, d.option, d.reason)
+    console.print("[bold]Decisions[/] (in the order they are made)")
+    console.print(trail)
 
     perf = Table(title="Performance per layout (vLLM, at --rps; max = highest load within SLOs)")
     for col in ("layout", "prefill ms", "TTFT ms", "TPOT ms", "in flight", "max tok/s",

@@ -464,7 +464,7 @@ class _Search:
             return (
                 f"misses the SLOs even with one request: TTFT {p.ttft_s:.2f} s "
                 f"(SLO {self.req.ttft_slo_s} s), TPOT {p.tpot_s * 1e3:.1f} ms "
-                f"(SLO {self.req.tpot_slo_s * 1e3:.0f} ms)"
+                f"(SLO {self.req.tpot_slo_s * 1e3:g} ms)"
             )
         return (
             f"{p.max_output_tokens_per_s:.0f} output tok/s per replica within the SLOs "
@@ -555,8 +555,11 @@ class _Search:
     def note_replicas(self, chosen: Candidate) -> None:
         p = chosen.performance
         if p is None or not p.slo_met or chosen.replicas is None:
+            detail = f": {self.perf_summary(chosen)}" if p is not None else ""
             self.warnings.append(
-                "no layout meets the SLOs; the plan shows the smallest fitting layout"
+                f"no layout in a node meets the SLOs; showing the smallest fitting one, "
+                f"{chosen.layout.label}{detail}. Relax --ttft-slo / --tpot-slo, shorten "
+                "--input-tokens, or pick a faster --gpu"
             )
             return
         self.note(
