@@ -32,6 +32,7 @@ from gpufleet.plan.perf_validation import (
     RowPrediction,
     predict_rows,
     read_rows,
+    resolve_model,
 )
 
 TARGET_TPOT_MEDIAN_PCT = 10.0
@@ -72,14 +73,19 @@ def group_by(preds: Sequence[RowPrediction], key: str) -> dict[str, dict[str, An
 def leave_one_model_out(
     rows: Sequence[MeasuredRow], configs_dir: Path | None
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """Refit without each model's rows; score that model with the constants fitted on the rest."""
-    by_model: dict[str, list[MeasuredRow]] = defaultdict(list)
+    """Refit without each model's rows; score that model with the constants fitted on the rest.
+
+    Models are held out by architecture, so that checkpoints of one architecture
+    (DeepSeek-V3 / R1, Llama-3.1-8B-Instruct / its FP8 copy) leave together."""
+    by_arch: dict[tuple[Any, ...], list[MeasuredRow]] = defaultdict(list)
     for r in rows:
-        by_model[r.model_path].append(r)
+        by_arch[_arch_key(r, configs_dir)].append(r)
+    by_model = {" + ".join(sorted({r.model_path for r in g})): g for g in by_arch.values()}
     held_out_preds: list[RowPrediction] = []
     per_model: dict[str, dict[str, Any]] = {}
     for name, held in sorted(by_model.items()):
-        rest = [r for r in rows if r.model_path != name]
+        held_ids = {id(r) for r in held}
+        rest = [r for r in rows if id(r) not in held_ids]
         if not rest:
             continue
         cal = fit(rest, default_calibration(), rounds=2)
@@ -87,6 +93,12 @@ def leave_one_model_out(
         held_out_preds += preds
         per_model[name] = summarize(preds)
     return summarize(held_out_preds), per_model
+
+
+def _arch_key(row: MeasuredRow, configs_dir: Path | None) -> tuple[Any, ...]:
+    spec = resolve_model(row.model_path, configs_dir)
+    experts = spec.moe.num_experts if spec.moe else 0
+    return (spec.model_type, spec.hidden_size, spec.num_layers, experts)
 
 
 def markdown(report: dict[str, Any]) -> str:

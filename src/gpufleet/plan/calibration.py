@@ -33,10 +33,16 @@ class BackendCalibration:
     mixed_prefill: prefill chunks share iterations with decodes (vLLM, TRT-LLM) or run as
         iterations of their own (SGLang).
     max_num_batched_tokens: default token budget per iteration on 80+ GB GPUs.
+    moe_efficiency: the backend's fused-MoE kernels' speed relative to its dense GEMMs
+        (grouped GEMMs over many small experts rarely reach dense-GEMM efficiency).
+    admission_intervals: inter-completion intervals a new request waits before the
+        scheduler admits it (0 = admitted at the next iteration).
     """
 
     step_overhead_s: float = 0.003
     ttft_overhead_s: float = 0.02
+    admission_intervals: float = 0.0
+    moe_efficiency: float = 1.0
     mixed_prefill: bool = True
     max_num_batched_tokens: int = 8192
 
@@ -126,6 +132,8 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "benchmark_requests_per_client": (1.0, 50.0),
     "step_overhead_s": (0.0, 0.02),
     "ttft_overhead_s": (0.0, 0.3),
+    "admission_intervals": (0.0, 3.0),
+    "moe_efficiency": (0.1, 1.5),
 }
 
 
@@ -145,7 +153,8 @@ def fit(rows: Sequence[Any], start: Calibration, rounds: int = 3) -> Calibration
     knobs: list[tuple[str, str | None]] = [(k, None) for k in _SCALARS]
     backends = sorted({r.backend for r in rows} & set(cal.backends))
     for b in backends:
-        knobs += [("step_overhead_s", b), ("ttft_overhead_s", b)]
+        knobs += [("step_overhead_s", b), ("ttft_overhead_s", b), ("moe_efficiency", b)]
+        knobs += [("admission_intervals", b)]
     for step in [1.5, 1.2, 1.07][:rounds]:
         for key, backend in knobs:
             improved = True

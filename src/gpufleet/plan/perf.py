@@ -117,7 +117,10 @@ class RooflineStepTimeModel:
         peak = gpu.tflops(compute_dtype_for(dense_dtype, gpu)) * 1e12
         moe_peak = gpu.tflops(compute_dtype_for(moe_dtype, gpu)) * 1e12
         self._gemm_flops_s = peak * cal.gemm_efficiency
-        self._moe_flops_s = moe_peak * cal.gemm_efficiency
+        self._moe_flops_s = moe_peak * cal.gemm_efficiency * backend_cal.moe_efficiency
+        self._moe_hbm_bytes_s = (
+            gpu.hbm_gbps * 1e9 * cal.memory_efficiency * backend_cal.moe_efficiency
+        )
         self._attn_flops_s = gpu.tflops("bf16") * 1e12 * cal.attention_efficiency
         self._hbm_bytes_s = gpu.hbm_gbps * 1e9 * cal.memory_efficiency
 
@@ -254,7 +257,7 @@ class RooflineStepTimeModel:
         expert_s = max(
             assignments * self._expert_flops_per_assignment / self._moe_flops_s,
             (touched * self._expert_bytes + assignments * self._h * ACT_BYTES * 2)
-            / self._hbm_bytes_s,
+            / self._moe_hbm_bytes_s,
         )
         if self._ep > 1:
             # Each GPU sends its tokens' k copies out and gets them back.

@@ -21,7 +21,6 @@ calls: cheap enough for the planner's whole search to stay well under a second).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from gpufleet.plan.calibration import Calibration, default_calibration
@@ -74,6 +73,7 @@ def predict_closed_loop(
     ttft_overhead_s: float = 0.0,
     queue_scale: float = 1.0,
     requests_per_client: float | None = None,
+    admission_intervals: float = 0.0,
 ) -> ServingPrediction:
     """Mean TTFT / TPOT / throughput for `concurrency` clients in a closed loop.
 
@@ -81,6 +81,9 @@ def predict_closed_loop(
     clients start at once: the first wave of prompts queues behind each other (the i-th
     waits for i-1 prefills), and that wave is 1/requests_per_client of the requests.
     None: steady state only (what a long-running service sees).
+    admission_intervals: a new request waits this many inter-completion intervals
+    (1 / requests_per_s) before the engine admits it (schedulers that admit new work in
+    batches; 0 for vLLM's every-iteration admission).
     """
     if input_tokens < 1 or output_tokens < 1 or concurrency < 1:
         raise ValueError("input_tokens, output_tokens and concurrency must be >= 1")
@@ -140,13 +143,14 @@ def predict_closed_loop(
             marginal_s = model.step_time_s(packed)
         work_per_prompt_s = marginal_s * isl / packed_tokens  # GPU time one prompt costs
 
-        # The request's own prefill: ceil(isl / budget) iterations, alongside the decodes.
-        chunks = max(1, math.ceil(isl / budget))
-        own = prefill_batch(min(budget, isl))
-        if sched.mixed_prefill:
-            own_s = chunks * model.step_time_s(with_decodes(own, n))
-        else:
-            own_s = chunks * model.step_time_s(own)
+        # The request's own prefill: chunks of at most `budget` tokens, alongside the decodes.
+        own_s = 0.0
+        done = 0
+        while done < isl:
+            chunk = min(budget, isl - done)
+            own = StepBatch(prefill_tokens=(chunk,), prefill_context_tokens=(done,))
+            own_s += model.step_time_s(with_decodes(own, n) if sched.mixed_prefill else own)
+            done += chunk
 
         share = min(_MAX_PREFILL_SHARE, rate * work_per_prompt_s)
         new_tpot = t_decode / (1.0 - share) if osl > 1 else 0.0
@@ -155,6 +159,7 @@ def predict_closed_loop(
         ahead = queue * (running - 1) / running
         wait_s = queue_scale * ahead * work_per_prompt_s
         new_ttft = ttft_overhead_s + 0.5 * new_tpot + wait_s + own_s
+        new_ttft += admission_intervals / rate
         new_rate = running / (new_ttft + (osl - 1) * new_tpot)
         new_queue = new_rate * (wait_s + work_per_prompt_s)
 

@@ -20,9 +20,11 @@ from pathlib import Path
 
 from gpufleet.errors import UserError
 from gpufleet.plan.calibration import Calibration, default_calibration
+from gpufleet.plan.layout import Layout
+from gpufleet.plan.memory import memory_breakdown
 from gpufleet.plan.perf import RooflineStepTimeModel
 from gpufleet.plan.perf_serving import SchedulerShape, ServingPrediction, predict_closed_loop
-from gpufleet.specs.gpus import load_gpu
+from gpufleet.specs.gpus import GpuSpec, load_gpu
 from gpufleet.specs.models import ModelSpec, load_model, parse_config
 
 DEFAULT_CSV = Path("/work/shared/validation/measured_serving_dev.csv")
@@ -187,6 +189,7 @@ def model_row(
         moe_weight_dtype=moe_dtype,
     )
     b = cal.backend(row.backend)
+    max_running = _kv_limited_running(model, gpu, row, weight_dtype, dp_eff)
     serving = predict_closed_loop(
         step,
         row.isl,
@@ -194,14 +197,40 @@ def model_row(
         per_rank,
         SchedulerShape(
             max_num_batched_tokens=b.max_num_batched_tokens,
-            max_running=4096,
+            max_running=max_running,
             mixed_prefill=b.mixed_prefill,
         ),
         ttft_overhead_s=b.ttft_overhead_s,
         queue_scale=cal.queue_scale,
         requests_per_client=cal.benchmark_requests_per_client,
+        admission_intervals=b.admission_intervals,
     )
     return RowPrediction(row=row, ttft_s=serving.ttft_s, tpot_s=serving.tpot_s, serving=serving)
+
+
+def _kv_limited_running(
+    model: ModelSpec, gpu: GpuSpec, row: MeasuredRow, weight_dtype: str, dp: int
+) -> int:
+    """Requests one engine can hold with a full isl + osl KV reservation each (TRT-LLM's
+    guaranteed-no-evict admission; vLLM's steady state is close). fp8 rows run an fp8 KV
+    cache. Attention-DP layouts are outside plan.memory's accounting: no cap for them."""
+    if dp > 1 or row.pp > 1 or (row.moe_ep not in (1, row.tp)):
+        return _NO_CAP
+    kv = "fp8" if weight_dtype == "fp8" else "bf16"
+    ep = row.moe_ep if model.moe else 1
+    layout = Layout(tp=row.tp, pp=row.pp, ep=ep, weight_dtype=weight_dtype, kv_dtype=kv)
+    seq = row.isl + row.osl
+    key = (model, gpu.name, layout, seq)
+    if key not in _KV_CACHE:
+        mem = memory_breakdown(model, gpu, layout, seq)
+        _KV_CACHE[key] = max(1, min(_NO_CAP, mem.kv_capacity_tokens // seq))
+    return _KV_CACHE[key]
+
+
+_KV_CACHE: dict[tuple[ModelSpec, str, Layout, int], int] = {}
+
+
+_NO_CAP = 4096
 
 
 def predict_row(row: MeasuredRow, cal: Calibration | None = None) -> RowPrediction | None:
