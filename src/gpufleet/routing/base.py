@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gpufleet.routing.types import ReplicaView, RequestInfo
 
 T = TypeVar("T")
 
 
-def random_min(rng: random.Random, items: Sequence[T], key: Callable[[T], float]) -> T:
-    """The item with the smallest key; ties broken uniformly at random, never by position."""
+def random_min(rng: random.Random, items: Sequence[T], key: Callable[[T], Any]) -> T:
+    """The item with the smallest key (numbers or tuples); ties broken uniformly at
+    random, never by position."""
     best: list[T] = []
-    best_key = 0.0
+    best_key: Any = None
     for item in items:
         k = key(item)
         if not best or k < best_key:
@@ -33,6 +34,9 @@ class PolicyBase:
     """
 
     name = "base"
+    # Whether `choose` reads `RequestInfo.prefix_hashes`: the gateway skips hashing the
+    # prompt on the hot path when no policy needs it.
+    uses_prefix_hashes = False
 
     def __init__(self, *, seed: int | None = None) -> None:
         self.rng = random.Random(seed)

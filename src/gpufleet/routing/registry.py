@@ -7,6 +7,7 @@ from typing import Any
 
 from gpufleet.errors import UserError
 from gpufleet.routing.base import PolicyBase
+from gpufleet.routing.prefix_aware import PrefixAware
 from gpufleet.routing.queue_depth import QueueDepth
 from gpufleet.routing.session import SessionAffinity
 from gpufleet.routing.simple import LeastOutstanding, PowerOfTwo, RandomChoice, RoundRobin
@@ -21,6 +22,7 @@ _POLICIES: dict[str, type[PolicyBase]] = {
         PowerOfTwo,
         QueueDepth,
         SessionAffinity,
+        PrefixAware,
     )
 }
 
