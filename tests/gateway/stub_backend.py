@@ -26,6 +26,7 @@ class StubBackend:
         self.disconnected = asyncio.Event()  # set when a held request's client went away
         self.healthy = True
         self.chunks = 5
+        self.chunk_delay_s = 0.0
         self.num_running = 0
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -34,7 +35,7 @@ class StubBackend:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    async def start(self) -> StubBackend:
+    async def start(self, port: int = 0) -> StubBackend:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
@@ -43,7 +44,7 @@ class StubBackend:
         app.router.add_post("/v1/completions", self._complete)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         return self
@@ -89,6 +90,8 @@ class StubBackend:
         body = json.loads(raw)
         chat = request.path.endswith("chat/completions")
         if not body.get("stream"):
+            if self.chunk_delay_s:
+                await asyncio.sleep(self.chunk_delay_s * self.chunks)
             return web.json_response(self._full(body, chat))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
@@ -99,8 +102,8 @@ class StubBackend:
                     request.transport.close()  # the replica "dies" mid-stream
                     return resp
                 await resp.write(f"data: {json.dumps(self._chunk(body, chat, i))}\n\n".encode())
-                if self.hold is not None:
-                    await asyncio.sleep(0.01)
+                if self.hold is not None or self.chunk_delay_s:
+                    await asyncio.sleep(self.chunk_delay_s or 0.01)
             await resp.write(b"data: [DONE]\n\n")
         except asyncio.CancelledError:
             self.disconnected.set()
@@ -138,3 +141,24 @@ class StubBackend:
             "model": body["model"],
             "choices": [choice],
         }
+
+
+async def _serve_forever(port: int, chunks: int, chunk_delay_s: float) -> None:
+    stub = StubBackend(f"stub-{port}")
+    stub.chunks = chunks
+    stub.chunk_delay_s = chunk_delay_s
+    await stub.start(port)
+    print(f"listening {stub.port}", flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    # Run as its own process (for tests that SIGKILL a backend).
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--chunks", type=int, default=5)
+    parser.add_argument("--chunk-delay-s", type=float, default=0.0)
+    args = parser.parse_args()
+    asyncio.run(_serve_forever(args.port, args.chunks, args.chunk_delay_s))
