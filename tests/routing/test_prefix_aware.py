@@ -33,8 +33,44 @@ def test_routes_to_the_replica_holding_the_longest_prefix() -> None:
 def test_new_prefixes_are_placed_by_load() -> None:
     p = PrefixAware(seed=0)
     rs = views(4, [3, 0, 2, 5])
-    assert p.choose(request(0, prefix_hashes=(1, 2, 3)), rs).replica_id == "r1"  # type: ignore[union-attr]
-    assert p.choose(request(1), rs).replica_id == "r1"  # type: ignore[union-attr]
+    first = p.choose(request(0, prefix_hashes=(1, 2, 3)), rs)
+    assert first is not None and first.replica_id == "r1"
+    # r1's prefill of that prompt is still pending: a short prompt goes elsewhere...
+    assert p.choose(request(1), rs).replica_id == "r2"  # type: ignore[union-attr]
+    p.on_first_token(request(0), first)
+    p.on_first_token(request(1), rs[2])
+    # ...and back to the least loaded once it is done.
+    assert p.choose(request(2), rs).replica_id == "r1"  # type: ignore[union-attr]
+
+
+def test_pending_prefill_is_tracked_per_request_and_settled_once() -> None:
+    p = PrefixAware(seed=0)
+    rs = views(2)
+    a = p.choose(request(0, prefix_hashes=P), rs)
+    assert a is not None
+    assert p.pending_prefill_blocks(a.replica_id) == len(P) + 1
+    # A retry of the same request replaces its earlier attempt instead of adding to it.
+    b = p.choose(request(0, prefix_hashes=P), rs)
+    assert b is not None
+    assert sum(p.pending_prefill_blocks(r.replica_id) for r in rs) <= len(P) + 1
+    p.on_first_token(request(0), b)
+    p.on_finished(request(0), b, True)
+    assert all(p.pending_prefill_blocks(r.replica_id) == 0 for r in rs)
+
+
+def test_a_long_prefill_queue_on_the_holder_sends_a_small_match_elsewhere() -> None:
+    p = PrefixAware(seed=0, miss_weight=2.0)
+    rs = views(2)
+    holder = p.choose(request(0, prefix_hashes=(1, 2)), rs)
+    assert holder is not None
+    # 200 blocks of someone else's prefill queued on the holder (never settled here).
+    p.choose(request(1, prefix_hashes=tuple(range(500, 700))), [holder])
+    other = p.choose(request(2, prefix_hashes=(1, 2, 3)), rs)
+    assert other is not None and other is not holder
+    # A long match is still worth the wait: 150 cached blocks beat an idle replica.
+    long_prefix = tuple(range(1000, 1150))
+    p.index.insert(holder.replica_id, long_prefix)
+    assert p.choose(request(3, prefix_hashes=(*long_prefix, 7)), rs) is holder
 
 
 def test_an_overloaded_holder_sheds_to_a_new_replica_which_then_holds_the_prefix() -> None:

@@ -25,6 +25,7 @@ replica from what the replica reports.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 
 from gpufleet.routing.base import PolicyBase, random_min
@@ -34,6 +35,7 @@ from gpufleet.routing.prefix_index import PrefixIndex
 from gpufleet.routing.types import ReplicaView, RequestInfo
 
 LOAD_SIGNALS = ("in_flight", "queue_depth")
+MAX_TRACKED_REQUESTS = 65_536
 
 
 class PrefixAware(PolicyBase):
@@ -48,11 +50,12 @@ class PrefixAware(PolicyBase):
         bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
         block_bytes: int = ROUTING_BLOCK_BYTES,
         balance_factor: float = 1.1,
-        inflight_factor: float = 1.5,
+        inflight_factor: float = 2.0,
         inflight_slack: float = 2.0,
         window_requests: int = 512,
         balance_slack: float = 8.0,
         load: str = "in_flight",
+        miss_weight: float = 16.0,
     ) -> None:
         super().__init__(seed=seed)
         if balance_factor < 1.0 or inflight_factor < 1.0:
@@ -71,6 +74,11 @@ class PrefixAware(PolicyBase):
         self.load_signal = load
         self.index = PrefixIndex(self._blocks(capacity_tokens))
         self._recent: dict[str, float] = {}  # decayed count of decisions per replica
+        self.miss_weight = miss_weight
+        # Prefill work (uncached blocks + 1) sent to each replica and not yet done, by this
+        # policy's own bookkeeping: added on choose, removed on first token or finish.
+        self._pending: dict[str, float] = {}
+        self._prefill_of: OrderedDict[str, tuple[str, float]] = OrderedDict()
 
     def _blocks(self, tokens: int) -> int:
         return blocks_for_tokens(
@@ -105,15 +113,27 @@ class PrefixAware(PolicyBase):
             allowed = [random_min(self.rng, range(n), pressure)]
 
         hashes = request.prefix_hashes
+        pending = [self._pending.get(r.replica_id, 0.0) for r in replicas]
         if hashes:
             matches = self.index.match(hashes, (replicas[i].replica_id for i in allowed))
-            best = max(matches.values())
-            allowed = [i for i in allowed if matches[replicas[i].replica_id] == best]
-        chosen = replicas[random_min(self.rng, allowed, lambda i: (loads[i], recent[i]))]
-
+            uncached = [len(hashes) - matches.get(r.replica_id, 0) for r in replicas]
+            # Estimated time to first token, in blocks of prefill: the queue ahead plus
+            # this prompt's uncached part, a miss weighed extra for the work it adds.
+            miss_weight = self.miss_weight
+            best = random_min(
+                self.rng,
+                allowed,
+                lambda i: (pending[i] + miss_weight * uncached[i], loads[i], recent[i]),
+            )
+            work = uncached[best] + 1.0
+        else:
+            best = random_min(self.rng, allowed, lambda i: (pending[i], loads[i], recent[i]))
+            work = 1.0
+        chosen = replicas[best]
         if hashes:
             self.index.insert(chosen.replica_id, hashes)
         self._record_decision(chosen.replica_id)
+        self._add_pending(request.request_id, chosen.replica_id, work)
         return chosen
 
     def _record_decision(self, replica_id: str) -> None:
@@ -122,6 +142,32 @@ class PrefixAware(PolicyBase):
             self._recent[rid] *= decay
         self._recent[replica_id] = self._recent.get(replica_id, 0.0) + 1.0
 
+    def _add_pending(self, request_id: str, replica_id: str, work: float) -> None:
+        self._settle(request_id)  # a retry replaces the earlier attempt
+        self._prefill_of[request_id] = (replica_id, work)
+        self._pending[replica_id] = self._pending.get(replica_id, 0.0) + work
+        while len(self._prefill_of) > MAX_TRACKED_REQUESTS:  # lost notifications
+            oldest = next(iter(self._prefill_of))
+            self._settle(oldest)
+
+    def _settle(self, request_id: str) -> None:
+        entry = self._prefill_of.pop(request_id, None)
+        if entry is None:
+            return
+        replica_id, work = entry
+        if replica_id in self._pending:
+            self._pending[replica_id] = max(0.0, self._pending[replica_id] - work)
+
+    def pending_prefill_blocks(self, replica_id: str) -> float:
+        return self._pending.get(replica_id, 0.0)
+
+    def on_first_token(self, request: RequestInfo, replica: ReplicaView) -> None:
+        self._settle(request.request_id)  # its prefill is done
+
+    def on_finished(self, request: RequestInfo, replica: ReplicaView, ok: bool) -> None:
+        self._settle(request.request_id)  # failed or finished before a first token
+
     def on_replica_removed(self, replica_id: str) -> None:
         self.index.remove_replica(replica_id)
         self._recent.pop(replica_id, None)
+        self._pending.pop(replica_id, None)
