@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from autoscale.helpers import even, fleet
 from gpufleet.autoscale.decision import ReplicaBounds
 from gpufleet.autoscale.policies import DefaultPolicy, HpaPolicy
@@ -129,7 +131,7 @@ def test_scale_in_one_at_a_time_after_stabilization_and_only_when_peak_fits() ->
         t += 1.0
     assert [n for _, n in removals] == [3, 2, 1]
     assert removals[0][0] >= 31.0  # 20 s peak window + 10 s stabilization
-    gaps = [b[0] - a[0] for a, b in zip(removals, removals[1:], strict=False)]
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(removals)]
     assert all(g >= 10.0 for g in gaps)  # cooldown between removals
 
 
