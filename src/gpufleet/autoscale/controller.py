@@ -46,6 +46,7 @@ class Controller:
         self.interval_s = interval_s
         self.clock = clock
         self.decisions: deque[ScalingDecision] = deque(maxlen=history)
+        self.changes: deque[ScalingDecision] = deque(maxlen=history)  # those with delta ≠ 0
         self.last_signals: FleetSignals | None = None
         self._task: asyncio.Task[None] | None = None
         self._last_logged: tuple[int, str] | None = None
@@ -57,6 +58,8 @@ class Controller:
         self.last_signals = signals
         decision = self.policy.decide(self.clock(), signals)
         self.decisions.append(decision)
+        if decision.delta != 0:
+            self.changes.append(decision)
         self._log(decision)
         await self._apply(decision, signals, managed)
         return decision
@@ -125,6 +128,7 @@ class Controller:
             "policy": self.policy.name,
             "interval_s": self.interval_s,
             "decisions": [asdict(d) for d in list(self.decisions)[-last:]],
+            "changes": [asdict(d) for d in list(self.changes)[-last:]],
             "replicas": [m.to_json() for m in self.actuator.list()],
             "counts": {
                 str(s): sum(1 for m in self.actuator.list() if m.state == s) for s in ReplicaState

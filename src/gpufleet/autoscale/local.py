@@ -143,6 +143,7 @@ class LocalProcessActuator:
         self._cold_starts_s: deque[float] = deque(maxlen=8)
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
+        self.cut_requests_total = 0  # in flight when a drain deadline forced a stop
 
     # -- Actuator ---------------------------------------------------------------------
     async def start(self, n: int) -> list[ManagedReplica]:
@@ -318,6 +319,7 @@ class LocalProcessActuator:
             await asyncio.sleep(0.2)
         else:
             proc.replica.cut_requests += left
+            self.cut_requests_total += left
             log.warning(
                 "%s: drain deadline %.0f s passed with %d requests in flight",
                 proc.replica.replica_id,
