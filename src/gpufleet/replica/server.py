@@ -6,6 +6,8 @@ Endpoints (as vLLM serves them):
   GET  /health                                  200 empty body; 503 while starting or dead
   GET  /metrics                                 Prometheus text, vLLM's names and buckets
   GET  /version, GET /load, POST /tokenize, POST /detokenize, GET|POST /ping
+  GET  /get_model_info, /get_server_info (and /model_info, /server_info): SGLang's, which
+       sglang-router asks every worker for when it registers it
 
 Fault injection, for testing gateways and autoscalers (also settable by CLI flags):
   GET  /admin/faults                            the current faults as JSON
@@ -70,6 +72,8 @@ class ReplicaConfig:
     seed: int = 0
     faults: Faults = field(default_factory=Faults)
     exit_after_s: float | None = None  # fault: exit abruptly this long after start
+    access_log: bool = False  # log every HTTP request to stderr
+    tp: int = 1  # reported by the SGLang-style /server_info only
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -130,6 +134,11 @@ class ReplicaServer:
         r.add_post("/detokenize", self.detokenize)
         r.add_get("/ping", self.health)
         r.add_post("/ping", self.health)
+        # SGLang's info endpoints: sglang-router asks workers for them when it registers them.
+        for path in ("/get_model_info", "/model_info"):
+            r.add_get(path, self.model_info)
+        for path in ("/get_server_info", "/server_info"):
+            r.add_get(path, self.server_info)
         r.add_get("/admin/faults", self.get_faults)
         r.add_post("/admin/faults", self.set_faults)
         return app
@@ -142,8 +151,16 @@ class ReplicaServer:
         self.runner.start()
         # handler_cancellation: a client that disconnects cancels its handler at once,
         # which aborts its request in the engine.
+        access_log = None
+        if self.config.access_log:
+            import logging
+            import sys
+
+            access_log = logging.getLogger("gpufleet.replica.access")
+            access_log.setLevel(logging.INFO)
+            access_log.addHandler(logging.StreamHandler(sys.stderr))
         self._site_runner = web.AppRunner(
-            self.app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0
+            self.app, handler_cancellation=True, access_log=access_log, shutdown_timeout=1.0
         )
         await self._site_runner.setup()
         site = web.TCPSite(self._site_runner, self.config.host, self.config.port, backlog=1024)
@@ -185,6 +202,34 @@ class ReplicaServer:
 
     async def version(self, request: web.Request) -> web.Response:
         return _json({"version": VLLM_API_VERSION, "gpufleet_version": __version__})
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        return _json(
+            {
+                "model_path": self.model_name,
+                "tokenizer_path": self.model_name,
+                "is_generation": True,
+                "served_model_name": self.model_name,
+            }
+        )
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        cfg = self.config.engine_config
+        return _json(
+            {
+                "model_path": self.model_name,
+                "served_model_name": self.model_name,
+                "tp_size": self.config.tp,
+                "pp_size": cfg.pipeline_stages,
+                "dp_size": 1,
+                "context_length": cfg.max_model_len,
+                "max_total_num_tokens": cfg.num_gpu_blocks * cfg.block_size,
+                "max_running_requests": cfg.max_num_seqs,
+                "chunked_prefill_size": cfg.max_num_batched_tokens,
+                "page_size": cfg.block_size,
+                "version": VLLM_API_VERSION,
+            }
+        )
 
     async def load(self, request: web.Request) -> web.Response:
         return _json({"server_load": self._in_flight})
