@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -52,10 +53,26 @@ class Scenario:
     concurrency: int
     requests_per_client: int
     prompt_tokens: int
-    output_tokens: int
+    output_tokens: int  # mean output length
     flags: list[str]  # replica flags besides --model/--port
     step_time: StepTimeModel
     engine_config: EngineConfig
+    # Output lengths vary by +-spread/2 around output_tokens (0: all equal), so that clients
+    # drift apart instead of arriving in waves; the first `warmup` requests of every client
+    # are left out of the means (both predicted and measured).
+    output_spread: float = 0.0
+    warmup: int = 0
+
+    def output_len(self, client: int, k: int) -> int:
+        if not self.output_spread:
+            return self.output_tokens
+        frac = ((client * 7919 + k * 104729) * 0.6180339887) % 1.0
+        return max(
+            2, round(self.output_tokens * (1 - self.output_spread / 2 + self.output_spread * frac))
+        )
+
+    def prompt_index(self, client: int, k: int) -> int:
+        return client * 100_000 + k
 
 
 @dataclass
@@ -87,19 +104,18 @@ def predict(sc: Scenario) -> tuple[float, float]:
     request sent on receiving its predecessor's last token joins step k+2; the same here.
     """
     engine = Engine(sc.engine_config, sc.step_time, seed=0)
-    next_index = 0
-    left = {c: sc.requests_per_client for c in range(sc.concurrency)}
-    owner: dict[str, int] = {}
+    sent_count = dict.fromkeys(range(sc.concurrency), 0)
+    owner: dict[str, tuple[int, int]] = {}
     done: list[EngineRequest] = []
 
     def send(client: int, arrival_s: float) -> None:
-        nonlocal next_index
-        rid = f"r{next_index}"
-        req = EngineRequest(rid, prompt_ids(next_index, sc.prompt_tokens), sc.output_tokens)
+        k = sent_count[client]
+        sent_count[client] = k + 1
+        rid = f"c{client}k{k}"
+        prompt = prompt_ids(sc.prompt_index(client, k), sc.prompt_tokens)
+        req = EngineRequest(rid, prompt, sc.output_len(client, k))
         req.arrival_s = arrival_s
-        next_index += 1
-        left[client] -= 1
-        owner[rid] = client
+        owner[rid] = (client, k)
         engine.add(req)
 
     for c in range(sc.concurrency):
@@ -116,9 +132,10 @@ def predict(sc: Scenario) -> tuple[float, float]:
             send(c, before_s)
         pending = []
         for req in out.finished:
-            done.append(req)
-            c = owner[req.request_id]
-            if left[c] > 0:
+            c, k = owner[req.request_id]
+            if k >= sc.warmup:
+                done.append(req)
+            if sent_count[c] < sc.requests_per_client:
                 pending.append(c)
     ttft = [r.first_token_s - r.arrival_s for r in done]  # type: ignore[operator]
     tpot = [
@@ -157,20 +174,45 @@ class Replica:
             self.proc.stdout.close()
 
 
+class _StreamProtocol(asyncio.Protocol):
+    """Timestamps the chunks of one response as they arrive, in the transport's callback:
+    no coroutine wakes up per chunk, so the measuring side stays cheap at hundreds of
+    streams (aiohttp's client costs more per chunk than the replica does)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.done: asyncio.Future[tuple[float, float]] | None = None
+        self.first = self.last = 0.0
+        self.tail = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
+
+    def data_received(self, data: bytes) -> None:
+        now = time.monotonic()
+        if b'"text":"' in data:
+            if not self.first:
+                self.first = now
+            self.last = now
+        self.tail = (self.tail + data)[-64:]
+        # the terminating chunk of the chunked body, after [DONE]
+        finished = self.tail.endswith(b"\r\n0\r\n\r\n") and b"[DONE]" in self.tail
+        if finished and self.done is not None and not self.done.done():
+            self.done.set_result((self.first, self.last))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.done is not None and not self.done.done():
+            self.done.set_exception(RuntimeError("connection closed before the end of a response"))
+
+
 class Connection:
-    """A raw keep-alive HTTP/1.1 client connection, so that the measuring side stays cheap
-    at hundreds of streams (aiohttp's client costs more per chunk than the replica)."""
+    """A raw keep-alive HTTP/1.1 client connection for streamed completions."""
 
     def __init__(self, host: str, port: int, model: str = MODEL):
         self.host, self.port, self.model = host, port, model
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
+        self.protocol: _StreamProtocol | None = None
 
-    async def stream(self, prompt: str, max_tokens: int) -> tuple[float, float, float]:
-        """(send time, first token time, last token time) of one streamed completion."""
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        assert self.reader is not None
+    def request_bytes(self, prompt: str, max_tokens: int) -> bytes:
         body = json.dumps(
             {
                 "model": self.model,
@@ -184,69 +226,91 @@ class Connection:
             f"POST /v1/completions HTTP/1.1\r\nHost: {self.host}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         ).encode()
-        clock = time.monotonic
-        sent = clock()
-        self.writer.write(head + body)
-        first = last = 0.0
-        tail = b""
-        while True:
-            data = await self.reader.read(65536)
-            if not data:
-                raise RuntimeError("connection closed before the end of the response")
-            now = clock()
-            if b'"text":"' in data:
-                if not first:
-                    first = now
-                last = now
-            tail = (tail + data)[-64:]
-            if tail.endswith(b"\r\n0\r\n\r\n") and b"[DONE]" in tail:
-                break  # the last chunk of the chunked body
+        return head + body
+
+    async def stream(self, prompt: str, max_tokens: int) -> tuple[float, float, float]:
+        """(send time, first token time, last token time) of one streamed completion."""
+        return await self.send(self.request_bytes(prompt, max_tokens))
+
+    async def send(self, request: bytes) -> tuple[float, float, float]:
+        loop = asyncio.get_running_loop()
+        if self.protocol is None:
+            _, self.protocol = await loop.create_connection(_StreamProtocol, self.host, self.port)
+        p = self.protocol
+        assert p.transport is not None
+        p.first = p.last = 0.0
+        p.tail = b""
+        p.done = loop.create_future()
+        sent = time.monotonic()
+        p.transport.write(request)
+        first, last = await p.done
         return sent, first, last
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        if self.protocol is not None and self.protocol.transport is not None:
+            self.protocol.transport.close()
 
 
 async def closed_loop(sc: Scenario, host: str, port: int, deadline_s: float) -> dict[str, float]:
     tok = default_tokenizer()
-    counter = 0
+    # Every request body is built before the clock starts.
+    requests = [
+        [
+            Connection(host, port, sc.model).request_bytes(
+                tok.decode(prompt_ids(sc.prompt_index(c, k), sc.prompt_tokens)),
+                sc.output_len(c, k),
+            )
+            for k in range(sc.requests_per_client)
+        ]
+        for c in range(sc.concurrency)
+    ]
+    tokens = 0
     ttfts: list[float] = []
     tpots: list[float] = []
     start = time.monotonic()
 
-    async def client() -> None:
-        nonlocal counter
+    async def client(c: int) -> None:
+        nonlocal tokens
         conn = Connection(host, port, sc.model)
         try:
-            for _ in range(sc.requests_per_client):
+            for k in range(sc.requests_per_client):
                 if time.monotonic() > deadline_s:
                     return
-                i = counter
-                counter += 1
-                prompt = tok.decode(prompt_ids(i, sc.prompt_tokens))
-                sent, first, last = await conn.stream(prompt, sc.output_tokens)
-                ttfts.append(first - sent)
-                tpots.append((last - first) / (sc.output_tokens - 1))
+                n = sc.output_len(c, k)
+                sent, first, last = await conn.send(requests[c][k])
+                tokens += n
+                if k >= sc.warmup:
+                    ttfts.append(first - sent)
+                    tpots.append((last - first) / (n - 1))
         finally:
             conn.close()
 
-    await asyncio.gather(*(client() for _ in range(sc.concurrency)))
+    await asyncio.gather(*(client(c) for c in range(sc.concurrency)))
     wall = time.monotonic() - start
     return {
         "ttft": sum(ttfts) / len(ttfts),
         "tpot": sum(tpots) / len(tpots),
         "n": len(ttfts),
-        "tokens_per_s": len(ttfts) * sc.output_tokens / wall,
+        "tokens_per_s": tokens / wall,
         "wall": wall,
     }
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop
+    except ImportError:
+        return asyncio.new_event_loop
 
 
 def run(sc: Scenario, tolerance: float) -> Row:
     predicted_ttft, predicted_tpot = predict(sc)
     rep = Replica(sc.flags, sc.model)
     try:
-        measured = asyncio.run(closed_loop(sc, rep.host, rep.port, time.monotonic() + 120))
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            measured = runner.run(closed_loop(sc, rep.host, rep.port, time.monotonic() + 120))
     finally:
         rep.stop()
     ttft_err = measured["ttft"] / predicted_ttft - 1
@@ -306,9 +370,11 @@ def ceiling_scenario(c: int) -> Scenario:
         name="ceiling (explicit step time)",
         model=MODEL,
         concurrency=c,
-        requests_per_client=2,
+        requests_per_client=3,
         prompt_tokens=128,
         output_tokens=128,
+        output_spread=1.0,
+        warmup=1,
         flags=[
             "--step-time",
             spec,
