@@ -41,7 +41,10 @@ from gpufleet.replica.protocol import GenerationParams, RequestError, parse_gene
 from gpufleet.replica.runner import EngineRunner, RequestStream
 from gpufleet.tokenizer import Tokenizer, apply_chat_template, default_tokenizer
 
-VLLM_API_VERSION = "0.10.2"  # the vLLM release whose API and metrics this replica mimics
+VLLM_API_VERSION = "0.10.2"
+_MAX_UNSENT_BYTES = (
+    1 << 20
+)  # per stream, before writes go through aiohttp's flow control  # the vLLM release whose API and metrics this replica mimics
 
 
 @dataclass
@@ -603,8 +606,22 @@ class ReplicaServer:
             first += usage_tail(0)
         state: dict[str, Any] = {"first": first, "text": "", "finish": None, "stop": None}
 
+        # The common chunk (one token, no stop strings, no per-chunk usage), pre-split.
+        plain = not params.stop and not continuous
+        token_open = head + text_open
+        token_close = text_close + mid_tail + b"}\n\n"
+        token_bytes = self._token_bytes
+        all_ids = req.all_token_ids
+        base = req.num_prompt_tokens
+        observe = self._observe_tokens
+
         def produce() -> bytes:
             """The bytes of the next chunk (tokens whose time has come), or b"" (sync)."""
+            sent = stream.sent
+            if plain and stream.available == sent + 1 and not stream.ended and sent:
+                stream.sent = sent + 1
+                observe(stream, 1)
+                return token_open + token_bytes[all_ids[base + sent]] + token_close
             if state["finish"] is not None:
                 return b""
             out: bytes = state["first"]
@@ -638,6 +655,11 @@ class ReplicaServer:
             # only wakes at the end to write the usage chunk and [DONE].
             def push(_: RequestStream) -> None:
                 if transport.is_closing():
+                    return
+                if transport.get_write_buffer_size() > _MAX_UNSENT_BYTES:
+                    # A slow reader: hand back to the handler, whose writes wait for drain.
+                    stream.on_tokens = None
+                    stream.wake()
                     return
                 data = produce()
                 if data:
