@@ -33,7 +33,7 @@ from typing import Any
 from aiohttp import web
 
 from gpufleet import __version__
-from gpufleet.engine import Engine, EngineConfig, EngineRequest
+from gpufleet.engine import Engine, EngineConfig, EngineRequest, FinishReason
 from gpufleet.openai_errors import error_json_bytes
 from gpufleet.plan.step_time import StepTimeModel
 from gpufleet.replica.metrics import ReplicaMetrics
@@ -419,9 +419,10 @@ class ReplicaServer:
             return response
         finally:
             self._in_flight -= 1
-            if not done or not req.is_finished:
-                # client gone (handler cancelled), a stop string matched, or an error
-                self.runner.abort(request_id)
+            if not req.is_finished:
+                # a stop string matched (done), or the client left / an error (not done)
+                reason = FinishReason.STOP if done else FinishReason.ABORT
+                self.runner.abort(request_id, reason)
 
     def _observe_tokens(self, stream: RequestStream, count: int) -> None:
         assert self.runner is not None
