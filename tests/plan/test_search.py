@@ -100,12 +100,16 @@ def test_replicas_and_cost_follow_rps_and_price() -> None:
 
 
 def test_kv_fp8_used_only_when_it_makes_a_layout_fit() -> None:
-    p = plan(request("meta-llama/Llama-3.1-70B", quant="bf16", rps=1))
-    kv_rejects = [d for d in p.decisions if d.step == "tp" and "bf16 KV" in d.option]
-    assert kv_rejects and "want ≥" in kv_rejects[0].reason
+    # 70B fp8 on 4 × L4 (24 GB): a bf16 KV cache holds too few requests, fp8 KV enough.
+    p = plan(request("meta-llama/Llama-3.1-70B", gpu=load_gpu("l4"), rps=1))
+    assert p.chosen.layout == Layout(tp=4, weight_dtype="fp8", kv_dtype="fp8")
+    rejected = [d for d in p.decisions if d.step == "tp" and not d.kept]
+    assert any(d.option == "TP=4 fp8/kv-bf16" and "want ≥" in d.reason for d in rejected)
+    assert "--kv-cache-dtype fp8" in p.launch.vllm
+    roomy = plan(request("llama-3.1-8b"))
+    assert roomy.chosen.layout.kv_dtype == "bf16"
     forced = plan(request("llama-3.1-8b", kv_dtype="fp8"))
     assert forced.chosen.layout.kv_dtype == "fp8"
-    assert "--kv-cache-dtype fp8" in forced.launch.vllm
 
 
 def test_impossible_request_names_smallest_fitting_layout() -> None:

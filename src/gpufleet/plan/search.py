@@ -406,7 +406,7 @@ class _Search:
             found, tried = self.first_useful(tp, 1, weight_dtype)
             for c in tried:
                 if c is not found:
-                    self.note("tp", f"TP={tp} {c.layout.kv_dtype} KV", False, self.why_not(c))
+                    self.note("tp", c.layout.label, False, self.why_not(c))
             if found is not None:
                 self.note(
                     "tp",
@@ -424,7 +424,7 @@ class _Search:
             found, tried = self.first_useful(tp, pp, weight_dtype)
             for c in tried:
                 if c is not found:
-                    self.note("pp", f"TP={tp} PP={pp}", False, self.why_not(c))
+                    self.note("pp", c.layout.label, False, self.why_not(c))
             if found is not None:
                 self.note(
                     "pp",
