@@ -349,10 +349,11 @@ def max_serving_concurrency_within_slo(
     max_num_batched_tokens: int | None = None,
     kv_capacity_tokens: int | None = None,
     calibration: Calibration | None = None,
+    step_model: StepTimeModel | None = None,
 ) -> ServingPrediction | None:
     """The layout's best steady state within the SLOs (highest concurrency), or None."""
     cal = calibration or default_calibration()
-    step = layout_step_model(model, gpu, layout, backend=backend, calibration=cal)
+    step = step_model or layout_step_model(model, gpu, layout, backend=backend, calibration=cal)
     sched = scheduler_for(
         gpu,
         backend=backend,
