@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpufleet.errors import UserError
@@ -186,3 +188,17 @@ def test_every_catalog_model_gets_a_plan(gpu: str) -> None:
         c = p.chosen
         assert c.memory.fits and c.kv_concurrent_requests >= MIN_USEFUL_CONCURRENCY, name
         assert c.layout.tp <= 8 and p.decisions, name
+
+
+def test_small_nodes_push_to_pp_sooner() -> None:
+    p = plan(request("meta-llama/Llama-3.1-70B", quant="bf16", gpus_per_node=2, rps=1))
+    assert p.chosen.layout.tp == 2 and p.chosen.layout.pp >= 2
+    assert "--pipeline-parallel-size" in p.launch.vllm
+
+
+def test_config_directory_model_launches_from_its_path(tmp_path: Path) -> None:
+    src = Path(__file__).parents[2] / "src/gpufleet/specs/data/models/Qwen--Qwen3-8B.json"
+    (tmp_path / "config.json").write_text(src.read_text())
+    p = plan(request(str(tmp_path)))
+    assert p.chosen.layout.tp == 1
+    assert p.launch.vllm.startswith(f"vllm serve {tmp_path}")
