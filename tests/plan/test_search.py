@@ -202,3 +202,15 @@ def test_config_directory_model_launches_from_its_path(tmp_path: Path) -> None:
     p = plan(request(str(tmp_path)))
     assert p.chosen.layout.tp == 1
     assert p.launch.vllm.startswith(f"vllm serve {tmp_path}")
+
+
+def test_quantizes_before_splitting_when_one_gpu_is_too_slow() -> None:
+    # 8B bf16 fits one 24 GB L4 but reads 16 GB per token at 300 GB/s: TPOT > 50 ms.
+    p = plan(request("meta-llama/Llama-3.1-8B", gpu=load_gpu("l4"), rps=1))
+    assert p.chosen.layout == Layout(tp=1, weight_dtype="fp8")
+    precision = [d for d in p.decisions if d.step == "precision"]
+    assert [d.kept for d in precision] == [False, True]
+    assert "TPOT" in precision[1].reason and "quantize before splitting" in precision[1].reason
+    # With the precision pinned, it has to split instead.
+    pinned = plan(request("meta-llama/Llama-3.1-8B", gpu=load_gpu("l4"), rps=1, quant="bf16"))
+    assert pinned.chosen.layout.tp >= 2
