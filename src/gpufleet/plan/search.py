@@ -441,7 +441,7 @@ class _Search:
             if found is not None:
                 self.note(
                     "tp",
-                    f"TP={tp}",
+                    found.layout.label,
                     True,
                     f"smallest TP in a node that fits: {self.why_yes(found)}",
                 )
@@ -459,7 +459,7 @@ class _Search:
             if found is not None:
                 self.note(
                     "pp",
-                    f"TP={tp} PP={pp}",
+                    found.layout.label,
                     True,
                     f"a node of TP={tp} is not enough; PP={pp} across {pp} nodes: "
                     f"{self.why_yes(found)}",

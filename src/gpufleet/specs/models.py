@@ -522,5 +522,6 @@ def _load_path(config_path: Path, name: str) -> ModelSpec:
             field="--model",
             fix="pass a valid Hugging Face config.json",
         )
-    display = name or str(cfg.get("_name_or_path") or config_path.stem)
+    # ORG--NAME.json (how the shipped configs are named) reads as the hub id ORG/NAME.
+    display = name or str(cfg.get("_name_or_path") or config_path.stem.replace("--", "/"))
     return parse_config(cfg, display, source=str(config_path))
