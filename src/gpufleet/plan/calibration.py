@@ -128,7 +128,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "attention_efficiency": (0.1, 0.95),
     "memory_efficiency": (0.4, 0.95),
     "allreduce_latency_s": (2e-6, 40e-6),
-    "queue_scale": (0.2, 4.0),
+    "queue_scale": (0.05, 4.0),
     "benchmark_requests_per_client": (1.0, 50.0),
     "step_overhead_s": (0.0, 0.02),
     "ttft_overhead_s": (0.0, 0.3),

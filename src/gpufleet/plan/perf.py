@@ -185,9 +185,11 @@ class RooflineStepTimeModel:
         self._lm_flops_per_seq = 2.0 * lm_params
 
         # Communication.
-        self._curve = AllReduceCurve(gpu.intra_node_gbps, cal.allreduce_latency_s)
+        # A TP group wider than a node all-reduces over the inter-node network.
+        tp_link_gbps = gpu.network_gbps if tp > gpu.gpus_per_node else gpu.intra_node_gbps
+        self._curve = AllReduceCurve(tp_link_gbps, cal.allreduce_latency_s)
         self._allreduces_per_layer = 2 if tp > 1 else 0
-        self._ep_link_gbps = gpu.intra_node_gbps
+        self._ep_link_gbps = gpu.network_gbps if ep > gpu.gpus_per_node else gpu.intra_node_gbps
         self._a2a_latency_s = cal.allreduce_latency_s
         group = tp * max(1, layout.pp)
         self._pp_link_gbps = gpu.network_gbps if group > gpu.gpus_per_node else gpu.intra_node_gbps

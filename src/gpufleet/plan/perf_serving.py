@@ -74,6 +74,7 @@ def predict_closed_loop(
     queue_scale: float = 1.0,
     requests_per_client: float | None = None,
     admission_intervals: float = 0.0,
+    lockstep_ranks: int = 1,
 ) -> ServingPrediction:
     """Mean TTFT / TPOT / throughput for `concurrency` clients in a closed loop.
 
@@ -84,6 +85,9 @@ def predict_closed_loop(
     admission_intervals: a new request waits this many inter-completion intervals
     (1 / requests_per_s) before the engine admits it (schedulers that admit new work in
     batches; 0 for vLLM's every-iteration admission).
+    lockstep_ranks: attention data-parallel ranks that run every iteration together (their
+    MoE layers exchange tokens): a prefill on any rank stalls the decodes on all of them,
+    so each rank's decodes see the prefill work of every rank. `concurrency` is per rank.
     """
     if input_tokens < 1 or output_tokens < 1 or concurrency < 1:
         raise ValueError("input_tokens, output_tokens and concurrency must be >= 1")
@@ -152,7 +156,7 @@ def predict_closed_loop(
             own_s += model.step_time_s(with_decodes(own, n) if sched.mixed_prefill else own)
             done += chunk
 
-        share = min(_MAX_PREFILL_SHARE, rate * work_per_prompt_s)
+        share = min(_MAX_PREFILL_SHARE, rate * work_per_prompt_s * lockstep_ranks)
         new_tpot = t_decode / (1.0 - share) if osl > 1 else 0.0
         # Closed-network queue at the prefill station (Schweitzer): a prompt finds
         # queue * (N-1)/N others ahead, each costing work_per_prompt_s.
