@@ -8,8 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpufleet.errors import UserError
+from gpufleet.plan.calibration import calibration_from_dict
+from gpufleet.plan.calibration import main as calibration_main
 from gpufleet.plan.perf_validation import MeasuredRow, model_row, read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,3 +94,14 @@ def test_rows_beyond_the_kv_cache_queue_for_admission() -> None:
 def test_unknown_quant_mode_is_named() -> None:
     with pytest.raises(UserError, match="quant"):
         model_row(_row(gemm_quant="int3"))
+
+
+def test_calibration_refits_and_writes_loadable_constants(tmp_path: Path) -> None:
+    out = tmp_path / "cal.yaml"
+    assert calibration_main([str(SAMPLE), "--out", str(out), "--rounds", "1"]) == 0
+    cal = calibration_from_dict(yaml.safe_load(out.read_text()))
+    assert 0 < cal.gemm_efficiency <= 1 and 0 < cal.memory_efficiency <= 1
+    assert cal.backend("trtllm").step_overhead_s >= 0
+    # The refit is used as given: predictions change with it.
+    row = read_rows(SAMPLE)[0]
+    assert model_row(row, cal).tpot_s > 0

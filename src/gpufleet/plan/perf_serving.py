@@ -73,7 +73,6 @@ def predict_closed_loop(
     ttft_overhead_s: float = 0.0,
     queue_scale: float = 1.0,
     requests_per_client: float | None = None,
-    admission_intervals: float = 0.0,
     lockstep_ranks: int = 1,
 ) -> ServingPrediction:
     """Mean TTFT / TPOT / throughput for `concurrency` clients in a closed loop.
@@ -82,9 +81,6 @@ def predict_closed_loop(
     clients start at once: the first wave of prompts queues behind each other (the i-th
     waits for i-1 prefills), and that wave is 1/requests_per_client of the requests.
     None: steady state only (what a long-running service sees).
-    admission_intervals: a new request waits this many inter-completion intervals
-    (1 / requests_per_s) before the engine admits it (schedulers that admit new work in
-    batches; 0 for vLLM's every-iteration admission).
     lockstep_ranks: attention data-parallel ranks that run every iteration together (their
     MoE layers exchange tokens): a prefill on any rank stalls the decodes on all of them,
     so each rank's decodes see the prefill work of every rank. `concurrency` is per rank.
@@ -163,7 +159,6 @@ def predict_closed_loop(
         ahead = queue * (running - 1) / running
         wait_s = queue_scale * ahead * work_per_prompt_s
         new_ttft = ttft_overhead_s + 0.5 * new_tpot + wait_s + own_s
-        new_ttft += admission_intervals / rate
         new_rate = running / (new_ttft + (osl - 1) * new_tpot)
         new_queue = new_rate * (wait_s + work_per_prompt_s)
 

@@ -209,8 +209,7 @@ def model_row(
         ),
         ttft_overhead_s=b.ttft_overhead_s,
         queue_scale=cal.queue_scale,
-        requests_per_client=cal.benchmark_requests_per_client,
-        admission_intervals=b.admission_intervals,
+        requests_per_client=b.benchmark_requests_per_client,
         lockstep_ranks=1,
     )
     return RowPrediction(row=row, ttft_s=serving.ttft_s, tpot_s=serving.tpot_s, serving=serving)
