@@ -183,6 +183,7 @@ class RooflineStepTimeModel:
         lm_params = model.vocab_size * h / tp
         self._lm_bytes = lm_params * BYTES_PER_PARAM["bf16"]
         self._lm_flops_per_seq = 2.0 * lm_params
+        self._bf16_flops_s = gpu.tflops("bf16") * 1e12 * cal.gemm_efficiency
 
         # Communication.
         # A TP group wider than a node all-reduces over the inter-node network.
@@ -243,7 +244,7 @@ class RooflineStepTimeModel:
             total += self.model.num_layers * self._allreduces_per_layer * ar
         # lm_head on the sequences that sample this iteration.
         total += max(
-            n_seqs * self._lm_flops_per_seq / self._gemm_flops_s, self._lm_bytes / self._hbm_bytes_s
+            n_seqs * self._lm_flops_per_seq / self._bf16_flops_s, self._lm_bytes / self._hbm_bytes_s
         )
         if self.pipeline_stages > 1:
             hop = send_recv_s(tokens * self._h * ACT_BYTES, self._pp_link_gbps, 5e-6)

@@ -143,14 +143,21 @@ def predict_closed_loop(
             marginal_s = model.step_time_s(packed)
         work_per_prompt_s = marginal_s * isl / packed_tokens  # GPU time one prompt costs
 
-        # The request's own prefill: chunks of at most `budget` tokens, alongside the decodes.
+        # The request's own prefill: full chunks of `budget` tokens at growing context, then
+        # the rest. Attention is linear in context, so the full chunks cost k times one
+        # chunk at their mean context (two step-time calls however long the prompt).
+        full, rest = divmod(isl, budget)
         own_s = 0.0
-        done = 0
-        while done < isl:
-            chunk = min(budget, isl - done)
-            own = StepBatch(prefill_tokens=(chunk,), prefill_context_tokens=(done,))
-            own_s += model.step_time_s(with_decodes(own, n) if sched.mixed_prefill else own)
-            done += chunk
+        if full:
+            chunk = StepBatch(
+                prefill_tokens=(budget,), prefill_context_tokens=((full - 1) * budget // 2,)
+            )
+            own_s += full * model.step_time_s(
+                with_decodes(chunk, n) if sched.mixed_prefill else chunk
+            )
+        if rest:
+            chunk = StepBatch(prefill_tokens=(rest,), prefill_context_tokens=(full * budget,))
+            own_s += model.step_time_s(with_decodes(chunk, n) if sched.mixed_prefill else chunk)
 
         share = min(_MAX_PREFILL_SHARE, rate * work_per_prompt_s * lockstep_ranks)
         new_tpot = t_decode / (1.0 - share) if osl > 1 else 0.0
