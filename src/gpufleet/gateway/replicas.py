@@ -12,6 +12,7 @@ import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from gpufleet.routing.types import EngineStats, ReplicaState, ReplicaView
 
@@ -25,6 +26,8 @@ class Replica(ReplicaView):
     model_cards: list[dict[str, Any]] = field(default_factory=list)
     consecutive_failures: int = 0
     consecutive_successes: int = 0
+    addr: tuple[str, int] = ("", 0)  # host, port for the proxy's connection pool
+    host_header: bytes = b""
     # Prometheus children, bound once so the hot path does no label lookup.
     m_requests: Any = None
     m_errors: Any = None
@@ -107,6 +110,9 @@ class ReplicaSet:
             source=source,
             fixed_models=bool(model_set),
         )
+        parts = urlsplit(replica.url)
+        replica.addr = (parts.hostname or "127.0.0.1", parts.port or 80)
+        replica.host_header = parts.netloc.encode()
         self.by_id[rid] = replica
         return replica
 
