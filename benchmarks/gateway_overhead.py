@@ -268,8 +268,15 @@ async def _loadgen(url: str, path: str, concurrency: int, total: int, warmup: in
         t_start = time.perf_counter()
         await asyncio.gather(*(worker(total, True) for _ in range(concurrency)))
         wall_s = time.perf_counter() - t_start
-    return {"wall_s": wall_s, "requests": len(e2e), "errors": errors, "e2e_s": e2e,
-            "ttft_s": ttft}  # fmt: skip
+    return {
+        "wall_s": wall_s,
+        "requests": len(e2e),
+        "errors": errors,
+        "e2e_p50_s": _pct(e2e, 0.5),
+        "e2e_p99_s": _pct(e2e, 0.99),
+        "ttft_p50_s": _pct(ttft, 0.5),
+        "ttft_p99_s": _pct(ttft, 0.99),
+    }
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -288,16 +295,17 @@ def run_load(url: str, path: str, concurrency: int, total: int, cpu: str | None,
     cpu_after = cpu_seconds(proxy_pid) if proxy_pid else 0.0
     raw = json.loads(out.stdout)
     n = raw["requests"]
+    warmup = max(50, total // 10)
     return {
         "requests": n,
         "errors": raw["errors"],
         "rps": n / raw["wall_s"],
-        "e2e_p50_ms": 1000 * _pct(raw["e2e_s"], 0.5),
-        "e2e_p99_ms": 1000 * _pct(raw["e2e_s"], 0.99),
-        "ttft_p50_ms": 1000 * _pct(raw["ttft_s"], 0.5),
-        "ttft_p99_ms": 1000 * _pct(raw["ttft_s"], 0.99),
-        # Includes warmup requests (the counter covers the whole loadgen run).
-        "proxy_cpu_ms_per_request": 1000 * (cpu_after - cpu_before) / (n + max(50, n // 10))
+        "e2e_p50_ms": 1000 * raw["e2e_p50_s"],
+        "e2e_p99_ms": 1000 * raw["e2e_p99_s"],
+        "ttft_p50_ms": 1000 * raw["ttft_p50_s"],
+        "ttft_p99_ms": 1000 * raw["ttft_p99_s"],
+        # CPU over the whole loadgen run, warmup requests included.
+        "proxy_cpu_ms_per_request": 1000 * (cpu_after - cpu_before) / (n + warmup)
         if proxy_pid
         else None,
     }
@@ -333,76 +341,113 @@ def peer_argv(name: str, port: int, upstreams: list[str], tmp: Path) -> list[str
     raise ValueError(name)
 
 
+class Runner:
+    """Starts each peer in front of the backends and drives it at each concurrency."""
+
+    def __init__(self, args: argparse.Namespace, tmp: Path, upstreams: list[str],
+                 load_cpu: str | None, proxy_cpu: str | None) -> None:  # fmt: skip
+        self.args = args
+        self.tmp = tmp
+        self.upstreams = upstreams
+        self.load_cpu = load_cpu
+        self.proxy_cpu = proxy_cpu
+        self.concurrencies = [int(c) for c in args.concurrency.split(",")]
+        self.rows: list[dict[str, Any]] = []
+
+    def run_peer(self, peer: str, rnd: int) -> None:
+        proc = None
+        try:
+            if peer == "direct":
+                url, pid = self.upstreams[0], None
+            else:
+                port = free_port()
+                ptmp = self.tmp / f"{peer}-{rnd}"
+                for d in ("body", "proxy", "fcgi", "uwsgi", "scgi"):
+                    (ptmp / d).mkdir(parents=True, exist_ok=True)
+                argv = peer_argv(peer, port, self.upstreams, ptmp)
+                if argv is None:
+                    print(f"skip {peer}: not installed", file=sys.stderr)
+                    return
+                proc = start(argv, self.proxy_cpu, ptmp / "log")
+                url, pid = f"http://127.0.0.1:{port}", proc.pid
+                wait_ready(url, "/v1/completions")
+            top = max(self.concurrencies)
+            for c in self.concurrencies:
+                n = self.args.requests if c == top else max(200, self.args.requests // 10)
+                for stream in (False, True):
+                    path = "/v1/chat/completions" if stream else "/v1/completions"
+                    row: dict[str, Any] = {"peer": peer, "round": rnd, "concurrency": c,
+                                           "stream": stream}  # fmt: skip
+                    row.update(run_load(url, path, c, n, self.load_cpu, pid))
+                    self.rows.append(row)
+                    print(json.dumps(row), flush=True)
+        except Exception as exc:  # one peer failing must not lose the others
+            print(f"{peer} failed: {exc}", file=sys.stderr)
+        finally:
+            if proc is not None:
+                stop(proc)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=3000, help="per run at the top concurrency")
     parser.add_argument("--concurrency", default="1,32")
     parser.add_argument("--peers", default="direct,gpufleet,sglang-router,vllm-router,nginx")
+    parser.add_argument("--rounds", type=int, default=3, help="peers rotate order each round")
     parser.add_argument("--no-pin", action="store_true", help="do not taskset the processes")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     pin = not args.no_pin and shutil.which("taskset") is not None and (os.cpu_count() or 1) >= 2
     load_cpu, proxy_cpu = ("0", "1") if pin else (None, None)
-    concurrencies = [int(c) for c in args.concurrency.split(",")]
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gw-overhead-") as tmp_name:
         tmp = Path(tmp_name)
+        stub_dir = tmp / "stub"
         for d in ("body", "proxy", "fcgi", "uwsgi", "scgi"):
-            (tmp / d).mkdir()
+            (stub_dir / d).mkdir(parents=True)
         backend_ports = [free_port(), free_port()]
         upstreams = [f"http://127.0.0.1:{p}" for p in backend_ports]
-        (tmp / "stub.conf").write_text(nginx_stub_conf(backend_ports, tmp / "stub"))
-        (tmp / "stub").mkdir()
-        for d in ("body", "proxy", "fcgi", "uwsgi", "scgi"):
-            (tmp / "stub" / d).mkdir()
-        backend = start([nginx, "-c", str(tmp / "stub.conf"), "-p", str(tmp / "stub")],
+        (tmp / "stub.conf").write_text(nginx_stub_conf(backend_ports, stub_dir))
+        backend = start([nginx, "-c", str(tmp / "stub.conf"), "-p", str(stub_dir)],
                         load_cpu, tmp / "stub.log")  # fmt: skip
+        runner = Runner(args, tmp, upstreams, load_cpu, proxy_cpu)
         try:
             wait_ready(upstreams[0], "/v1/completions")
-            for peer in args.peers.split(","):
-                proc = None
-                try:
-                    if peer == "direct":
-                        url, pid = upstreams[0], None
-                    else:
-                        port = free_port()
-                        ptmp = tmp / peer
-                        for d in ("body", "proxy", "fcgi", "uwsgi", "scgi"):
-                            (ptmp / d).mkdir(parents=True, exist_ok=True)
-                        argv = peer_argv(peer, port, upstreams, ptmp)
-                        if argv is None:
-                            print(f"skip {peer}: not installed", file=sys.stderr)
-                            continue
-                        proc = start(argv, proxy_cpu, tmp / f"{peer}.log")
-                        url, pid = f"http://127.0.0.1:{port}", proc.pid
-                        wait_ready(url, "/v1/completions")
-                    for c in concurrencies:
-                        n = (
-                            args.requests
-                            if c == max(concurrencies)
-                            else max(200, args.requests // 10)
-                        )
-                        for stream in (False, True):
-                            path = "/v1/chat/completions" if stream else "/v1/completions"
-                            row = {"peer": peer, "concurrency": c, "stream": stream}
-                            row.update(run_load(url, path, c, n, load_cpu, pid))
-                            results.append(row)
-                            print(json.dumps(row), flush=True)
-                except Exception as exc:  # one peer failing must not lose the others
-                    print(f"{peer} failed: {exc}", file=sys.stderr)
-                    log = tmp / f"{peer}.log"
-                    if log.exists():
-                        print(log.read_text()[-2000:], file=sys.stderr)
-                finally:
-                    if proc is not None:
-                        stop(proc)
+            peers = args.peers.split(",")
+            for rnd in range(args.rounds):
+                shift = rnd % len(peers)
+                for peer in peers[shift:] + peers[:shift]:
+                    runner.run_peer(peer, rnd)
         finally:
             stop(backend)
-    write_results(results, args.out, pin)
+    write_results(runner.rows, args.out, pin)
 
 
-def write_results(results: list[dict[str, Any]], out: Path, pinned: bool) -> None:
+def median(values: list[float]) -> float:
+    s = sorted(values)
+    return s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (peer, clients, stream): the median of each figure over the rounds."""
+    groups: dict[tuple[str, int, bool], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["peer"], r["concurrency"], r["stream"]), []).append(r)
+    out = []
+    for (peer, c, stream), rs in groups.items():
+        row: dict[str, Any] = {"peer": peer, "concurrency": c, "stream": stream, "rounds": len(rs)}
+        for key in ("rps", "e2e_p50_ms", "e2e_p99_ms", "ttft_p50_ms", "ttft_p99_ms"):
+            row[key] = median([r[key] for r in rs])
+        cpus = [r["proxy_cpu_ms_per_request"] for r in rs if r["proxy_cpu_ms_per_request"]]
+        row["proxy_cpu_ms_per_request"] = median(cpus) if cpus else None
+        row["errors"] = sum(r["errors"] for r in rs)
+        out.append(row)
+    order = {"direct": 0, "gpufleet": 1, "sglang-router": 2, "vllm-router": 3, "nginx": 4}
+    return sorted(out, key=lambda r: (order.get(r["peer"], 9), r["concurrency"], r["stream"]))
+
+
+def write_results(raw_rows: list[dict[str, Any]], out: Path, pinned: bool) -> None:
+    results = summarize(raw_rows)
     direct = {(r["concurrency"], r["stream"]): r for r in results if r["peer"] == "direct"}
     for r in results:
         d = direct.get((r["concurrency"], r["stream"]))
@@ -410,8 +455,9 @@ def write_results(results: list[dict[str, Any]], out: Path, pinned: bool) -> Non
         r["added_ttft_p50_ms"] = r["ttft_p50_ms"] - d["ttft_p50_ms"] if d else None
     out.mkdir(parents=True, exist_ok=True)
     meta = {"pinned": pinned, "cpus": os.cpu_count(), "stream_events": STREAM_EVENTS}
-    (out / "gateway_overhead.json").write_text(json.dumps({"meta": meta, "rows": results},
-                                                          indent=2))  # fmt: skip
+    (out / "gateway_overhead.json").write_text(
+        json.dumps({"meta": meta, "summary": results, "rounds": raw_rows}, indent=2)
+    )
     lines = [
         "| peer | clients | stream | req/s | p50 e2e ms | p99 e2e ms | p50 TTFT ms | "
         "p99 TTFT ms | added p50 TTFT ms | proxy CPU ms/req | errors |",

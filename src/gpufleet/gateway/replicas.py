@@ -26,6 +26,7 @@ class Replica(ReplicaView):
     model_cards: list[dict[str, Any]] = field(default_factory=list)
     consecutive_failures: int = 0
     consecutive_successes: int = 0
+    streaming: int = 0  # of in_flight, those whose first byte reached the client
     addr: tuple[str, int] = ("", 0)  # host, port for the proxy's connection pool
     host_header: bytes = b""
     # Prometheus children, bound once so the hot path does no label lookup.
@@ -46,6 +47,7 @@ class Replica(ReplicaView):
             "models": sorted(self.models),
             "state": str(self.state),
             "in_flight": self.in_flight,
+            "streaming": self.streaming,
             "pool": self.pool,
             "source": self.source,
             "consecutive_failures": self.consecutive_failures,

@@ -852,6 +852,24 @@ class Gateway:
             return self._failed(replica, 502, f"replica {replica.replica_id} sent no data"), False
         ttft_s = time.monotonic() - t0_s
         policy.on_first_token(info, replica)
+        replica.streaming += 1
+        try:
+            return await self._stream_rest(request, upstream, replica, first, model, tenant,
+                                           t0_s, ttft_s)  # fmt: skip
+        finally:
+            replica.streaming -= 1
+
+    async def _stream_rest(
+        self,
+        request: web.Request,
+        upstream: UpstreamResponse,
+        replica: Replica,
+        first: bytes,
+        model: str,
+        tenant: Tenant,
+        t0_s: float,
+        ttft_s: float,
+    ) -> tuple[web.StreamResponse, bool]:
         resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
         await resp.prepare(request)
         itl = self.metrics.latency(model, tenant.name)[2]
