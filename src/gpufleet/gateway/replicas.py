@@ -27,6 +27,7 @@ class Replica(ReplicaView):
     consecutive_failures: int = 0
     consecutive_successes: int = 0
     streaming: int = 0  # of in_flight, those whose first byte reached the client
+    kv_capacity_tokens: int | None = None  # from vllm:cache_config_info, when reported
     addr: tuple[str, int] = ("", 0)  # host, port for the proxy's connection pool
     host_header: bytes = b""
     # Prometheus children, bound once so the hot path does no label lookup.
@@ -49,6 +50,7 @@ class Replica(ReplicaView):
             "in_flight": self.in_flight,
             "streaming": self.streaming,
             "pool": self.pool,
+            "kv_capacity_tokens": self.kv_capacity_tokens,
             "source": self.source,
             "consecutive_failures": self.consecutive_failures,
             "stats": None

@@ -369,10 +369,19 @@ class Gateway:
         )
         if text is not None:
             try:
-                stats = probes.parse_engine_stats(text, time.monotonic(), replica.in_flight)
+                stats, capacity_tokens = probes.parse_engine_stats(
+                    text, time.monotonic(), replica.in_flight
+                )
             except ValueError:
                 return
             self.replicas.set_stats(replica, stats)
+            if capacity_tokens and capacity_tokens != replica.kv_capacity_tokens:
+                replica.kv_capacity_tokens = capacity_tokens
+                # A prefix index sized to what the replica really holds forgets its evictions.
+                for policy in (self.policy, *self._tenant_policies.values()):
+                    set_capacity = getattr(policy, "set_capacity_tokens", None)
+                    if set_capacity is not None:
+                        set_capacity(replica.replica_id, capacity_tokens)
 
     async def _scrape_loop(self) -> None:
         interval_s = self.config.scrape_interval_s
