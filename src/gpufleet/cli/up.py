@@ -1,11 +1,82 @@
-"""`gpufleet up` (being built; see the open issue for this verb)."""
+"""`gpufleet up [FLEET_YAML] [--demo] [--port 8000]`: gateway, autoscaler and replicas as one."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
+import signal
+import sys
+
 import click
+
+from gpufleet.errors import UserError
 
 
 @click.command(name="up")
-def command() -> None:
-    """Not built yet."""
-    raise click.ClickException("gpufleet up is not built yet")
+@click.argument("fleet_yaml", required=False, type=click.Path(dir_okay=False))
+@click.option(
+    "--demo",
+    is_flag=True,
+    help="Also drive built-in traffic (quiet, ramp, burst, quiet) and show it live.",
+)
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=None, help="Gateway port [default: 8000]."
+)
+@click.option("--host", default=None, help="Gateway address [default: 127.0.0.1].")
+@click.option(
+    "--policy",
+    default=None,
+    help="Override autoscale.policy (default, queue_depth, hpa, kpa, ray_serve).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the demo summary as JSON.")
+@click.option("-v", "--verbose", is_flag=True, help="Log every decision and replica event.")
+def command(
+    fleet_yaml: str | None,
+    demo: bool,
+    port: int | None,
+    host: str | None,
+    policy: str | None,
+    as_json: bool,
+    verbose: bool,
+) -> None:
+    """Start the gateway, the autoscaler and the replicas from one config; Ctrl-C stops all.
+
+    With no FLEET_YAML: Llama-3.1-8B on simulated h100-sxm replicas (`gpufleet replica`),
+    1 to 8 replicas, prefix_aware routing, the default autoscaling policy, gateway on
+    127.0.0.1:8000. See README.md ("gpufleet up") for the config keys.
+    """
+    from rich.console import Console
+
+    from gpufleet.fleet.config import load_fleet, validate_fleet
+    from gpufleet.fleet.demo import demo_fleet
+    from gpufleet.fleet.run import run_up
+
+    cfg = load_fleet(fleet_yaml) if fleet_yaml else (demo_fleet() if demo else load_fleet(None))
+    if policy is not None:
+        data = cfg.model_dump()
+        data["autoscale"]["policy"] = policy
+        data["autoscale"]["params"] = (
+            {} if policy != cfg.autoscale.policy else data["autoscale"]["params"]
+        )
+        cfg = validate_fleet(data)
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    console = Console()
+
+    async def main() -> object:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        return await run_up(cfg, demo=demo, stop=stop, console=console, port=port, host=host)
+
+    try:
+        summary = asyncio.run(main())
+    except OSError as e:
+        raise UserError(str(e), field="--port", fix="pick a free port, e.g. --port 0") from None
+    if as_json and summary is not None:
+        click.echo(json.dumps(summary.to_json(), indent=2))  # type: ignore[attr-defined]

@@ -1,0 +1,92 @@
+"""The actuator interface (DESIGN.md: `Actuator`): what the controller tells to change the fleet.
+
+Local processes today; Ray actors or Kubernetes workloads later implement the same four
+calls. An actuator owns replica lifecycles (start → ready → draining → gone, restarts),
+and tells the gateway about them through a `FleetRegistry`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from gpufleet.routing.types import ReplicaState
+
+
+@dataclass(slots=True)
+class ManagedReplica:
+    replica_id: str
+    url: str
+    state: ReplicaState
+    started_at_s: float
+    expected_ready_s: float  # when /health should pass (start + expected cold start)
+    ready_at_s: float | None = None
+    pid: int | None = None
+    restarts: int = 0
+    cut_requests: int = 0  # requests still in flight when a drain deadline forced a stop
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.replica_id,
+            "url": self.url,
+            "state": str(self.state),
+            "started_at_s": self.started_at_s,
+            "expected_ready_s": self.expected_ready_s,
+            "ready_at_s": self.ready_at_s,
+            "pid": self.pid,
+            "restarts": self.restarts,
+            "cut_requests": self.cut_requests,
+        }
+
+
+class Actuator(Protocol):
+    async def start(self, n: int) -> list[ManagedReplica]:
+        """Start `n` replicas; returns at once with them `starting`."""
+        ...
+
+    async def drain(self, replica_id: str) -> None:
+        """Stop sending it requests, let in-flight ones finish (up to a deadline), then stop it.
+
+        Returns once the drain has begun; the stop follows in the background.
+        """
+        ...
+
+    async def stop(self, replica_id: str) -> None:
+        """Stop it now (after removing it from the gateway)."""
+        ...
+
+    def list(self) -> list[ManagedReplica]: ...
+
+    def observed_cold_start_s(self) -> float | None:
+        """Mean seconds from start to ready over recent starts (None before the first)."""
+        ...
+
+
+class FleetRegistry(Protocol):
+    """The gateway, as an actuator needs it (in-process `Gateway` or its admin API)."""
+
+    async def add(self, replica_id: str, url: str) -> None: ...
+
+    async def drain(self, replica_id: str) -> None: ...
+
+    async def remove(self, replica_id: str) -> None: ...
+
+    async def in_flight(self, replica_id: str) -> int | None:
+        """Requests the gateway has sent to it and not seen finish (None if unknown to it)."""
+        ...
+
+
+class NoRegistry:
+    """No gateway in front (replicas used directly)."""
+
+    async def add(self, replica_id: str, url: str) -> None:
+        return None
+
+    async def drain(self, replica_id: str) -> None:
+        return None
+
+    async def remove(self, replica_id: str) -> None:
+        return None
+
+    async def in_flight(self, replica_id: str) -> int | None:
+        return None

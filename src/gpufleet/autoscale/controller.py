@@ -1,0 +1,136 @@
+"""The controller: a thin loop — read signals, ask the policy, tell the actuator, log why.
+
+One tick: the gateway's signals merged with the actuator's list become `FleetSignals`;
+the policy returns a `ScalingDecision`; the difference from the current count becomes
+`start(n)` or drains. Scale-in picks starting replicas first (they serve nothing yet), then
+the ready replica with the fewest requests in flight. Every decision is kept (bounded) for
+the admin API and the live view, and logged when it changes something or its verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from typing import Any
+
+from gpufleet.autoscale.actuator import Actuator, ManagedReplica
+from gpufleet.autoscale.decision import ScalingDecision, ScalingPolicy
+from gpufleet.autoscale.gateway_link import fleet_signals
+from gpufleet.autoscale.signals import FleetSignals
+from gpufleet.routing.types import ReplicaState
+
+log = logging.getLogger("gpufleet.autoscale")
+
+SignalReader = Callable[[], Awaitable[dict[str, Any]]]
+
+
+class Controller:
+    def __init__(
+        self,
+        policy: ScalingPolicy,
+        actuator: Actuator,
+        read_signals: SignalReader,
+        *,
+        interval_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        history: int = 500,
+    ) -> None:
+        self.policy = policy
+        self.actuator = actuator
+        self.read_signals = read_signals
+        self.interval_s = interval_s
+        self.clock = clock
+        self.decisions: deque[ScalingDecision] = deque(maxlen=history)
+        self.changes: deque[ScalingDecision] = deque(maxlen=history)  # those with delta ≠ 0
+        self.last_signals: FleetSignals | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._last_logged: tuple[int, str] | None = None
+
+    async def tick(self) -> ScalingDecision:
+        raw = await self.read_signals()
+        managed = self.actuator.list()
+        signals = fleet_signals(raw, managed, self.actuator.observed_cold_start_s())
+        self.last_signals = signals
+        decision = self.policy.decide(self.clock(), signals)
+        self.decisions.append(decision)
+        if decision.delta != 0:
+            self.changes.append(decision)
+        self._log(decision)
+        await self._apply(decision, signals, managed)
+        return decision
+
+    async def _apply(
+        self, decision: ScalingDecision, signals: FleetSignals, managed: list[ManagedReplica]
+    ) -> None:
+        delta = decision.desired_replicas - signals.current_replicas
+        if delta > 0:
+            await self.actuator.start(delta)
+        elif delta < 0:
+            for replica_id in self._scale_in_order(signals, managed)[:-delta]:
+                await self.actuator.drain(replica_id)
+
+    @staticmethod
+    def _scale_in_order(signals: FleetSignals, managed: list[ManagedReplica]) -> list[str]:
+        mine = {m.replica_id for m in managed}
+        starting = [r.replica_id for r in signals.starting if r.replica_id in mine]
+        ready = sorted(
+            (r for r in signals.ready if r.replica_id in mine),
+            key=lambda r: (r.load, r.replica_id),
+        )
+        return starting + [r.replica_id for r in ready]
+
+    def _log(self, decision: ScalingDecision) -> None:
+        verdict = decision.reason.rsplit(";", 1)[-1].split(":")[0].strip()
+        key = (decision.desired_replicas, verdict)
+        if decision.delta != 0:
+            log.info(
+                "scale %d → %d (%s): %s",
+                decision.current_replicas,
+                decision.desired_replicas,
+                decision.policy,
+                decision.reason,
+            )
+        elif key != self._last_logged:
+            log.debug(
+                "hold %d (%s): %s", decision.current_replicas, decision.policy, decision.reason
+            )
+        self._last_logged = key
+
+    async def run(self) -> None:
+        while True:
+            started = self.clock()
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # keep controlling: a failed read is retried next tick
+                log.exception("autoscale tick failed")
+            await asyncio.sleep(max(0.0, self.interval_s - (self.clock() - started)))
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self.run(), name="autoscaler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def to_json(self, last: int = 50) -> dict[str, Any]:
+        """What the admin API serves: the policy, recent decisions, and the managed replicas."""
+        return {
+            "policy": self.policy.name,
+            "interval_s": self.interval_s,
+            "decisions": [asdict(d) for d in list(self.decisions)[-last:]],
+            "changes": [asdict(d) for d in list(self.changes)[-last:]],
+            "replicas": [m.to_json() for m in self.actuator.list()],
+            "counts": {
+                str(s): sum(1 for m in self.actuator.list() if m.state == s) for s in ReplicaState
+            },
+        }

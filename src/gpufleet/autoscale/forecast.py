@@ -1,0 +1,79 @@
+"""A trend model for demand: least-squares line over a sliding window of samples.
+
+Pure: samples come in with their timestamps; nothing reads a clock. A line is enough to
+see a ramp one cold start ahead; it is cheap, has one parameter (the window), and when the
+window holds fewer than three samples it makes no forecast rather than a wild one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class LinearTrend:
+    window_s: float = 30.0
+    _samples: deque[tuple[float, float]] = field(default_factory=deque)
+
+    def add(self, now_s: float, value: float) -> None:
+        self._samples.append((now_s, value))
+        while self._samples and self._samples[0][0] < now_s - self.window_s:
+            self._samples.popleft()
+
+    def slope_per_s(self) -> float | None:
+        fit = self._fit()
+        return None if fit is None else fit[0]
+
+    def forecast(self, at_s: float) -> float | None:
+        """The fitted line's value at `at_s`, or None with too few samples to fit."""
+        fit = self._fit()
+        if fit is None:
+            return None
+        slope, mean_t, mean_v = fit
+        return mean_v + slope * (at_s - mean_t)
+
+    def _fit(self) -> tuple[float, float, float] | None:
+        n = len(self._samples)
+        if n < 3:
+            return None
+        mean_t = sum(t for t, _ in self._samples) / n
+        mean_v = sum(v for _, v in self._samples) / n
+        var_t = sum((t - mean_t) ** 2 for t, _ in self._samples)
+        if var_t <= 0.0:
+            return None
+        cov = sum((t - mean_t) * (v - mean_v) for t, v in self._samples)
+        return cov / var_t, mean_t, mean_v
+
+
+@dataclass(slots=True)
+class WindowMax:
+    """The largest value seen over the last `window_s` (the recent peak)."""
+
+    window_s: float = 60.0
+    _samples: deque[tuple[float, float]] = field(default_factory=deque)
+
+    def add(self, now_s: float, value: float) -> None:
+        self._samples.append((now_s, value))
+        while self._samples and self._samples[0][0] < now_s - self.window_s:
+            self._samples.popleft()
+
+    def peak(self) -> float:
+        return max((v for _, v in self._samples), default=0.0)
+
+
+@dataclass(slots=True)
+class WindowMean:
+    """The mean of samples over the last `window_s` (Knative's and Ray Serve's averaging)."""
+
+    window_s: float = 60.0
+    _samples: deque[tuple[float, float]] = field(default_factory=deque)
+
+    def add(self, now_s: float, value: float) -> None:
+        self._samples.append((now_s, value))
+        while self._samples and self._samples[0][0] < now_s - self.window_s:
+            self._samples.popleft()
+
+    def mean(self, since_s: float | None = None) -> float | None:
+        vals = [v for t, v in self._samples if since_s is None or t >= since_s]
+        return sum(vals) / len(vals) if vals else None

@@ -1,0 +1,190 @@
+"""`default`: gpufleet's own policy, built on what LLM serving needs (DESIGN.md).
+
+- Scale out only on batch saturation: requests waiting (inside replicas or at the
+  gateway), mean KV-cache usage over a threshold, or TTFT p90 over the SLO — or when the
+  demand forecast one cold start ahead (a least-squares trend) plus warm headroom would
+  exceed what the fleet can batch. Idle batch slots are cheap; a cold start is not.
+- Replicas already starting count as capacity arriving at their expected ready time, so a
+  burst does not start a second wave of replicas while the first is still loading.
+- Scale in one replica at a time, and only when N−1 replicas would have stayed below the
+  saturation thresholds at the recent peak (demand and KV), the forecast agrees, the check
+  has held for a stabilization window, and no replica is starting.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from gpufleet.autoscale.decision import ReplicaBounds, ScalingDecision
+from gpufleet.autoscale.forecast import LinearTrend, WindowMax
+from gpufleet.autoscale.signals import FleetSignals
+from gpufleet.errors import UserError
+
+
+@dataclass(slots=True)
+class DefaultPolicy:
+    bounds: ReplicaBounds = field(default_factory=ReplicaBounds)
+    # Sequences one replica batches at once (the plan's concurrent sequences, or
+    # max_num_seqs). Lowered automatically when a replica queues requests below it.
+    capacity_per_replica: int = 256
+    kv_usage_threshold: float = 0.9
+    ttft_p90_slo_s: float | None = None
+    cold_start_s: float = 30.0  # used until the actuator reports observed cold starts
+    headroom_fraction: float = 0.1  # warm capacity kept above forecast demand
+    trend_window_s: float = 30.0
+    peak_window_s: float = 60.0
+    scale_in_stabilization_s: float = 30.0  # the N−1 check must hold this long
+    scale_in_cooldown_s: float = 30.0  # after any change, before removing a replica
+    name: str = "default"
+    _trend: LinearTrend = field(default_factory=LinearTrend)
+    _peak_demand: WindowMax = field(default_factory=WindowMax)
+    _peak_kv_total: WindowMax = field(default_factory=WindowMax)  # sum of KV fractions
+    _learned_capacity: int | None = None
+    _n1_ok_since_s: float | None = None
+    _last_change_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.capacity_per_replica < 1:
+            raise UserError(
+                "must be ≥ 1",
+                field="capacity_per_replica",
+                fix="use the plan's concurrent sequences",
+            )
+        if not 0 < self.kv_usage_threshold <= 1:
+            raise UserError("must be in (0, 1]", field="kv_usage_threshold", fix="e.g. 0.9")
+        if self.headroom_fraction < 0:
+            raise UserError("must be ≥ 0", field="headroom_fraction", fix="e.g. 0.1 for 10 %")
+        self._trend.window_s = self.trend_window_s
+        self._peak_demand.window_s = self.peak_window_s
+        self._peak_kv_total.window_s = self.peak_window_s
+
+    @property
+    def capacity(self) -> int:
+        if self._learned_capacity is None:
+            return self.capacity_per_replica
+        return min(self.capacity_per_replica, self._learned_capacity)
+
+    def decide(self, now_s: float, signals: FleetSignals) -> ScalingDecision:
+        ready = signals.ready
+        current = signals.current_replicas
+        demand = signals.demand
+        kv_total = sum(r.kv_usage for r in ready)
+        self._trend.add(now_s, float(demand))
+        self._peak_demand.add(now_s, float(demand))
+        self._peak_kv_total.add(now_s, kv_total)
+        self._learn_capacity(signals)
+        cap = self.capacity
+        cold_start_s = signals.cold_start_s or self.cold_start_s
+
+        forecast = self._trend.forecast(now_s + cold_start_s)
+        expected = max(float(demand), forecast if forecast is not None else 0.0)
+        needed = math.ceil(expected * (1.0 + self.headroom_fraction) / cap)
+        saturation = self._saturation(signals)
+        head = (
+            f"demand {demand}, forecast {expected:.1f} in {cold_start_s:.0f} s; "
+            f"capacity {cap}/replica; {len(ready)} ready + {len(signals.starting)} starting"
+        )
+
+        # Scale out: saturated now, or saturated one cold start ahead (with headroom).
+        # Starting replicas are counted in `current`: their capacity arrives before any
+        # replica started now would.
+        desired = current
+        if needed > current:
+            desired = needed
+            why = f"{head}; needs {needed} with {self.headroom_fraction:.0%} headroom"
+            if saturation:
+                why += f"; saturated: {saturation}"
+        elif saturation and not signals.starting:
+            desired = current + 1
+            why = f"{head}; saturated: {saturation}, add one"
+        elif saturation:
+            why = f"{head}; saturated: {saturation}, capacity already starting"
+        else:
+            desired, why = self._maybe_scale_in(now_s, signals, cap, cold_start_s, head)
+
+        desired = self.bounds.clamp(desired)
+        if desired > current:
+            self._n1_ok_since_s = None
+        if desired != current:
+            self._last_change_s = now_s
+        return ScalingDecision(desired, f"{why} → {desired}", self.name, now_s, current)
+
+    def _saturation(self, signals: FleetSignals) -> str:
+        ready = signals.ready
+        reasons = []
+        if signals.waiting > 0:
+            reasons.append(f"{signals.waiting} waiting")
+        if ready:
+            kv_mean = sum(r.kv_usage for r in ready) / len(ready)
+            if kv_mean >= self.kv_usage_threshold:
+                reasons.append(f"KV {kv_mean:.0%} ≥ {self.kv_usage_threshold:.0%}")
+        if (
+            self.ttft_p90_slo_s is not None
+            and signals.ttft_s is not None
+            and signals.ttft_s.p90_s > self.ttft_p90_slo_s
+        ):
+            reasons.append(f"TTFT p90 {signals.ttft_s.p90_s:.2f} s > SLO {self.ttft_p90_slo_s:g} s")
+        return ", ".join(reasons)
+
+    def _learn_capacity(self, signals: FleetSignals) -> None:
+        # A replica that queues requests while running fewer than we assumed is batching
+        # all it can (KV-limited or a smaller max_num_seqs): believe it.
+        full = [r.running for r in signals.ready if r.waiting > 0 and r.running > 0]
+        if full:
+            self._learned_capacity = max(full)
+
+    def _maybe_scale_in(
+        self, now_s: float, signals: FleetSignals, cap: int, cold_start_s: float, head: str
+    ) -> tuple[int, str]:
+        current = signals.current_replicas
+        n_minus_1 = len(signals.ready) - 1
+        if current <= self.bounds.min_replicas or n_minus_1 < 0:
+            self._n1_ok_since_s = None
+            return current, f"{head}; at minimum"
+        if signals.starting:
+            self._n1_ok_since_s = None
+            return current, f"{head}; replicas starting, no scale-in"
+        fits, check = self.n_minus_1_fits(now_s, signals, cap, cold_start_s)
+        if not fits:
+            self._n1_ok_since_s = None
+            return current, f"{head}; keep: {check}"
+        if self._n1_ok_since_s is None:
+            self._n1_ok_since_s = now_s
+        held_s = now_s - self._n1_ok_since_s
+        if held_s < self.scale_in_stabilization_s:
+            return (
+                current,
+                f"{head}; {check}, held {held_s:.0f}/{self.scale_in_stabilization_s:g} s",
+            )
+        since_change = None if self._last_change_s is None else now_s - self._last_change_s
+        if since_change is not None and since_change < self.scale_in_cooldown_s:
+            return (
+                current,
+                f"{head}; {check}, cooldown {since_change:.0f}/{self.scale_in_cooldown_s:g} s",
+            )
+        self._n1_ok_since_s = None
+        return current - 1, f"{head}; scale in one: {check}, held {held_s:.0f} s"
+
+    def n_minus_1_fits(
+        self, now_s: float, signals: FleetSignals, cap: int, cold_start_s: float
+    ) -> tuple[bool, str]:
+        """Would N−1 ready replicas have stayed below the saturation thresholds at the peak?"""
+        n1 = len(signals.ready) - 1
+        peak = self._peak_demand.peak()
+        peak_kv = self._peak_kv_total.peak()
+        forecast = self._trend.forecast(now_s + cold_start_s) or 0.0
+        worst = max(peak, forecast)
+        if n1 == 0:
+            ok = worst == 0
+            return ok, f"N−1 = 0 {'fits' if ok else 'cannot hold'} peak demand {worst:.0f}"
+        need = worst * (1.0 + self.headroom_fraction)
+        kv_each = peak_kv / n1
+        if need > n1 * cap:
+            return False, f"N−1 = {n1} × {cap} < peak {worst:.0f} + {self.headroom_fraction:.0%}"
+        if kv_each >= self.kv_usage_threshold:
+            return False, f"N−1 = {n1} would hold KV {kv_each:.0%} ≥ {self.kv_usage_threshold:.0%}"
+        return True, (
+            f"N−1 = {n1} holds peak {worst:.0f} + {self.headroom_fraction:.0%} ≤ {n1 * cap} "
+            f"and KV {kv_each:.0%} < {self.kv_usage_threshold:.0%} over {self.peak_window_s:g} s"
+        )

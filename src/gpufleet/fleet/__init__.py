@@ -1,0 +1,1 @@
+"""gpufleet.fleet: one config for gateway + autoscaler + replicas, and the `up` runner."""

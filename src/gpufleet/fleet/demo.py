@@ -1,0 +1,42 @@
+"""The fleet `gpufleet up --demo` runs: small enough for a laptop, busy enough to scale.
+
+Simulated Llama-3.1-8B replicas on h100-sxm with an 8-sequence batch and time slowed 3×,
+so that a few requests per second saturate a replica and the whole show (quiet, ramp,
+burst, quiet) fits in about two minutes on two CPU cores. Cold starts take 8 s.
+"""
+
+from __future__ import annotations
+
+from gpufleet.fleet.config import FleetConfig, validate_fleet
+
+DEMO_BATCH = 8
+
+
+def demo_fleet_data() -> dict[str, object]:
+    return {
+        "replicas": {
+            "args": f"--max-num-seqs {DEMO_BATCH}",
+            "startup_s": 8.0,
+            "time_scale": 3.0,
+            "drain_deadline_s": 60.0,
+        },
+        "autoscale": {
+            "policy": "default",
+            "min_replicas": 1,
+            "max_replicas": 6,
+            "interval_s": 1.0,
+            "params": {
+                "capacity_per_replica": DEMO_BATCH,
+                "cold_start_s": 10.0,
+                "headroom_fraction": 0.1,
+                "trend_window_s": 15.0,
+                "peak_window_s": 20.0,
+                "scale_in_stabilization_s": 8.0,
+                "scale_in_cooldown_s": 6.0,
+            },
+        },
+    }
+
+
+def demo_fleet() -> FleetConfig:
+    return validate_fleet(demo_fleet_data(), source="demo fleet")

@@ -1,0 +1,282 @@
+"""`gpufleet up`: gateway + autoscaler + replicas in one event loop, stopped as one.
+
+The gateway runs in-process; replicas are child processes in their own process groups;
+the controller ticks every `autoscale.interval_s`. Its decisions are served at
+`GET /admin/autoscale` on the gateway (behind the admin key when one is set). On stop
+(Ctrl-C, SIGTERM, or the end of the demo) the controller stops first, then every replica
+process group, then the gateway: nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from rich.console import Console
+from rich.live import Live
+
+from gpufleet.autoscale.controller import Controller
+from gpufleet.autoscale.decision import ScalingDecision
+from gpufleet.autoscale.gateway_link import InProcessGateway
+from gpufleet.autoscale.local import LocalProcessActuator
+from gpufleet.autoscale.policies import make_policy
+from gpufleet.fleet.config import FleetConfig
+from gpufleet.fleet.summary import ReplicaTimeline, Summary, summarize, summary_lines
+from gpufleet.fleet.traffic import (
+    DEMO_PHASES,
+    Phase,
+    TrafficLog,
+    drive,
+    phase_at,
+    total_duration_s,
+)
+from gpufleet.fleet.view import Snapshot, render
+from gpufleet.routing.types import ReplicaState
+
+log = logging.getLogger("gpufleet.up")
+
+
+@dataclass(slots=True)
+class FleetRun:
+    """Everything one `up` holds while it runs (for the view, tests and the summary)."""
+
+    config: FleetConfig
+    gateway: Any
+    actuator: LocalProcessActuator
+    controller: Controller
+    url: str
+    started_s: float
+    timeline: ReplicaTimeline = field(default_factory=ReplicaTimeline)
+
+    @property
+    def changes(self) -> list[ScalingDecision]:
+        return list(self.controller.changes)
+
+    @property
+    def cut_requests(self) -> int:
+        return self.actuator.cut_requests_total
+
+    def holding(self) -> int:
+        """Replicas holding a GPU right now (starting, ready or draining)."""
+        return sum(1 for m in self.actuator.list() if m.state != ReplicaState.DEAD)
+
+
+def _build_gateway(cfg: FleetConfig, port: int | None, host: str | None) -> Any:
+    try:
+        from gpufleet.gateway.config import validate_config
+        from gpufleet.gateway.server import Gateway
+    except ImportError as e:  # the gateway is part of this package; say what is missing
+        raise RuntimeError(f"gpufleet.gateway is not available: {e}") from e
+    settings = cfg.gateway_settings()
+    if port is not None:
+        settings["port"] = port
+    if host is not None:
+        settings["host"] = host
+    return Gateway(validate_config(settings, source="gateway"))
+
+
+def _admin_route(gateway: Any, controller: Controller) -> None:
+    key = getattr(gateway.config, "admin_key", None)
+
+    async def autoscale(request: web.Request) -> web.Response:
+        if key:
+            auth = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(auth.encode(), f"Bearer {key}".encode()):
+                return web.json_response(
+                    {
+                        "error": {
+                            "message": "missing or wrong admin key (Authorization: Bearer ...)",
+                            "type": "authentication_error",
+                            "param": None,
+                            "code": 401,
+                        }
+                    },
+                    status=401,
+                )
+        return web.json_response(controller.to_json(), dumps=lambda o: json.dumps(o, default=str))
+
+    gateway.app.router.add_get("/admin/autoscale", autoscale)
+
+
+@contextlib.asynccontextmanager
+async def fleet_up(
+    cfg: FleetConfig,
+    *,
+    port: int | None = None,
+    host: str | None = None,
+    log_dir: Path | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Any:
+    """Start gateway, replicas and controller; yield a FleetRun; stop all of them on exit."""
+    gateway = _build_gateway(cfg, port, host)
+    link = InProcessGateway(gateway)
+    rs = cfg.replicas
+    if log_dir is None and cfg.log_dir:
+        log_dir = Path(cfg.log_dir)
+    tmp = None
+    if log_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="gpufleet-up-")
+        log_dir = Path(tmp.name)
+    actuator = LocalProcessActuator(
+        rs.full_command(),
+        values=rs.values(),
+        registry=link,
+        host="127.0.0.1",
+        expected_startup_s=rs.expected_startup_s or rs.startup_s + 2.0,
+        health_timeout_s=rs.health_timeout_s,
+        drain_deadline_s=rs.drain_deadline_s,
+        restart_crashed=rs.restart_crashed,
+        log_dir=log_dir,
+        clock=clock,
+    )
+    policy = make_policy(cfg.autoscale.policy, cfg.autoscale.bounds(), cfg.autoscale.params)
+    controller = Controller(
+        policy, actuator, link.read_signals, interval_s=cfg.autoscale.interval_s, clock=clock
+    )
+    _admin_route(gateway, controller)
+    run: FleetRun | None = None
+    sampler: asyncio.Task[None] | None = None
+    try:
+        bound = await gateway.start()
+        url = f"http://{gateway.host}:{bound}"
+        run = FleetRun(cfg, gateway, actuator, controller, url, clock())
+        await actuator.start(cfg.autoscale.first_count())
+        if cfg.autoscale.enabled:
+            controller.start()
+        sampler = asyncio.get_running_loop().create_task(_sample(run, clock))
+        yield run
+    finally:
+        if sampler is not None:
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
+        await controller.stop()
+        await actuator.close()
+        await gateway.stop()
+        if tmp is not None:
+            tmp.cleanup()
+
+
+async def _sample(run: FleetRun, clock: Callable[[], float]) -> None:
+    """The replica-seconds timeline: replicas holding a GPU, twice a second."""
+    while True:
+        run.timeline.add(clock() - run.started_s, run.holding())
+        await asyncio.sleep(0.5)
+
+
+def snapshot(
+    run: FleetRun,
+    clock: Callable[[], float],
+    traffic: TrafficLog | None = None,
+    phases: Sequence[Phase] = (),
+    t0: float | None = None,
+) -> Snapshot:
+    elapsed = clock() - run.started_s
+    decisions = list(run.controller.decisions)
+    snap = Snapshot(
+        elapsed_s=elapsed,
+        gateway_url=run.url,
+        policy=run.controller.policy.name,
+        signals=run.controller.last_signals,
+        decisions=run.changes,
+        latest=decisions[-1] if decisions else None,
+    )
+    if traffic is not None and t0 is not None:
+        phase, rps = phase_at(phases, clock() - t0)
+        snap.phase = phase.name if phase else "draining the last requests"
+        snap.target_rps = rps
+        snap.sent = traffic.sent
+        snap.done = len(traffic.results)
+        snap.errors = sum(1 for r in traffic.results if not r.ok)
+        snap.client_in_flight = traffic.in_flight
+        snap.total_s = total_duration_s(phases)
+    return snap
+
+
+async def run_up(
+    cfg: FleetConfig,
+    *,
+    demo: bool,
+    stop: asyncio.Event,
+    console: Console,
+    port: int | None = None,
+    host: str | None = None,
+    phases: Sequence[Phase] = DEMO_PHASES,
+    seed: int = 0,
+    clock: Callable[[], float] = time.monotonic,
+) -> Summary | None:
+    """Run until `stop` is set (or, with `demo`, until the traffic has played)."""
+    async with fleet_up(cfg, port=port, host=host, clock=clock) as run:
+        console.print(
+            f"gateway on {run.url} — OpenAI API at {run.url}/v1, decisions at "
+            f"{run.url}/admin/autoscale; Ctrl-C stops everything"
+        )
+        traffic: TrafficLog | None = None
+        driver: asyncio.Task[TrafficLog] | None = None
+        t0 = clock()
+        if demo:
+            traffic = TrafficLog()
+            driver = asyncio.get_running_loop().create_task(
+                drive(
+                    run.url,
+                    cfg.replicas.model,
+                    phases,
+                    log=traffic,
+                    seed=seed,
+                    stop=stop,
+                    clock=clock,
+                )
+            )
+        live_ok = console.is_terminal
+        with (
+            Live(
+                render(snapshot(run, clock, traffic, phases, t0)),
+                console=console,
+                refresh_per_second=4,
+                transient=False,
+            )
+            if live_ok
+            else contextlib.nullcontext() as live
+        ):
+            printed = 0
+            while not stop.is_set() and (driver is None or not driver.done()):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.5)
+                if live is not None:
+                    live.update(render(snapshot(run, clock, traffic, phases, t0)))
+                else:
+                    for d in run.changes[printed:]:
+                        console.print(
+                            f"[{d.now_s - run.started_s:5.0f} s] {d.current_replicas} → "
+                            f"{d.desired_replicas}: {d.reason}",
+                            markup=False,
+                            highlight=False,
+                        )
+                    printed = len(run.changes)
+        if driver is not None:
+            stop.set()  # stop sending; wait for what was sent
+            with contextlib.suppress(asyncio.CancelledError):
+                await driver
+    if traffic is None:
+        return None
+    summary = summarize(
+        traffic.results,
+        run.timeline,
+        scale_outs=sum(1 for d in run.changes if d.delta > 0),
+        scale_ins=sum(1 for d in run.changes if d.delta < 0),
+        cut_by_scale_in=run.cut_requests,
+    )
+    console.print("\n[bold]summary[/bold]")
+    for line in summary_lines(summary):
+        console.print("  " + line, markup=False, highlight=False)
+    return summary

@@ -1,0 +1,161 @@
+"""gpufleet's default policy as a pure function on scripted signal sequences."""
+
+from __future__ import annotations
+
+import itertools
+
+from autoscale.helpers import even, fleet
+from gpufleet.autoscale.decision import ReplicaBounds
+from gpufleet.autoscale.policies import DefaultPolicy, HpaPolicy
+
+B = ReplicaBounds(1, 8)
+
+
+def policy(**kw: object) -> DefaultPolicy:
+    params: dict[str, object] = {
+        "capacity_per_replica": 8,
+        "cold_start_s": 10.0,
+        "headroom_fraction": 0.1,
+        "trend_window_s": 10.0,
+        "peak_window_s": 20.0,
+        "scale_in_stabilization_s": 10.0,
+        "scale_in_cooldown_s": 10.0,
+    }
+    params.update(kw)
+    return DefaultPolicy(B, **params)  # type: ignore[arg-type]
+
+
+def test_no_scale_out_while_batches_have_room_even_if_busy() -> None:
+    # 6 of 8 batch slots used, nothing waiting, flat load: a utilization rule would add
+    # replicas (HPA at target 4/replica wants 2); the default policy does not.
+    p = policy()
+    hpa = HpaPolicy(B, target_per_replica=4)
+    for t in range(0, 30):
+        d = p.decide(float(t), fleet(even(1, 6)))
+        assert d.desired_replicas == 1, d.reason
+    assert hpa.decide(0.0, fleet(even(1, 6))).desired_replicas == 2
+
+
+def test_scales_out_on_waiting_requests() -> None:
+    p = policy()
+    d = p.decide(0.0, fleet(even(1, 8, waiting=10)))  # 18 × 1.1 / 8 → 3
+    assert d.desired_replicas == 3
+    assert "10 waiting" in d.reason
+
+
+def test_scales_out_on_kv_pressure_and_on_ttft_slo() -> None:
+    p = policy()
+    d = p.decide(0.0, fleet([(4, 0, 0.95)]))
+    assert d.desired_replicas == 2 and "KV 95%" in d.reason
+    p = policy(ttft_p90_slo_s=0.5)
+    d = p.decide(0.0, fleet([(4, 0, 0.2)], ttft_p90_s=1.2))
+    assert d.desired_replicas == 2 and "TTFT p90 1.20 s > SLO 0.5 s" in d.reason
+
+
+def test_starting_replicas_count_as_capacity_arriving() -> None:
+    p = policy()
+    # Saturated: 1 ready with 8 running and 12 waiting (20 total), and 2 replicas already
+    # starting: 3 × 8 = 24 ≥ 20 × 1.1 → no further replica; the reason says why.
+    d = p.decide(0.0, fleet(even(1, 8, waiting=12), starting=2))
+    assert d.desired_replicas == 3
+    assert "already starting" in d.reason
+    # Without the starting ones, the same load asks for 3.
+    d2 = policy().decide(0.0, fleet(even(1, 8, waiting=12)))
+    assert d2.desired_replicas == 3 and d2.delta == 2
+
+
+def test_forecast_one_cold_start_ahead_scales_out_before_saturation() -> None:
+    # Demand ramps by 1 request/s on 2 replicas of 8 (16 slots); nothing waits yet.
+    slow = policy(cold_start_s=2.0)
+    ahead = policy(cold_start_s=10.0)
+    first_ahead = first_slow = None
+    for t in range(0, 15):
+        s = fleet(even(2, t), cold_start_s=None)
+        if ahead.decide(float(t), s).desired_replicas > 2 and first_ahead is None:
+            first_ahead = t
+        if slow.decide(float(t), s).desired_replicas > 2 and first_slow is None:
+            first_slow = t
+    assert first_ahead is not None and first_slow is not None
+    # With a 10 s cold start the ramp is met ~8 s earlier than with a 2 s one, and
+    # before the 16 slots are full (t < 16): the replica is ready when the load arrives.
+    assert first_ahead < first_slow
+    assert first_ahead <= 5
+
+
+def test_cold_start_reported_by_actuator_overrides_config() -> None:
+    p = policy(cold_start_s=1.0)
+    d = None
+    for t in range(0, 6):
+        d = p.decide(float(t), fleet(even(2, 2 * t), cold_start_s=20.0))
+    assert d is not None
+    assert "in 20 s" in d.reason
+    assert d.desired_replicas > 2  # 10 + 2/s × 20 s ≫ 16
+
+
+def test_n_minus_1_check_uses_recent_peak_and_kv() -> None:
+    p = policy()
+    p.decide(0.0, fleet(even(3, 15)))  # peak 15 in the window
+    for t in range(1, 5):
+        p.decide(float(t), fleet(even(3, 3)))
+    ok, why = p.n_minus_1_fits(5.0, fleet(even(3, 3)), 8, 10.0)
+    assert not ok and "peak 15" in why  # 15 × 1.1 = 16.5 > 2 × 8
+    q = policy()
+    q.decide(0.0, fleet(even(3, 14)))  # 14 × 1.1 = 15.4 ≤ 16
+    ok, why = q.n_minus_1_fits(1.0, fleet(even(3, 14)), 8, 10.0)
+    assert ok, why
+    # KV: little demand, but the three replicas' KV would not fit in two below 90 %.
+    k = policy()
+    k.decide(0.0, fleet([(2, 0, 0.62)] * 3))  # 1.86 / 2 = 93 %
+    ok, why = k.n_minus_1_fits(1.0, fleet([(2, 0, 0.62)] * 3), 8, 10.0)
+    assert not ok and "KV 93%" in why
+
+
+def test_scale_in_one_at_a_time_after_stabilization_and_only_when_peak_fits() -> None:
+    p = policy()
+    p.decide(0.0, fleet(even(4, 30)))  # peak 30: 3 × 8 = 24 cannot hold it
+    t = 1.0
+    while t <= 20.0:  # the peak is inside the 20 s window: keep 4
+        d = p.decide(t, fleet(even(4, 2)))
+        assert d.desired_replicas == 4, (t, d.reason)
+        t += 1.0
+    # Peak gone from the window; N−1 must hold for 10 s before the first removal.
+    removals = []
+    current = 4
+    while t <= 90.0:
+        d = p.decide(t, fleet(even(current, 2)))
+        assert d.desired_replicas >= current - 1  # never more than one at a time
+        if d.desired_replicas < current:
+            removals.append((t, d.desired_replicas))
+            assert "scale in one" in d.reason
+            current = d.desired_replicas
+        t += 1.0
+    assert [n for _, n in removals] == [3, 2, 1]
+    assert removals[0][0] >= 31.0  # 20 s peak window + 10 s stabilization
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(removals)]
+    assert all(g >= 10.0 for g in gaps)  # cooldown between removals
+
+
+def test_no_scale_in_while_replicas_are_starting_or_load_is_rising() -> None:
+    p = policy(scale_in_stabilization_s=0.0, scale_in_cooldown_s=0.0, peak_window_s=1.0)
+    d = p.decide(0.0, fleet(even(3, 0), starting=1))
+    assert d.desired_replicas == 4 and "starting" in d.reason
+    r = policy(scale_in_stabilization_s=0.0, scale_in_cooldown_s=0.0, peak_window_s=1.0)
+    for t in range(0, 8):
+        d = r.decide(float(t), fleet(even(3, 2 * t)))  # rising 2/s: 10 s ahead ≫ 16
+    assert d.desired_replicas >= 3
+
+
+def test_learns_a_smaller_capacity_from_a_queueing_replica() -> None:
+    p = policy(capacity_per_replica=256)
+    # The replica runs 4 and queues 4 more: it batches 4, not 256.
+    d = p.decide(0.0, fleet([(4, 4, 0.5)]))
+    assert p.capacity == 4
+    assert d.desired_replicas == 3  # 8 × 1.1 / 4 → 3
+
+
+def test_scale_from_zero_on_gateway_queue() -> None:
+    p = DefaultPolicy(ReplicaBounds(0, 4), capacity_per_replica=8)
+    d = p.decide(0.0, fleet([], queue=3))
+    assert d.desired_replicas == 1
+    d = DefaultPolicy(ReplicaBounds(0, 4), capacity_per_replica=8).decide(0.0, fleet([]))
+    assert d.desired_replicas == 0
