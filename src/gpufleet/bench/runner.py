@@ -211,12 +211,13 @@ class _Run:
             extra=self.config.extra_body or None,
         )
         for t, turn in enumerate(conv.turns):
-            # The first turn was admitted by the dispatcher; later turns need budget and time.
-            if t > 0 and not self.may_send():
-                return
             if t > 0:
+                # The dispatcher admitted (and counted) the first turn; later ones need
+                # budget and time of their own.
+                if not self.may_send():
+                    return
+                self.sent += 1
                 scheduled_s = perf_counter()
-            self.sent += t > 0
             body, prompt_tokens = history.request(turn)
             rec = RequestRecord(
                 conversation_id=conv.id,
@@ -237,6 +238,8 @@ class _Run:
             if not rec.ok:
                 return  # no answer to carry into the next turn
             history.add_answer(rec.text)
+            if rec.usage_completion_tokens:
+                rec.text = ""  # counted by the server; keeps long runs small in memory
 
     async def open_loop(self, convs: Iterator[Conversation], offsets: Iterator[float]) -> None:
         tasks: set[asyncio.Task[None]] = set()
