@@ -272,7 +272,9 @@ def command(ctx: click.Context, **opts: Any) -> None:
         seed=opts["seed"],
         scrape_metrics=not opts["no_scrape"],
     ).validate()
-    console = Console(stderr=False)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=120)  # files and pipes get the full tables, not 80 columns
     if sweep_spec:
         _run_sweep(console, config, sweep_spec, json_path, plot_path, quiet)
     else:
