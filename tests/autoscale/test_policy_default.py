@@ -146,10 +146,14 @@ def test_no_scale_in_while_replicas_are_starting_or_load_is_rising() -> None:
 
 
 def test_learns_a_smaller_capacity_from_a_queueing_replica() -> None:
-    p = policy(capacity_per_replica=256)
-    # The replica runs 4 and queues 4 more: it batches 4, not 256.
-    d = p.decide(0.0, fleet([(4, 4, 0.5)]))
-    assert p.capacity == 4
+    p = policy(capacity_per_replica=256, learn_min_observations=3)
+    # One snapshot of a replica running 2 with 6 waiting may catch requests between steps.
+    p.decide(0.0, fleet([(2, 6, 0.1)]))
+    assert p.capacity == 256
+    # Replicas keep running 4 and queueing more: they batch 4, not 256.
+    p.decide(1.0, fleet([(4, 4, 0.5)]))
+    d = p.decide(2.0, fleet([(4, 4, 0.5)]))
+    assert p.capacity == 4  # the largest batch seen while queueing
     assert d.desired_replicas == 3  # 8 × 1.1 / 4 → 3
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import itertools
 import json
 import logging
 import tempfile
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from rich.console import Console
 from rich.live import Live
@@ -31,6 +33,7 @@ from gpufleet.autoscale.gateway_link import InProcessGateway
 from gpufleet.autoscale.local import LocalProcessActuator
 from gpufleet.autoscale.policies import make_policy
 from gpufleet.fleet.config import FleetConfig
+from gpufleet.fleet.replica_latency import ReplicaTtft, scrape_ttft
 from gpufleet.fleet.summary import ReplicaTimeline, Summary, summarize, summary_lines
 from gpufleet.fleet.traffic import (
     DEMO_PHASES,
@@ -57,6 +60,7 @@ class FleetRun:
     url: str
     started_s: float
     timeline: ReplicaTimeline = field(default_factory=ReplicaTimeline)
+    ttft: ReplicaTtft = field(default_factory=ReplicaTtft)
 
     @property
     def changes(self) -> list[ScalingDecision]:
@@ -168,10 +172,20 @@ async def fleet_up(
 
 
 async def _sample(run: FleetRun, clock: Callable[[], float]) -> None:
-    """The replica-seconds timeline: replicas holding a GPU, twice a second."""
-    while True:
-        run.timeline.add(clock() - run.started_s, run.holding())
-        await asyncio.sleep(0.5)
+    """Replica-seconds (replicas holding a GPU, twice a second) and per-replica TTFT p90."""
+    timeout = aiohttp.ClientTimeout(total=2.0)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        for tick in itertools.count():
+            now = clock() - run.started_s
+            run.timeline.add(now, run.holding())
+            if tick % 4 == 0:
+                ready = {
+                    m.replica_id: m.url
+                    for m in run.actuator.list()
+                    if m.state in (ReplicaState.READY, ReplicaState.DRAINING)
+                }
+                await scrape_ttft(session, ready, run.ttft, now)
+            await asyncio.sleep(0.5)
 
 
 def snapshot(
@@ -190,6 +204,7 @@ def snapshot(
         signals=run.controller.last_signals,
         decisions=run.changes,
         latest=decisions[-1] if decisions else None,
+        replica_ttft_p90_s=run.ttft.p90_s(),
     )
     if traffic is not None and t0 is not None:
         phase, rps = phase_at(phases, clock() - t0)

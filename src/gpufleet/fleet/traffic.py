@@ -142,8 +142,8 @@ async def _one_request(
                     continue
                 data = line[5:].strip()
                 if data == b"[DONE]":
-                    done = True
-                    break
+                    done = True  # read on to the end so the connection closes cleanly
+                    continue
                 event = json.loads(data)
                 if "error" in event:
                     return RequestResult(
