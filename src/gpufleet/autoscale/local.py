@@ -292,21 +292,25 @@ class LocalProcessActuator:
             return
         replica = proc.replica
         log.warning("%s exited with status %s", replica.replica_id, code)
-        replica.state = ReplicaState.DEAD
         with contextlib.suppress(KeyError):
             await self.registry.remove(replica.replica_id)
         if not self.restart_crashed:
+            replica.state = ReplicaState.DEAD
             self._procs.pop(replica.replica_id, None)
             return
-        await asyncio.sleep(min(30.0, 0.5 * 2**replica.restarts))  # backoff
-        if proc.stopping or self._closed:
-            return
-        replica.restarts += 1
+        # It counts as starting from now on (capacity on its way), so the controller does
+        # not start a second replica in its place.
+        backoff_s = min(30.0, 0.5 * 2**replica.restarts)
         now = self.clock()
         replica.state = ReplicaState.STARTING
         replica.started_at_s = now
-        replica.expected_ready_s = now + self._expected_startup()
+        replica.expected_ready_s = now + backoff_s + self._expected_startup()
         replica.ready_at_s = None
+        await asyncio.sleep(backoff_s)
+        if proc.stopping or self._closed:
+            return
+        replica.restarts += 1
+        replica.started_at_s = self.clock()  # cold starts are measured from the spawn
         await self._spawn(proc)
 
     async def _finish_drain(self, proc: _Proc) -> None:

@@ -205,6 +205,7 @@ def snapshot(
         decisions=run.changes,
         latest=decisions[-1] if decisions else None,
         replica_ttft_p90_s=run.ttft.p90_s(),
+        started_s=run.started_s,
     )
     if traffic is not None and t0 is not None:
         phase, rps = phase_at(phases, clock() - t0)
@@ -238,8 +239,18 @@ async def run_up(
         )
         traffic: TrafficLog | None = None
         driver: asyncio.Task[TrafficLog] | None = None
-        t0 = clock()
         if demo:
+            # Traffic starts on a warm fleet: the show is scaling, not the first cold start.
+            console.print(
+                f"waiting for the first replica (cold start ≈ {cfg.replicas.startup_s:g} s)…"
+            )
+            while not stop.is_set() and not any(
+                m.state == ReplicaState.READY for m in run.actuator.list()
+            ):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.2)
+        t0 = clock()
+        if demo and not stop.is_set():
             traffic = TrafficLog()
             driver = asyncio.get_running_loop().create_task(
                 drive(
@@ -282,11 +293,12 @@ async def run_up(
             stop.set()  # stop sending; wait for what was sent
             with contextlib.suppress(asyncio.CancelledError):
                 await driver
+        traffic_window = (t0 - run.started_s, clock() - run.started_s)
     if traffic is None:
         return None
     summary = summarize(
         traffic.results,
-        run.timeline,
+        run.timeline.between(*traffic_window),
         scale_outs=sum(1 for d in run.changes if d.delta > 0),
         scale_ins=sum(1 for d in run.changes if d.delta < 0),
         cut_by_scale_in=run.cut_requests,

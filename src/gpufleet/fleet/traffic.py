@@ -30,8 +30,8 @@ class Phase:
 
 DEMO_PHASES: tuple[Phase, ...] = (
     Phase("quiet", 15.0, 1.0, 1.0),
-    Phase("ramp", 30.0, 1.0, 9.0),
-    Phase("burst", 25.0, 14.0, 14.0),
+    Phase("ramp", 30.0, 1.0, 12.0),
+    Phase("burst", 25.0, 15.0, 15.0),
     Phase("quiet", 50.0, 1.0, 1.0),
 )
 
