@@ -1,11 +1,178 @@
-"""`gpufleet replica` (being built; see the open issue for this verb)."""
+"""`gpufleet replica`: run a simulated vLLM-compatible replica (no GPU needed).
+
+See `gpufleet.replica.server` for the endpoints and the fault-injection admin API.
+"""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+
 import click
+
+from gpufleet.errors import UserError
+from gpufleet.plan.step_time import LinearStepTimeModel
+
+
+def _parse_step_time(spec: str) -> LinearStepTimeModel:
+    """ "base_s=0.01,per_token_s=2e-5,..." -> LinearStepTimeModel (explicit constants)."""
+    fields = {"base_s", "per_token_s", "per_seq_s", "per_context_token_s"}
+    values: dict[str, float] = {}
+    for part in spec.split(","):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or key not in fields:
+            raise UserError(
+                f"bad item {part!r}",
+                field="--step-time",
+                fix="write e.g. base_s=0.01,per_token_s=2e-5 (keys: "
+                + ", ".join(sorted(fields))
+                + ")",
+            )
+        try:
+            values[key] = float(value)
+        except ValueError as e:
+            raise UserError(f"{key} must be a number", field="--step-time") from e
+    return LinearStepTimeModel(**values)
 
 
 @click.command(name="replica")
-def command() -> None:
-    """Not built yet."""
-    raise click.ClickException("gpufleet replica is not built yet")
+@click.option("--model", required=True, help="Model name, e.g. meta-llama/Llama-3.1-8B.")
+@click.option("--gpu", default="h100-sxm", show_default=True, help="GPU type, e.g. h100-sxm.")
+@click.option("--tp", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--pp", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--ep", default=1, show_default=True, type=click.IntRange(min=1))
+@click.option("--quant", default="bf16", show_default=True, help="Weight dtype: bf16, fp8, int4.")
+@click.option("--kv-cache-dtype", default="auto", show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8001, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--served-model-name", multiple=True, help="Name(s) clients use (default: --model).")
+@click.option("--max-model-len", default=8192, show_default=True, type=click.IntRange(min=2))
+@click.option("--max-num-seqs", default=256, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--max-num-batched-tokens", default=8192, show_default=True, type=click.IntRange(min=1)
+)
+@click.option("--gpu-memory-utilization", default=0.9, show_default=True, type=float)
+@click.option(
+    "--num-gpu-blocks-override",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Use this many KV blocks instead of the planned number (as vLLM's flag).",
+)
+@click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=True)
+@click.option(
+    "--step-time",
+    default=None,
+    help="Explicit step-time constants instead of the layout model: "
+    "base_s=..,per_token_s=..,per_seq_s=..,per_context_token_s=..",
+)
+@click.option("--startup-s", default=0.0, show_default=True, type=float, help="Emulated load time.")
+@click.option(
+    "--time-scale",
+    default=1.0,
+    show_default=True,
+    type=float,
+    help="Wall seconds per engine second.",
+)
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option(
+    "--fail-next", default=0, type=click.IntRange(min=0), help="Fault: fail the next N requests."
+)
+@click.option(
+    "--fail-status", default=503, type=click.IntRange(400, 599), help="Fault: their status."
+)
+@click.option(
+    "--slow-factor", default=1.0, type=float, help="Fault: every iteration takes this x longer."
+)
+@click.option(
+    "--exit-after-s", default=None, type=float, help="Fault: exit abruptly after this long."
+)
+def command(
+    model: str,
+    gpu: str,
+    tp: int,
+    pp: int,
+    ep: int,
+    quant: str,
+    kv_cache_dtype: str,
+    host: str,
+    port: int,
+    served_model_name: tuple[str, ...],
+    max_model_len: int,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    gpu_memory_utilization: float,
+    num_gpu_blocks_override: int | None,
+    enable_prefix_caching: bool,
+    step_time: str | None,
+    startup_s: float,
+    time_scale: float,
+    seed: int,
+    fail_next: int,
+    fail_status: int,
+    slow_factor: float,
+    exit_after_s: float | None,
+) -> None:
+    """Run a simulated vLLM-compatible replica (OpenAI API, /health, /metrics)."""
+    from gpufleet.engine import EngineConfig
+    from gpufleet.replica.profile import load_replica_profile
+    from gpufleet.replica.server import Faults, ReplicaConfig, serve
+
+    if time_scale <= 0:
+        raise UserError("must be > 0", field="--time-scale")
+    if slow_factor <= 0:
+        raise UserError("must be > 0", field="--slow-factor")
+    if startup_s < 0:
+        raise UserError("must be >= 0", field="--startup-s")
+    if not 0 < gpu_memory_utilization <= 1:
+        raise UserError("must be in (0, 1]", field="--gpu-memory-utilization")
+    profile = load_replica_profile(
+        model,
+        gpu,
+        tp=tp,
+        pp=pp,
+        ep=ep,
+        quant=quant,
+        kv_dtype=kv_cache_dtype,
+        max_model_len=max_model_len,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+    )
+    try:
+        engine_config = EngineConfig(
+            num_gpu_blocks=num_gpu_blocks_override or profile.num_gpu_blocks,
+            block_size=profile.block_size,
+            max_num_seqs=profile.max_num_seqs,
+            max_num_batched_tokens=profile.max_num_batched_tokens,
+            max_model_len=profile.max_model_len,
+            pipeline_stages=profile.pipeline_stages,
+            enable_prefix_caching=enable_prefix_caching,
+        )
+    except ValueError as e:
+        raise UserError(str(e), field="--num-gpu-blocks-override") from e
+    step_time_model = _parse_step_time(step_time) if step_time else profile.step_time_model
+    config = ReplicaConfig(
+        served_model_names=list(served_model_name) or [model],
+        engine_config=engine_config,
+        step_time_model=step_time_model,
+        host=host,
+        port=port,
+        time_scale=time_scale,
+        startup_s=startup_s,
+        seed=seed,
+        faults=Faults(fail_next=fail_next, fail_status=fail_status, slow_factor=slow_factor),
+        exit_after_s=exit_after_s,
+    )
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
+    try:
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    except ImportError:  # uvloop is optional (not on Windows)
+        pass
+    try:
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(serve(config))
+    except OSError as e:
+        raise UserError(str(e), field="--port", fix="choose a free port (0 picks one)") from e

@@ -1,0 +1,187 @@
+"""How well the plan's performance model predicts measured serving (issue 2).
+
+    python benchmarks/plan_accuracy.py [CSV] [--model-configs DIR] [--json FILE] [--no-lomo]
+
+Predicts every row of a measured-serving CSV (default:
+/work/shared/validation/measured_serving_dev.csv; any CSV with the same columns works) by
+modelling its closed loop — batch_size concurrent clients of isl input and osl output
+tokens — with the roofline step-time model and the closed-loop solver. Prints the median
+and p90 absolute percentage error of TTFT and TPOT per backend, per model and overall as
+a markdown table, and writes the same as JSON (default benchmarks/results/plan_accuracy.json).
+Rows it cannot model (unknown GPU, model or quant mode) are counted and named.
+
+Guard against over-fitting: with --lomo (default on), it also refits the calibration with
+each model left out and scores that model's rows with constants that never saw it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpufleet.plan.calibration import default_calibration, fit
+from gpufleet.plan.perf_validation import (
+    DEFAULT_CSV,
+    MeasuredRow,
+    RowPrediction,
+    predict_rows,
+    read_rows,
+    resolve_model,
+)
+
+TARGET_TPOT_MEDIAN_PCT = 10.0
+TARGET_TTFT_MEDIAN_PCT = 20.0
+
+
+def _pct(pred: float, measured: float) -> float:
+    return abs(pred - measured) / measured * 100.0
+
+
+def _p90(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+
+
+def summarize(preds: Iterable[RowPrediction]) -> dict[str, Any]:
+    ps = list(preds)
+    if not ps:
+        return {"rows": 0}
+    ttft = [_pct(p.ttft_s, p.row.ttft_s) for p in ps]
+    tpot = [_pct(p.tpot_s, p.row.tpot_s) for p in ps]
+    return {
+        "rows": len(ps),
+        "ttft_median_ape_pct": round(statistics.median(ttft), 2),
+        "ttft_p90_ape_pct": round(_p90(ttft), 2),
+        "tpot_median_ape_pct": round(statistics.median(tpot), 2),
+        "tpot_p90_ape_pct": round(_p90(tpot), 2),
+    }
+
+
+def group_by(preds: Sequence[RowPrediction], key: str) -> dict[str, dict[str, Any]]:
+    groups: dict[str, list[RowPrediction]] = defaultdict(list)
+    for p in preds:
+        groups[str(getattr(p.row, key))].append(p)
+    return {k: summarize(v) for k, v in sorted(groups.items())}
+
+
+def leave_one_model_out(
+    rows: Sequence[MeasuredRow], configs_dir: Path | None
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Refit without each model's rows; score that model with the constants fitted on the rest.
+
+    Models are held out by architecture, so that checkpoints of one architecture
+    (DeepSeek-V3 / R1, Llama-3.1-8B-Instruct / its FP8 copy) leave together."""
+    by_arch: dict[tuple[Any, ...], list[MeasuredRow]] = defaultdict(list)
+    for r in rows:
+        by_arch[_arch_key(r, configs_dir)].append(r)
+    by_model = {" + ".join(sorted({r.model_path for r in g})): g for g in by_arch.values()}
+    held_out_preds: list[RowPrediction] = []
+    per_model: dict[str, dict[str, Any]] = {}
+    for name, held in sorted(by_model.items()):
+        held_ids = {id(r) for r in held}
+        rest = [r for r in rows if id(r) not in held_ids]
+        if not rest:
+            continue
+        cal = fit(rest, default_calibration(), rounds=2)
+        preds, _ = predict_rows(held, cal, configs_dir)
+        held_out_preds += preds
+        per_model[name] = summarize(preds)
+    return summarize(held_out_preds), per_model
+
+
+def _arch_key(row: MeasuredRow, configs_dir: Path | None) -> tuple[Any, ...]:
+    spec = resolve_model(row.model_path, configs_dir)
+    experts = spec.moe.num_experts if spec.moe else 0
+    return (spec.model_type, spec.hidden_size, spec.num_layers, experts)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [
+        "| group | rows | TTFT median APE % | TTFT p90 APE % | TPOT median APE % | TPOT p90 APE % |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+
+    def add(label: str, s: dict[str, Any]) -> None:
+        if not s.get("rows"):
+            lines.append(f"| {label} | 0 | – | – | – | – |")
+            return
+        lines.append(
+            f"| {label} | {s['rows']} | {s['ttft_median_ape_pct']:.1f} | {s['ttft_p90_ape_pct']:.1f}"
+            f" | {s['tpot_median_ape_pct']:.1f} | {s['tpot_p90_ape_pct']:.1f} |"
+        )
+
+    add("**overall**", report["overall"])
+    for name, s in report["per_backend"].items():
+        add(f"backend {name}", s)
+    for name, s in report["per_model"].items():
+        add(f"model {name}", s)
+    if "leave_one_model_out" in report:
+        add("**leave-one-model-out**", report["leave_one_model_out"]["overall"])
+        for name, s in report["leave_one_model_out"]["per_model"].items():
+            add(f"LOMO {name}", s)
+    out = "\n".join(lines)
+    skipped = report["unmodelled"]
+    out += f"\n\nUnmodelled rows: {skipped['count']}"
+    for item in skipped["rows"][:20]:
+        out += f"\n- {item['id']}: {item['reason']}"
+    return out
+
+
+def run(csv_path: Path, configs_dir: Path | None = None, lomo: bool = True) -> dict[str, Any]:
+    rows = read_rows(csv_path)
+    preds, skipped = predict_rows(rows, default_calibration(), configs_dir)
+    report: dict[str, Any] = {
+        "csv": str(csv_path),
+        "rows_total": len(rows),
+        "targets": {
+            "ttft_median_ape_pct": TARGET_TTFT_MEDIAN_PCT,
+            "tpot_median_ape_pct": TARGET_TPOT_MEDIAN_PCT,
+        },
+        "overall": summarize(preds),
+        "per_backend": group_by(preds, "backend"),
+        "per_model": group_by(preds, "model_path"),
+        "unmodelled": {
+            "count": len(skipped),
+            "rows": [{"id": r.id, "model": r.model_path, "reason": why} for r, why in skipped],
+        },
+    }
+    if lomo and preds:
+        modelled = [p.row for p in preds]
+        overall, per_model = leave_one_model_out(modelled, configs_dir)
+        report["leave_one_model_out"] = {"overall": overall, "per_model": per_model}
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("csv", nargs="?", type=Path, default=DEFAULT_CSV)
+    parser.add_argument("--model-configs", type=Path, default=None)
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=Path(__file__).parent / "results" / "plan_accuracy.json",
+    )
+    parser.add_argument(
+        "--no-lomo", action="store_true", help="skip the leave-one-model-out refits"
+    )
+    args = parser.parse_args(argv)
+    if args.model_configs is not None and not args.model_configs.is_dir():
+        parser.error(f"--model-configs {args.model_configs} is not a directory")
+    report = run(args.csv, args.model_configs, lomo=not args.no_lomo)
+    table = markdown(report)
+    print(table)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=2))
+    args.json.with_suffix(".md").write_text(table + "\n")
+    print(f"\nwrote {args.json} and {args.json.with_suffix('.md')}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

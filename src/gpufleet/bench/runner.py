@@ -1,0 +1,322 @@
+"""The load generator: arrivals in, streamed requests out, a `BenchReport` at the end.
+
+`run_benchmark(config)` is the programmatic API the CLI and other benchmarks use. It
+owns one aiohttp session whose connector is sized for the concurrency, scrapes the
+target's /metrics before and after, and measures its own overhead while it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections.abc import Callable, Iterable, Iterator
+from time import perf_counter
+from typing import Any
+
+import aiohttp
+
+from gpufleet.bench.arrivals import arrival_offsets, iter_arrival_offsets
+from gpufleet.bench.client import stream_request
+from gpufleet.bench.config import DEFAULT_NUM_REQUESTS, TIMED_RUN_MAX_REQUESTS, BenchConfig
+from gpufleet.bench.metrics import request_metrics, summarize
+from gpufleet.bench.overhead import LoopLagMonitor
+from gpufleet.bench.records import RequestRecord
+from gpufleet.bench.report import BenchReport
+from gpufleet.bench.requests import ENDPOINT_PATHS, ConversationHistory
+from gpufleet.bench.scrape import SeriesKey, counter_deltas, parse_counters
+from gpufleet.errors import UserError
+from gpufleet.workload import (
+    Conversation,
+    PromptFactory,
+    prefix_group_conversations,
+    random_conversations,
+    read_trace,
+    session_conversations,
+    trace_conversations,
+)
+
+# (requests done, of which failed, total requests or None when the run is timed)
+ProgressFn = Callable[[int, int, int | None], None]
+
+
+def base_url(url: str) -> str:
+    """The server root: 'http://h:8000/v1/' -> 'http://h:8000'."""
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def planned_requests(config: BenchConfig) -> int | None:
+    """Requests the run will send, or None when it is bounded by time only."""
+    if config.sessions is not None:
+        total = config.sessions * config.turns
+        return min(total, config.num_requests) if config.num_requests else total
+    if config.num_requests is not None:
+        return config.num_requests
+    if config.duration_s is not None:
+        return None
+    return DEFAULT_NUM_REQUESTS
+
+
+def build_conversations(
+    config: BenchConfig, factory: PromptFactory | None = None
+) -> tuple[Iterator[Conversation], int | None]:
+    """The workload of `config` (lazy) and its request count (None if only time-bounded)."""
+    factory = factory or PromptFactory()
+    planned = planned_requests(config)
+    n = planned if planned is not None else TIMED_RUN_MAX_REQUESTS
+    kind = config.workload_kind()
+    if kind == "trace":
+        assert config.trace is not None
+        records = read_trace(config.trace, limit=config.num_requests, fmt=config.trace_format)
+        if config.duration_s is not None:
+            horizon = config.duration_s * config.speedup
+            records = [r for r in records if r.arrival_s < horizon]
+        if not records:
+            raise UserError(
+                "the trace has no request inside the run",
+                field="--trace",
+                fix="raise --duration or --num-requests",
+            )
+        convs = trace_conversations(records, config.speedup, config.seed, factory)
+        return convs, len(records)
+    if kind == "sessions":
+        assert config.sessions is not None
+        convs = session_conversations(
+            config.sessions,
+            config.turns,
+            config.input_tokens,
+            config.output_tokens,
+            config.range_ratio,
+            config.seed,
+            factory,
+        )
+        return convs, planned
+    if kind == "prefix-groups":
+        assert config.prefix_groups is not None
+        convs = prefix_group_conversations(
+            n,
+            config.prefix_groups,
+            config.prefix_tokens,
+            config.input_tokens,
+            config.output_tokens,
+            config.range_ratio,
+            config.seed,
+            factory,
+        )
+        return convs, planned
+    convs = random_conversations(
+        n, config.input_tokens, config.output_tokens, config.range_ratio, config.seed, factory
+    )
+    return convs, planned
+
+
+async def resolve_model(session: aiohttp.ClientSession, root: str, headers: dict[str, str]) -> str:
+    """The first model the server lists at /v1/models (as vLLM's benchmark does)."""
+    try:
+        async with session.get(f"{root}/v1/models", headers=headers) as resp:
+            data = await resp.json(content_type=None)
+            return str(data["data"][0]["id"])
+    except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, IndexError, TypeError) as e:
+        raise UserError(
+            f"could not read the model from {root}/v1/models ({type(e).__name__}: {e})",
+            field="--model",
+            fix="pass --model NAME, and check that --url points at a running server",
+        ) from None
+
+
+async def scrape_counters(
+    session: aiohttp.ClientSession, root: str, headers: dict[str, str]
+) -> tuple[dict[SeriesKey, float] | None, str]:
+    try:
+        async with session.get(
+            f"{root}/metrics", headers=headers, timeout=aiohttp.ClientTimeout(total=10)
+        ) as resp:
+            if resp.status != 200:
+                return None, f"/metrics answered {resp.status}"
+            return parse_counters(await resp.text()), ""
+    except (aiohttp.ClientError, TimeoutError) as e:
+        return None, f"/metrics unreachable: {type(e).__name__}"
+    except ValueError as e:
+        return None, f"/metrics not in Prometheus text format: {e}"
+
+
+class _Run:
+    """The state of one run: the budget, the records, the concurrency cap."""
+
+    def __init__(
+        self,
+        config: BenchConfig,
+        session: aiohttp.ClientSession,
+        url: str,
+        headers: dict[str, str],
+        model: str,
+        planned: int | None,
+        on_progress: ProgressFn | None,
+    ):
+        self.config = config
+        self.session = session
+        self.url = url
+        self.headers = headers
+        self.model = model
+        self.budget = planned if planned is not None else TIMED_RUN_MAX_REQUESTS
+        self.planned = planned
+        self.sent = 0
+        self.records: list[RequestRecord] = []
+        self.failed = 0
+        self.on_progress = on_progress
+        cap = config.max_concurrency if not config.closed_loop else None
+        self.sem = asyncio.Semaphore(cap) if cap else None
+        self.t0 = 0.0
+        self.deadline = math.inf
+
+    def may_send(self) -> bool:
+        return self.sent < self.budget and perf_counter() < self.deadline
+
+    async def conversation(self, conv: Conversation, scheduled_s: float) -> None:
+        history = ConversationHistory(
+            self.config.endpoint,
+            self.model,
+            ignore_eos=self.config.ignore_eos,
+            extra=self.config.extra_body or None,
+        )
+        for t, turn in enumerate(conv.turns):
+            # The first turn was admitted by the dispatcher; later turns need budget and time.
+            if t > 0 and not self.may_send():
+                return
+            if t > 0:
+                scheduled_s = perf_counter()
+            self.sent += t > 0
+            body, prompt_tokens = history.request(turn)
+            rec = RequestRecord(
+                conversation_id=conv.id,
+                turn=t,
+                scheduled_s=scheduled_s,
+                prompt_tokens=prompt_tokens,
+                max_tokens=turn.output_tokens,
+            )
+            if self.sem is not None:
+                async with self.sem:
+                    await stream_request(self.session, self.url, body, self.headers, rec)
+            else:
+                await stream_request(self.session, self.url, body, self.headers, rec)
+            self.records.append(rec)
+            self.failed += not rec.ok
+            if self.on_progress is not None:
+                self.on_progress(len(self.records), self.failed, self.planned)
+            if not rec.ok:
+                return  # no answer to carry into the next turn
+            history.add_answer(rec.text)
+
+    async def open_loop(self, convs: Iterator[Conversation], offsets: Iterator[float]) -> None:
+        tasks: set[asyncio.Task[None]] = set()
+        for conv in convs:
+            offset = conv.arrival_s if conv.arrival_s is not None else next(offsets)
+            due = self.t0 + offset
+            if due >= self.deadline or not self.may_send():
+                break
+            delay = due - perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self.sent += 1
+            task = asyncio.create_task(self.conversation(conv, due))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        while tasks:
+            await asyncio.gather(*list(tasks))
+
+    async def closed_loop(self, convs: Iterator[Conversation], workers: int) -> None:
+        async def worker() -> None:
+            while self.may_send():
+                conv = next(convs, None)
+                if conv is None:
+                    return
+                self.sent += 1
+                await self.conversation(conv, perf_counter())
+
+        await asyncio.gather(*(worker() for _ in range(workers)))
+
+
+def _offsets(config: BenchConfig, n_conversations: int | None) -> Iterator[float]:
+    rng = random.Random(config.seed)
+    if n_conversations is not None and n_conversations <= TIMED_RUN_MAX_REQUESTS:
+        return iter(
+            arrival_offsets(n_conversations, config.rate, config.burstiness, rng, config.ramp)
+        )
+    return iter_arrival_offsets(config.rate, config.burstiness, rng)
+
+
+async def run_benchmark(
+    config: BenchConfig,
+    *,
+    on_progress: ProgressFn | None = None,
+    conversations: Iterable[Conversation] | None = None,
+) -> BenchReport:
+    """Run one benchmark. `conversations` replaces the workload the config describes."""
+    config.validate()
+    if conversations is not None:
+        convs: Iterator[Conversation] = iter(conversations)
+        planned = config.num_requests
+    else:
+        convs, planned = build_conversations(config)
+    root = base_url(config.url)
+    url = root + ENDPOINT_PATHS[config.endpoint]
+    headers = {"Content-Type": "application/json"}
+    if config.api_key:
+        headers["Authorization"] = f"Bearer {config.api_key}"
+    width = config.concurrency or config.max_concurrency or 0  # 0: no limit (open loop)
+    connector = aiohttp.TCPConnector(limit=width, limit_per_host=width, keepalive_timeout=60)
+    timeout = aiohttp.ClientTimeout(total=config.timeout_s)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        model = config.model or await resolve_model(session, root, headers)
+        before, note = (None, "scraping disabled")
+        if config.scrape_metrics:
+            before, note = await scrape_counters(session, root, headers)
+        run = _Run(config, session, url, headers, model, planned, on_progress)
+        monitor = LoopLagMonitor()
+        monitor.start()
+        run.t0 = perf_counter()
+        if config.duration_s is not None:
+            run.deadline = run.t0 + config.duration_s
+        try:
+            if config.closed_loop:
+                assert config.concurrency is not None
+                await run.closed_loop(convs, config.concurrency)
+            else:
+                n_convs = None
+                if planned is not None:
+                    n_convs = config.sessions if config.sessions is not None else planned
+                await run.open_loop(convs, _offsets(config, n_convs))
+        finally:
+            duration_s = perf_counter() - run.t0
+            await monitor.stop()
+        after = None
+        if before is not None:
+            after, note = await scrape_counters(session, root, headers)
+    if not run.records:
+        raise UserError(
+            "no request was sent", field="--num-requests", fix="raise --num-requests or --duration"
+        )
+    metrics = summarize(
+        run.records,
+        duration_s,
+        goodput_slo_ms=config.goodput_slo_ms,
+        percentiles=config.percentiles,
+    )
+    per_request = [m for m in map(request_metrics, run.records) if m is not None]
+    uncapped = not config.closed_loop and config.max_concurrency is None
+    schedule_lags = (
+        [r.start_s - r.scheduled_s for r in run.records if r.turn == 0] if uncapped else None
+    )
+    cfg: dict[str, Any] = config.to_dict()
+    cfg["model"] = model
+    return BenchReport(
+        config=cfg,
+        metrics=metrics,
+        client=monitor.report(schedule_lags),
+        server=counter_deltas(before, after) if before is not None and after is not None else None,
+        server_note=note,
+        ttfts_s=[m.ttft_s for m in per_request],
+        tpots_s=[m.tpot_s for m in per_request if m.tpot_s is not None],
+        e2els_s=[m.e2e_s for m in per_request],
+    )

@@ -1,0 +1,163 @@
+"""The gateway's one YAML config, validated by pydantic; every error names the field and the fix.
+
+```yaml
+port: 8000
+policy: least_outstanding
+admin_key: change-me
+replicas:
+  - url: http://127.0.0.1:8001
+  - {url: http://127.0.0.1:8002, pool: gold}
+tenants:
+  - {name: acme, api_keys: [sk-acme], pool: gold, requests_per_s: 50, max_concurrency: 16}
+```
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gpufleet.errors import UserError
+
+
+class _Strict(BaseModel):
+    # Unknown keys are typos more often than not: refuse them so the error names them.
+    model_config = ConfigDict(extra="forbid")
+
+
+class ReplicaConfig(_Strict):
+    url: str
+    id: str | None = None
+    pool: str | None = None
+    # Models it serves; empty = learn them from the replica's /v1/models.
+    models: list[str] = Field(default_factory=list)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError("must be an http(s) URL such as http://127.0.0.1:8001")
+        return v.rstrip("/")
+
+
+class TenantConfig(_Strict):
+    name: str
+    api_keys: list[str] = Field(min_length=1)
+    pool: str | None = None  # pin: this tenant's traffic reaches only replicas of this pool
+    policy: str | None = None  # overrides the gateway's policy for this tenant
+    requests_per_s: float | None = Field(default=None, gt=0)
+    burst: int | None = Field(default=None, ge=1)  # token-bucket size; default max(1, rate)
+    max_concurrency: int | None = Field(default=None, ge=1)
+
+
+class HealthConfig(_Strict):
+    probe_interval_s: float = Field(default=2.0, gt=0)
+    probe_timeout_s: float = Field(default=2.0, gt=0)
+    # Passive ejection: this many consecutive failures (probes or proxied requests).
+    eject_after_failures: int = Field(default=3, ge=1)
+    # An ejected replica is re-admitted after this many consecutive passing probes.
+    readmit_after_successes: int = Field(default=1, ge=1)
+
+
+class LimitsConfig(_Strict):
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    max_header_bytes: int = Field(default=16 * 1024, ge=1024)
+    client_body_timeout_s: float = Field(default=30.0, gt=0)
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    # Longest silence from upstream (before the first byte and between chunks).
+    read_timeout_s: float = Field(default=600.0, gt=0)
+    total_timeout_s: float | None = Field(default=None, gt=0)
+    # Attempts per request when failing before the first byte (1 = no retry).
+    max_attempts: int = Field(default=3, ge=1, le=10)
+
+
+class QueueConfig(_Strict):
+    """Requests that find no ready replica for their model wait here (scale from zero)."""
+
+    max_size: int = Field(default=256, ge=0)
+    timeout_s: float = Field(default=60.0, gt=0)
+    retry_after_s: int = Field(default=5, ge=1)
+
+
+class GatewayConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    policy: str = "round_robin"
+    policy_options: dict[str, Any] = Field(default_factory=dict)
+    seed: int | None = None
+    admin_key: str | None = None
+    replicas: list[ReplicaConfig] = Field(default_factory=list)
+    # Models the fleet serves even while no replica is up (scale from zero).
+    models: list[str] = Field(default_factory=list)
+    tenants: list[TenantConfig] = Field(default_factory=list)
+    scrape_interval_s: float = Field(default=1.0, gt=0)
+    signals_window_s: float = Field(default=60.0, gt=0)
+    # Re-read the config file's replica list when it changes (0 = only on SIGHUP or admin).
+    reload_interval_s: float = Field(default=2.0, ge=0)
+    health: HealthConfig = Field(default_factory=HealthConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    queue: QueueConfig = Field(default_factory=QueueConfig)
+
+    @model_validator(mode="after")
+    def _unique(self) -> GatewayConfig:
+        seen: dict[str, str] = {}
+        for i, t in enumerate(self.tenants):
+            for key in t.api_keys:
+                if key in seen:
+                    raise ValueError(
+                        f"tenants[{i}].api_keys: key already belongs to tenant {seen[key]!r}"
+                    )
+                seen[key] = t.name
+        ids = [r.id for r in self.replicas if r.id]
+        if len(ids) != len(set(ids)):
+            raise ValueError("replicas: two replicas share one id")
+        return self
+
+
+_FIXES = {
+    "extra_forbidden": "remove it or check its spelling",
+    "missing": "add it",
+}
+
+
+def _field_name(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "config"
+
+
+def validate_config(data: Any, source: str = "config") -> GatewayConfig:
+    """A GatewayConfig from plain data, or a UserError naming the first bad field."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise UserError("the top level must be a mapping", field=source, fix="write key: value")
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = _field_name(tuple(err["loc"]))
+        fix = _FIXES.get(err["type"], "see the gateway section of README.md")
+        raise UserError(err["msg"], field=f"{source}: {name}", fix=fix) from None
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> GatewayConfig:
+    """Read a YAML file (plus CLI overrides at the top level) into a validated config."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise UserError(str(exc), field="--config", fix="pass an existing YAML file") from None
+    except yaml.YAMLError as exc:
+        raise UserError(f"not valid YAML: {exc}", field=str(p), fix="fix the YAML syntax") from None
+    if data is None:
+        data = {}
+    if isinstance(data, dict) and overrides:
+        data = {**data, **overrides}
+    return validate_config(data, source=str(p))

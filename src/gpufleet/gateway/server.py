@@ -1,0 +1,898 @@
+"""The live gateway: OpenAI-compatible HTTP in, one replica chosen by a pure policy, bytes out.
+
+`Gateway` runs standalone (`gpufleet gateway`) or inside another program's event loop
+(`gpufleet up`): `await gw.start(host, port)`, `gw.add_replica(url)`, `gw.drain_replica(id)`,
+`gw.remove_replica(id)`, `gw.signals()`, `await gw.stop()`.
+
+Hot path: the body is read once and forwarded as the same bytes; streamed chunks are written
+to the client as they arrive; nothing is logged per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import itertools
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gpufleet.errors import UserError
+from gpufleet.gateway import probes
+from gpufleet.gateway.config import GatewayConfig, load_config
+from gpufleet.gateway.metrics import GatewayMetrics
+from gpufleet.gateway.policies import build_policy, policy_needs_prefix, prefix_hashes
+from gpufleet.gateway.replicas import Replica, ReplicaSet
+from gpufleet.gateway.request_meta import BadRequest, parse_body
+from gpufleet.gateway.tenants import Tenant, TenantTable
+from gpufleet.openai_errors import error_json_bytes, sse_error_event
+from gpufleet.routing.types import ReplicaState, RequestInfo, RoutingPolicy
+
+log = logging.getLogger("gpufleet.gateway")
+
+# Request headers never forwarded upstream (hop-by-hop, or recomputed by the client).
+_DROP_HEADERS = frozenset(
+    {
+        "host",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authorization",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+        "content-length",
+        "expect",
+        "accept-encoding",
+    }
+)
+_JSON = "application/json"
+_DONE_TAIL = b"data: [DONE]"
+_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+# Failures before the first byte that are safe to retry on another replica.
+_RETRYABLE = (
+    aiohttp.ClientConnectorError,
+    aiohttp.ServerDisconnectedError,
+    aiohttp.ClientOSError,
+    aiohttp.ClientPayloadError,
+    aiohttp.ConnectionTimeoutError,
+)
+# A broken upstream while reading it (mid-body or mid-stream).
+_UPSTREAM_BROKEN = (aiohttp.ClientError, OSError)
+
+
+def error_response(
+    status: int,
+    message: str,
+    *,
+    param: str | None = None,
+    code: str | int | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    return web.Response(
+        body=error_json_bytes(message, status, param=param, code=code),
+        status=status,
+        content_type=_JSON,
+        headers=headers,
+    )
+
+
+class _Failure:
+    """A failed attempt before any byte reached the client: retry elsewhere or report."""
+
+    __slots__ = ("body", "content_type", "message", "status")
+
+    def __init__(
+        self, status: int, message: str, body: bytes | None = None, content_type: str = _JSON
+    ) -> None:
+        self.status = status
+        self.message = message
+        self.body = body
+        self.content_type = content_type
+
+    def response(self) -> web.Response:
+        if self.body is not None:
+            return web.Response(
+                body=self.body, status=self.status, headers={"Content-Type": self.content_type}
+            )
+        return error_response(self.status, self.message)
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig | None = None, *, config_path: str | None = None):
+        self.config = config or GatewayConfig()
+        self.config_path = config_path
+        cfg = self.config
+        self.replicas = ReplicaSet(
+            cfg.health.eject_after_failures,
+            cfg.health.readmit_after_successes,
+            on_removed=self._on_replica_removed,
+            on_ejected=self._on_replica_ejected,
+        )
+        self.tenants = TenantTable(cfg.tenants)
+        self.policy: RoutingPolicy = build_policy(cfg.policy, cfg.seed, **cfg.policy_options)
+        self._tenant_policies: dict[str, RoutingPolicy] = {
+            t.name: build_policy(t.policy, cfg.seed, **cfg.policy_options)
+            if t.policy == cfg.policy
+            else build_policy(t.policy, cfg.seed)
+            for t in cfg.tenants
+            if t.policy
+        }
+        self._needs_prefix = any(
+            policy_needs_prefix(p) for p in (self.policy, *self._tenant_policies.values())
+        )
+        self.served_models: frozenset[str] = frozenset(cfg.models)
+        self.queue_depth = 0
+        self.queue_depth_by_model: dict[str, int] = {}
+        self.metrics = GatewayMetrics(
+            lambda: self.replicas, lambda: self.queue_depth, cfg.signals_window_s
+        )
+        self._request_ids = itertools.count(1)
+        self._session: aiohttp.ClientSession | None = None
+        self._runner: web.AppRunner | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._probing: set[str] = set()
+        self._config_mtime: float | None = None
+        self._upstream_timeout = aiohttp.ClientTimeout(
+            total=cfg.limits.total_timeout_s,
+            sock_connect=cfg.limits.connect_timeout_s,
+            sock_read=cfg.limits.read_timeout_s,
+        )
+        self.port: int | None = None
+        self.host = cfg.host
+        for rc in cfg.replicas:
+            self._add(rc.url, rc.id, rc.pool, rc.models, source="config")
+        self.app = self._build_app()
+
+    # -- lifecycle ----------------------------------------------------------------------
+    async def start(self, host: str | None = None, port: int | None = None) -> int:
+        """Listen on host:port (port 0 = any free port) and start probing; returns the port."""
+        cfg = self.config
+        self.host = host if host is not None else cfg.host
+        listen_port = cfg.port if port is None else port
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60.0, ttl_dns_cache=None)
+        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
+        self._runner = web.AppRunner(
+            self.app,
+            handle_signals=False,
+            access_log=None,
+            # A client that disconnects cancels its handler, which closes the upstream request.
+            handler_cancellation=True,
+            max_field_size=max(8190, cfg.limits.max_header_bytes * 2),
+            max_line_size=max(8190, cfg.limits.max_header_bytes * 2),
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, listen_port, backlog=2048, reuse_address=True)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else listen_port
+        if self.config_path:
+            with contextlib.suppress(OSError):
+                self._config_mtime = Path(self.config_path).stat().st_mtime
+        self._tasks = [
+            asyncio.create_task(self._probe_loop(), name="gateway-probes"),
+            asyncio.create_task(self._scrape_loop(), name="gateway-scrapes"),
+        ]
+        if self.config_path and cfg.reload_interval_s > 0:
+            self._tasks.append(asyncio.create_task(self._watch_loop(), name="gateway-reload"))
+        log.info("gateway listening on http://%s:%s", self.host, self.port)
+        return self.port
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    # -- replica management (admin API and in-process callers) --------------------------
+    def _add(
+        self,
+        url: str,
+        replica_id: str | None,
+        pool: str | None,
+        models: list[str] | tuple[str, ...],
+        source: str,
+    ) -> Replica:
+        replica = self.replicas.add(url, replica_id, pool, models, source=source)
+        self.metrics.bind_replica(replica)
+        self.replicas.changed()
+        if self._session is not None:
+            # Probe at once rather than at the next tick, so it becomes ready sooner.
+            task = asyncio.get_running_loop().create_task(self._probe_one(replica))
+            self._tasks.append(task)
+            task.add_done_callback(self._forget_task)
+        return replica
+
+    def _forget_task(self, task: asyncio.Task[None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._tasks.remove(task)
+
+    def add_replica(
+        self,
+        url: str,
+        replica_id: str | None = None,
+        pool: str | None = None,
+        models: list[str] | tuple[str, ...] = (),
+    ) -> dict[str, Any]:
+        """Add a replica as `starting`; it becomes `ready` once its /health passes.
+
+        Raises KeyError if the id is taken, UserError if the URL is not http(s).
+        """
+        from pydantic import ValidationError
+
+        from gpufleet.gateway.config import ReplicaConfig
+
+        try:
+            rc = ReplicaConfig(url=url, id=replica_id, pool=pool, models=list(models))
+        except ValidationError as exc:
+            raise UserError(exc.errors()[0]["msg"], field="url", fix="http://host:port") from None
+        return self._add(rc.url, rc.id, rc.pool, rc.models, source="admin").to_json()
+
+    def drain_replica(self, replica_id: str) -> dict[str, Any]:
+        """No new requests go to it; requests in flight finish. Raises KeyError if unknown."""
+        replica = self.replicas.drain(replica_id)
+        log.info("replica %s draining", replica_id)
+        return replica.to_json()
+
+    def remove_replica(self, replica_id: str) -> dict[str, Any]:
+        """Forget the replica (requests in flight on it still finish). KeyError if unknown."""
+        replica = self.replicas.remove(replica_id)
+        log.info("replica %s removed", replica_id)
+        return replica.to_json()
+
+    def list_replicas(self) -> list[dict[str, Any]]:
+        return [r.to_json() for r in self.replicas]
+
+    def signals(self) -> dict[str, Any]:
+        """What an autoscaler needs, as plain JSON-able data."""
+        now_s = time.monotonic()
+        replicas = list(self.replicas)
+        by_state: dict[str, int] = {str(s): 0 for s in ReplicaState}
+        for r in replicas:
+            by_state[str(r.state)] += 1
+        out: dict[str, Any] = {
+            "time_s": now_s,
+            "queue_depth": self.queue_depth,
+            "queue_depth_by_model": dict(self.queue_depth_by_model),
+            "in_flight_total": sum(r.in_flight for r in replicas),
+            "replicas_by_state": by_state,
+        }
+        out.update(self.metrics.signals_latency(now_s))
+        out["replicas"] = [
+            {
+                "id": r.replica_id,
+                "url": r.url,
+                "state": str(r.state),
+                "pool": r.pool,
+                "models": sorted(r.models),
+                "in_flight": r.in_flight,
+                "num_running": r.stats.num_running if r.stats else None,
+                "num_waiting": r.stats.num_waiting if r.stats else None,
+                "kv_cache_usage": r.stats.kv_cache_usage if r.stats else None,
+                "stats_age_s": (now_s - r.stats.scraped_at_s) if r.stats else None,
+            }
+            for r in replicas
+        ]
+        return out
+
+    def reload(self) -> dict[str, Any]:
+        """Re-read the config file's replica list (and served models); admin ones stay.
+
+        Raises UserError when the file is invalid; the running set is then unchanged.
+        """
+        if not self.config_path:
+            raise UserError("no config file to reload", field="--config", fix="start with one")
+        cfg = load_config(self.config_path)
+        wanted = {rc.url: rc for rc in cfg.replicas}
+        added, removed = [], []
+        for r in list(self.replicas):
+            if r.source == "config" and r.url not in wanted:
+                self.replicas.remove(r.replica_id)
+                removed.append(r.replica_id)
+        for url, rc in wanted.items():
+            if self.replicas.find_by_url(url) is None:
+                added.append(self._add(url, rc.id, rc.pool, rc.models, source="config").replica_id)
+        self.served_models = frozenset(cfg.models)
+        self.replicas.changed()
+        log.info("config reloaded: +%s -%s", added, removed)
+        return {"added": added, "removed": removed}
+
+    def _on_replica_removed(self, replica_id: str) -> None:
+        self.policy.on_replica_removed(replica_id)
+        for p in self._tenant_policies.values():
+            p.on_replica_removed(replica_id)
+
+    def _on_replica_ejected(self, replica: Replica) -> None:
+        replica.m_ejections.inc()
+        log.warning(
+            "replica %s ejected after %d failures", replica.replica_id, replica.consecutive_failures
+        )
+
+    # -- background loops ---------------------------------------------------------------
+    async def _probe_one(self, replica: Replica) -> None:
+        if replica.replica_id in self._probing or self._session is None:
+            return
+        self._probing.add(replica.replica_id)
+        try:
+            timeout_s = self.config.health.probe_timeout_s
+            ok = await probes.probe_health(self._session, replica.url, timeout_s)
+            if replica.state is ReplicaState.DRAINING:
+                return
+            if not ok:
+                if replica.state is ReplicaState.READY:
+                    self.replicas.record_failure(replica)
+                else:
+                    replica.consecutive_successes = 0
+                return
+            if not self.replicas.probe_passed(replica):
+                return
+            if not replica.fixed_models:
+                cards = await probes.fetch_models(self._session, replica.url, timeout_s)
+                if cards is None:
+                    return  # healthy but cannot say what it serves yet: try next tick
+                replica.model_cards = cards
+                replica.models = frozenset(c["id"] for c in cards)
+            was = replica.state
+            self.replicas.mark_ready(replica)
+            log.info("replica %s %s -> ready", replica.replica_id, was)
+        finally:
+            self._probing.discard(replica.replica_id)
+
+    async def _probe_loop(self) -> None:
+        interval_s = self.config.health.probe_interval_s
+        while True:
+            await asyncio.gather(*(self._probe_one(r) for r in self.replicas))
+            await asyncio.sleep(interval_s)
+
+    async def _scrape_one(self, replica: Replica) -> None:
+        assert self._session is not None
+        text = await probes.scrape_metrics(
+            self._session, replica.url, self.config.health.probe_timeout_s
+        )
+        if text is not None:
+            try:
+                stats = probes.parse_engine_stats(text, time.monotonic(), replica.in_flight)
+            except ValueError:
+                return
+            self.replicas.set_stats(replica, stats)
+
+    async def _scrape_loop(self) -> None:
+        interval_s = self.config.scrape_interval_s
+        while True:
+            live = [
+                r for r in self.replicas if r.state in (ReplicaState.READY, ReplicaState.DRAINING)
+            ]
+            await asyncio.gather(*(self._scrape_one(r) for r in live))
+            await asyncio.sleep(interval_s)
+
+    async def _watch_loop(self) -> None:
+        assert self.config_path
+        while True:
+            await asyncio.sleep(self.config.reload_interval_s)
+            try:
+                mtime = Path(self.config_path).stat().st_mtime
+            except OSError:
+                continue
+            if mtime != self._config_mtime:
+                self._config_mtime = mtime
+                self.reload_logged()
+
+    def reload_logged(self) -> None:
+        """reload(), logging (not raising) a bad file; for SIGHUP and the file watcher."""
+        try:
+            self.reload()
+        except UserError as exc:
+            log.error("config reload refused, keeping the running replica list: %s", exc)
+
+    # -- HTTP app -----------------------------------------------------------------------
+    def _build_app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.limits.max_body_bytes)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/admin/replicas", self._admin_list)
+        app.router.add_post("/admin/replicas", self._admin_add)
+        app.router.add_post("/admin/replicas/{replica_id}/drain", self._admin_drain)
+        app.router.add_delete("/admin/replicas/{replica_id}", self._admin_delete)
+        app.router.add_get("/admin/signals", self._admin_signals)
+        app.router.add_post("/admin/reload", self._admin_reload)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        return app
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        known = {r.canonical for r in request.app.router.resources() if hasattr(r, "canonical")}
+        if request.path in known:
+            return error_response(405, f"method {request.method} not allowed on {request.path}")
+        return error_response(404, f"no route {request.method} {request.path}")
+
+    async def _health(self, request: web.Request) -> web.Response:
+        ready = sum(1 for r in self.replicas if r.state is ReplicaState.READY)
+        body = {"status": "ok", "replicas_ready": ready, "replicas_total": len(self.replicas)}
+        return web.json_response(body)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(self.metrics.registry),
+            headers={"Content-Type": CONTENT_TYPE_LATEST},
+        )
+
+    async def _models(self, request: web.Request) -> web.Response:
+        cards: dict[str, dict[str, Any]] = {}
+        for r in self.replicas:
+            if r.state is ReplicaState.DEAD:
+                continue
+            for card in r.model_cards:
+                cards.setdefault(card["id"], card)
+            for m in r.models:
+                cards.setdefault(
+                    m, {"id": m, "object": "model", "created": 0, "owned_by": "gpufleet"}
+                )
+        for m in self.served_models:
+            cards.setdefault(m, {"id": m, "object": "model", "created": 0, "owned_by": "gpufleet"})
+        return web.json_response({"object": "list", "data": [cards[k] for k in sorted(cards)]})
+
+    # -- admin --------------------------------------------------------------------------
+    def _admin_denied(self, request: web.Request) -> web.Response | None:
+        key = self.config.admin_key
+        if not key:
+            return error_response(403, "the admin API is disabled: set admin_key (--admin-key)")
+        auth = request.headers.get("Authorization", "")
+        given = auth[7:].strip() if auth.startswith("Bearer ") else ""
+        if not hmac.compare_digest(given.encode(), key.encode()):
+            return error_response(401, "missing or wrong admin key (Authorization: Bearer ...)")
+        return None
+
+    async def _admin_list(self, request: web.Request) -> web.Response:
+        return self._admin_denied(request) or web.json_response({"replicas": self.list_replicas()})
+
+    async def _admin_signals(self, request: web.Request) -> web.Response:
+        return self._admin_denied(request) or web.json_response(self.signals())
+
+    async def _admin_add(self, request: web.Request) -> web.Response:
+        denied = self._admin_denied(request)
+        if denied:
+            return denied
+        try:
+            body = await request.json()
+        except ValueError:
+            return error_response(400, "the body is not valid JSON")
+        if not isinstance(body, dict) or not isinstance(body.get("url"), str):
+            return error_response(400, "'url' is required and must be a string", param="url")
+        for name in ("id", "pool"):
+            if body.get(name) is not None and not isinstance(body[name], str):
+                return error_response(400, f"'{name}' must be a string", param=name)
+        models = body.get("models", [])
+        if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
+            return error_response(400, "'models' must be a list of strings", param="models")
+        try:
+            out = self.add_replica(body["url"], body.get("id"), body.get("pool"), models)
+        except UserError as exc:
+            return error_response(400, str(exc), param="url")
+        except KeyError:
+            return error_response(409, f"replica id {body.get('id')!r} already exists", param="id")
+        return web.json_response(out, status=201)
+
+    async def _admin_drain(self, request: web.Request) -> web.Response:
+        denied = self._admin_denied(request)
+        if denied:
+            return denied
+        rid = request.match_info["replica_id"]
+        try:
+            return web.json_response(self.drain_replica(rid))
+        except KeyError:
+            return error_response(404, f"no replica {rid!r}", param="replica_id")
+
+    async def _admin_delete(self, request: web.Request) -> web.Response:
+        denied = self._admin_denied(request)
+        if denied:
+            return denied
+        rid = request.match_info["replica_id"]
+        try:
+            return web.json_response({"deleted": True, "replica": self.remove_replica(rid)})
+        except KeyError:
+            return error_response(404, f"no replica {rid!r}", param="replica_id")
+
+    async def _admin_reload(self, request: web.Request) -> web.Response:
+        denied = self._admin_denied(request)
+        if denied:
+            return denied
+        try:
+            return web.json_response(self.reload())
+        except UserError as exc:
+            return error_response(400, str(exc))
+
+    # -- the proxy ----------------------------------------------------------------------
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._proxy(request, "chat", "/v1/chat/completions")
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._proxy(request, "completions", "/v1/completions")
+
+    async def _proxy(self, request: web.Request, endpoint: str, path: str) -> web.StreamResponse:
+        t0_s = time.monotonic()
+        limits = self.config.limits
+        header_bytes = 0
+        for k, v in request.raw_headers:
+            header_bytes += len(k) + len(v) + 4
+        if header_bytes > limits.max_header_bytes:
+            return error_response(431, f"request headers exceed {limits.max_header_bytes} bytes")
+        tenant = self.tenants.resolve(request.headers.get("Authorization"))
+        if tenant is None:
+            self.metrics.count_request("", "", 401)
+            return error_response(
+                401,
+                "missing or unknown API key (Authorization: Bearer ...)",
+                code="invalid_api_key",
+            )
+        length = request.content_length
+        if length is not None and length > limits.max_body_bytes:
+            return self._counted(self._too_large(), "", tenant)
+        try:
+            raw = await asyncio.wait_for(request.read(), limits.client_body_timeout_s)
+        except web.HTTPRequestEntityTooLarge:
+            return self._counted(self._too_large(), "", tenant)
+        except TimeoutError:
+            return self._counted(
+                error_response(408, "timed out reading the request body"), "", tenant
+            )
+        try:
+            meta = parse_body(raw, endpoint)
+        except BadRequest as exc:
+            return self._counted(error_response(exc.status, str(exc), param=exc.param), "", tenant)
+        model = meta.model
+        if (
+            model not in self.replicas.known
+            and model not in self.served_models
+            and not self._discovering()
+        ):
+            return self._counted(
+                error_response(
+                    404,
+                    f"the model '{model}' does not exist",
+                    param="model",
+                    code="model_not_found",
+                ),
+                model,
+                tenant,
+            )
+        retry_after_s = tenant.admit(t0_s)
+        if retry_after_s:
+            return self._counted(
+                error_response(
+                    429,
+                    f"rate limit reached for tenant {tenant.name!r}",
+                    headers={"Retry-After": str(retry_after_s)},
+                ),
+                model,
+                tenant,
+            )
+        resp: web.StreamResponse
+        try:
+            resp = await self._route(
+                request, raw, meta.body, meta.user, model, tenant, endpoint, path, t0_s
+            )
+        finally:
+            tenant.release()
+        self.metrics.count_request(model, tenant.name, resp.status)
+        return resp
+
+    def _too_large(self) -> web.Response:
+        return error_response(
+            413, f"the request body exceeds {self.config.limits.max_body_bytes} bytes"
+        )
+
+    def _counted(self, resp: web.Response, model: str, tenant: Tenant) -> web.Response:
+        self.metrics.count_request(model, tenant.name, resp.status)
+        return resp
+
+    def _discovering(self) -> bool:
+        """Whether some replica's models are not known yet (it may serve the model asked for)."""
+        return any(not r.models and r.state is not ReplicaState.DRAINING for r in self.replicas)
+
+    async def _wait_for_replicas(
+        self, model: str, pool: str | None, deadline_s: float
+    ) -> list[Replica] | web.Response:
+        """Eligible replicas, waiting in the bounded queue while there are none (scale from 0)."""
+        queue = self.config.queue
+        while True:
+            candidates = self.replicas.eligible(model, pool)
+            if candidates:
+                return candidates
+            if (
+                model not in self.replicas.known
+                and model not in self.served_models
+                and not self._discovering()
+            ):
+                return error_response(
+                    404,
+                    f"the model '{model}' does not exist",
+                    param="model",
+                    code="model_not_found",
+                )
+            remaining_s = deadline_s - time.monotonic()
+            retry = {"Retry-After": str(queue.retry_after_s)}
+            if self.queue_depth >= queue.max_size or remaining_s <= 0:
+                why = "the queue is full" if remaining_s > 0 else "timed out in the queue"
+                return error_response(
+                    503, f"no replica ready for model '{model}' ({why})", headers=retry
+                )
+            changed = self.replicas.wait_changed()
+            self.queue_depth += 1
+            self.queue_depth_by_model[model] = self.queue_depth_by_model.get(model, 0) + 1
+            try:
+                await asyncio.wait_for(changed.wait(), remaining_s)
+            except TimeoutError:
+                pass
+            finally:
+                self.queue_depth -= 1
+                left = self.queue_depth_by_model[model] - 1
+                if left:
+                    self.queue_depth_by_model[model] = left
+                else:
+                    del self.queue_depth_by_model[model]
+
+    async def _route(
+        self,
+        request: web.Request,
+        raw: bytes,
+        body: dict[str, Any],
+        user: str | None,
+        model: str,
+        tenant: Tenant,
+        endpoint: str,
+        path: str,
+        t0_s: float,
+    ) -> web.StreamResponse:
+        policy = (
+            self._tenant_policies.get(tenant.name, self.policy)
+            if self._tenant_policies
+            else self.policy
+        )
+        hashes: tuple[int, ...] = ()
+        prompt_tokens = 0
+        if self._needs_prefix and policy_needs_prefix(policy):
+            hashes, prompt_tokens = prefix_hashes(body, endpoint)
+        info = RequestInfo(
+            request_id=f"gw-{next(self._request_ids)}",
+            model=model,
+            prompt_tokens=prompt_tokens,
+            tenant=tenant.name,
+            session_key=request.headers.get("X-Session-ID") or user,
+            prefix_hashes=hashes,
+        )
+        headers = self._forward_headers(request)
+        max_attempts = self.config.limits.max_attempts
+        deadline_s = t0_s + self.config.queue.timeout_s
+        tried: tuple[Replica, ...] = ()
+        failure: _Failure | None = None
+        while True:
+            candidates = self.replicas.eligible(model, tenant.pool, tried)
+            if not candidates:
+                if tried and self.replicas.eligible(model, tenant.pool):
+                    break  # every ready replica already failed this request
+                waited = await self._wait_for_replicas(model, tenant.pool, deadline_s)
+                if isinstance(waited, web.Response):
+                    return waited if failure is None else failure.response()
+                candidates = [r for r in waited if r not in tried] or waited
+            chosen = policy.choose(info, candidates)
+            replica: Replica = chosen if isinstance(chosen, Replica) else candidates[0]
+            result = await self._attempt(
+                request, raw, headers, replica, policy, info, path, model, tenant, t0_s
+            )
+            if not isinstance(result, _Failure):
+                return result
+            failure = result
+            tried = (*tried, replica)
+            if len(tried) >= max_attempts:
+                break
+            replica.m_retries.inc()
+        assert failure is not None
+        return failure.response()
+
+    def _forward_headers(self, request: web.Request) -> dict[str, str]:
+        strip_auth = self.tenants.enabled
+        out = {
+            k: v
+            for k, v in request.headers.items()
+            if k.lower() not in _DROP_HEADERS and not (strip_auth and k.lower() == "authorization")
+        }
+        if "Content-Type" not in out and "content-type" not in out:
+            out["Content-Type"] = _JSON
+        return out
+
+    async def _attempt(
+        self,
+        request: web.Request,
+        raw: bytes,
+        headers: dict[str, str],
+        replica: Replica,
+        policy: RoutingPolicy,
+        info: RequestInfo,
+        path: str,
+        model: str,
+        tenant: Tenant,
+        t0_s: float,
+    ) -> web.StreamResponse | _Failure:
+        """One try on one replica. A _Failure means nothing reached the client yet."""
+        assert self._session is not None
+        replica.in_flight += 1
+        replica.m_requests.inc()
+        policy.on_started(info, replica)
+        ok = False
+        try:
+            try:
+                upstream = await self._session.post(
+                    replica.url + path, data=raw, headers=headers, timeout=self._upstream_timeout
+                )
+            except _RETRYABLE as exc:
+                return self._failed(replica, 502, f"replica {replica.replica_id} failed: {exc!r}")
+            except TimeoutError:
+                replica.m_errors.inc()
+                return error_response(504, f"replica {replica.replica_id} did not answer in time")
+            except aiohttp.ClientError as exc:
+                return self._failed(replica, 502, f"replica {replica.replica_id} failed: {exc!r}")
+            done = False
+            try:
+                status = upstream.status
+                ctype = upstream.headers.get("Content-Type", _JSON)
+                if status == 200 and ctype.startswith("text/event-stream"):
+                    resp, ok = await self._stream(
+                        request, upstream, replica, policy, info, model, tenant, t0_s
+                    )
+                    done = ok
+                    return resp
+                try:
+                    data = await upstream.read()
+                except TimeoutError:
+                    replica.m_errors.inc()
+                    return error_response(504, f"replica {replica.replica_id} timed out")
+                except _UPSTREAM_BROKEN as exc:
+                    return self._failed(
+                        replica, 502, f"replica {replica.replica_id} broke: {exc!r}"
+                    )
+                done = True
+                if status >= 500:
+                    return self._failed(replica, status, "", data, ctype)
+                ok = status < 400
+                self.replicas.record_success(replica)
+                _, _, _, e2e = self.metrics.latency(model, tenant.name)
+                e2e.observe(time.monotonic() - t0_s)
+                return web.Response(body=data, status=status, headers={"Content-Type": ctype})
+            finally:
+                if done:
+                    upstream.release()
+                else:
+                    upstream.close()  # cut the upstream request (client gone, or broken)
+        finally:
+            replica.in_flight -= 1
+            policy.on_finished(info, replica, ok)
+
+    def _failed(
+        self,
+        replica: Replica,
+        status: int,
+        message: str,
+        body: bytes | None = None,
+        ctype: str = _JSON,
+    ) -> _Failure:
+        replica.m_errors.inc()
+        self.replicas.record_failure(replica)
+        return _Failure(status, message, body, ctype)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        upstream: aiohttp.ClientResponse,
+        replica: Replica,
+        policy: RoutingPolicy,
+        info: RequestInfo,
+        model: str,
+        tenant: Tenant,
+        t0_s: float,
+    ) -> tuple[web.StreamResponse | _Failure, bool]:
+        """Forward SSE chunks as they arrive. Returns (response, finished cleanly)."""
+        content = upstream.content
+        try:
+            first = await content.readany()
+        except TimeoutError:
+            replica.m_errors.inc()
+            return error_response(504, f"replica {replica.replica_id} timed out"), False
+        except _UPSTREAM_BROKEN as exc:
+            return self._failed(replica, 502, f"replica {replica.replica_id} broke: {exc!r}"), False
+        if not first:
+            return self._failed(replica, 502, f"replica {replica.replica_id} sent no data"), False
+        ttft_s = time.monotonic() - t0_s
+        policy.on_first_token(info, replica)
+        resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
+        await resp.prepare(request)
+        _, _, itl, _ = self.metrics.latency(model, tenant.name)
+        chunk = first
+        tail = first
+        events = 0
+        last_s = t0_s + ttft_s
+        broken: str | None = None
+        while True:
+            events += chunk.count(b"data:")
+            await resp.write(chunk)  # a gone client raises here; the caller closes upstream
+            try:
+                chunk = await content.readany()
+            except TimeoutError:
+                broken = "the replica stopped sending (read timeout)"
+                break
+            except _UPSTREAM_BROKEN as exc:
+                broken = f"the replica's stream broke: {exc!r}"
+                break
+            if not chunk:
+                if not tail.rstrip().endswith(_DONE_TAIL):
+                    broken = "the replica's stream ended without [DONE]"
+                break
+            now_s = time.monotonic()
+            itl.observe(now_s - last_s)
+            last_s = now_s
+            tail = chunk if len(chunk) >= 16 else tail[-16:] + chunk
+        now_s = time.monotonic()
+        if broken is not None:
+            replica.m_errors.inc()
+            self.replicas.record_failure(replica)
+            sep = b"" if tail.endswith(b"\n\n") else b"\n\n"
+            await resp.write(sep + sse_error_event(f"upstream error: {broken}", 502))
+        else:
+            self.replicas.record_success(replica)
+            # Events minus the [DONE] marker approximate the tokens streamed.
+            self.metrics.observe_stream(
+                model, tenant.name, ttft_s, now_s - t0_s, max(1, events - 1), now_s
+            )
+        await resp.write_eof()
+        return resp, broken is None
+
+
+def run_gateway(gateway: Gateway, host: str | None, port: int | None) -> None:
+    """Run until SIGINT/SIGTERM, reloading on SIGHUP (the CLI's loop)."""
+    import signal
+
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is a core dependency on Linux
+        pass
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        if gateway.config_path:
+            loop.add_signal_handler(signal.SIGHUP, gateway.reload_logged)
+        await gateway.start(host, port)
+        print(json.dumps({"event": "listening", "url": gateway.url}), flush=True)
+        try:
+            await stop.wait()
+        finally:
+            await gateway.stop()
+
+    asyncio.run(main())

@@ -1,0 +1,197 @@
+"""The few fitted constants of the step-time model, and the script that fits them.
+
+Constants are physical (efficiencies as fractions of a roofline, overheads in seconds) and
+few, so the model carries over to models and GPUs it was not fitted on. They live in
+`data/calibration.yaml`; `python -m gpufleet.plan.calibration [CSV]` refits them on a
+measured-serving CSV (default: ../shared/validation/measured_serving_dev.csv) by a
+coordinate search minimising the median absolute log-error of TTFT and TPOT.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+
+@dataclass(frozen=True)
+class BackendCalibration:
+    """What differs between serving engines running the same kernels.
+
+    step_overhead_s: fixed CPU + launch time per iteration (scheduler, sampling, graphs).
+    ttft_overhead_s: per-request time outside the GPU before the first token (HTTP,
+        tokenization, detokenization, streaming).
+    mixed_prefill: prefill chunks share iterations with decodes (vLLM, TRT-LLM) or run as
+        iterations of their own (SGLang).
+    max_num_batched_tokens: default token budget per iteration on 80+ GB GPUs.
+    moe_efficiency: the backend's fused-MoE kernels' speed relative to its dense GEMMs
+        (grouped GEMMs over many small experts rarely reach dense-GEMM efficiency).
+    admission_intervals: inter-completion intervals a new request waits before the
+        scheduler admits it (0 = admitted at the next iteration).
+    """
+
+    step_overhead_s: float = 0.003
+    ttft_overhead_s: float = 0.02
+    admission_intervals: float = 0.0
+    moe_efficiency: float = 1.0
+    mixed_prefill: bool = True
+    max_num_batched_tokens: int = 8192
+
+
+@dataclass(frozen=True)
+class Calibration:
+    gemm_efficiency: float = 0.7  # achieved / peak dense tensor FLOP/s for GEMMs
+    attention_efficiency: float = 0.5  # achieved / peak FLOP/s for attention kernels
+    memory_efficiency: float = 0.85  # achieved / peak HBM bandwidth
+    allreduce_latency_s: float = 10e-6  # one small all-reduce (custom one-shot kernels)
+    queue_scale: float = 1.0  # prefill queueing relative to an exponential-service queue
+    # Measured benchmarks run a finite number of requests per client, all clients starting
+    # at once; the first wave's queueing weighs 1/this in their mean TTFT.
+    benchmark_requests_per_client: float = 8.0
+    backends: Mapping[str, BackendCalibration] = field(
+        default_factory=lambda: MappingProxyType({"default": BackendCalibration()})
+    )
+
+    def backend(self, name: str | None) -> BackendCalibration:
+        if name and name.lower() in self.backends:
+            return self.backends[name.lower()]
+        return self.backends.get("default", BackendCalibration())
+
+
+_SCALARS = ("gemm_efficiency", "attention_efficiency", "memory_efficiency",
+            "allreduce_latency_s", "queue_scale", "benchmark_requests_per_client")  # fmt: skip
+
+
+def calibration_from_dict(raw: Mapping[str, Any]) -> Calibration:
+    backends = {
+        str(name).lower(): BackendCalibration(**dict(values))
+        for name, values in (raw.get("backends") or {}).items()
+    }
+    backends.setdefault("default", BackendCalibration())
+    scalars = {k: float(raw[k]) for k in _SCALARS if k in raw}
+    return Calibration(**scalars, backends=MappingProxyType(backends))
+
+
+def calibration_to_dict(cal: Calibration) -> dict[str, Any]:
+    out: dict[str, Any] = {k: round(float(getattr(cal, k)), 9) for k in _SCALARS}
+    out["backends"] = {
+        name: {
+            k: (round(v, 9) if isinstance(v, float) else v)
+            for k, v in dataclasses.asdict(b).items()
+        }
+        for name, b in sorted(cal.backends.items())
+    }
+    return out
+
+
+@functools.cache
+def default_calibration() -> Calibration:
+    """The shipped constants (`data/calibration.yaml`)."""
+    text = resources.files("gpufleet.plan").joinpath("data/calibration.yaml").read_text()
+    return calibration_from_dict(yaml.safe_load(text) or {})
+
+
+# ---- fitting ------------------------------------------------------------------------
+
+
+def _score(cal: Calibration, rows: Sequence[Any]) -> float:
+    """Median |log(predicted / measured)| of TTFT and TPOT together (robust to outliers)."""
+    from gpufleet.plan.perf_validation import predict_row
+
+    errs: list[float] = []
+    for row in rows:
+        pred = predict_row(row, cal)
+        if pred is None:
+            continue
+        errs.append(abs(math.log(pred.ttft_s / row.ttft_s)))
+        errs.append(abs(math.log(pred.tpot_s / row.tpot_s)))
+    if not errs:
+        return math.inf
+    errs.sort()
+    # Mean of the lower three quarters: median-like (outliers do not pull it), but smooth
+    # enough for a coordinate search.
+    keep = errs[: max(1, (3 * len(errs)) // 4)]
+    return sum(keep) / len(keep)
+
+
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "gemm_efficiency": (0.2, 0.95),
+    "attention_efficiency": (0.1, 0.95),
+    "memory_efficiency": (0.4, 0.95),
+    "allreduce_latency_s": (2e-6, 40e-6),
+    "queue_scale": (0.2, 4.0),
+    "benchmark_requests_per_client": (1.0, 50.0),
+    "step_overhead_s": (0.0, 0.02),
+    "ttft_overhead_s": (0.0, 0.3),
+    "admission_intervals": (0.0, 3.0),
+    "moe_efficiency": (0.1, 1.5),
+}
+
+
+def _replace(cal: Calibration, key: str, value: float, backend: str | None) -> Calibration:
+    changes: dict[str, Any] = {key: value}
+    if backend is None:
+        return dataclasses.replace(cal, **changes)
+    backends = dict(cal.backends)
+    backends[backend] = dataclasses.replace(cal.backend(backend), **changes)
+    return dataclasses.replace(cal, backends=MappingProxyType(backends))
+
+
+def fit(rows: Sequence[Any], start: Calibration, rounds: int = 3) -> Calibration:
+    """Coordinate search: each constant in turn, multiplicative steps that shrink."""
+    cal = start
+    best = _score(cal, rows)
+    knobs: list[tuple[str, str | None]] = [(k, None) for k in _SCALARS]
+    backends = sorted({r.backend for r in rows} & set(cal.backends))
+    for b in backends:
+        knobs += [("step_overhead_s", b), ("ttft_overhead_s", b), ("moe_efficiency", b)]
+        knobs += [("admission_intervals", b)]
+    for step in [1.5, 1.2, 1.07][:rounds]:
+        for key, backend in knobs:
+            improved = True
+            while improved:
+                improved = False
+                owner: Any = cal if backend is None else cal.backend(backend)
+                current = float(getattr(owner, key))
+                lo, hi = _BOUNDS[key]
+                seed = current if current > 0 else hi * 0.05
+                for raw in (seed * step, seed / step):
+                    cand = min(hi, max(lo, raw))
+                    if cand == current:
+                        continue
+                    trial = _replace(cal, key, cand, backend)
+                    s = _score(trial, rows)
+                    if s < best - 1e-6:
+                        cal, best, improved = trial, s, True
+                        break
+    return cal
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from gpufleet.plan.perf_validation import DEFAULT_CSV, read_rows
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    csv_path = Path(args[0]) if args else DEFAULT_CSV
+    out_path = Path(__file__).parent / "data" / "calibration.yaml"
+    rows = read_rows(csv_path)
+    cal = fit(rows, default_calibration())
+    header = (
+        "# Fitted by `python -m gpufleet.plan.calibration` on "
+        f"{csv_path.name} ({len(rows)} rows). Few, physical constants: see calibration.py.\n"
+    )
+    out_path.write_text(header + yaml.safe_dump(calibration_to_dict(cal), sort_keys=False))
+    print(f"wrote {out_path}: score {_score(cal, rows):.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,375 @@
+"""Closed-loop serving predictions from any step-time model: mean TTFT, TPOT, throughput.
+
+The load is the one vLLM's / SGLang's / TRT-LLM's benchmarks apply at fixed concurrency:
+`concurrency` clients, each sends a prompt of `input_tokens`, reads `output_tokens`
+tokens, and sends the next prompt at once. In steady state:
+
+* Decoding requests advance one token per engine iteration, so TPOT is the mean iteration
+  time a decoding request sees. Prefill work shares the GPU: when a fraction `rho` of the
+  time goes to prefill tokens (piggybacked chunks in vLLM / TRT-LLM, separate prefill
+  batches in SGLang), decode iterations stretch to T_decode / (1 - rho).
+* TTFT is the wait for the running iteration to end (half an iteration on average), the
+  queue of other prompts ahead at the prefill "station", and the request's own prefill
+  chunks. The queue is that of a closed network (finite population: the clients), solved
+  with Schweitzer's mean-value approximation, so it saturates at `concurrency - 1`
+  prompts instead of diverging like an open queue would.
+* Little's law ties them: requests_per_s = concurrency / (TTFT + (osl - 1) * TPOT).
+
+The three are solved together by damped fixed-point iteration (a few dozen step-time
+calls: cheap enough for the planner's whole search to stay well under a second).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpufleet.plan.calibration import Calibration, default_calibration
+from gpufleet.plan.perf import LayoutLike, RooflineStepTimeModel
+from gpufleet.plan.step_time import StepBatch, StepTimeModel
+from gpufleet.specs.gpus import GpuSpec
+from gpufleet.specs.models import ModelSpec
+
+_ITERATIONS = 60
+_DAMPING = 0.5
+_MAX_PREFILL_SHARE = 0.97
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerShape:
+    """What the engine's scheduler allows per iteration.
+
+    mixed_prefill: prefill chunks ride in the same iteration as the decodes, which take
+    their share of the token budget first (vLLM V1, TRT-LLM in-flight batching); False:
+    prefill batches run as iterations of their own (SGLang's default).
+    """
+
+    max_num_batched_tokens: int = 8192
+    max_running: int = 1024
+    mixed_prefill: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ServingPrediction:
+    """Means over requests in steady state at fixed concurrency."""
+
+    concurrency: int
+    ttft_s: float
+    tpot_s: float
+    requests_per_s: float
+    output_tokens_per_s: float
+    e2e_latency_s: float
+    running_decodes: float  # mean number of requests in their decode phase
+    prefill_share: float  # fraction of GPU time spent on prefill work
+    prefill_s: float  # a lone prompt's prefill time (no queue, no decodes alongside)
+
+
+def predict_closed_loop(
+    model: StepTimeModel,
+    input_tokens: int,
+    output_tokens: int,
+    concurrency: int,
+    scheduler: SchedulerShape | None = None,
+    *,
+    ttft_overhead_s: float = 0.0,
+    queue_scale: float = 1.0,
+    requests_per_client: float | None = None,
+    admission_intervals: float = 0.0,
+) -> ServingPrediction:
+    """Mean TTFT / TPOT / throughput for `concurrency` clients in a closed loop.
+
+    requests_per_client: when set, the mean is over a finite benchmark run in which all
+    clients start at once: the first wave of prompts queues behind each other (the i-th
+    waits for i-1 prefills), and that wave is 1/requests_per_client of the requests.
+    None: steady state only (what a long-running service sees).
+    admission_intervals: a new request waits this many inter-completion intervals
+    (1 / requests_per_s) before the engine admits it (schedulers that admit new work in
+    batches; 0 for vLLM's every-iteration admission).
+    """
+    if input_tokens < 1 or output_tokens < 1 or concurrency < 1:
+        raise ValueError("input_tokens, output_tokens and concurrency must be >= 1")
+    sched = scheduler or SchedulerShape()
+    isl, osl = input_tokens, output_tokens
+    running = max(1, min(concurrency, sched.max_running))
+    decode_ctx = isl + osl / 2.0  # mean KV length of a decoding request
+
+    def decode_step_s(n: int) -> float:
+        if n <= 0:
+            return 0.0
+        return model.step_time_s(StepBatch(num_decode=n, decode_context_tokens=int(n * decode_ctx)))
+
+    def prefill_batch(tokens_budget: int) -> StepBatch:
+        """Prefill tokens one iteration packs, given the free budget and the queue."""
+        if tokens_budget >= isl:
+            n = max(1, tokens_budget // isl)
+            return StepBatch(prefill_tokens=(isl,) * n, prefill_context_tokens=(0,) * n)
+        # A chunk of a long prompt attends over the half already cached, on average.
+        return StepBatch(
+            prefill_tokens=(tokens_budget,),
+            prefill_context_tokens=((isl - tokens_budget) // 2,),
+        )
+
+    def with_decodes(batch: StepBatch, n: int) -> StepBatch:
+        return StepBatch(
+            prefill_tokens=batch.prefill_tokens,
+            prefill_context_tokens=batch.prefill_context_tokens,
+            num_decode=n,
+            decode_context_tokens=int(n * decode_ctx),
+        )
+
+    alone_s = sum(_chunk_times(model, isl, sched.max_num_batched_tokens))
+    tpot_s = decode_step_s(running) if osl > 1 else 0.0
+    ttft_s = alone_s + ttft_overhead_s
+    rate = running / (ttft_s + (osl - 1) * tpot_s)
+    queue = 0.0
+    prefill_share = 0.0
+    n_dec = 0.0
+
+    for _ in range(_ITERATIONS):
+        n_dec = min(float(running), rate * (osl - 1) * tpot_s) if osl > 1 else 0.0
+        n = round(n_dec)
+        t_decode = decode_step_s(n)
+        budget = (
+            sched.max_num_batched_tokens - n
+            if sched.mixed_prefill
+            else sched.max_num_batched_tokens
+        )
+        budget = max(budget, 16)
+        waiting = max(1.0, queue)
+        packed = prefill_batch(min(budget, max(isl, int(isl * waiting))))
+        packed_tokens = sum(packed.prefill_tokens)
+        if sched.mixed_prefill:
+            marginal_s = model.step_time_s(with_decodes(packed, n)) - t_decode
+        else:
+            marginal_s = model.step_time_s(packed)
+        work_per_prompt_s = marginal_s * isl / packed_tokens  # GPU time one prompt costs
+
+        # The request's own prefill: chunks of at most `budget` tokens, alongside the decodes.
+        own_s = 0.0
+        done = 0
+        while done < isl:
+            chunk = min(budget, isl - done)
+            own = StepBatch(prefill_tokens=(chunk,), prefill_context_tokens=(done,))
+            own_s += model.step_time_s(with_decodes(own, n) if sched.mixed_prefill else own)
+            done += chunk
+
+        share = min(_MAX_PREFILL_SHARE, rate * work_per_prompt_s)
+        new_tpot = t_decode / (1.0 - share) if osl > 1 else 0.0
+        # Closed-network queue at the prefill station (Schweitzer): a prompt finds
+        # queue * (N-1)/N others ahead, each costing work_per_prompt_s.
+        ahead = queue * (running - 1) / running
+        wait_s = queue_scale * ahead * work_per_prompt_s
+        new_ttft = ttft_overhead_s + 0.5 * new_tpot + wait_s + own_s
+        new_ttft += admission_intervals / rate
+        new_rate = running / (new_ttft + (osl - 1) * new_tpot)
+        new_queue = new_rate * (wait_s + work_per_prompt_s)
+
+        tpot_s += _DAMPING * (new_tpot - tpot_s)
+        ttft_s += _DAMPING * (new_ttft - ttft_s)
+        rate += _DAMPING * (new_rate - rate)
+        queue += _DAMPING * (min(new_queue, running) - queue)
+        prefill_share = share
+        if (
+            abs(new_tpot - tpot_s) <= 1e-4 * max(tpot_s, 1e-9)
+            and abs(new_ttft - ttft_s) <= 1e-4 * ttft_s
+        ):
+            break
+
+    cycle_s = ttft_s + (osl - 1) * tpot_s
+    rate = running / cycle_s
+    if requests_per_client:
+        # First wave: `running` prompts at once, no decodes yet; prompt i waits for i-1
+        # others, packed into full iterations.
+        burst = prefill_batch(min(sched.max_num_batched_tokens, isl * running))
+        burst_work_s = model.step_time_s(burst) * isl / sum(burst.prefill_tokens)
+        first_wave_wait_s = (running - 1) / 2.0 * burst_work_s
+        ttft_s += first_wave_wait_s / max(1.0, requests_per_client)
+    if concurrency > running:
+        # Clients beyond what the engine runs wait in its queue: Little's law on all of them.
+        ttft_s = concurrency / rate - (osl - 1) * tpot_s
+    return ServingPrediction(
+        concurrency=concurrency,
+        ttft_s=ttft_s,
+        tpot_s=tpot_s,
+        requests_per_s=rate,
+        output_tokens_per_s=rate * osl,
+        e2e_latency_s=ttft_s + (osl - 1) * tpot_s,
+        running_decodes=n_dec,
+        prefill_share=prefill_share,
+        prefill_s=alone_s,
+    )
+
+
+def _chunk_times(model: StepTimeModel, isl: int, budget: int) -> list[float]:
+    """Iteration times of one prompt prefilled alone in chunks of at most `budget` tokens."""
+    times = []
+    done = 0
+    while done < isl:
+        n = min(budget, isl - done)
+        times.append(
+            model.step_time_s(StepBatch(prefill_tokens=(n,), prefill_context_tokens=(done,)))
+        )
+        done += n
+    return times
+
+
+def max_concurrency_within_slo(
+    model: StepTimeModel,
+    input_tokens: int,
+    output_tokens: int,
+    *,
+    ttft_slo_s: float,
+    tpot_slo_s: float,
+    scheduler: SchedulerShape | None = None,
+    max_concurrency: int = 1024,
+    ttft_overhead_s: float = 0.0,
+    queue_scale: float = 1.0,
+) -> ServingPrediction | None:
+    """The highest concurrency whose mean TTFT and TPOT both meet the SLOs (binary search:
+    both grow with concurrency), or None when even one request misses them."""
+
+    def predict(c: int) -> ServingPrediction:
+        return predict_closed_loop(
+            model,
+            input_tokens,
+            output_tokens,
+            c,
+            scheduler,
+            ttft_overhead_s=ttft_overhead_s,
+            queue_scale=queue_scale,
+        )
+
+    def meets(p: ServingPrediction) -> bool:
+        return p.ttft_s <= ttft_slo_s and (output_tokens <= 1 or p.tpot_s <= tpot_slo_s)
+
+    best = predict(1)
+    if not meets(best):
+        return None
+    lo, hi = 1, max(1, max_concurrency)
+    top = predict(hi)
+    if meets(top):
+        return top
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        p = predict(mid)
+        if meets(p):
+            lo, best = mid, p
+        else:
+            hi = mid
+    return best
+
+
+# ---- layout-level entry points for the planner ----------------------------------------
+
+
+def layout_step_model(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    layout: LayoutLike,
+    *,
+    backend: str = "vllm",
+    calibration: Calibration | None = None,
+) -> RooflineStepTimeModel:
+    return RooflineStepTimeModel(model, gpu, layout, calibration=calibration, backend=backend)
+
+
+def scheduler_for(
+    gpu: GpuSpec,
+    *,
+    backend: str = "vllm",
+    max_num_seqs: int = 1024,
+    max_num_batched_tokens: int | None = None,
+    kv_capacity_tokens: int | None = None,
+    tokens_per_request: int = 0,
+    calibration: Calibration | None = None,
+) -> SchedulerShape:
+    """The engine's limits: token budget (vLLM default for the GPU unless given) and how
+    many requests run at once (max_num_seqs, or fewer when the KV cache holds fewer)."""
+    cal = (calibration or default_calibration()).backend(backend)
+    budget = max_num_batched_tokens or (8192 if gpu.memory_bytes >= 70 * (1 << 30) else 2048)
+    running = max_num_seqs
+    if kv_capacity_tokens is not None and tokens_per_request > 0:
+        running = max(1, min(running, kv_capacity_tokens // tokens_per_request))
+    return SchedulerShape(
+        max_num_batched_tokens=budget, max_running=running, mixed_prefill=cal.mixed_prefill
+    )
+
+
+def predict_serving(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    layout: LayoutLike,
+    input_tokens: int,
+    output_tokens: int,
+    concurrency: int,
+    *,
+    backend: str = "vllm",
+    max_num_seqs: int = 1024,
+    max_num_batched_tokens: int | None = None,
+    kv_capacity_tokens: int | None = None,
+    calibration: Calibration | None = None,
+    step_model: StepTimeModel | None = None,
+) -> ServingPrediction:
+    """Steady-state mean TTFT / TPOT / throughput of one replica of `layout` serving
+    `concurrency` clients of `input_tokens` in and `output_tokens` out. Pass
+    `kv_capacity_tokens` (from plan.memory) to cap the running requests by the KV cache,
+    and a prebuilt `step_model` to save its construction when sweeping concurrency."""
+    cal = calibration or default_calibration()
+    step = step_model or layout_step_model(model, gpu, layout, backend=backend, calibration=cal)
+    sched = scheduler_for(
+        gpu,
+        backend=backend,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        kv_capacity_tokens=kv_capacity_tokens,
+        tokens_per_request=input_tokens + output_tokens,
+        calibration=cal,
+    )
+    return predict_closed_loop(
+        step,
+        input_tokens,
+        output_tokens,
+        concurrency,
+        sched,
+        ttft_overhead_s=cal.backend(backend).ttft_overhead_s,
+        queue_scale=cal.queue_scale,
+    )
+
+
+def max_serving_concurrency_within_slo(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    layout: LayoutLike,
+    input_tokens: int,
+    output_tokens: int,
+    *,
+    ttft_slo_s: float,
+    tpot_slo_s: float,
+    backend: str = "vllm",
+    max_num_seqs: int = 1024,
+    max_num_batched_tokens: int | None = None,
+    kv_capacity_tokens: int | None = None,
+    calibration: Calibration | None = None,
+) -> ServingPrediction | None:
+    """The layout's best steady state within the SLOs (highest concurrency), or None."""
+    cal = calibration or default_calibration()
+    step = layout_step_model(model, gpu, layout, backend=backend, calibration=cal)
+    sched = scheduler_for(
+        gpu,
+        backend=backend,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        kv_capacity_tokens=kv_capacity_tokens,
+        tokens_per_request=input_tokens + output_tokens,
+        calibration=cal,
+    )
+    return max_concurrency_within_slo(
+        step,
+        input_tokens,
+        output_tokens,
+        ttft_slo_s=ttft_slo_s,
+        tpot_slo_s=tpot_slo_s,
+        scheduler=sched,
+        max_concurrency=sched.max_running,
+        ttft_overhead_s=cal.backend(backend).ttft_overhead_s,
+        queue_scale=cal.queue_scale,
+    )

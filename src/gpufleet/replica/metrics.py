@@ -1,0 +1,164 @@
+"""/metrics with vLLM's names, labels (model_name, engine) and histogram buckets.
+
+Engine gauges and counters are read from `Engine.stats` at scrape time (nothing to update
+per step). Latency histograms are filled per token on the hot path, so they use a small
+bisect-based histogram instead of prometheus_client's locked one, and are exposed through
+the same custom collector.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from gpufleet.engine import SchedulerStats
+
+# vLLM v1's buckets (vllm/v1/metrics/loggers.py).
+TTFT_BUCKETS_S = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+    2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+TOKEN_LATENCY_BUCKETS_S = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
+    2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
+REQUEST_LATENCY_BUCKETS_S = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+    40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+
+
+class FastHistogram:
+    """Bucket counts and a sum; `observe` is one bisect and two adds."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]):
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def cumulative(self) -> list[tuple[str, float]]:
+        out = []
+        acc = 0
+        for bound, count in zip(self.bounds, self.counts, strict=False):
+            acc += count
+            out.append((repr(float(bound)), float(acc)))
+        acc += self.counts[-1]
+        out.append(("+Inf", float(acc)))
+        return out
+
+
+class ReplicaMetrics(Collector):
+    def __init__(
+        self,
+        model_name: str,
+        stats: Callable[[], SchedulerStats],
+        cache_config: dict[str, str],
+        engine_index: int = 0,
+    ):
+        self.model_name = model_name
+        self._stats = stats
+        self._labels = [model_name, str(engine_index)]
+        self._cache_config = dict(cache_config)
+        self.ttft = FastHistogram(TTFT_BUCKETS_S)
+        self.itl = FastHistogram(TOKEN_LATENCY_BUCKETS_S)
+        self.tpot = FastHistogram(TOKEN_LATENCY_BUCKETS_S)
+        self.e2e = FastHistogram(REQUEST_LATENCY_BUCKETS_S)
+        self.queue = FastHistogram(REQUEST_LATENCY_BUCKETS_S)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._stats()
+        names = ["model_name", "engine"]
+        labels = self._labels
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(name, doc, labels=names)
+            g.add_metric(labels, value)
+            return g
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            c = CounterMetricFamily(name, doc, labels=names)
+            c.add_metric(labels, value)
+            return c
+
+        yield gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches.",
+            s.num_running,
+        )  # fmt: skip
+        yield gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+            s.num_waiting,
+        )  # fmt: skip
+        yield gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+            s.kv_cache_usage,
+        )  # fmt: skip
+        yield counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            s.prefix_cache_queries_tokens,
+        )
+        yield counter(
+            "vllm:prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            s.prefix_cache_hits_tokens,
+        )
+        yield counter(
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine.",
+            s.num_preemptions,
+        )  # fmt: skip
+        yield counter("vllm:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens)
+        yield counter(
+            "vllm:generation_tokens", "Number of generation tokens processed.",
+            s.generation_tokens,
+        )  # fmt: skip
+        success = CounterMetricFamily(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            labels=[*names, "finished_reason"],
+        )
+        for reason, count in s.finished_by_reason.items():
+            success.add_metric([*labels, reason], count)
+        yield success
+        info_keys = sorted(self._cache_config)
+        info = GaugeMetricFamily(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            labels=[*info_keys, "engine", "model_name"],
+        )
+        info.add_metric([self._cache_config[k] for k in info_keys] + labels[::-1], 1.0)
+        yield info
+        for name, doc, hist in (
+            ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+             self.ttft),
+            ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+             self.itl),
+            ("vllm:request_time_per_output_token_seconds",
+             "Histogram of time_per_output_token_seconds per request.", self.tpot),
+            ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+             self.e2e),
+            ("vllm:request_queue_time_seconds",
+             "Histogram of time spent in WAITING phase for request.", self.queue),
+        ):  # fmt: skip
+            h = HistogramMetricFamily(name, doc, labels=names)
+            h.add_metric(labels, hist.cumulative(), sum_value=hist.sum)
+            yield h

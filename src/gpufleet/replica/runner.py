@@ -1,0 +1,152 @@
+"""Runs the pure engine in real time: step, sleep until the step's end, hand out tokens.
+
+The loop schedules against absolute wall time (`target` = when the current step ends), so
+it does not drift: a late wake-up shortens the next sleep. One step costs
+`duration_s x time_scale x slow_factor` of wall time. A request's handler waits on its
+`RequestStream`; the loop wakes it once per step in which the request got tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from gpufleet.engine import Engine, EngineRequest
+
+
+class RequestStream:
+    """The replica-side end of one engine request.
+
+    The engine computes a step's tokens when the step starts; they become `available` only
+    when the runner reaches the step's end time, so a handler never sends a token early.
+    """
+
+    __slots__ = (
+        "_waiter",
+        "arrival_wall_s",
+        "available",
+        "ended",
+        "first_token_wall_s",
+        "last_token_wall_s",
+        "req",
+        "sent",
+    )
+
+    def __init__(self, req: EngineRequest, arrival_wall_s: float):
+        self.req = req
+        self.available = 0  # output tokens whose time has come
+        self.ended = False  # the request finished in the engine and its end time has come
+        self.sent = 0  # output tokens already handed to the client
+        self.arrival_wall_s = arrival_wall_s
+        self.first_token_wall_s: float | None = None
+        self.last_token_wall_s: float | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def wait(self) -> None:
+        """Until there are unsent tokens or the request has ended."""
+        if self.available > self.sent or self.ended:
+            return
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+
+class EngineRunner:
+    def __init__(self, engine: Engine, *, time_scale: float = 1.0):
+        if time_scale <= 0:
+            raise ValueError(f"time_scale must be > 0, got {time_scale}")
+        self.engine = engine
+        self.time_scale = time_scale
+        self.slow_factor = 1.0  # fault injection: every iteration takes this much longer
+        self.streams: dict[str, RequestStream] = {}
+        self.step_wall_s = 0.0  # wall time at which the last step's tokens were handed out
+        self.failed: BaseException | None = None
+        self._target_wall_s = 0.0  # wall time at which the engine clock's `now_s` is reached
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    @property
+    def alive(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def submit(self, req: EngineRequest) -> RequestStream:
+        loop = asyncio.get_running_loop()
+        if not self.engine.has_work:
+            self._sync_idle_clock(loop.time())
+        self.engine.add(req)
+        stream = RequestStream(req, loop.time())
+        self.streams[req.request_id] = stream
+        self._wake.set()
+        return stream
+
+    def abort(self, request_id: str) -> None:
+        self.streams.pop(request_id, None)
+        self.engine.abort(request_id)
+
+    def _sync_idle_clock(self, now: float) -> None:
+        """Carry the engine clock across an idle gap, so arrival times are right."""
+        if now > self._target_wall_s:
+            self.engine.advance_to(
+                self.engine.now_s + (now - self._target_wall_s) / self.time_scale
+            )
+            self._target_wall_s = now
+
+    async def _run(self) -> None:
+        try:
+            await self._loop()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # the replica reports itself dead on /health
+            self.failed = e
+            for stream in self.streams.values():
+                stream.ended = True
+                stream.wake()
+            raise
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        engine = self.engine
+        streams = self.streams
+        self._target_wall_s = loop.time()
+        while True:
+            if not engine.has_work:
+                self._wake.clear()
+                await self._wake.wait()
+                self._sync_idle_clock(loop.time())
+            outcome = engine.step()
+            if outcome.duration_s <= 0.0 and not outcome.emitted:
+                await asyncio.sleep(0.001)  # nothing schedulable right now; never spin
+                continue
+            self._target_wall_s += outcome.duration_s * self.time_scale * self.slow_factor
+            target = self._target_wall_s
+            delay = target - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self.step_wall_s = loop.time()
+            for req in outcome.emitted:
+                stream = streams.get(req.request_id)
+                if stream is not None:
+                    stream.available = req.num_output_tokens
+                    stream.wake()
+            for req in outcome.finished:
+                stream = streams.pop(req.request_id, None)
+                if stream is not None:
+                    stream.ended = True
+                    stream.wake()

@@ -1,0 +1,638 @@
+"""The simulated vLLM replica: an aiohttp server speaking vLLM's OpenAI API over the engine.
+
+Endpoints (as vLLM serves them):
+  POST /v1/completions, /v1/chat/completions   streaming (SSE) and not
+  GET  /v1/models                               vLLM's model card, with max_model_len
+  GET  /health                                  200 empty body; 503 while starting or dead
+  GET  /metrics                                 Prometheus text, vLLM's names and buckets
+  GET  /version, GET /load, POST /tokenize, POST /detokenize, GET|POST /ping
+
+Fault injection, for testing gateways and autoscalers (also settable by CLI flags):
+  GET  /admin/faults                            the current faults as JSON
+  POST /admin/faults  {"fail_next": N, "fail_status": 503}
+                      the next N generation requests fail with that status (OpenAI error body)
+                      {"slow_factor": 3.0}      every engine iteration takes 3x longer
+                      {"unhealthy": true}       /health answers 503 (the server keeps serving)
+                      {"exit": true, "exit_code": 1, "exit_after_s": 0.0}
+                      the process exits abruptly (os._exit, no cleanup, streams cut)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from gpufleet import __version__
+from gpufleet.engine import Engine, EngineConfig, EngineRequest
+from gpufleet.openai_errors import error_json_bytes
+from gpufleet.plan.step_time import StepTimeModel
+from gpufleet.replica.metrics import ReplicaMetrics
+from gpufleet.replica.protocol import GenerationParams, RequestError, parse_generation_request
+from gpufleet.replica.runner import EngineRunner, RequestStream
+from gpufleet.tokenizer import Tokenizer, apply_chat_template, default_tokenizer
+
+VLLM_API_VERSION = "0.10.2"  # the vLLM release whose API and metrics this replica mimics
+
+
+@dataclass
+class Faults:
+    fail_next: int = 0
+    fail_status: int = 503
+    slow_factor: float = 1.0
+    unhealthy: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "fail_next": self.fail_next,
+            "fail_status": self.fail_status,
+            "slow_factor": self.slow_factor,
+            "unhealthy": self.unhealthy,
+        }
+
+
+@dataclass
+class ReplicaConfig:
+    served_model_names: list[str]
+    engine_config: EngineConfig
+    step_time_model: StepTimeModel
+    host: str = "127.0.0.1"
+    port: int = 8001
+    time_scale: float = 1.0
+    startup_s: float = 0.0
+    seed: int = 0
+    faults: Faults = field(default_factory=Faults)
+    exit_after_s: float | None = None  # fault: exit abruptly this long after start
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.Response(
+        body=json.dumps(data).encode(), status=status, content_type="application/json"
+    )
+
+
+def _error(message: str, status: int, param: str | None = None) -> web.Response:
+    return web.Response(
+        body=error_json_bytes(message, status, param=param),
+        status=status,
+        content_type="application/json",
+    )
+
+
+class ReplicaServer:
+    """One replica: engine + real-time runner + HTTP app. `start()` binds; `stop()` closes."""
+
+    def __init__(self, config: ReplicaConfig, tokenizer: Tokenizer | None = None):
+        self.config = config
+        self.tokenizer = tokenizer or default_tokenizer()
+        self.model_name = config.served_model_names[0]
+        self.engine = Engine(config.engine_config, config.step_time_model, seed=config.seed)
+        self.runner: EngineRunner | None = None
+        self.faults = config.faults
+        self.metrics = ReplicaMetrics(
+            self.model_name,
+            lambda: self.engine.stats,
+            cache_config={
+                "block_size": str(config.engine_config.block_size),
+                "num_gpu_blocks": str(config.engine_config.num_gpu_blocks),
+                "enable_prefix_caching": str(config.engine_config.enable_prefix_caching),
+                "cache_dtype": "auto",
+            },
+        )
+        self.created = int(time.time())
+        self.port = config.port
+        self._ready_at = 0.0
+        self._in_flight = 0
+        self._site_runner: web.AppRunner | None = None
+        # Token id -> its JSON-ready bytes (vocabulary words need no escaping).
+        self._token_bytes = [(" " + w).encode() for w in self.tokenizer.vocab]
+        self.app = self._build_app()
+
+    # ------------------------------------------------------------------ lifecycle
+    def _build_app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 2**20)
+        r = app.router
+        r.add_post("/v1/completions", self.completions)
+        r.add_post("/v1/chat/completions", self.chat_completions)
+        r.add_get("/v1/models", self.models)
+        r.add_get("/health", self.health)
+        r.add_get("/metrics", self.metrics_endpoint)
+        r.add_get("/version", self.version)
+        r.add_get("/load", self.load)
+        r.add_post("/tokenize", self.tokenize)
+        r.add_post("/detokenize", self.detokenize)
+        r.add_get("/ping", self.health)
+        r.add_post("/ping", self.health)
+        r.add_get("/admin/faults", self.get_faults)
+        r.add_post("/admin/faults", self.set_faults)
+        return app
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._ready_at = loop.time() + self.config.startup_s
+        self.runner = EngineRunner(self.engine, time_scale=self.config.time_scale)
+        self.runner.slow_factor = self.faults.slow_factor
+        self.runner.start()
+        # handler_cancellation: a client that disconnects cancels its handler at once,
+        # which aborts its request in the engine.
+        self._site_runner = web.AppRunner(
+            self.app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0
+        )
+        await self._site_runner.setup()
+        site = web.TCPSite(self._site_runner, self.config.host, self.config.port, backlog=1024)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None)
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+        if self.config.exit_after_s is not None:
+            loop.call_later(self.config.exit_after_s, os._exit, 1)
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.stop()
+        if self._site_runner is not None:
+            await self._site_runner.cleanup()
+            self._site_runner = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.config.host}:{self.port}"
+
+    def _starting(self) -> bool:
+        return asyncio.get_running_loop().time() < self._ready_at
+
+    def _dead(self) -> bool:
+        return self.runner is None or not self.runner.alive
+
+    # ------------------------------------------------------------------ simple endpoints
+    async def health(self, request: web.Request) -> web.Response:
+        if self._starting() or self._dead() or self.faults.unhealthy:
+            return web.Response(status=503)
+        return web.Response(status=200)
+
+    async def metrics_endpoint(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=self.metrics.render(),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )
+
+    async def version(self, request: web.Request) -> web.Response:
+        return _json({"version": VLLM_API_VERSION, "gpufleet_version": __version__})
+
+    async def load(self, request: web.Request) -> web.Response:
+        return _json({"server_load": self._in_flight})
+
+    async def models(self, request: web.Request) -> web.Response:
+        max_len = self.config.engine_config.max_model_len
+        data = []
+        for name in self.config.served_model_names:
+            data.append(
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": self.created,
+                    "owned_by": "vllm",
+                    "root": self.model_name,
+                    "parent": None,
+                    "max_model_len": max_len,
+                    "permission": [
+                        {
+                            "id": f"modelperm-{uuid.uuid4().hex}",
+                            "object": "model_permission",
+                            "created": self.created,
+                            "allow_create_engine": False,
+                            "allow_sampling": True,
+                            "allow_logprobs": True,
+                            "allow_search_indices": False,
+                            "allow_view": True,
+                            "allow_fine_tuning": False,
+                            "organization": "*",
+                            "group": None,
+                            "is_blocking": False,
+                        }
+                    ],
+                }
+            )
+        return _json({"object": "list", "data": data})
+
+    async def _read_json(self, request: web.Request) -> Any:
+        try:
+            return await request.json(loads=json.loads)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise RequestError(f"invalid JSON body: {e}") from e
+
+    def _check_model(self, body: dict[str, Any]) -> None:
+        model = body.get("model")
+        if model is not None and model not in self.config.served_model_names:
+            raise RequestError(f"The model `{model}` does not exist.", status=404, param="model")
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._read_json(request)
+            if not isinstance(body, dict):
+                raise RequestError("the request body must be a JSON object")
+            self._check_model(body)
+            if "messages" in body:
+                messages = body["messages"]
+                if not isinstance(messages, list):
+                    raise RequestError("messages must be a list", param="messages")
+                text = apply_chat_template(messages, bool(body.get("add_generation_prompt", True)))
+            else:
+                prompt = body.get("prompt")
+                if not isinstance(prompt, str):
+                    raise RequestError("prompt must be a string", param="prompt")
+                text = prompt
+        except RequestError as e:
+            return _error(e.message, e.status, e.param)
+        ids = self.tokenizer.encode(text)
+        strs = text.split() if body.get("return_token_strs") else None
+        return _json(
+            {
+                "count": len(ids),
+                "max_model_len": self.config.engine_config.max_model_len,
+                "tokens": ids,
+                "token_strs": strs,
+            }
+        )
+
+    async def detokenize(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._read_json(request)
+            if not isinstance(body, dict):
+                raise RequestError("the request body must be a JSON object")
+            self._check_model(body)
+            tokens = body.get("tokens")
+            vocab = self.tokenizer.vocab_size
+            if not isinstance(tokens, list) or not all(
+                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in tokens
+            ):
+                raise RequestError(f"tokens must be a list of ids in [0, {vocab})", param="tokens")
+        except RequestError as e:
+            return _error(e.message, e.status, e.param)
+        return _json({"prompt": self.tokenizer.decode(tokens)})
+
+    async def get_faults(self, request: web.Request) -> web.Response:
+        return _json(self.faults.as_json())
+
+    async def set_faults(self, request: web.Request) -> web.Response:
+        try:
+            body = await self._read_json(request)
+            if not isinstance(body, dict):
+                raise RequestError("the request body must be a JSON object")
+            f = self.faults
+            if "fail_next" in body:
+                v = body["fail_next"]
+                if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                    raise RequestError("fail_next must be an integer >= 0", param="fail_next")
+                f.fail_next = v
+            if "fail_status" in body:
+                v = body["fail_status"]
+                if not isinstance(v, int) or isinstance(v, bool) or not 400 <= v <= 599:
+                    raise RequestError(
+                        "fail_status must be an HTTP error status", param="fail_status"
+                    )
+                f.fail_status = v
+            if "slow_factor" in body:
+                v = body["slow_factor"]
+                if not isinstance(v, int | float) or isinstance(v, bool) or v <= 0:
+                    raise RequestError("slow_factor must be a number > 0", param="slow_factor")
+                f.slow_factor = float(v)
+                if self.runner is not None:
+                    self.runner.slow_factor = f.slow_factor
+            if "unhealthy" in body:
+                if not isinstance(body["unhealthy"], bool):
+                    raise RequestError("unhealthy must be a boolean", param="unhealthy")
+                f.unhealthy = body["unhealthy"]
+            if body.get("exit"):
+                code = body.get("exit_code", 1)
+                after = body.get("exit_after_s", 0.0)
+                if not isinstance(code, int) or not isinstance(after, int | float) or after < 0:
+                    raise RequestError(
+                        "exit_code must be an int and exit_after_s >= 0", param="exit"
+                    )
+                # Answer first, then die without any cleanup, like a crashed process.
+                asyncio.get_running_loop().call_later(max(after, 0.05), os._exit, code)
+        except RequestError as e:
+            return _error(e.message, e.status, e.param)
+        return _json(self.faults.as_json())
+
+    # ------------------------------------------------------------------ generation
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "completion")
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "chat")
+
+    async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
+        if self._starting():
+            return _error("the model is still loading", 503)
+        if self._dead():
+            return _error("the engine is dead", 503)
+        if self.faults.fail_next > 0:
+            self.faults.fail_next -= 1
+            return _error("injected failure", self.faults.fail_status)
+        try:
+            body = await self._read_json(request)
+            params = parse_generation_request(
+                body,
+                kind=kind,
+                served_model_names=self.config.served_model_names,
+                max_model_len=self.config.engine_config.max_model_len,
+                tokenizer=self.tokenizer,
+            )
+        except RequestError as e:
+            return _error(e.message, e.status, e.param)
+        assert self.runner is not None
+        prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
+        request_id = prefix + uuid.uuid4().hex
+        req = EngineRequest(
+            request_id,
+            params.prompt_token_ids,
+            params.max_tokens,
+            seed=params.seed,
+            stop_after_tokens=params.stop_after_tokens,
+        )
+        stream = self.runner.submit(req)
+        self._in_flight += 1
+        done = False
+        try:
+            if params.stream:
+                response = await self._stream(request, params, stream)
+            else:
+                response = await self._complete(params, stream)
+            done = True
+            return response
+        finally:
+            self._in_flight -= 1
+            if not done or not req.is_finished:
+                # client gone (handler cancelled), a stop string matched, or an error
+                self.runner.abort(request_id)
+
+    def _observe_tokens(self, stream: RequestStream, count: int) -> None:
+        assert self.runner is not None
+        now = self.runner.step_wall_s
+        m = self.metrics
+        if stream.first_token_wall_s is None:
+            stream.first_token_wall_s = now
+            m.ttft.observe(now - stream.arrival_wall_s)
+            req = stream.req
+            if req.first_scheduled_s is not None and req.arrival_s is not None:
+                m.queue.observe((req.first_scheduled_s - req.arrival_s) * self.config.time_scale)
+            count -= 1
+        elif count > 0 and stream.last_token_wall_s is not None:
+            gap = now - stream.last_token_wall_s
+            m.itl.observe(gap)
+            count -= 1
+        for _ in range(count):
+            m.itl.observe(0.0)  # tokens that arrived together (the handler lagged a step)
+        stream.last_token_wall_s = now
+
+    def _observe_finished(self, stream: RequestStream, num_tokens: int) -> None:
+        assert self.runner is not None
+        now = self.runner.step_wall_s
+        m = self.metrics
+        m.e2e.observe(now - stream.arrival_wall_s)
+        if stream.first_token_wall_s is not None and num_tokens > 1:
+            m.tpot.observe((now - stream.first_token_wall_s) / (num_tokens - 1))
+
+    def _take_text(
+        self, params: GenerationParams, stream: RequestStream, text_so_far: str
+    ) -> tuple[str, int, str | None]:
+        """New text since the last call, the new token count, and the stop string matched."""
+        req = stream.req
+        start = req.num_prompt_tokens + stream.sent
+        ids = req.all_token_ids[start : req.num_prompt_tokens + stream.available]
+        stream.sent += len(ids)
+        tb = self._token_bytes
+        text = b"".join([tb[i] for i in ids]).decode()
+        if not params.stop:
+            return text, len(ids), None
+        window = text_so_far[-max(len(s) for s in params.stop) :] + text
+        for s in params.stop:
+            pos = window.find(s)
+            if pos >= 0:
+                cut = pos + (len(s) if params.include_stop_str_in_output else 0)
+                keep = cut - (len(window) - len(text))
+                return text[: max(keep, 0)], len(ids), s
+        return text, len(ids), None
+
+    async def _complete(self, params: GenerationParams, stream: RequestStream) -> web.Response:
+        req = stream.req
+        pieces: list[str] = []
+        stop_str = None
+        text_so_far = ""
+        while True:
+            await stream.wait()
+            if self.runner is not None and self.runner.failed is not None:
+                return _error("the engine died", 500)
+            if stream.available > stream.sent:
+                text, n, stop_str = self._take_text(params, stream, text_so_far)
+                self._observe_tokens(stream, n)
+                pieces.append(text)
+                text_so_far += text
+                if stop_str is not None:
+                    break
+            if stream.ended and stream.sent >= stream.available:
+                break
+        completion_tokens = stream.sent
+        self._observe_finished(stream, completion_tokens)
+        finish_reason = "stop" if stop_str is not None else str(req.finish_reason)
+        usage = self._usage(req, completion_tokens, details=True)
+        created = int(time.time())
+        text = "".join(pieces)
+        if params.kind == "chat":
+            data: dict[str, Any] = {
+                "id": req.request_id,
+                "object": "chat.completion",
+                "created": created,
+                "model": params.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {
+                            "role": "assistant",
+                            "content": text,
+                            "reasoning_content": None,
+                            "tool_calls": [],
+                        },
+                        "logprobs": None,
+                        "finish_reason": finish_reason,
+                        "stop_reason": stop_str,
+                    }
+                ],
+                "usage": usage,
+                "prompt_logprobs": None,
+            }
+        else:
+            if params.echo_prompt is not None:
+                text = params.echo_prompt + text
+            data = {
+                "id": req.request_id,
+                "object": "text_completion",
+                "created": created,
+                "model": params.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": text,
+                        "logprobs": None,
+                        "finish_reason": finish_reason,
+                        "stop_reason": stop_str,
+                        "prompt_logprobs": None,
+                    }
+                ],
+                "usage": usage,
+            }
+        return _json(data)
+
+    @staticmethod
+    def _usage(req: EngineRequest, completion_tokens: int, details: bool) -> dict[str, Any]:
+        usage: dict[str, Any] = {
+            "prompt_tokens": req.num_prompt_tokens,
+            "total_tokens": req.num_prompt_tokens + completion_tokens,
+            "completion_tokens": completion_tokens,
+        }
+        if details:
+            usage["prompt_tokens_details"] = {"cached_tokens": req.num_prefix_hit_tokens}
+        return usage
+
+    async def _stream(
+        self, request: web.Request, params: GenerationParams, stream: RequestStream
+    ) -> web.StreamResponse:
+        req = stream.req
+        resp = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-cache",
+            }
+        )
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        created = int(time.time())
+        model_json = json.dumps(params.model)
+        chat = params.kind == "chat"
+        # Pre-serialized pieces of every chunk: only the text (and usage) change per step.
+        if chat:
+            head = (
+                f'data: {{"id":"{req.request_id}","object":"chat.completion.chunk",'
+                f'"created":{created},"model":{model_json},"choices":[{{"index":0,'
+            ).encode()
+            text_open = b'"delta":{"content":"'
+            text_close = b'"},"logprobs":null,"finish_reason":'
+        else:
+            head = (
+                f'data: {{"id":"{req.request_id}","object":"text_completion",'
+                f'"created":{created},"model":{model_json},"choices":[{{"index":0,'
+            ).encode()
+            text_open = b'"text":"'
+            text_close = b'","logprobs":null,"finish_reason":'
+        mid_tail = b'null,"stop_reason":null}]'
+        continuous = params.continuous_usage_stats and params.include_usage
+        prompt_tokens = req.num_prompt_tokens
+
+        def usage_tail(completion: int) -> bytes:
+            if not continuous:
+                return b"}\n\n"
+            return (
+                f',"usage":{{"prompt_tokens":{prompt_tokens},'
+                f'"total_tokens":{prompt_tokens + completion},"completion_tokens":{completion}}}}}\n\n'
+            ).encode()
+
+        if chat:
+            # vLLM's first chat chunk carries the role.
+            first = (
+                head + b'"delta":{"role":"assistant","content":""},"logprobs":null,'
+                b'"finish_reason":null}]' + usage_tail(0)
+            )
+        else:
+            first = b""
+        if not chat and params.echo_prompt is not None:
+            first = head + text_open + _escape(params.echo_prompt) + text_close + mid_tail
+            first += usage_tail(0)
+        stop_str = None
+        text_so_far = ""
+        finish_reason: str | None = None
+
+        def chunk(body: bytes, completion: int) -> bytes:
+            if finish_reason is None:
+                return head + text_open + body + text_close + mid_tail + usage_tail(completion)
+            end = f'"{finish_reason}","stop_reason":{json.dumps(stop_str)}}}]'.encode()
+            return head + text_open + body + text_close + end + usage_tail(completion)
+
+        while True:
+            await stream.wait()
+            if self.runner is not None and self.runner.failed is not None:
+                await resp.write(_sse_error("the engine died", 500))
+                return resp
+            out = first
+            first = b""
+            if stream.available > stream.sent:
+                text, n, stop_str = self._take_text(params, stream, text_so_far)
+                self._observe_tokens(stream, n)
+                text_so_far += text
+                if stop_str is not None:
+                    finish_reason = "stop"
+                elif stream.ended and stream.sent >= stream.available:
+                    finish_reason = str(req.finish_reason)
+                body = text.encode() if not params.stop else _escape(text)
+                out += chunk(body, stream.sent)
+            elif stream.ended:
+                finish_reason = str(req.finish_reason)
+                out += chunk(b"", stream.sent)
+            if out:
+                await resp.write(out)
+            if finish_reason is not None:
+                break
+        self._observe_finished(stream, stream.sent)
+        tail = b""
+        if params.include_usage:
+            usage = self._usage(req, stream.sent, details=True)
+            tail += (
+                f'data: {{"id":"{req.request_id}","object":'
+                f'"{"chat.completion.chunk" if chat else "text_completion"}",'
+                f'"created":{created},"model":{model_json},"choices":[],'
+                f'"usage":{json.dumps(usage)}}}\n\n'
+            ).encode()
+        tail += b"data: [DONE]\n\n"
+        await resp.write(tail)
+        await resp.write_eof()
+        return resp
+
+
+def _escape(text: str) -> bytes:
+    """JSON string contents (without quotes) for text that may hold any character."""
+    return json.dumps(text)[1:-1].encode()
+
+
+def _sse_error(message: str, status: int) -> bytes:
+    return b"data: " + error_json_bytes(message, status) + b"\n\ndata: [DONE]\n\n"
+
+
+async def serve(config: ReplicaConfig, *, ready_message: bool = True) -> None:
+    """Run a replica until SIGINT/SIGTERM."""
+    import signal
+
+    server = ReplicaServer(config)
+    await server.start()
+    if ready_message:
+        print(
+            f"gpufleet replica: serving {server.model_name} on {server.url}"
+            f" (startup {config.startup_s:g}s, time scale {config.time_scale:g})",
+            flush=True,
+        )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()

@@ -1,0 +1,57 @@
+"""What every policy shares: no-op notifications and random tie-breaking."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from gpufleet.routing.types import ReplicaView, RequestInfo
+
+T = TypeVar("T")
+
+
+def random_min(rng: random.Random, items: Sequence[T], key: Callable[[T], Any]) -> T:
+    """The item with the smallest key (numbers or tuples); ties broken uniformly at
+    random, never by position."""
+    best: list[T] = []
+    best_key: Any = None
+    for item in items:
+        k = key(item)
+        if not best or k < best_key:
+            best = [item]
+            best_key = k
+        elif k == best_key:
+            best.append(item)
+    return best[0] if len(best) == 1 else rng.choice(best)
+
+
+class PolicyBase:
+    """A policy without soft state: notifications do nothing.
+
+    Subclasses set `name` and implement `choose`. Randomness comes only from `self.rng`,
+    seeded by the caller, so a run is reproducible.
+    """
+
+    name = "base"
+    # Whether `choose` reads `RequestInfo.prefix_hashes`: the gateway skips hashing the
+    # prompt on the hot path when no policy needs it.
+    uses_prefix_hashes = False
+
+    def __init__(self, *, seed: int | None = None) -> None:
+        self.rng = random.Random(seed)
+
+    def choose(self, request: RequestInfo, replicas: Sequence[ReplicaView]) -> ReplicaView | None:
+        raise NotImplementedError
+
+    def on_started(self, request: RequestInfo, replica: ReplicaView) -> None:
+        return None
+
+    def on_first_token(self, request: RequestInfo, replica: ReplicaView) -> None:
+        return None
+
+    def on_finished(self, request: RequestInfo, replica: ReplicaView, ok: bool) -> None:
+        return None
+
+    def on_replica_removed(self, replica_id: str) -> None:
+        return None

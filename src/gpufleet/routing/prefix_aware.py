@@ -1,0 +1,173 @@
+"""Prefix-aware routing with bounded loads: cache hits without herding.
+
+For each request the policy finds, in its `PrefixIndex`, how many leading prompt blocks
+each eligible replica is believed to hold, and sends the request to the longest match
+among the replicas that are not overloaded. "Overloaded" is two bounds, in the spirit of
+consistent hashing with bounded loads:
+
+- in flight: load + 1 <= max(inflight_factor * mean, mean + inflight_slack), where mean
+  counts this request; it keeps queues (and so TTFT) even right now;
+- recent share: a replica's share of the last ~`window_requests` decisions (exponentially
+  decayed, counted in decisions, not seconds: no clock) may exceed the mean by at most
+  `balance_factor` (or `balance_slack` decisions while counts are small); it keeps the long-run split even, which in-flight counts alone do not
+  when requests differ in length.
+
+When the holder of a hot prefix hits a bound, the request goes to the allowed replica
+with the next-longest match, else to the least loaded one, and the index then records the
+prefix there too: hot prefixes replicate onto as many replicas as their traffic needs,
+each copy costing one miss, instead of one replica taking the herd (SGLang's cache-aware
+router switches to pure load balancing above a threshold and so loses affinity for all
+traffic at once; here only the excess moves, one request at a time). Prompts with no
+known prefix are placed by load. The router learns only from its own decisions (no call
+to a replica); `set_capacity_tokens` lets the gateway correct the index's size for a
+replica from what the replica reports.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from gpufleet.routing.base import PolicyBase, random_min
+from gpufleet.routing.load import queue_depth_score
+from gpufleet.routing.prefix import DEFAULT_BYTES_PER_TOKEN, ROUTING_BLOCK_BYTES, blocks_for_tokens
+from gpufleet.routing.prefix_index import PrefixIndex
+from gpufleet.routing.types import ReplicaView, RequestInfo
+
+LOAD_SIGNALS = ("in_flight", "queue_depth")
+MAX_TRACKED_REQUESTS = 65_536
+
+
+class PrefixAware(PolicyBase):
+    name = "prefix_aware"
+    uses_prefix_hashes = True
+
+    def __init__(
+        self,
+        *,
+        seed: int | None = None,
+        capacity_tokens: int = 262_144,
+        bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
+        block_bytes: int = ROUTING_BLOCK_BYTES,
+        balance_factor: float = 1.1,
+        inflight_factor: float = 2.0,
+        inflight_slack: float = 2.0,
+        window_requests: int = 512,
+        balance_slack: float = 8.0,
+        load: str = "in_flight",
+        miss_weight: float = 16.0,
+    ) -> None:
+        super().__init__(seed=seed)
+        if balance_factor < 1.0 or inflight_factor < 1.0:
+            raise ValueError("balance_factor and inflight_factor must be >= 1.0")
+        if window_requests < 1:
+            raise ValueError("window_requests must be >= 1")
+        if load not in LOAD_SIGNALS:
+            raise ValueError(f"load must be one of {LOAD_SIGNALS}, not {load!r}")
+        self.bytes_per_token = bytes_per_token
+        self.block_bytes = block_bytes
+        self.balance_factor = balance_factor
+        self.inflight_factor = inflight_factor
+        self.inflight_slack = inflight_slack
+        self.balance_slack = balance_slack
+        self.decay = 1.0 - 1.0 / window_requests
+        self.load_signal = load
+        self.index = PrefixIndex(self._blocks(capacity_tokens))
+        self._recent: dict[str, float] = {}  # decayed count of decisions per replica
+        self.miss_weight = miss_weight
+        # Prefill work (uncached blocks + 1) sent to each replica and not yet done, by this
+        # policy's own bookkeeping: added on choose, removed on first token or finish.
+        self._pending: dict[str, float] = {}
+        self._prefill_of: OrderedDict[str, tuple[str, float]] = OrderedDict()
+
+    def _blocks(self, tokens: int) -> int:
+        return blocks_for_tokens(
+            tokens, bytes_per_token=self.bytes_per_token, block_bytes=self.block_bytes
+        )
+
+    def set_capacity_tokens(self, replica_id: str, tokens: int) -> None:
+        """A replica's prefix-cache size as it reports it (e.g. num_gpu_blocks x block_size)."""
+        self.index.set_capacity(replica_id, self._blocks(tokens))
+
+    def _load(self, replica: ReplicaView) -> float:
+        if self.load_signal == "queue_depth":
+            return queue_depth_score(replica)
+        return float(replica.in_flight)
+
+    def choose(self, request: RequestInfo, replicas: Sequence[ReplicaView]) -> ReplicaView | None:
+        if not replicas:
+            return None
+        n = len(replicas)
+        loads = [self._load(r) for r in replicas]
+        recent = [self._recent.get(r.replica_id, 0.0) for r in replicas]
+        mean_load = (sum(loads) + 1.0) / n
+        load_cap = max(self.inflight_factor * mean_load, mean_load + self.inflight_slack)
+        mean_recent = (sum(recent) + 1.0) / n
+        recent_cap = max(self.balance_factor * mean_recent, mean_recent + self.balance_slack)
+
+        def pressure(i: int) -> float:
+            return max((loads[i] + 1.0) / load_cap, (recent[i] + 1.0) / recent_cap)
+
+        allowed = [i for i in range(n) if pressure(i) <= 1.0]
+        if not allowed:  # everyone is over a bound: the least pressed one
+            allowed = [random_min(self.rng, range(n), pressure)]
+
+        hashes = request.prefix_hashes
+        pending = [self._pending.get(r.replica_id, 0.0) for r in replicas]
+        if hashes:
+            matches = self.index.match(hashes, (replicas[i].replica_id for i in allowed))
+            uncached = [len(hashes) - matches.get(r.replica_id, 0) for r in replicas]
+            # Estimated time to first token, in blocks of prefill: the queue ahead plus
+            # this prompt's uncached part, a miss weighed extra for the work it adds.
+            miss_weight = self.miss_weight
+            best = random_min(
+                self.rng,
+                allowed,
+                lambda i: (pending[i] + miss_weight * uncached[i], loads[i], recent[i]),
+            )
+            work = uncached[best] + 1.0
+        else:
+            best = random_min(self.rng, allowed, lambda i: (pending[i], loads[i], recent[i]))
+            work = 1.0
+        chosen = replicas[best]
+        if hashes:
+            self.index.insert(chosen.replica_id, hashes)
+        self._record_decision(chosen.replica_id)
+        self._add_pending(request.request_id, chosen.replica_id, work)
+        return chosen
+
+    def _record_decision(self, replica_id: str) -> None:
+        decay = self.decay
+        for rid in self._recent:
+            self._recent[rid] *= decay
+        self._recent[replica_id] = self._recent.get(replica_id, 0.0) + 1.0
+
+    def _add_pending(self, request_id: str, replica_id: str, work: float) -> None:
+        self._settle(request_id)  # a retry replaces the earlier attempt
+        self._prefill_of[request_id] = (replica_id, work)
+        self._pending[replica_id] = self._pending.get(replica_id, 0.0) + work
+        while len(self._prefill_of) > MAX_TRACKED_REQUESTS:  # lost notifications
+            oldest = next(iter(self._prefill_of))
+            self._settle(oldest)
+
+    def _settle(self, request_id: str) -> None:
+        entry = self._prefill_of.pop(request_id, None)
+        if entry is None:
+            return
+        replica_id, work = entry
+        if replica_id in self._pending:
+            self._pending[replica_id] = max(0.0, self._pending[replica_id] - work)
+
+    def pending_prefill_blocks(self, replica_id: str) -> float:
+        return self._pending.get(replica_id, 0.0)
+
+    def on_first_token(self, request: RequestInfo, replica: ReplicaView) -> None:
+        self._settle(request.request_id)  # its prefill is done
+
+    def on_finished(self, request: RequestInfo, replica: ReplicaView, ok: bool) -> None:
+        self._settle(request.request_id)  # failed or finished before a first token
+
+    def on_replica_removed(self, replica_id: str) -> None:
+        self.index.remove_replica(replica_id)
+        self._recent.pop(replica_id, None)
+        self._pending.pop(replica_id, None)

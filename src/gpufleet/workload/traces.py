@@ -1,0 +1,157 @@
+"""Readers for the request traces in ../shared/traces (Azure LLM 2023, Mooncake).
+
+Both give `TraceRecord`s with arrival times in seconds from the trace's first request.
+A malformed line is a `UserError` naming the file and line, never a silent skip.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from gpufleet.errors import UserError
+
+# Mooncake's hash_ids name one 512-token block each (FAST'25 release README).
+MOONCAKE_BLOCK_TOKENS = 512
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRecord:
+    """One request of a trace. `hash_ids` (Mooncake) names its prompt blocks in order."""
+
+    arrival_s: float
+    input_tokens: int
+    output_tokens: int
+    hash_ids: tuple[int, ...] | None = None
+
+
+def _parse_azure_timestamp(text: str) -> tuple[datetime, float]:
+    """'2023-11-16 18:15:46.6805900' -> (whole seconds, fraction); any fraction length.
+
+    Kept apart so differences stay exact to the trace's 100 ns instead of losing digits
+    in a large POSIX float.
+    """
+    whole, _, frac = text.strip().partition(".")
+    fraction = 0.0
+    if frac:
+        if not frac.isdigit():
+            raise ValueError(f"bad fractional seconds {frac!r}")
+        fraction = int(frac) / 10 ** len(frac)
+    return datetime.fromisoformat(whole), fraction
+
+
+def _bad_line(path: Path, line_no: int, why: str) -> UserError:
+    return UserError(
+        f"{path}:{line_no}: {why}",
+        field="--trace",
+        fix="pass an Azure LLM trace CSV or a Mooncake JSONL trace (see shared/traces/README.md)",
+    )
+
+
+def _nonnegative_int(value: object, name: str) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer")
+    n = int(value)  # type: ignore[call-overload]
+    if n < 0:
+        raise ValueError(f"{name} must be >= 0, got {n}")
+    return n
+
+
+def read_azure_csv(path: str | Path, limit: int | None = None) -> list[TraceRecord]:
+    """Azure LLM inference trace: TIMESTAMP (wall clock), ContextTokens, GeneratedTokens."""
+    path = Path(path)
+    out: list[TraceRecord] = []
+    t0: tuple[datetime, float] | None = None
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        needed = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"}
+        if reader.fieldnames is None or not needed <= set(reader.fieldnames):
+            raise _bad_line(path, 1, f"header must contain {sorted(needed)}")
+        for row in reader:
+            if limit is not None and len(out) >= limit:
+                break
+            line_no = reader.line_num
+            try:
+                ts = _parse_azure_timestamp(row["TIMESTAMP"])
+                inp = _nonnegative_int(row["ContextTokens"], "ContextTokens")
+                outp = _nonnegative_int(row["GeneratedTokens"], "GeneratedTokens")
+            except (ValueError, TypeError) as e:
+                raise _bad_line(path, line_no, str(e)) from None
+            if t0 is None:
+                t0 = ts
+            arrival_s = (ts[0] - t0[0]).total_seconds() + (ts[1] - t0[1])
+            out.append(TraceRecord(arrival_s=arrival_s, input_tokens=inp, output_tokens=outp))
+    return out
+
+
+def read_mooncake_jsonl(path: str | Path, limit: int | None = None) -> list[TraceRecord]:
+    """Mooncake trace: timestamp (ms), input_length, output_length, hash_ids (512-token blocks)."""
+    path = Path(path)
+    out: list[TraceRecord] = []
+    t0_ms: float | None = None
+    with path.open() as f:
+        for line_no, line in enumerate(f, start=1):
+            if limit is not None and len(out) >= limit:
+                break
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                if not isinstance(obj, dict):
+                    raise ValueError("each line must be a JSON object")
+                ts_ms = float(obj["timestamp"])
+                inp = _nonnegative_int(obj["input_length"], "input_length")
+                outp = _nonnegative_int(obj["output_length"], "output_length")
+                raw_ids = obj.get("hash_ids", [])
+                if not isinstance(raw_ids, list):
+                    raise ValueError("hash_ids must be a list of integers")
+                hash_ids = tuple(_nonnegative_int(h, "hash_ids") for h in raw_ids)
+            except KeyError as e:
+                raise _bad_line(path, line_no, f"missing field {e}") from None
+            except (ValueError, TypeError) as e:
+                raise _bad_line(path, line_no, str(e)) from None
+            if t0_ms is None:
+                t0_ms = ts_ms
+            out.append(
+                TraceRecord(
+                    arrival_s=(ts_ms - t0_ms) / 1000.0,
+                    input_tokens=inp,
+                    output_tokens=outp,
+                    hash_ids=hash_ids,
+                )
+            )
+    return out
+
+
+def detect_trace_format(path: str | Path) -> str:
+    """'azure' or 'mooncake', from the file's first line."""
+    path = Path(path)
+    try:
+        with path.open() as f:
+            first = f.readline().strip()
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}", field="--trace") from None
+    if first.startswith("{"):
+        return "mooncake"
+    if "TIMESTAMP" in first:
+        return "azure"
+    raise UserError(
+        f"{path}: not an Azure CSV (header with TIMESTAMP) nor Mooncake JSONL",
+        field="--trace",
+        fix="pass a file in one of the formats of shared/traces",
+    )
+
+
+def read_trace(path: str | Path, limit: int | None = None, fmt: str = "auto") -> list[TraceRecord]:
+    """Read either trace format; `fmt` is 'auto', 'azure' or 'mooncake'."""
+    if not Path(path).is_file():
+        raise UserError(f"{path}: no such file", field="--trace", fix="check the path")
+    kind = detect_trace_format(path) if fmt == "auto" else fmt
+    if kind == "azure":
+        return read_azure_csv(path, limit)
+    if kind == "mooncake":
+        return read_mooncake_jsonl(path, limit)
+    raise UserError(f"unknown trace format {fmt!r}", field="--trace-format", fix="azure|mooncake")

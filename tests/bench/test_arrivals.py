@@ -1,0 +1,57 @@
+import itertools
+import math
+import random
+
+import pytest
+
+from gpufleet.bench.arrivals import arrival_offsets, iter_arrival_offsets
+from gpufleet.bench.stats import mean
+
+
+def gaps(xs: list[float]) -> list[float]:
+    return [b - a for a, b in zip([0.0, *xs], xs, strict=False)]
+
+
+def test_fixed_rate_is_rescaled_to_n_over_rate() -> None:
+    offs = arrival_offsets(200, rate=8.0, burstiness=1.0, rng=random.Random(1))
+    assert offs[-1] == pytest.approx(200 / 8.0)
+    assert offs == sorted(offs)
+
+
+def test_constant_rate_with_infinite_burstiness() -> None:
+    offs = arrival_offsets(5, rate=4.0, burstiness=math.inf)
+    assert offs == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.25])
+
+
+def test_infinite_rate_sends_all_at_once() -> None:
+    assert arrival_offsets(4, rate=math.inf) == [0.0] * 4
+
+
+def test_burstiness_changes_the_spread_not_the_mean() -> None:
+    smooth = gaps(arrival_offsets(4000, 10.0, burstiness=4.0, rng=random.Random(2)))
+    bursty = gaps(arrival_offsets(4000, 10.0, burstiness=0.25, rng=random.Random(2)))
+    assert mean(smooth) == pytest.approx(0.1, rel=1e-6) and mean(bursty) == pytest.approx(
+        0.1, rel=1e-6
+    )
+    cv = lambda g: (sum((x - mean(g)) ** 2 for x in g) / len(g)) ** 0.5 / mean(g)  # noqa: E731
+    assert cv(smooth) < 0.7 < 1.3 < cv(bursty)  # gamma CV = 1/sqrt(shape): 0.5 vs 2
+
+
+def test_linear_ramp_speeds_up() -> None:
+    offs = arrival_offsets(400, rate=1.0, burstiness=math.inf, ramp=(2.0, 20.0))
+    g = gaps(offs)
+    assert g[0] == pytest.approx(1 / 2.0) and g[-1] == pytest.approx(1 / 20.0)
+    assert all(a >= b for a, b in itertools.pairwise(g))
+
+
+def test_unbounded_iterator_has_the_right_mean() -> None:
+    it = iter_arrival_offsets(5.0, 1.0, random.Random(3))
+    offs = [next(it) for _ in range(5000)]
+    assert offs[-1] / 5000 == pytest.approx(0.2, rel=0.05)
+
+
+def test_bad_rates_are_refused() -> None:
+    with pytest.raises(ValueError):
+        arrival_offsets(3, rate=0.0)
+    with pytest.raises(ValueError):
+        arrival_offsets(3, rate=1.0, burstiness=0.0)

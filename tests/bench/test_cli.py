@@ -1,0 +1,90 @@
+"""`gpufleet bench` end to end: the CLI as a subprocess against the stub on a real socket."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+GPUFLEET = [sys.executable, "-c", "from gpufleet.cli import main; main()"]
+
+
+def bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*GPUFLEET, "bench", *args], capture_output=True, text=True, timeout=90, check=False
+    )
+
+
+def test_cli_run_writes_json_and_table(stub_process: str, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    plot = tmp_path / "r.png"
+    r = bench(
+        "--url", stub_process, "--endpoint", "chat", "--rate", "100", "--num-requests", "20",
+        "--input-tokens", "12", "--output-tokens", "5", "--goodput", "ttft:60000", "tpot:60000",
+        "--json", str(out), "--plot", str(plot),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "Serving Benchmark Result" in r.stdout and "Mean TTFT (ms)" in r.stdout
+    data = json.loads(out.read_text())
+    m = data["metrics"]
+    assert m["completed"] == 20 and m["failed"] == 0
+    assert m["request_goodput"] == pytest.approx(m["request_throughput"])
+    assert m["total_output_tokens"] == 100
+    assert m["total_input_tokens"] == 20 * (12 + 3)  # chat template markers
+    assert data["goodput_slo_ms"] == {"ttft": 60000.0, "tpot": 60000.0}
+    assert data["server_metrics"]["known"]["generation_tokens"] == 100
+    assert len(data["ttfts_ms"]) == 20 and data["client_overhead"]["cpu_util"] >= 0
+    assert plot.stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    "stub_process", [("--fail-every", "3", "--malformed-every", "4")], indirect=True
+)
+def test_cli_reports_failures(stub_process: str, tmp_path: Path) -> None:
+    out = tmp_path / "f.json"
+    r = bench("--url", stub_process, "--concurrency", "3", "--num-requests", "12",
+              "--input-tokens", "4", "--output-tokens", "4", "--json", str(out))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    data = json.loads(out.read_text())
+    kinds = {(f["status"], f["error_type"]): f["count"] for f in data["failures"]}
+    assert kinds == {(429, "RateLimitError"): 4, (200, "malformed_chunk"): 2}
+    assert "Failures" in r.stdout
+
+
+def test_cli_sweep_marks_a_knee_or_says_why(stub_process: str, tmp_path: Path) -> None:
+    out = tmp_path / "s.json"
+    r = bench("--url", stub_process, "--sweep", "concurrency=1,2", "--num-requests", "6",
+              "--input-tokens", "4", "--output-tokens", "3", "--json", str(out))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    data = json.loads(out.read_text())
+    assert data["param"] == "concurrency" and len(data["points"]) == 2
+    assert all(p["metrics"]["completed"] == 6 for p in data["points"])
+    assert data["knee_rule"]
+    assert "Sweep over concurrency" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--rate", "5", "--concurrency", "2"], "--concurrency"),
+        (["--goodput", "ttft=5"], "--goodput"),
+        (["--sweep", "rate=8,4"], "--sweep"),
+        (["--ramp", "1-5"], "--ramp"),
+        (["--trace", "/nonexistent/trace.csv"], "--trace"),
+        (["--extra-body", "[1]"], "--extra-body"),
+    ],
+)
+def test_cli_bad_input_is_a_user_error(args: list[str], needle: str) -> None:
+    r = bench("--url", "http://127.0.0.1:9", "--model", "m", *args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert needle in r.stderr and "fix:" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_cli_all_failed_exits_1() -> None:
+    r = bench("--url", "http://127.0.0.1:9", "--model", "m", "--num-requests", "2", "--no-scrape")
+    assert r.returncode == 1
+    assert "connect_error" in r.stdout
