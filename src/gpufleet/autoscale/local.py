@@ -84,6 +84,20 @@ def check_template(command: str) -> None:
         )
 
 
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): get SIGTERM if the controller dies, even by SIGKILL.
+
+    A clean stop goes through process groups; this covers the unclean one.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -237,6 +251,7 @@ class LocalProcessActuator:
                 stdout=out,  # type: ignore[arg-type]
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,  # own process group: stop() kills all it spawned
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
         except FileNotFoundError as e:
             raise UserError(

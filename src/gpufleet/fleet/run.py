@@ -195,17 +195,18 @@ def snapshot(
     phases: Sequence[Phase] = (),
     t0: float | None = None,
 ) -> Snapshot:
-    elapsed = clock() - run.started_s
+    # With traffic, the clock starts with it (the first cold start happened before).
+    origin = t0 if traffic is not None and t0 is not None else run.started_s
     decisions = list(run.controller.decisions)
     snap = Snapshot(
-        elapsed_s=elapsed,
+        elapsed_s=clock() - origin,
         gateway_url=run.url,
         policy=run.controller.policy.name,
         signals=run.controller.last_signals,
         decisions=run.changes,
         latest=decisions[-1] if decisions else None,
         replica_ttft_p90_s=run.ttft.p90_s(),
-        started_s=run.started_s,
+        started_s=origin,
     )
     if traffic is not None and t0 is not None:
         phase, rps = phase_at(phases, clock() - t0)
@@ -281,9 +282,10 @@ async def run_up(
                 if live is not None:
                     live.update(render(snapshot(run, clock, traffic, phases, t0)))
                 else:
+                    origin = t0 if traffic is not None else run.started_s
                     for d in run.changes[printed:]:
                         console.print(
-                            f"[{d.now_s - run.started_s:5.0f} s] {d.current_replicas} → "
+                            f"[{d.now_s - origin:5.0f} s] {d.current_replicas} → "
                             f"{d.desired_replicas}: {d.reason}",
                             markup=False,
                             highlight=False,

@@ -7,8 +7,9 @@
 - Replicas already starting count as capacity arriving at their expected ready time, so a
   burst does not start a second wave of replicas while the first is still loading.
 - Scale in one replica at a time, and only when N−1 replicas would have stayed below the
-  saturation thresholds at the recent peak (demand and KV), the forecast agrees, the check
-  has held for a stabilization window, and no replica is starting.
+  saturation thresholds at the recent peak (demand and KV), the N replicas were not
+  saturated at all during that window, the forecast agrees, the check has held for a
+  stabilization window, and no replica is starting.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class DefaultPolicy:
     _peak_kv_total: WindowMax = field(default_factory=WindowMax)  # sum of KV fractions
     _saturated_running: deque[tuple[float, int]] = field(default_factory=deque)
     _n1_ok_since_s: float | None = None
+    _last_saturated_s: float | None = None
     _last_change_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -88,6 +90,8 @@ class DefaultPolicy:
         expected = max(float(demand), forecast if forecast is not None else 0.0)
         needed = math.ceil(expected * (1.0 + self.headroom_fraction) / cap)
         saturation = self._saturation(signals)
+        if saturation:
+            self._last_saturated_s = now_s
         head = (
             f"demand {demand}, forecast {expected:.1f} in {cold_start_s:.0f} s; "
             f"capacity {cap}/replica; {len(ready)} ready + {len(signals.starting)} starting"
@@ -157,6 +161,15 @@ class DefaultPolicy:
         if signals.starting:
             self._n1_ok_since_s = None
             return current, f"{head}; replicas starting, no scale-in"
+        if (
+            self._last_saturated_s is not None
+            and now_s - self._last_saturated_s < self.peak_window_s
+        ):
+            # N replicas were saturated in the window: N−1 would have been worse, whatever
+            # the averages say (routing is never perfectly even).
+            self._n1_ok_since_s = None
+            ago = now_s - self._last_saturated_s
+            return current, f"{head}; keep: saturated {ago:.0f} s ago (< {self.peak_window_s:g} s)"
         fits, check = self.n_minus_1_fits(now_s, signals, cap, cold_start_s)
         if not fits:
             self._n1_ok_since_s = None
