@@ -58,8 +58,15 @@ async def test_metrics_have_vllm_names_labels_and_buckets(replica: ReplicaProces
         "request_time_per_output_token_seconds",
         "e2e_request_latency_seconds",
         "request_queue_time_seconds",
+        "request_inference_time_seconds",
+        "request_prefill_time_seconds",
+        "request_decode_time_seconds",
+        "request_prompt_tokens",
+        "request_generation_tokens",
+        "iteration_tokens_total",
     ):
         assert key(f"vllm:{hist}_count") in m
+    assert m[key("vllm:request_generation_tokens_bucket", le="5.0")] >= 1  # 3 tokens
 
 
 async def test_side_endpoints(replica: ReplicaProcess) -> None:

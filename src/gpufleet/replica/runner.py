@@ -13,7 +13,7 @@ import contextlib
 import time
 from collections.abc import Callable
 
-from gpufleet.engine import Engine, EngineRequest, FinishReason
+from gpufleet.engine import Engine, EngineRequest, FinishReason, StepOutcome
 
 
 class RequestStream:
@@ -65,12 +65,19 @@ class RequestStream:
 
 
 class EngineRunner:
-    def __init__(self, engine: Engine, *, time_scale: float = 1.0):
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        time_scale: float = 1.0,
+        on_step: Callable[[StepOutcome], None] | None = None,
+    ):
         if time_scale <= 0:
             raise ValueError(f"time_scale must be > 0, got {time_scale}")
         self.engine = engine
         self.time_scale = time_scale
         self.slow_factor = 1.0  # fault injection: every iteration takes this much longer
+        self.on_step = on_step  # called once per step when its tokens are handed out
         self.streams: dict[str, RequestStream] = {}
         self.step_wall_s = 0.0  # wall time at which the last step's tokens were handed out
         self.failed: BaseException | None = None
@@ -150,6 +157,8 @@ class EngineRunner:
             while clock() < target:
                 await asyncio.sleep(0)  # the last fraction of a millisecond: yield, not sleep
             self.step_wall_s = clock()
+            if self.on_step is not None:
+                self.on_step(outcome)
             # The engine has not computed the next step yet: its state is this step's end.
             for req in outcome.emitted:
                 stream = streams.get(req.request_id)

@@ -113,6 +113,7 @@ class ReplicaServer:
                 "enable_prefix_caching": str(config.engine_config.enable_prefix_caching),
                 "cache_dtype": "auto",
             },
+            max_model_len=config.engine_config.max_model_len,
         )
         self.created = int(time.time())
         self.port = config.port
@@ -150,7 +151,12 @@ class ReplicaServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._ready_at = loop.time() + self.config.startup_s
-        self.runner = EngineRunner(self.engine, time_scale=self.config.time_scale)
+        iteration_tokens = self.metrics.iteration_tokens
+        self.runner = EngineRunner(
+            self.engine,
+            time_scale=self.config.time_scale,
+            on_step=lambda outcome: iteration_tokens.observe(outcome.num_scheduled_tokens),
+        )
         self.runner.slow_factor = self.faults.slow_factor
         self.runner.start()
         # handler_cancellation: a client that disconnects cancels its handler at once,
@@ -451,6 +457,16 @@ class ReplicaServer:
         m.e2e.observe(now - stream.arrival_wall_s)
         if stream.first_token_wall_s is not None and num_tokens > 1:
             m.tpot.observe((now - stream.first_token_wall_s) / (num_tokens - 1))
+        req = stream.req
+        m.prompt_tokens.observe(req.num_prompt_tokens)
+        m.generation_tokens.observe(num_tokens)
+        # Phase times come from the engine clock (scaled to wall seconds).
+        scale = self.config.time_scale
+        if req.first_scheduled_s is not None and req.first_token_s is not None:
+            end_s = req.finished_s if req.finished_s is not None else self.engine.now_s
+            m.inference.observe((end_s - req.first_scheduled_s) * scale)
+            m.prefill.observe((req.first_token_s - req.first_scheduled_s) * scale)
+            m.decode.observe((end_s - req.first_token_s) * scale)
 
     def _take_text(self, stream: RequestStream) -> tuple[str, int]:
         """Text of the tokens whose time has come and were not sent yet, and their count."""
@@ -691,10 +707,23 @@ def _sse_error(message: str, status: int) -> bytes:
     return b"data: " + error_json_bytes(message, status) + b"\n\ndata: [DONE]\n\n"
 
 
+def _raise_open_files_limit() -> None:
+    """One socket per stream: allow as many as the hard limit does."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 async def serve(config: ReplicaConfig, *, ready_message: bool = True) -> None:
     """Run a replica until SIGINT/SIGTERM."""
     import signal
 
+    _raise_open_files_limit()
     server = ReplicaServer(config)
     await server.start()
     if ready_message:
