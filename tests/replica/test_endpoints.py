@@ -183,3 +183,32 @@ async def test_sglang_info_endpoints_for_sglang_router(replica: ReplicaProcess) 
         async with s.get(replica.url + "/get_server_info") as r:
             info = await r.json()
             assert info["context_length"] == 8192 and info["max_running_requests"] >= 1
+
+
+async def test_kv_pressure_shows_in_metrics() -> None:
+    # 64 blocks x 16 tokens of KV; 12 requests of 100 + 200 tokens need far more.
+    flags = ("--step-time", "base_s=0.002", "--num-gpu-blocks-override", "64",
+             "--max-model-len", "1024")  # fmt: skip
+    with ReplicaProcess(*flags) as rep:
+        async with aiohttp.ClientSession() as s:
+
+            async def one(i: int) -> int:
+                body = {"model": MODEL, "prompt": " ".join(["w"] * 99 + [str(i)]),
+                        "max_tokens": 200}  # fmt: skip
+                async with s.post(rep.url + "/v1/completions", json=body) as r:
+                    return int((await r.json())["usage"]["completion_tokens"])
+
+            tasks = [asyncio.create_task(one(i)) for i in range(12)]
+            peak_usage = peak_waiting = 0.0
+            while not all(t.done() for t in tasks):
+                async with s.get(rep.url + "/metrics") as r:
+                    m = scrape(await r.text())
+                peak_usage = max(peak_usage, m[key("vllm:kv_cache_usage_perc")])
+                peak_waiting = max(peak_waiting, m[key("vllm:num_requests_waiting")])
+                await asyncio.sleep(0.02)
+            assert [t.result() for t in tasks] == [200] * 12
+            async with s.get(rep.url + "/metrics") as r:
+                m = scrape(await r.text())
+    assert m[key("vllm:num_preemptions_total")] > 0
+    assert peak_usage > 0.9 and peak_waiting > 0
+    assert m[key("vllm:prefix_cache_hits_total")] > 0  # the shared 99-word prefix
