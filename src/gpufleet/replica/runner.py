@@ -15,6 +15,10 @@ from collections.abc import Callable
 
 from gpufleet.engine import Engine, EngineRequest, FinishReason, StepOutcome
 
+# Steps at least this long (wall) end to the sub-millisecond; shorter ones within the
+# event loop's timer tick, which spares the CPU of replicas stepping every few ms.
+_PRECISE_STEP_S = 0.008
+
 
 class RequestStream:
     """The replica-side end of one engine request.
@@ -147,15 +151,18 @@ class EngineRunner:
             if outcome.duration_s <= 0.0 and not outcome.emitted:
                 await asyncio.sleep(0.001)  # nothing schedulable right now; never spin
                 continue
-            self._target_wall_s += outcome.duration_s * self.time_scale * self.slow_factor
+            step_wall_s = outcome.duration_s * self.time_scale * self.slow_factor
+            self._target_wall_s += step_wall_s
             target = self._target_wall_s
             delay = target - clock()
-            if delay > 0.001:
-                await asyncio.sleep(delay - 0.0005)  # timers fire up to 1 ms late
+            if step_wall_s < _PRECISE_STEP_S:
+                await asyncio.sleep(max(delay, 0.0))  # 0: behind, still let handlers run
             else:
-                await asyncio.sleep(0)  # behind schedule: still let handlers and I/O run
-            while clock() < target:
-                await asyncio.sleep(0)  # the last fraction of a millisecond: yield, not sleep
+                # Event-loop timers tick in whole milliseconds: wake a little early and
+                # yield until the step's end, so a long step ends to the sub-millisecond.
+                await asyncio.sleep(delay - 0.0005 if delay > 0.001 else 0.0)
+                while clock() < target:
+                    await asyncio.sleep(0)
             self.step_wall_s = clock()
             if self.on_step is not None:
                 self.on_step(outcome)
