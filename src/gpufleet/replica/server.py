@@ -27,6 +27,7 @@ import json
 import os
 import time
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -407,11 +408,16 @@ class ReplicaServer:
         assert self.runner is not None
         prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
         request_id = prefix + uuid.uuid4().hex
+        seed = None
+        if params.seed is not None:
+            # the same seed and prompt give the same answer; another prompt, another one
+            ids = params.prompt_token_ids
+            seed = zlib.crc32(repr((params.seed, len(ids), ids[:8], ids[-8:])).encode())
         req = EngineRequest(
             request_id,
             params.prompt_token_ids,
             params.max_tokens,
-            seed=params.seed,
+            seed=seed,
             stop_after_tokens=params.stop_after_tokens,
         )
         stream = self.runner.submit(req)
