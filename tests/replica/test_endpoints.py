@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import aiohttp
@@ -179,7 +180,10 @@ async def test_startup_health_and_faults() -> None:
 async def test_sglang_info_endpoints_for_sglang_router(replica: ReplicaProcess) -> None:
     async with aiohttp.ClientSession() as s:
         async with s.get(replica.url + "/get_model_info") as r:
-            assert (await r.json())["model_path"] == MODEL
+            info = await r.json()
+            assert info["served_model_name"] == MODEL
+            # a local tokenizer directory a router can load without a model hub
+            assert os.path.exists(os.path.join(info["model_path"], "tokenizer.json"))
         async with s.get(replica.url + "/get_server_info") as r:
             info = await r.json()
             assert info["context_length"] == 8192 and info["max_running_requests"] >= 1

@@ -7,7 +7,9 @@ Endpoints (as vLLM serves them):
   GET  /metrics                                 Prometheus text, vLLM's names and buckets
   GET  /version, GET /load, POST /tokenize, POST /detokenize, GET|POST /ping
   GET  /get_model_info, /get_server_info (and /model_info, /server_info): SGLang's, which
-       sglang-router asks every worker for when it registers it
+       sglang-router asks every worker for when it registers it; their model_path is a
+       local directory with this replica's tokenizer (tokenizer.json), so the router loads
+       it from there instead of asking a model hub
 
 Fault injection, for testing gateways and autoscalers (also settable by CLI flags):
   GET  /admin/faults                            the current faults as JSON
@@ -121,6 +123,7 @@ class ReplicaServer:
         self._ready_at = 0.0
         self._in_flight = 0
         self._site_runner: web.AppRunner | None = None
+        self._tokenizer_dir: str | None = None
         # Token id -> its JSON-ready bytes (vocabulary words need no escaping).
         self._token_bytes = [(" " + w).encode() for w in self.tokenizer.vocab]
         self.app = self._build_app()
@@ -214,11 +217,33 @@ class ReplicaServer:
     async def version(self, request: web.Request) -> web.Response:
         return _json({"version": VLLM_API_VERSION, "gpufleet_version": __version__})
 
+    def tokenizer_dir(self) -> str:
+        """This replica's tokenizer as a Hugging Face directory (written once, on demand), so
+        that routers which load a worker's tokenizer read it locally instead of a hub."""
+        if self._tokenizer_dir is None:
+            import tempfile
+
+            spec = json.dumps(self.tokenizer.to_hf_tokenizer_json(), sort_keys=True).encode()
+            name = f"gpufleet-tokenizer-{zlib.crc32(spec):08x}"  # changes with the tokenizer
+            path = os.path.join(tempfile.gettempdir(), name)
+            if not os.path.exists(os.path.join(path, "tokenizer.json")):
+                # written aside and renamed, so a reader never sees half a directory
+                tmp = tempfile.mkdtemp(prefix="gpufleet-tokenizer-")
+                self.tokenizer.save_hf_directory(tmp)
+                try:
+                    os.rename(tmp, path)
+                except OSError:  # another replica was first
+                    import shutil
+
+                    shutil.rmtree(tmp, ignore_errors=True)
+            self._tokenizer_dir = path
+        return self._tokenizer_dir
+
     async def model_info(self, request: web.Request) -> web.Response:
         return _json(
             {
-                "model_path": self.model_name,
-                "tokenizer_path": self.model_name,
+                "model_path": self.tokenizer_dir(),
+                "tokenizer_path": self.tokenizer_dir(),
                 "is_generation": True,
                 "served_model_name": self.model_name,
             }
@@ -228,7 +253,8 @@ class ReplicaServer:
         cfg = self.config.engine_config
         return _json(
             {
-                "model_path": self.model_name,
+                "model_path": self.tokenizer_dir(),
+                "tokenizer_path": self.tokenizer_dir(),
                 "served_model_name": self.model_name,
                 "tp_size": self.config.tp,
                 "pp_size": cfg.pipeline_stages,
