@@ -216,3 +216,17 @@ async def test_kv_pressure_shows_in_metrics() -> None:
     assert m[key("vllm:num_preemptions_total")] > 0
     assert peak_usage > 0.9 and peak_waiting > 0
     assert m[key("vllm:prefix_cache_hits_total")] > 0  # the shared 99-word prefix
+
+
+async def test_http_1_0_client_gets_a_whole_stream(replica: ReplicaProcess) -> None:
+    host, port = replica.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    body = b'{"prompt": "a b", "max_tokens": 3, "stream": true}'
+    writer.write(
+        b"POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    data = await asyncio.wait_for(reader.read(), timeout=30)  # until the server closes
+    writer.close()
+    assert data.startswith(b"HTTP/1.0 200") or data.startswith(b"HTTP/1.1 200")
+    assert data.count(b'"text":') == 3 and data.rstrip().endswith(b"data: [DONE]")

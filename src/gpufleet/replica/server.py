@@ -599,7 +599,9 @@ class ReplicaServer:
                 "Cache-Control": "no-cache",
             }
         )
-        resp.enable_chunked_encoding()
+        chunked = request.version >= (1, 1)  # HTTP/1.0: no chunks, the close ends the body
+        if chunked:
+            resp.enable_chunked_encoding()
         await resp.prepare(request)
         created = int(time.time())
         model_json = json.dumps(params.model)
@@ -689,7 +691,7 @@ class ReplicaServer:
             return out + end + usage_tail(stream.sent)
 
         transport = request.transport
-        if not params.stop and transport is not None:
+        if chunked and not params.stop and transport is not None:
             # Fast path: the runner writes each step's chunk straight to the socket (HTTP
             # chunked framing done here), so a token costs no task switch; this handler
             # only wakes at the end to write the usage chunk and [DONE].
