@@ -30,6 +30,7 @@ import os
 import time
 import uuid
 import zlib
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -695,6 +696,11 @@ class ReplicaServer:
             # Fast path: the runner writes each step's chunk straight to the socket (HTTP
             # chunked framing done here), so a token costs no task switch; this handler
             # only wakes at the end to write the usage chunk and [DONE].
+            runner = self.runner
+            assert runner is not None
+            itl = self.metrics.itl
+            itl_bounds, itl_counts = itl.bounds, itl.counts
+
             def push(_: RequestStream) -> None:
                 if transport.is_closing():
                     return
@@ -702,6 +708,23 @@ class ReplicaServer:
                     # A slow reader: hand back to the handler, whose writes wait for drain.
                     stream.on_tokens = None
                     stream.wake()
+                    return
+                sent = stream.sent
+                last_s = stream.last_token_wall_s
+                if (
+                    plain
+                    and stream.available == sent + 1
+                    and last_s is not None
+                    and not stream.ended
+                ):
+                    # the hot path, one token mid-stream, inlined: ITL, chunk, write
+                    now = runner.step_wall_s
+                    itl_counts[bisect_left(itl_bounds, now - last_s)] += 1
+                    itl.sum += now - last_s
+                    stream.last_token_wall_s = now
+                    stream.sent = sent + 1
+                    data = token_open + token_bytes[all_ids[base + sent]] + token_close
+                    transport.write(b"%x\r\n%b\r\n" % (len(data), data))
                     return
                 data = produce()
                 if data:
