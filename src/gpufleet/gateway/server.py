@@ -619,7 +619,12 @@ class Gateway:
         return resp
 
     def _discovering(self) -> bool:
-        """Whether some replica's models are not known yet (it may serve the model asked for)."""
+        """Whether some replica's models are not known yet (it may serve the model asked for).
+
+        With `models:` configured, that list is the truth: unknown models are 404 at once.
+        """
+        if self.served_models:
+            return False
         return any(not r.models and r.state is not ReplicaState.DRAINING for r in self.replicas)
 
     async def _wait_for_replicas(
