@@ -338,3 +338,12 @@ async def test_raw_http_pipelining_expect_and_garbage(
     data = await _raw_exchange(gw.port, b"NOT HTTP AT ALL\r\n\r\n")
     assert data.startswith(b"HTTP/1.1 400")
     assert json.loads(data.split(b"\r\n\r\n", 1)[1])["error"]["code"] == 400
+
+
+async def test_slow_body_gets_408(stubs: list[StubBackend], make_gateway: GatewayFactory) -> None:
+    gw = await make_gateway([stubs[0].url], limits={"client_body_timeout_s": 0.2})
+    assert gw.port is not None
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{"
+    data = await _raw_exchange(gw.port, head)  # the rest of the body never comes
+    assert data.startswith(b"HTTP/1.1 408")
+    assert json.loads(data.split(b"\r\n\r\n", 1)[1])["error"]["code"] == 408

@@ -160,12 +160,12 @@ class FastConnection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._write_paused = False
         self._drain: asyncio.Future[None] | None = None
+        self.last_active_s = self.loop.time()
 
     # -- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.front.connections.add(self)
-        self._arm(KEEPALIVE_S)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -199,8 +199,14 @@ class FastConnection(asyncio.Protocol):
                 self._hand_over()
                 return
             self._fail(400, "malformed HTTP request")
+            return
         except httptools.HttpParserError:
             self._fail(400, "malformed HTTP request")
+            return
+        self.last_active_s = self.loop.time()
+        if self._in_message and self._timer is None:
+            # Only a request split over several reads needs a timer (slow-body guard).
+            self._timer = self.loop.call_later(self.front.body_timeout_s, self._on_timer)
 
     # -- httptools callbacks ------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -214,7 +220,6 @@ class FastConnection(asyncio.Protocol):
         self._body_bytes = 0
         self._reject = None
         self._target = None
-        self._arm(self.front.body_timeout_s)
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -310,8 +315,6 @@ class FastConnection(asyncio.Protocol):
             return
         if self._queue:
             self._next()
-        elif not self._in_message:
-            self._arm(KEEPALIVE_S)
 
     # -- writing --------------------------------------------------------------------------
     def write(self, data: bytes) -> None:
@@ -344,17 +347,17 @@ class FastConnection(asyncio.Protocol):
         self._timer = None
         if self._in_message:
             self._fail(408, "timed out reading the request")
-        elif self._task is None and not self._queue:
-            self.close()  # idle keep-alive connection
-
-    def _arm(self, delay_s: float) -> None:
-        self._disarm()
-        self._timer = self.loop.call_later(delay_s, self._on_timer)
 
     def _disarm(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+    def idle_for_s(self, now_s: float) -> float:
+        """Seconds since the last byte came in, while no request is open; else 0."""
+        if self._in_message or self._task is not None or self._queue:
+            return 0.0
+        return now_s - self.last_active_s
 
     def close(self) -> None:
         if not self.closed and self.transport is not None:
@@ -398,6 +401,16 @@ class FastFront:
 
     def protocol(self) -> FastConnection:
         return FastConnection(self)
+
+    async def sweep_idle(self, keepalive_s: float = KEEPALIVE_S) -> None:
+        """Close keep-alive connections idle for longer than keepalive_s (one timer for all,
+        instead of one per request)."""
+        while True:
+            await asyncio.sleep(min(10.0, keepalive_s))
+            now_s = self.loop.time()
+            for conn in list(self.connections):
+                if conn.idle_for_s(now_s) > keepalive_s:
+                    conn.close()
 
     def close_all(self) -> None:
         for conn in list(self.connections):

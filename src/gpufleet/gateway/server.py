@@ -199,6 +199,7 @@ class Gateway:
                 self._front.protocol, self.host, listen_port, backlog=2048, reuse_address=True
             )
             sockets: Any = self._server.sockets
+            self._tasks.append(asyncio.create_task(self._front.sweep_idle(), name="gateway-idle"))
         else:
             site = web.TCPSite(self._runner, self.host, listen_port, backlog=2048,
                                reuse_address=True)  # fmt: skip
@@ -208,7 +209,7 @@ class Gateway:
         if self.config_path:
             with contextlib.suppress(OSError):
                 self._config_mtime = Path(self.config_path).stat().st_mtime
-        self._tasks = [
+        self._tasks += [
             asyncio.create_task(self._probe_loop(), name="gateway-probes"),
             asyncio.create_task(self._scrape_loop(), name="gateway-scrapes"),
         ]
