@@ -145,6 +145,12 @@ class BenchConfig:
         ]
         if len(kinds) > 1:
             raise bad(kinds[1], f"cannot combine {' and '.join(kinds)}", "choose one workload")
+        if self.trace and (not math.isinf(self.rate) or self.ramp is not None):
+            raise bad(
+                "--rate" if self.ramp is None else "--ramp",
+                "a trace is replayed at its own timestamps",
+                "drop --rate/--ramp; use --speedup to replay faster or slower",
+            )
         if self.prefix_groups is not None and self.prefix_groups < 1:
             raise bad("--prefix-groups", "must be at least 1", "a positive number of groups")
         if self.prefix_tokens < 0:
