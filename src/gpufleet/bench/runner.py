@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from time import perf_counter
 from typing import Any
 
@@ -287,11 +287,18 @@ async def run_benchmark(
 ) -> BenchReport:
     """Run one benchmark. `conversations` replaces the workload the config describes."""
     config.validate()
+    n_convs: int | None = None  # conversations the arrival process spreads (None: unbounded)
     if conversations is not None:
-        convs: Iterator[Conversation] = iter(conversations)
         planned = config.num_requests
+        if isinstance(conversations, Sized):
+            n_convs = len(conversations)
+            total = sum(c.num_requests for c in conversations)
+            planned = min(planned, total) if planned is not None else total
+        convs: Iterator[Conversation] = iter(conversations)
     else:
         convs, planned = build_conversations(config)
+        if planned is not None:
+            n_convs = config.sessions if config.sessions is not None else planned
     root = base_url(config.url)
     url = root + ENDPOINT_PATHS[config.endpoint]
     headers = {"Content-Type": "application/json"}
@@ -318,9 +325,6 @@ async def run_benchmark(
                 assert config.concurrency is not None
                 await run.closed_loop(convs, config.concurrency)
             else:
-                n_convs = None
-                if planned is not None:
-                    n_convs = config.sessions if config.sessions is not None else planned
                 await run.open_loop(convs, _offsets(config, n_convs))
         finally:
             duration_s = perf_counter() - run.t0
