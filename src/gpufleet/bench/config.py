@@ -51,6 +51,7 @@ class BenchConfig:
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
     seed: int = 0
     scrape_metrics: bool = True
+    extra_metrics_urls: tuple[str, ...] = ()  # also scraped, e.g. the replicas behind a gateway
     label: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -161,6 +162,11 @@ class BenchConfig:
             raise bad("--turns", "must be at least 1", "turns per session")
         if not self.speedup > 0:
             raise bad("--speedup", "must be positive", "1 replays at the trace's own pace")
+        for u in self.extra_metrics_urls:
+            if not u.startswith(("http://", "https://")):
+                raise bad(
+                    "--metrics-url", f"{u!r} is not an http(s) URL", "e.g. http://127.0.0.1:8001"
+                )
         if self.warmup_requests < 0:
             raise bad("--warmup", "must be >= 0", "a number of requests")
         if not self.timeout_s > 0:
