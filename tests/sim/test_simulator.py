@@ -236,3 +236,23 @@ def test_one_replica_agrees_with_a_bare_engine_and_the_planner(clients: int) -> 
     assert s["request_throughput"] == pytest.approx(pred.requests_per_s, rel=0.15)
     if clients == 1:
         assert s["ttft_ms"]["mean"] == pytest.approx(pred.ttft_s * 1000, rel=0.2)
+
+
+def test_sweep_over_autoscaling_policies_in_processes() -> None:
+    from gpufleet.sim.scenario import run_many
+
+    base = Scenario(
+        rate_steps=((1.0, 20.0), (12.0, 30.0), (0.5, 60.0)), input_tokens=800,
+        output_tokens=80, min_replicas=1, max_replicas=4, startup_s=5.0, seed=2,
+    )  # fmt: skip
+    names = ["default", "hpa", "queue_depth"]
+    runs = run_many([base.with_field("autoscale", n).with_field("name", n) for n in names], 2)
+    assert [r["scenario"] for r in runs] == names
+    for r in runs:
+        assert r["completed"] + r["failed"] == r["requests"] > 0
+        assert r["scaling_decisions"] > 0 and r["replica_seconds"] > 0
+        assert r["fleet_timeline"][0][1] == 1  # starts from min_replicas ready
+    # The same scenario run here, in this process, gives the same figures.
+    again = run_scenario(base.with_field("autoscale", "hpa").with_field("name", "hpa"))
+    assert again["ttft_ms"] == runs[1]["ttft_ms"]
+    assert again["scaling_changes"] == runs[1]["scaling_changes"]

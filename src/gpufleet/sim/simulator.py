@@ -156,6 +156,7 @@ class SimResult:
     end_s: float
     events: int
     wall_s: float
+    cpu_s: float = 0.0  # this process's CPU time (the machine may be shared)
     fleet_size: list[tuple[float, int, int]] = field(default_factory=list)  # (t, ready, total)
 
     @property
@@ -221,6 +222,7 @@ class FleetSimulator:
 
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
+        cpu0 = time.process_time()
         cfg = self.config
         startup = 0.0
         for _ in range(cfg.replicas):
@@ -272,6 +274,7 @@ class FleetSimulator:
             end_s=end_s,
             events=count,
             wall_s=time.perf_counter() - wall0,
+            cpu_s=time.process_time() - cpu0,
             fleet_size=self._fleet_size,
         )
 
