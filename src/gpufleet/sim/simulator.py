@@ -34,6 +34,7 @@ from gpufleet.autoscale.decision import ScalingDecision, ScalingPolicy
 from gpufleet.autoscale.gateway_link import fleet_signals
 from gpufleet.engine import Engine, EngineConfig, EngineRequest
 from gpufleet.gateway.metrics import RecentWindow
+from gpufleet.gateway.policies import policy_needs_prefix
 from gpufleet.plan.step_time import StepTimeModel
 from gpufleet.routing.prefix import DEFAULT_BYTES_PER_TOKEN, ROUTING_BLOCK_BYTES
 from gpufleet.routing.types import (
@@ -192,8 +193,8 @@ class FleetSimulator:
         self.config = config
         self.requests = list(requests)
         self.routing = routing
-        if needs_prefix is None:
-            needs_prefix = bool(getattr(routing, "uses_prefix_hashes", False))
+        if needs_prefix is None:  # hash prompts only for policies that read them, as live
+            needs_prefix = policy_needs_prefix(routing)
         self.needs_prefix = needs_prefix
         eng = config.engine
         self._engine_hasher = SegmentHasher(eng.block_size) if eng.enable_prefix_caching else None
@@ -214,6 +215,10 @@ class FleetSimulator:
         self._arrivals_left = 0
         self._next_request = 0  # closed loop: next request to hand a client
         self._fleet_size: list[tuple[float, int, int]] = []
+        # Multi-turn sessions: request index -> the next turn, sent when it ends.
+        self._followers: dict[int, int] = {
+            r.after: r.index for r in self.requests if r.after is not None
+        }
 
     # ------------------------------------------------------------------ events
     def _push(self, t: float, kind: int, payload: Any = None) -> None:
@@ -229,6 +234,8 @@ class FleetSimulator:
             self._start_replica(0.0, startup)
         self._record_fleet()
         if cfg.closed_loop_clients:
+            if self._followers:
+                raise ValueError("closed-loop clients cannot replay multi-turn sessions")
             n = min(cfg.closed_loop_clients, len(self.requests))
             for _ in range(n):
                 self._push(0.0, ARRIVAL, self._next_request)
@@ -236,7 +243,8 @@ class FleetSimulator:
             self._arrivals_left = len(self.requests)
         else:
             for r in self.requests:
-                self._push(r.arrival_s, ARRIVAL, r.index)
+                if r.after is None:
+                    self._push(r.arrival_s, ARRIVAL, r.index)
             self._arrivals_left = len(self.requests)
         self._push(cfg.scrape_interval_s, SCRAPE)
         if cfg.autoscale is not None:
@@ -360,10 +368,29 @@ class FleetSimulator:
     def _fail(self, live: _Live, error: str) -> None:
         live.result.error = error
         self._results.append(live.result)
-        self._client_done()
+        self._client_done(live.req.index, ok=False)
 
-    def _client_done(self) -> None:
-        """Closed loop: the client whose request just ended sends its next one now."""
+    def _client_done(self, index: int, ok: bool = True) -> None:
+        """The client whose request just ended sends its next one now: the session's next
+        turn (or, after a failure, none: every later turn is counted as not sent), or in
+        a closed loop the next request."""
+        nxt = self._followers.get(index)
+        while nxt is not None:
+            if ok:
+                self._push(self.now_s, ARRIVAL, nxt)
+                return
+            req = self.requests[nxt]
+            self._arrivals_left -= 1
+            self._results.append(
+                RequestResult(
+                    index=nxt,
+                    arrival_s=self.now_s,
+                    input_tokens=req.input_tokens,
+                    output_tokens=0,
+                    error="previous_turn_failed",
+                )
+            )
+            nxt = self._followers.get(nxt)
         if self.config.closed_loop_clients and self._next_request < len(self.requests):
             self._push(self.now_s, ARRIVAL, self._next_request)
             self._next_request += 1
@@ -419,7 +446,7 @@ class FleetSimulator:
             tpot = res.tpot_s
             if tpot is not None:
                 self._tpot_window.add(now, tpot)
-            self._client_done()
+            self._client_done(live.req.index)
         if replica.stopped_at_s is not None:
             replica.stepping = False
             return
