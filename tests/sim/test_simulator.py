@@ -280,6 +280,16 @@ def test_sessions_send_each_turn_after_the_last_and_affinity_keeps_their_cache()
                 assert by_index[req.index].arrival_s == prev.finished_s
     hit = {n: summarize(r)["prefix_cache_hit_rate"] for n, r in results.items()}
     assert hit["session"] > hit["round_robin"] + 0.1, hit
+    # One replica with room for everything: each turn finds the whole previous turn (its
+    # prompt and the answer the engine generated) in the cache, to the last full block.
+    one = summarize(run(config(replicas=1), reqs))
+    by_index = {r.index: r for r in reqs}
+    reusable = sum(
+        (by_index[r.after].input_tokens + by_index[r.after].output_tokens) // 16 * 16
+        for r in reqs
+        if r.after is not None
+    )
+    assert one["prefix_cache_hits_tokens"] == reusable
 
 
 def test_a_failed_turn_ends_its_session_and_the_rest_is_counted() -> None:

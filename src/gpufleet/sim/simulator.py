@@ -47,6 +47,7 @@ from gpufleet.routing.types import (
 from gpufleet.sim.prompts import SegmentHasher, placeholder_token_ids
 from gpufleet.sim.replica import SimReplica
 from gpufleet.sim.workload import SimRequest
+from gpufleet.tokenizer import block_hashes
 
 # At equal times: hand out a step's tokens first, then new replicas, scrapes, arrivals,
 # idle engines waking for them (so requests arriving at one instant share a first step, as
@@ -215,6 +216,7 @@ class FleetSimulator:
         self._arrivals_left = 0
         self._next_request = 0  # closed loop: next request to hand a client
         self._fleet_size: list[tuple[float, int, int]] = []
+        self._turn_tokens: dict[int, tuple[list[int], list[int]]] = {}
         # Multi-turn sessions: request index -> the next turn, sent when it ends.
         self._followers: dict[int, int] = {
             r.after: r.index for r in self.requests if r.after is not None
@@ -330,13 +332,10 @@ class FleetSimulator:
         replica.requests_routed += 1
         self.routing.on_started(live.info, chosen)
         req = live.req
-        n_in = req.input_tokens
-        block_hashes = (
-            self._engine_hasher.hashes(req.segments) if self._engine_hasher is not None else None
-        )
+        tokens, block_hashes = self._engine_prompt(req)
         ereq = EngineRequest(
             live.info.request_id,
-            placeholder_token_ids(n_in),
+            tokens,
             req.output_tokens,
             seed=self.config.seed * 1_000_003 + req.index,
             prompt_block_hashes=block_hashes,
@@ -354,6 +353,24 @@ class FleetSimulator:
         if not replica.stepping:
             replica.stepping = True  # woken below, once this instant's arrivals are in
             self._push(now, WAKE, replica)
+
+    def _engine_prompt(self, req: SimRequest) -> tuple[list[int], list[int] | None]:
+        """Token ids and engine block hashes of a prompt. A session's next turn starts with
+        the previous turn's own tokens (its prompt and the answer the engine generated), so
+        the engine finds the answer's cached blocks as a live replica would."""
+        prev = self._turn_tokens.pop(req.after, None) if req.after is not None else None
+        hasher = self._engine_hasher
+        if prev is None:
+            hashes = hasher.hashes(req.segments) if hasher is not None else None
+            return placeholder_token_ids(req.input_tokens), hashes
+        prev_tokens, prev_hashes = prev
+        tokens = prev_tokens + placeholder_token_ids(req.input_tokens - len(prev_tokens))
+        if hasher is None:
+            return tokens, None
+        bs = hasher.block_tokens
+        k = min(len(prev_hashes), len(prev_tokens) // bs)
+        parent = prev_hashes[k - 1] if k else 0
+        return tokens, prev_hashes[:k] + block_hashes(tokens[k * bs :], bs, parent)
 
     def _on_queue_timeout(self, live: _Live) -> None:
         if live.replica is not None or live.result.error is not None:
@@ -437,6 +454,8 @@ class FleetSimulator:
             res.prefix_hit_tokens = ereq.num_prefix_hit_tokens
             res.preemptions = ereq.num_preemptions
             self._results.append(res)
+            if live.req.index in self._followers:  # the next turn resends these tokens
+                self._turn_tokens[live.req.index] = (ereq.all_token_ids, ereq.block_hashes)
             replica.live_ids.discard(ereq.request_id)
             replica.change_in_flight(now, -1)
             self.routing.on_finished(live.info, view, True)
