@@ -128,8 +128,12 @@ def markdown(report: dict[str, Any]) -> str:
     out = "\n".join(lines)
     skipped = report["unmodelled"]
     out += f"\n\nUnmodelled rows: {skipped['count']}"
-    for item in skipped["rows"][:20]:
-        out += f"\n- {item['id']}: {item['reason']}"
+    by_reason: dict[str, list[str]] = defaultdict(list)
+    for item in skipped["rows"]:
+        by_reason[item["reason"]].append(item["id"])
+    for reason, ids in sorted(by_reason.items()):
+        shown = ", ".join(ids[:3]) + (f", … ({len(ids)} rows)" if len(ids) > 3 else "")
+        out += f"\n- {reason}: {shown}"
     return out
 
 

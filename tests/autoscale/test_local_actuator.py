@@ -133,7 +133,16 @@ async def test_crashed_replica_is_restarted_on_its_port(actuator: LocalProcessAc
     async with aiohttp.ClientSession() as s:
         with pytest.raises(aiohttp.ClientError):
             await s.post(f"{r.url}/exit")
-    await wait_for(lambda: r.restarts == 1 and r.state == ReplicaState.READY)
+    seen: set[ReplicaState] = set()
+
+    def restarted() -> bool:
+        seen.add(r.state)
+        return r.restarts == 1 and r.state == ReplicaState.READY
+
+    await wait_for(restarted)
+    # Between the crash and the restart it counts as starting, never as gone: the
+    # controller must not start another replica in its place.
+    assert ReplicaState.STARTING in seen and ReplicaState.DEAD not in seen
     assert r.pid != first_pid and r.url == url
     rec = actuator.registry
     assert isinstance(rec, Recorder)

@@ -146,10 +146,14 @@ def test_no_scale_in_while_replicas_are_starting_or_load_is_rising() -> None:
 
 
 def test_learns_a_smaller_capacity_from_a_queueing_replica() -> None:
-    p = policy(capacity_per_replica=256)
-    # The replica runs 4 and queues 4 more: it batches 4, not 256.
-    d = p.decide(0.0, fleet([(4, 4, 0.5)]))
-    assert p.capacity == 4
+    p = policy(capacity_per_replica=256, learn_min_observations=3)
+    # One snapshot of a replica running 2 with 6 waiting may catch requests between steps.
+    p.decide(0.0, fleet([(2, 6, 0.1)]))
+    assert p.capacity == 256
+    # Replicas keep running 4 and queueing more: they batch 4, not 256.
+    p.decide(1.0, fleet([(4, 4, 0.5)]))
+    d = p.decide(2.0, fleet([(4, 4, 0.5)]))
+    assert p.capacity == 4  # the largest batch seen while queueing
     assert d.desired_replicas == 3  # 8 × 1.1 / 4 → 3
 
 
@@ -159,3 +163,15 @@ def test_scale_from_zero_on_gateway_queue() -> None:
     assert d.desired_replicas == 1
     d = DefaultPolicy(ReplicaBounds(0, 4), capacity_per_replica=8).decide(0.0, fleet([]))
     assert d.desired_replicas == 0
+
+
+def test_no_scale_in_within_a_peak_window_of_saturation() -> None:
+    # The averages say N−1 fits (peak 20 ≤ 3 × 8 with no headroom), but one replica queued
+    # requests 5 s ago (uneven routing): removing one now would flap back.
+    p = policy(headroom_fraction=0.0, scale_in_stabilization_s=0.0, scale_in_cooldown_s=0.0)
+    p.decide(0.0, fleet([(8, 1, 0.3), (6, 0, 0.3), (5, 0, 0.3), (0, 0, 0.0)]))
+    d = p.decide(5.0, fleet(even(4, 20)))
+    assert d.desired_replicas == 4
+    assert "saturated 5 s ago" in d.reason
+    d = p.decide(21.0, fleet(even(4, 20)))  # a whole peak window later
+    assert d.desired_replicas == 3, d.reason

@@ -45,6 +45,7 @@ class BenchConfig:
     ignore_eos: bool = False
     extra_body: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = 600.0
+    warmup_requests: int = 0  # sent and discarded before the measured run
     # reporting
     goodput_slo_ms: dict[str, float] = field(default_factory=dict)
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
@@ -154,6 +155,8 @@ class BenchConfig:
             raise bad("--turns", "must be at least 1", "turns per session")
         if not self.speedup > 0:
             raise bad("--speedup", "must be positive", "1 replays at the trace's own pace")
+        if self.warmup_requests < 0:
+            raise bad("--warmup", "must be >= 0", "a number of requests")
         if not self.timeout_s > 0:
             raise bad("--timeout", "must be positive", "seconds per request")
         for p in self.percentiles:

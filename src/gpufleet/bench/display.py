@@ -111,7 +111,8 @@ def server_table(report: BenchReport) -> Table:
         t.add_row(k, f"{v:.1%}" if k.endswith("_rate") else _f(v, 0))
     for replica, series in sorted(report.server.per_replica().items()):
         for name, v in series.items():
-            t.add_row(f"replica {replica}: {name}", _f(v, 0))
+            if v:  # zero deltas stay in --json
+                t.add_row(f"replica {replica}: {name}", _f(v, 0))
     if not known:
         for shown, (name, v) in enumerate(report.server.to_dict()["counter_deltas"].items()):
             if shown >= 15:

@@ -141,6 +141,36 @@ async def scrape_counters(
         return None, f"/metrics not in Prometheus text format: {e}"
 
 
+async def warm_up(
+    session: aiohttp.ClientSession,
+    config: BenchConfig,
+    url: str,
+    headers: dict[str, str],
+    model: str,
+) -> None:
+    """Send `config.warmup_requests` requests of the run's size and discard them.
+
+    Their prompts are unique (their own seed), so they warm connections and the server
+    without pre-filling the prefix cache with the measured prompts.
+    """
+    convs = random_conversations(
+        config.warmup_requests,
+        max(1, config.input_tokens),
+        config.output_tokens,
+        seed=config.seed + 1_000_003,
+    )
+    width = max(1, min(config.warmup_requests, config.concurrency or config.max_concurrency or 8))
+    sem = asyncio.Semaphore(width)
+
+    async def one(conv: Conversation) -> None:
+        history = ConversationHistory(config.endpoint, model, ignore_eos=config.ignore_eos)
+        body, _ = history.request(conv.turns[0])
+        async with sem:
+            await stream_request(session, url, body, headers, RequestRecord())
+
+    await asyncio.gather(*(one(c) for c in convs))
+
+
 class _Run:
     """The state of one run: the budget, the records, the concurrency cap."""
 
@@ -181,12 +211,13 @@ class _Run:
             extra=self.config.extra_body or None,
         )
         for t, turn in enumerate(conv.turns):
-            # The first turn was admitted by the dispatcher; later turns need budget and time.
-            if t > 0 and not self.may_send():
-                return
             if t > 0:
+                # The dispatcher admitted (and counted) the first turn; later ones need
+                # budget and time of their own.
+                if not self.may_send():
+                    return
+                self.sent += 1
                 scheduled_s = perf_counter()
-            self.sent += t > 0
             body, prompt_tokens = history.request(turn)
             rec = RequestRecord(
                 conversation_id=conv.id,
@@ -207,6 +238,8 @@ class _Run:
             if not rec.ok:
                 return  # no answer to carry into the next turn
             history.add_answer(rec.text)
+            if rec.usage_completion_tokens:
+                rec.text = ""  # counted by the server; keeps long runs small in memory
 
     async def open_loop(self, convs: Iterator[Conversation], offsets: Iterator[float]) -> None:
         tasks: set[asyncio.Task[None]] = set()
@@ -269,6 +302,8 @@ async def run_benchmark(
     timeout = aiohttp.ClientTimeout(total=config.timeout_s)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         model = config.model or await resolve_model(session, root, headers)
+        if config.warmup_requests:
+            await warm_up(session, config, url, headers, model)
         before, note = (None, "scraping disabled")
         if config.scrape_metrics:
             before, note = await scrape_counters(session, root, headers)

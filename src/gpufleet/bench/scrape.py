@@ -2,8 +2,8 @@
 
 Any counter the target exposes is reported generically (`name{labels}` → increase); the
 ones gpufleet understands are also named: vLLM's prefix-cache hits and queries (hence the
-hit rate), preemptions, prompt and generation tokens, and the gateway's retries and
-per-replica counts (`gpufleet_gateway_*` series with a `replica` label).
+hit rate), preemptions, prompt and generation tokens, and the gateway's retries, errors and
+ejections and its per-replica counts (`gpufleet_gateway_*` series with a `replica` label).
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ class ServerMetricsDelta:
 
     @property
     def gateway_retries(self) -> float | None:
-        return _sum_named(self.deltas, "gpufleet_gateway_retries_total")
+        """Requests the gateway retried on another replica (summed over replicas)."""
+        return _sum_named(self.deltas, "gpufleet_gateway_replica_retries_total")
 
     def per_replica(self) -> dict[str, dict[str, float]]:
         """Gateway series by their `replica` label: {replica: {series name: delta}}."""
@@ -98,6 +99,12 @@ class ServerMetricsDelta:
             "prompt_tokens": _sum_named(self.deltas, "vllm:prompt_tokens_total"),
             "generation_tokens": _sum_named(self.deltas, "vllm:generation_tokens_total"),
             "gateway_retries": self.gateway_retries,
+            "gateway_replica_errors": _sum_named(
+                self.deltas, "gpufleet_gateway_replica_errors_total"
+            ),
+            "gateway_ejections": _sum_named(
+                self.deltas, "gpufleet_gateway_replica_ejections_total"
+            ),
         }
 
     def to_dict(self) -> dict[str, Any]:

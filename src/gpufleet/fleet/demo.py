@@ -28,7 +28,7 @@ def demo_fleet_data() -> dict[str, object]:
             "params": {
                 "capacity_per_replica": DEMO_BATCH,
                 "cold_start_s": 10.0,
-                "headroom_fraction": 0.1,
+                "headroom_fraction": 0.2,
                 "trend_window_s": 15.0,
                 "peak_window_s": 20.0,
                 "scale_in_stabilization_s": 8.0,

@@ -40,8 +40,9 @@ class ReplicaConfig(_Strict):
     @classmethod
     def _url(cls, v: str) -> str:
         parts = urlsplit(v)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError("must be an http(s) URL such as http://127.0.0.1:8001")
+        # Replicas sit on the private network; the proxy speaks plain HTTP/1.1 to them.
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError("must be an http:// URL such as http://127.0.0.1:8001")
         return v.rstrip("/")
 
 

@@ -32,42 +32,38 @@ from gpufleet.gateway.policies import build_policy, policy_needs_prefix, prefix_
 from gpufleet.gateway.replicas import Replica, ReplicaSet
 from gpufleet.gateway.request_meta import BadRequest, parse_body
 from gpufleet.gateway.tenants import Tenant, TenantTable
+from gpufleet.gateway.upstream import (
+    UpstreamError,
+    UpstreamPool,
+    UpstreamResponse,
+    UpstreamTimeout,
+    request_head,
+)
 from gpufleet.openai_errors import error_json_bytes, sse_error_event
 from gpufleet.routing.types import ReplicaState, RequestInfo, RoutingPolicy
 
 log = logging.getLogger("gpufleet.gateway")
 
-# Request headers never forwarded upstream (hop-by-hop, or recomputed by the client).
+# Request headers never forwarded upstream (hop-by-hop, or set by the gateway).
 _DROP_HEADERS = frozenset(
     {
-        "host",
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "proxy-authorization",
-        "transfer-encoding",
-        "te",
-        "trailer",
-        "upgrade",
-        "content-length",
-        "expect",
-        "accept-encoding",
+        b"host",
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"proxy-authorization",
+        b"transfer-encoding",
+        b"te",
+        b"trailer",
+        b"upgrade",
+        b"content-length",
+        b"expect",
+        b"accept-encoding",
     }
 )
 _JSON = "application/json"
 _DONE_TAIL = b"data: [DONE]"
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-
-# Failures before the first byte that are safe to retry on another replica.
-_RETRYABLE = (
-    aiohttp.ClientConnectorError,
-    aiohttp.ServerDisconnectedError,
-    aiohttp.ClientOSError,
-    aiohttp.ClientPayloadError,
-    aiohttp.ConnectionTimeoutError,
-)
-# A broken upstream while reading it (mid-body or mid-stream).
-_UPSTREAM_BROKEN = (aiohttp.ClientError, OSError)
 
 
 def error_response(
@@ -142,11 +138,7 @@ class Gateway:
         self._tasks: list[asyncio.Task[None]] = []
         self._probing: set[str] = set()
         self._config_mtime: float | None = None
-        self._upstream_timeout = aiohttp.ClientTimeout(
-            total=cfg.limits.total_timeout_s,
-            sock_connect=cfg.limits.connect_timeout_s,
-            sock_read=cfg.limits.read_timeout_s,
-        )
+        self._pool: UpstreamPool | None = None
         self.port: int | None = None
         self.host = cfg.host
         for rc in cfg.replicas:
@@ -161,6 +153,7 @@ class Gateway:
         listen_port = cfg.port if port is None else port
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60.0, ttl_dns_cache=None)
         self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
+        self._pool = UpstreamPool(cfg.limits.connect_timeout_s)
         self._runner = web.AppRunner(
             self.app,
             handle_signals=False,
@@ -201,6 +194,9 @@ class Gateway:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     @property
     def url(self) -> str:
@@ -373,10 +369,19 @@ class Gateway:
         )
         if text is not None:
             try:
-                stats = probes.parse_engine_stats(text, time.monotonic(), replica.in_flight)
+                stats, capacity_tokens = probes.parse_engine_stats(
+                    text, time.monotonic(), replica.in_flight
+                )
             except ValueError:
                 return
             self.replicas.set_stats(replica, stats)
+            if capacity_tokens and capacity_tokens != replica.kv_capacity_tokens:
+                replica.kv_capacity_tokens = capacity_tokens
+                # A prefix index sized to what the replica really holds forgets its evictions.
+                for policy in (self.policy, *self._tenant_policies.values()):
+                    set_capacity = getattr(policy, "set_capacity_tokens", None)
+                    if set_capacity is not None:
+                        set_capacity(replica.replica_id, capacity_tokens)
 
     async def _scrape_loop(self) -> None:
         interval_s = self.config.scrape_interval_s
@@ -552,7 +557,11 @@ class Gateway:
         if length is not None and length > limits.max_body_bytes:
             return self._counted(self._too_large(), "", tenant)
         try:
-            raw = await asyncio.wait_for(request.read(), limits.client_body_timeout_s)
+            if request.content.is_eof():  # the whole body came with the headers: no timer
+                raw = await request.read()
+            else:
+                async with asyncio.timeout(limits.client_body_timeout_s):
+                    raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return self._counted(self._too_large(), "", tenant)
         except TimeoutError:
@@ -713,22 +722,59 @@ class Gateway:
         assert failure is not None
         return failure.response()
 
-    def _forward_headers(self, request: web.Request) -> dict[str, str]:
+    def _forward_headers(self, request: web.Request) -> bytes:
+        """The client's headers as raw bytes, minus hop-by-hop ones (and the gateway key)."""
         strip_auth = self.tenants.enabled
-        out = {
-            k: v
-            for k, v in request.headers.items()
-            if k.lower() not in _DROP_HEADERS and not (strip_auth and k.lower() == "authorization")
-        }
-        if "Content-Type" not in out and "content-type" not in out:
-            out["Content-Type"] = _JSON
-        return out
+        parts = []
+        has_type = False
+        for k, v in request.raw_headers:
+            lk = k.lower()
+            if lk in _DROP_HEADERS or (strip_auth and lk == b"authorization"):
+                continue
+            if lk == b"content-type":
+                has_type = True
+            parts.append(b"%s: %s\r\n" % (k, v))
+        if not has_type:
+            parts.append(b"Content-Type: application/json\r\n")
+        return b"".join(parts)
+
+    def _read_timeout_s(self, t0_s: float) -> float:
+        limits = self.config.limits
+        if limits.total_timeout_s is None:
+            return limits.read_timeout_s
+        left_s = t0_s + limits.total_timeout_s - time.monotonic()
+        if left_s <= 0:
+            raise UpstreamTimeout("the request ran past limits.total_timeout_s")
+        return min(limits.read_timeout_s, left_s)
+
+    async def _open(self, replica: Replica, data: bytes, t0_s: float) -> UpstreamResponse:
+        """Send and wait for the response head. A kept-alive connection the replica had
+        already closed is retried once on a fresh one, without blaming the replica."""
+        assert self._pool is not None
+        up = await self._pool.send(replica.addr, data)
+        try:
+            await up.headers(self._read_timeout_s(t0_s))
+            return up
+        except UpstreamError as exc:
+            up.release()
+            if isinstance(exc, UpstreamTimeout) or not up.reused or up.got_bytes:
+                raise
+        except BaseException:  # cancelled (client gone): reset the upstream connection
+            up.release()
+            raise
+        up = await self._pool.fresh(replica.addr, data)
+        try:
+            await up.headers(self._read_timeout_s(t0_s))
+        except BaseException:
+            up.release()
+            raise
+        return up
 
     async def _attempt(
         self,
         request: web.Request,
         raw: bytes,
-        headers: dict[str, str],
+        headers: bytes,
         replica: Replica,
         policy: RoutingPolicy,
         info: RequestInfo,
@@ -738,55 +784,44 @@ class Gateway:
         t0_s: float,
     ) -> web.StreamResponse | _Failure:
         """One try on one replica. A _Failure means nothing reached the client yet."""
-        assert self._session is not None
         replica.in_flight += 1
         replica.m_requests.inc()
         policy.on_started(info, replica)
         ok = False
+        data = request_head(b"POST", replica.host_header, path.encode(), len(raw)) + headers
+        data += b"\r\n" + raw
         try:
             try:
-                upstream = await self._session.post(
-                    replica.url + path, data=raw, headers=headers, timeout=self._upstream_timeout
-                )
-            except _RETRYABLE as exc:
-                return self._failed(replica, 502, f"replica {replica.replica_id} failed: {exc!r}")
-            except TimeoutError:
+                upstream = await self._open(replica, data, t0_s)
+            except UpstreamTimeout:
                 replica.m_errors.inc()
                 return error_response(504, f"replica {replica.replica_id} did not answer in time")
-            except aiohttp.ClientError as exc:
-                return self._failed(replica, 502, f"replica {replica.replica_id} failed: {exc!r}")
-            done = False
+            except UpstreamError as exc:
+                return self._failed(replica, 502, f"replica {replica.replica_id} failed: {exc}")
             try:
                 status = upstream.status
-                ctype = upstream.headers.get("Content-Type", _JSON)
+                ctype = upstream.content_type.decode("latin-1") or _JSON
                 if status == 200 and ctype.startswith("text/event-stream"):
-                    resp, ok = await self._stream(
-                        request, upstream, replica, policy, info, model, tenant, t0_s
-                    )
-                    done = ok
+                    resp, ok = await self._stream(request, upstream, replica, policy, info,
+                                                  model, tenant, t0_s)  # fmt: skip
                     return resp
                 try:
-                    data = await upstream.read()
-                except TimeoutError:
+                    body = await upstream.read_all(self._read_timeout_s(t0_s))
+                except UpstreamTimeout:
                     replica.m_errors.inc()
                     return error_response(504, f"replica {replica.replica_id} timed out")
-                except _UPSTREAM_BROKEN as exc:
-                    return self._failed(
-                        replica, 502, f"replica {replica.replica_id} broke: {exc!r}"
-                    )
-                done = True
+                except UpstreamError as exc:
+                    return self._failed(replica, 502, f"replica {replica.replica_id} broke: {exc}")
                 if status >= 500:
-                    return self._failed(replica, status, "", data, ctype)
+                    return self._failed(replica, status, "", body, ctype)
                 ok = status < 400
                 self.replicas.record_success(replica)
-                _, _, _, e2e = self.metrics.latency(model, tenant.name)
-                e2e.observe(time.monotonic() - t0_s)
-                return web.Response(body=data, status=status, headers={"Content-Type": ctype})
+                self.metrics.latency(model, tenant.name)[3].observe(time.monotonic() - t0_s)
+                return web.Response(body=body, status=status, headers={"Content-Type": ctype})
             finally:
-                if done:
-                    upstream.release()
-                else:
-                    upstream.close()  # cut the upstream request (client gone, or broken)
+                # Reuses a cleanly finished connection; otherwise resets it, which is how a
+                # gone client (its handler cancelled) closes the upstream request at once.
+                upstream.release()
         finally:
             replica.in_flight -= 1
             policy.on_finished(info, replica, ok)
@@ -806,7 +841,7 @@ class Gateway:
     async def _stream(
         self,
         request: web.Request,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         replica: Replica,
         policy: RoutingPolicy,
         info: RequestInfo,
@@ -815,21 +850,38 @@ class Gateway:
         t0_s: float,
     ) -> tuple[web.StreamResponse | _Failure, bool]:
         """Forward SSE chunks as they arrive. Returns (response, finished cleanly)."""
-        content = upstream.content
         try:
-            first = await content.readany()
-        except TimeoutError:
+            first = await upstream.read_chunk(self._read_timeout_s(t0_s))
+        except UpstreamTimeout:
             replica.m_errors.inc()
             return error_response(504, f"replica {replica.replica_id} timed out"), False
-        except _UPSTREAM_BROKEN as exc:
-            return self._failed(replica, 502, f"replica {replica.replica_id} broke: {exc!r}"), False
+        except UpstreamError as exc:
+            return self._failed(replica, 502, f"replica {replica.replica_id} broke: {exc}"), False
         if not first:
             return self._failed(replica, 502, f"replica {replica.replica_id} sent no data"), False
         ttft_s = time.monotonic() - t0_s
         policy.on_first_token(info, replica)
+        replica.streaming += 1
+        try:
+            return await self._stream_rest(request, upstream, replica, first, model, tenant,
+                                           t0_s, ttft_s)  # fmt: skip
+        finally:
+            replica.streaming -= 1
+
+    async def _stream_rest(
+        self,
+        request: web.Request,
+        upstream: UpstreamResponse,
+        replica: Replica,
+        first: bytes,
+        model: str,
+        tenant: Tenant,
+        t0_s: float,
+        ttft_s: float,
+    ) -> tuple[web.StreamResponse, bool]:
         resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
         await resp.prepare(request)
-        _, _, itl, _ = self.metrics.latency(model, tenant.name)
+        itl = self.metrics.latency(model, tenant.name)[2]
         chunk = first
         tail = first
         events = 0
@@ -837,14 +889,14 @@ class Gateway:
         broken: str | None = None
         while True:
             events += chunk.count(b"data:")
-            await resp.write(chunk)  # a gone client raises here; the caller closes upstream
+            await resp.write(chunk)  # a gone client raises here; release() resets upstream
             try:
-                chunk = await content.readany()
-            except TimeoutError:
+                chunk = await upstream.read_chunk(self._read_timeout_s(t0_s))
+            except UpstreamTimeout:
                 broken = "the replica stopped sending (read timeout)"
                 break
-            except _UPSTREAM_BROKEN as exc:
-                broken = f"the replica's stream broke: {exc!r}"
+            except UpstreamError as exc:
+                broken = f"the replica's stream broke: {exc}"
                 break
             if not chunk:
                 if not tail.rstrip().endswith(_DONE_TAIL):
@@ -863,9 +915,8 @@ class Gateway:
         else:
             self.replicas.record_success(replica)
             # Events minus the [DONE] marker approximate the tokens streamed.
-            self.metrics.observe_stream(
-                model, tenant.name, ttft_s, now_s - t0_s, max(1, events - 1), now_s
-            )
+            self.metrics.observe_stream(model, tenant.name, ttft_s, now_s - t0_s,
+                                        max(1, events - 1), now_s)  # fmt: skip
         await resp.write_eof()
         return resp, broken is None
 

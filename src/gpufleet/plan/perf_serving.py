@@ -73,7 +73,7 @@ def predict_closed_loop(
     ttft_overhead_s: float = 0.0,
     queue_scale: float = 1.0,
     requests_per_client: float | None = None,
-    admission_intervals: float = 0.0,
+    lockstep_ranks: int = 1,
 ) -> ServingPrediction:
     """Mean TTFT / TPOT / throughput for `concurrency` clients in a closed loop.
 
@@ -81,9 +81,9 @@ def predict_closed_loop(
     clients start at once: the first wave of prompts queues behind each other (the i-th
     waits for i-1 prefills), and that wave is 1/requests_per_client of the requests.
     None: steady state only (what a long-running service sees).
-    admission_intervals: a new request waits this many inter-completion intervals
-    (1 / requests_per_s) before the engine admits it (schedulers that admit new work in
-    batches; 0 for vLLM's every-iteration admission).
+    lockstep_ranks: attention data-parallel ranks that run every iteration together (their
+    MoE layers exchange tokens): a prefill on any rank stalls the decodes on all of them,
+    so each rank's decodes see the prefill work of every rank. `concurrency` is per rank.
     """
     if input_tokens < 1 or output_tokens < 1 or concurrency < 1:
         raise ValueError("input_tokens, output_tokens and concurrency must be >= 1")
@@ -143,23 +143,29 @@ def predict_closed_loop(
             marginal_s = model.step_time_s(packed)
         work_per_prompt_s = marginal_s * isl / packed_tokens  # GPU time one prompt costs
 
-        # The request's own prefill: chunks of at most `budget` tokens, alongside the decodes.
+        # The request's own prefill: full chunks of `budget` tokens at growing context, then
+        # the rest. Attention is linear in context, so the full chunks cost k times one
+        # chunk at their mean context (two step-time calls however long the prompt).
+        full, rest = divmod(isl, budget)
         own_s = 0.0
-        done = 0
-        while done < isl:
-            chunk = min(budget, isl - done)
-            own = StepBatch(prefill_tokens=(chunk,), prefill_context_tokens=(done,))
-            own_s += model.step_time_s(with_decodes(own, n) if sched.mixed_prefill else own)
-            done += chunk
+        if full:
+            chunk = StepBatch(
+                prefill_tokens=(budget,), prefill_context_tokens=((full - 1) * budget // 2,)
+            )
+            own_s += full * model.step_time_s(
+                with_decodes(chunk, n) if sched.mixed_prefill else chunk
+            )
+        if rest:
+            chunk = StepBatch(prefill_tokens=(rest,), prefill_context_tokens=(full * budget,))
+            own_s += model.step_time_s(with_decodes(chunk, n) if sched.mixed_prefill else chunk)
 
-        share = min(_MAX_PREFILL_SHARE, rate * work_per_prompt_s)
+        share = min(_MAX_PREFILL_SHARE, rate * work_per_prompt_s * lockstep_ranks)
         new_tpot = t_decode / (1.0 - share) if osl > 1 else 0.0
         # Closed-network queue at the prefill station (Schweitzer): a prompt finds
         # queue * (N-1)/N others ahead, each costing work_per_prompt_s.
         ahead = queue * (running - 1) / running
         wait_s = queue_scale * ahead * work_per_prompt_s
         new_ttft = ttft_overhead_s + 0.5 * new_tpot + wait_s + own_s
-        new_ttft += admission_intervals / rate
         new_rate = running / (new_ttft + (osl - 1) * new_tpot)
         new_queue = new_rate * (wait_s + work_per_prompt_s)
 
@@ -349,10 +355,11 @@ def max_serving_concurrency_within_slo(
     max_num_batched_tokens: int | None = None,
     kv_capacity_tokens: int | None = None,
     calibration: Calibration | None = None,
+    step_model: StepTimeModel | None = None,
 ) -> ServingPrediction | None:
     """The layout's best steady state within the SLOs (highest concurrency), or None."""
     cal = calibration or default_calibration()
-    step = layout_step_model(model, gpu, layout, backend=backend, calibration=cal)
+    step = step_model or layout_step_model(model, gpu, layout, backend=backend, calibration=cal)
     sched = scheduler_for(
         gpu,
         backend=backend,

@@ -6,6 +6,8 @@ Endpoints (as vLLM serves them):
   GET  /health                                  200 empty body; 503 while starting or dead
   GET  /metrics                                 Prometheus text, vLLM's names and buckets
   GET  /version, GET /load, POST /tokenize, POST /detokenize, GET|POST /ping
+  GET  /get_model_info, /get_server_info (and /model_info, /server_info): SGLang's, which
+       sglang-router asks every worker for when it registers it
 
 Fault injection, for testing gateways and autoscalers (also settable by CLI flags):
   GET  /admin/faults                            the current faults as JSON
@@ -39,7 +41,10 @@ from gpufleet.replica.protocol import GenerationParams, RequestError, parse_gene
 from gpufleet.replica.runner import EngineRunner, RequestStream
 from gpufleet.tokenizer import Tokenizer, apply_chat_template, default_tokenizer
 
-VLLM_API_VERSION = "0.10.2"  # the vLLM release whose API and metrics this replica mimics
+VLLM_API_VERSION = "0.10.2"
+_MAX_UNSENT_BYTES = (
+    1 << 20
+)  # per stream, before writes go through aiohttp's flow control  # the vLLM release whose API and metrics this replica mimics
 
 
 @dataclass
@@ -70,6 +75,8 @@ class ReplicaConfig:
     seed: int = 0
     faults: Faults = field(default_factory=Faults)
     exit_after_s: float | None = None  # fault: exit abruptly this long after start
+    access_log: bool = False  # log every HTTP request to stderr
+    tp: int = 1  # reported by the SGLang-style /server_info only
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -130,6 +137,11 @@ class ReplicaServer:
         r.add_post("/detokenize", self.detokenize)
         r.add_get("/ping", self.health)
         r.add_post("/ping", self.health)
+        # SGLang's info endpoints: sglang-router asks workers for them when it registers them.
+        for path in ("/get_model_info", "/model_info"):
+            r.add_get(path, self.model_info)
+        for path in ("/get_server_info", "/server_info"):
+            r.add_get(path, self.server_info)
         r.add_get("/admin/faults", self.get_faults)
         r.add_post("/admin/faults", self.set_faults)
         return app
@@ -142,8 +154,16 @@ class ReplicaServer:
         self.runner.start()
         # handler_cancellation: a client that disconnects cancels its handler at once,
         # which aborts its request in the engine.
+        access_log = None
+        if self.config.access_log:
+            import logging
+            import sys
+
+            access_log = logging.getLogger("gpufleet.replica.access")
+            access_log.setLevel(logging.INFO)
+            access_log.addHandler(logging.StreamHandler(sys.stderr))
         self._site_runner = web.AppRunner(
-            self.app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0
+            self.app, handler_cancellation=True, access_log=access_log, shutdown_timeout=1.0
         )
         await self._site_runner.setup()
         site = web.TCPSite(self._site_runner, self.config.host, self.config.port, backlog=1024)
@@ -185,6 +205,34 @@ class ReplicaServer:
 
     async def version(self, request: web.Request) -> web.Response:
         return _json({"version": VLLM_API_VERSION, "gpufleet_version": __version__})
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        return _json(
+            {
+                "model_path": self.model_name,
+                "tokenizer_path": self.model_name,
+                "is_generation": True,
+                "served_model_name": self.model_name,
+            }
+        )
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        cfg = self.config.engine_config
+        return _json(
+            {
+                "model_path": self.model_name,
+                "served_model_name": self.model_name,
+                "tp_size": self.config.tp,
+                "pp_size": cfg.pipeline_stages,
+                "dp_size": 1,
+                "context_length": cfg.max_model_len,
+                "max_total_num_tokens": cfg.num_gpu_blocks * cfg.block_size,
+                "max_running_requests": cfg.max_num_seqs,
+                "chunked_prefill_size": cfg.max_num_batched_tokens,
+                "page_size": cfg.block_size,
+                "version": VLLM_API_VERSION,
+            }
+        )
 
     async def load(self, request: web.Request) -> web.Response:
         return _json({"server_load": self._in_flight})
@@ -556,40 +604,76 @@ class ReplicaServer:
         if not chat and params.echo_prompt is not None:
             first = head + text_open + _escape(params.echo_prompt) + text_close + mid_tail
             first += usage_tail(0)
-        stop_str = None
-        text_so_far = ""
-        finish_reason: str | None = None
+        state: dict[str, Any] = {"first": first, "text": "", "finish": None, "stop": None}
 
-        def chunk(body: bytes, completion: int) -> bytes:
-            if finish_reason is None:
-                return head + text_open + body + text_close + mid_tail + usage_tail(completion)
-            end = f'"{finish_reason}","stop_reason":{json.dumps(stop_str)}}}]'.encode()
-            return head + text_open + body + text_close + end + usage_tail(completion)
+        # The common chunk (one token, no stop strings, no per-chunk usage), pre-split.
+        plain = not params.stop and not continuous
+        token_open = head + text_open
+        token_close = text_close + mid_tail + b"}\n\n"
+        token_bytes = self._token_bytes
+        all_ids = req.all_token_ids
+        base = req.num_prompt_tokens
+        observe = self._observe_tokens
 
-        while True:
+        def produce() -> bytes:
+            """The bytes of the next chunk (tokens whose time has come), or b"" (sync)."""
+            sent = stream.sent
+            if plain and stream.available == sent + 1 and not stream.ended and sent:
+                stream.sent = sent + 1
+                observe(stream, 1)
+                return token_open + token_bytes[all_ids[base + sent]] + token_close
+            if state["finish"] is not None:
+                return b""
+            out: bytes = state["first"]
+            state["first"] = b""
+            if stream.available > stream.sent:
+                text, n, stop_str = self._take_text(params, stream, state["text"])
+                self._observe_tokens(stream, n)
+                if params.stop:
+                    state["text"] += text
+                if stop_str is not None:
+                    state["finish"], state["stop"] = "stop", stop_str
+                elif stream.ended and stream.sent >= stream.available:
+                    state["finish"] = str(req.finish_reason)
+                body = text.encode() if not params.stop else _escape(text)
+            elif stream.ended:
+                state["finish"] = str(req.finish_reason)
+                body = b""
+            else:
+                return out
+            finish = state["finish"]
+            out += head + text_open + body + text_close
+            if finish is None:
+                return out + mid_tail + usage_tail(stream.sent)
+            end = f'"{finish}","stop_reason":{json.dumps(state["stop"])}}}]'.encode()
+            return out + end + usage_tail(stream.sent)
+
+        transport = request.transport
+        if not params.stop and transport is not None:
+            # Fast path: the runner writes each step's chunk straight to the socket (HTTP
+            # chunked framing done here), so a token costs no task switch; this handler
+            # only wakes at the end to write the usage chunk and [DONE].
+            def push(_: RequestStream) -> None:
+                if transport.is_closing():
+                    return
+                if transport.get_write_buffer_size() > _MAX_UNSENT_BYTES:
+                    # A slow reader: hand back to the handler, whose writes wait for drain.
+                    stream.on_tokens = None
+                    stream.wake()
+                    return
+                data = produce()
+                if data:
+                    transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+
+            stream.on_tokens = push
+        while state["finish"] is None:
             await stream.wait()
             if self.runner is not None and self.runner.failed is not None:
                 await resp.write(_sse_error("the engine died", 500))
                 return resp
-            out = first
-            first = b""
-            if stream.available > stream.sent:
-                text, n, stop_str = self._take_text(params, stream, text_so_far)
-                self._observe_tokens(stream, n)
-                text_so_far += text
-                if stop_str is not None:
-                    finish_reason = "stop"
-                elif stream.ended and stream.sent >= stream.available:
-                    finish_reason = str(req.finish_reason)
-                body = text.encode() if not params.stop else _escape(text)
-                out += chunk(body, stream.sent)
-            elif stream.ended:
-                finish_reason = str(req.finish_reason)
-                out += chunk(b"", stream.sent)
-            if out:
-                await resp.write(out)
-            if finish_reason is not None:
-                break
+            data = produce()
+            if data:
+                await resp.write(data)
         self._observe_finished(stream, stream.sent)
         tail = b""
         if params.include_usage:

@@ -489,6 +489,13 @@ class FleetSimulator:
                     scraped_at_s=now,
                     in_flight_at_scrape=r.view.in_flight,
                 )
+                if not r.capacity_reported:
+                    # vllm:cache_config_info: the gateway sizes the prefix index from it.
+                    r.capacity_reported = True
+                    set_capacity = getattr(self.routing, "set_capacity_tokens", None)
+                    if set_capacity is not None:
+                        cfg = e.config
+                        set_capacity(r.replica_id, cfg.num_gpu_blocks * cfg.block_size)
         self._push(now + self.config.scrape_interval_s, SCRAPE)
 
     # ------------------------------------------------------------------ fleet changes

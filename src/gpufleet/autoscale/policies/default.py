@@ -7,13 +7,15 @@
 - Replicas already starting count as capacity arriving at their expected ready time, so a
   burst does not start a second wave of replicas while the first is still loading.
 - Scale in one replica at a time, and only when N−1 replicas would have stayed below the
-  saturation thresholds at the recent peak (demand and KV), the forecast agrees, the check
-  has held for a stabilization window, and no replica is starting.
+  saturation thresholds at the recent peak (demand and KV), the N replicas were not
+  saturated at all during that window, the forecast agrees, the check has held for a
+  stabilization window, and no replica is starting.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 
 from gpufleet.autoscale.decision import ReplicaBounds, ScalingDecision
@@ -36,12 +38,17 @@ class DefaultPolicy:
     peak_window_s: float = 60.0
     scale_in_stabilization_s: float = 30.0  # the N−1 check must hold this long
     scale_in_cooldown_s: float = 30.0  # after any change, before removing a replica
+    # Lower the capacity only after this many observations (over peak_window_s) of a
+    # replica queueing requests below it: one snapshot can catch a request between its
+    # arrival and the next engine step.
+    learn_min_observations: int = 5
     name: str = "default"
     _trend: LinearTrend = field(default_factory=LinearTrend)
     _peak_demand: WindowMax = field(default_factory=WindowMax)
     _peak_kv_total: WindowMax = field(default_factory=WindowMax)  # sum of KV fractions
-    _learned_capacity: int | None = None
+    _saturated_running: deque[tuple[float, int]] = field(default_factory=deque)
     _n1_ok_since_s: float | None = None
+    _last_saturated_s: float | None = None
     _last_change_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -61,9 +68,11 @@ class DefaultPolicy:
 
     @property
     def capacity(self) -> int:
-        if self._learned_capacity is None:
+        """Configured capacity, or less once replicas have shown they batch fewer."""
+        seen = [n for _, n in self._saturated_running]
+        if len(seen) < self.learn_min_observations:
             return self.capacity_per_replica
-        return min(self.capacity_per_replica, self._learned_capacity)
+        return min(self.capacity_per_replica, max(seen))
 
     def decide(self, now_s: float, signals: FleetSignals) -> ScalingDecision:
         ready = signals.ready
@@ -73,7 +82,7 @@ class DefaultPolicy:
         self._trend.add(now_s, float(demand))
         self._peak_demand.add(now_s, float(demand))
         self._peak_kv_total.add(now_s, kv_total)
-        self._learn_capacity(signals)
+        self._learn_capacity(now_s, signals)
         cap = self.capacity
         cold_start_s = signals.cold_start_s or self.cold_start_s
 
@@ -81,6 +90,8 @@ class DefaultPolicy:
         expected = max(float(demand), forecast if forecast is not None else 0.0)
         needed = math.ceil(expected * (1.0 + self.headroom_fraction) / cap)
         saturation = self._saturation(signals)
+        if saturation:
+            self._last_saturated_s = now_s
         head = (
             f"demand {demand}, forecast {expected:.1f} in {cold_start_s:.0f} s; "
             f"capacity {cap}/replica; {len(ready)} ready + {len(signals.starting)} starting"
@@ -127,12 +138,17 @@ class DefaultPolicy:
             reasons.append(f"TTFT p90 {signals.ttft_s.p90_s:.2f} s > SLO {self.ttft_p90_slo_s:g} s")
         return ", ".join(reasons)
 
-    def _learn_capacity(self, signals: FleetSignals) -> None:
+    def _learn_capacity(self, now_s: float, signals: FleetSignals) -> None:
         # A replica that queues requests while running fewer than we assumed is batching
-        # all it can (KV-limited or a smaller max_num_seqs): believe it.
-        full = [r.running for r in signals.ready if r.waiting > 0 and r.running > 0]
-        if full:
-            self._learned_capacity = max(full)
+        # all it can (KV-limited or a smaller max_num_seqs). Believe the largest such batch
+        # seen recently, once seen often enough.
+        for r in signals.ready:
+            if r.waiting > 0 and r.running > 0:
+                self._saturated_running.append((now_s, r.running))
+        while (
+            self._saturated_running and self._saturated_running[0][0] < now_s - self.peak_window_s
+        ):
+            self._saturated_running.popleft()
 
     def _maybe_scale_in(
         self, now_s: float, signals: FleetSignals, cap: int, cold_start_s: float, head: str
@@ -145,6 +161,15 @@ class DefaultPolicy:
         if signals.starting:
             self._n1_ok_since_s = None
             return current, f"{head}; replicas starting, no scale-in"
+        if (
+            self._last_saturated_s is not None
+            and now_s - self._last_saturated_s < self.peak_window_s
+        ):
+            # N replicas were saturated in the window: N−1 would have been worse, whatever
+            # the averages say (routing is never perfectly even).
+            self._n1_ok_since_s = None
+            ago = now_s - self._last_saturated_s
+            return current, f"{head}; keep: saturated {ago:.0f} s ago (< {self.peak_window_s:g} s)"
         fits, check = self.n_minus_1_fits(now_s, signals, cap, cold_start_s)
         if not fits:
             self._n1_ok_since_s = None
