@@ -51,11 +51,13 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 
 def _default_trace() -> Path:
-    """../shared/traces/mooncake_conversation.jsonl beside the checkout (or a level up, for
-    a worktree)."""
-    name = Path("shared") / "traces" / "mooncake_conversation.jsonl"
-    candidates = [REPO / name, REPO.parent / name, REPO.parent.parent / name]
-    return next((c for c in candidates if c.is_file()), candidates[1])
+    """shared/traces/mooncake_conversation.jsonl: under $GPUFLEET_SHARED, else in the nearest
+    ancestor's shared/ (../shared beside a checkout, a level up for a worktree)."""
+    name = Path("traces") / "mooncake_conversation.jsonl"
+    env = os.environ.get("GPUFLEET_SHARED")
+    candidates = [Path(env) / name] if env else []
+    candidates += [parent / "shared" / name for parent in REPO.parents]
+    return next((c for c in candidates if c.is_file()), REPO.parent / "shared" / name)
 
 
 DEFAULT_TRACE = _default_trace()
