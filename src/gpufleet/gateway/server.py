@@ -298,6 +298,7 @@ class Gateway:
     def remove_replica(self, replica_id: str) -> dict[str, Any]:
         """Forget the replica (requests in flight on it still finish). KeyError if unknown."""
         replica = self.replicas.remove(replica_id)
+        self.metrics.forget_replica(replica)
         log.info("replica %s removed", replica_id)
         return replica.to_json()
 
@@ -348,7 +349,7 @@ class Gateway:
         added, removed = [], []
         for r in list(self.replicas):
             if r.source == "config" and r.url not in wanted:
-                self.replicas.remove(r.replica_id)
+                self.metrics.forget_replica(self.replicas.remove(r.replica_id))
                 removed.append(r.replica_id)
         for url, rc in wanted.items():
             if self.replicas.find_by_url(url) is None:
