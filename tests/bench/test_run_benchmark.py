@@ -155,3 +155,17 @@ async def test_unreachable_target() -> None:
     report = await run_benchmark(BenchConfig(url="http://127.0.0.1:9", model="m", num_requests=2))
     assert report.metrics.failed == 2 and report.metrics.failures[0].error_type == "connect_error"
     assert report.server is None and "unreachable" in report.server_note
+
+
+async def test_timed_open_loop_and_ramp(stub: InProcessStub) -> None:
+    timed = await run_benchmark(
+        BenchConfig(url=stub.url, rate=100.0, duration_s=0.2, input_tokens=4, output_tokens=2)
+    )
+    assert timed.metrics.completed >= 1 and timed.metrics.failed == 0
+    ramp = await run_benchmark(
+        BenchConfig(
+            url=stub.url, ramp=(50.0, 400.0), num_requests=15, input_tokens=4, output_tokens=2
+        )
+    )
+    assert ramp.metrics.completed == 15
+    assert ramp.config["ramp"] == (50.0, 400.0)
