@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpufleet.errors import UserError
 from gpufleet.plan.calibration import default_calibration, fit
 from gpufleet.plan.perf_validation import (
     DEFAULT_CSV,
@@ -177,7 +178,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.model_configs is not None and not args.model_configs.is_dir():
         parser.error(f"--model-configs {args.model_configs} is not a directory")
-    report = run(args.csv, args.model_configs, lomo=not args.no_lomo)
+    try:
+        report = run(args.csv, args.model_configs, lomo=not args.no_lomo)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     table = markdown(report)
     print(table)
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -80,6 +80,8 @@ def _parse_sweep(text: str) -> tuple[str, list[str]]:
 @click.option("--range-ratio", default=0.0, show_default=True, type=float)
 @click.option("--prefix-groups", default=None, type=click.IntRange(min=1))
 @click.option("--prefix-tokens", default=0, show_default=True, type=click.IntRange(min=0))
+@click.option("--sessions", default=None, type=click.IntRange(min=1), help="Multi-turn sessions.")
+@click.option("--turns", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--seed", default=0, show_default=True, type=int)
 # fleet
 @click.option("--replicas", default=1, show_default=True, type=click.IntRange(min=0))
@@ -114,6 +116,10 @@ def command(**kw: Any) -> None:
             )
         if kw["num_requests"] is None:
             raise UserError("a closed-loop run needs a count", field="--num-requests")
+        if kw["sessions"] is not None:
+            raise UserError(
+                "sessions need an open-loop rate", field="--sessions", fix="add --rate R"
+            )
     sc = Scenario(
         model=kw["model"],
         gpu=kw["gpu"],
@@ -142,6 +148,8 @@ def command(**kw: Any) -> None:
         range_ratio=kw["range_ratio"],
         prefix_groups=kw["prefix_groups"],
         prefix_tokens=kw["prefix_tokens"],
+        sessions=kw["sessions"],
+        turns=kw["turns"],
         seed=kw["seed"],
         replicas=kw["replicas"],
         routing=kw["policy"],

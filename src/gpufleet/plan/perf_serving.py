@@ -21,6 +21,7 @@ calls: cheap enough for the planner's whole search to stay well under a second).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gpufleet.plan.calibration import Calibration, default_calibration
@@ -161,12 +162,23 @@ def predict_closed_loop(
 
         share = min(_MAX_PREFILL_SHARE, rate * work_per_prompt_s * lockstep_ranks)
         new_tpot = t_decode / (1.0 - share) if osl > 1 else 0.0
+        rate_cap = math.inf
+        if sched.mixed_prefill and osl > 1:
+            # An iteration never exceeds a full token budget: decodes plus the budget's
+            # rest in prefill. Past that, prefill throughput is capped and prompts queue.
+            full_batch = with_decodes(prefill_batch(budget), n)
+            full_s = model.step_time_s(full_batch)
+            new_tpot = min(new_tpot, full_s)
+            rate_cap = sum(full_batch.prefill_tokens) / (full_s * isl) / lockstep_ranks
         # Closed-network queue at the prefill station (Schweitzer): a prompt finds
         # queue * (N-1)/N others ahead, each costing work_per_prompt_s.
         ahead = queue * (running - 1) / running
         wait_s = queue_scale * ahead * work_per_prompt_s
         new_ttft = ttft_overhead_s + 0.5 * new_tpot + wait_s + own_s
         new_rate = running / (new_ttft + (osl - 1) * new_tpot)
+        if new_rate > rate_cap:
+            new_rate = rate_cap
+            new_ttft = running / rate_cap - (osl - 1) * new_tpot
         new_queue = new_rate * (wait_s + work_per_prompt_s)
 
         tpot_s += _DAMPING * (new_tpot - tpot_s)
