@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -169,3 +170,19 @@ async def test_timed_open_loop_and_ramp(stub: InProcessStub) -> None:
     )
     assert ramp.metrics.completed == 15
     assert ramp.config["ramp"] == (50.0, 400.0)
+
+
+async def test_stop_ends_the_run_and_reports_what_finished(stub: InProcessStub) -> None:
+    stop = asyncio.Event()
+
+    def progress(done: int, failed: int, total: int | None) -> None:
+        if done >= 3:
+            stop.set()
+
+    cfg = BenchConfig(
+        url=stub.url, concurrency=2, num_requests=200, input_tokens=4, output_tokens=20
+    )
+    report = await run_benchmark(cfg, on_progress=progress, stop=stop)
+    assert report.interrupted and report.to_dict()["interrupted"] is True
+    assert 3 <= report.metrics.completed < 200
+    assert report.metrics.failed == 0  # cancelled requests are not failures
