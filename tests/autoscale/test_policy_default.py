@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from autoscale.helpers import even, fleet
 from gpufleet.autoscale.decision import ReplicaBounds
 from gpufleet.autoscale.policies import DefaultPolicy, HpaPolicy
@@ -192,3 +194,20 @@ def test_no_scale_in_within_a_peak_window_of_saturation() -> None:
     assert "saturated 5 s ago" in d.reason
     d = p.decide(21.0, fleet(even(4, 20)))  # a whole peak window after the last one
     assert d.desired_replicas == 3, d.reason
+
+
+def test_forecast_sees_a_ramp_begin_within_a_short_window() -> None:
+    from gpufleet.autoscale.forecast import LinearTrend
+
+    p = policy(trend_window_s=15.0)
+    long_only = LinearTrend(15.0)
+    demand = [4] * 12 + [6, 8, 10]  # flat, then rising 2/s for the last 3 s
+    for t, n in enumerate(demand):
+        p.decide(float(t), fleet(even(2, n)))
+        long_only.add(float(t), float(n))
+    steady = long_only.forecast(24.0)
+    seen = p.forecast(24.0)
+    assert steady is not None and seen is not None
+    # The 5 s window is mostly ramp (≈ 22 ten seconds on); the 15 s one mostly flat (≈ 13).
+    assert seen > steady + 5
+    assert seen == pytest.approx(21.7, abs=0.5)
