@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpufleet.errors import UserError
 from gpufleet.plan.calibration import default_calibration, fit
 from gpufleet.plan.perf_validation import (
     DEFAULT_CSV,
@@ -128,8 +129,12 @@ def markdown(report: dict[str, Any]) -> str:
     out = "\n".join(lines)
     skipped = report["unmodelled"]
     out += f"\n\nUnmodelled rows: {skipped['count']}"
-    for item in skipped["rows"][:20]:
-        out += f"\n- {item['id']}: {item['reason']}"
+    by_reason: dict[str, list[str]] = defaultdict(list)
+    for item in skipped["rows"]:
+        by_reason[item["reason"]].append(item["id"])
+    for reason, ids in sorted(by_reason.items()):
+        shown = ", ".join(ids[:3]) + (f", … ({len(ids)} rows)" if len(ids) > 3 else "")
+        out += f"\n- {reason}: {shown}"
     return out
 
 
@@ -173,7 +178,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.model_configs is not None and not args.model_configs.is_dir():
         parser.error(f"--model-configs {args.model_configs} is not a directory")
-    report = run(args.csv, args.model_configs, lomo=not args.no_lomo)
+    try:
+        report = run(args.csv, args.model_configs, lomo=not args.no_lomo)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     table = markdown(report)
     print(table)
     args.json.parent.mkdir(parents=True, exist_ok=True)

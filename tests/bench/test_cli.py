@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.cli import cli
+from gpufleet.errors import UserError
+
 GPUFLEET = [sys.executable, "-c", "from gpufleet.cli import main; main()"]
 
 
@@ -67,7 +70,7 @@ def test_cli_sweep_marks_a_knee_or_says_why(stub_process: str, tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
-    ("args", "needle"),
+    ("args", "flag"),
     [
         (["--rate", "5", "--concurrency", "2"], "--concurrency"),
         (["--goodput", "ttft=5"], "--goodput"),
@@ -75,12 +78,21 @@ def test_cli_sweep_marks_a_knee_or_says_why(stub_process: str, tmp_path: Path) -
         (["--ramp", "1-5"], "--ramp"),
         (["--trace", "/nonexistent/trace.csv"], "--trace"),
         (["--extra-body", "[1]"], "--extra-body"),
+        (["--input-tokens", "0"], "--input-tokens"),
     ],
 )
-def test_cli_bad_input_is_a_user_error(args: list[str], needle: str) -> None:
-    r = bench("--url", "http://127.0.0.1:9", "--model", "m", *args)
+def test_cli_bad_input_is_a_user_error_naming_the_flag(args: list[str], flag: str) -> None:
+    with pytest.raises(UserError) as e:
+        cli.main(
+            ["bench", "--url", "http://127.0.0.1:9", "--model", "m", *args], standalone_mode=False
+        )
+    assert e.value.field == flag and e.value.fix
+
+
+def test_cli_bad_input_exits_2_without_traceback() -> None:
+    r = bench("--url", "http://127.0.0.1:9", "--model", "m", "--goodput", "ttft=5")
     assert r.returncode == 2, r.stdout + r.stderr
-    assert needle in r.stderr and "fix:" in r.stderr
+    assert "--goodput" in r.stderr and "fix:" in r.stderr
     assert "Traceback" not in r.stderr
 
 

@@ -94,10 +94,27 @@ async def test_timed_closed_loop_stops_sending(stub: InProcessStub) -> None:
     assert report.metrics.completed > 0 and report.metrics.failed == 0
 
 
+async def test_warmup_requests_are_sent_but_not_measured(stub: InProcessStub) -> None:
+    cfg = BenchConfig(
+        url=stub.url, num_requests=5, warmup_requests=3, input_tokens=4, output_tokens=2
+    )
+    report = await run_benchmark(cfg)
+    assert stub.server.requests == 8
+    assert report.metrics.completed == 5
+    assert report.server is not None
+    assert report.server.known()["generation_tokens"] == 5 * 2  # scraped after the warm-up
+
+
 async def test_custom_conversations_and_explicit_model(stub: InProcessStub) -> None:
     convs = [Conversation(i, (Turn("ba be bi", 3, 2),)) for i in range(4)]
-    report = await run_benchmark(BenchConfig(url=stub.url, model="m"), conversations=convs)
+    seen: list[tuple[int, int, int | None]] = []
+    report = await run_benchmark(
+        BenchConfig(url=stub.url, model="m", rate=100.0),
+        conversations=convs,
+        on_progress=lambda *a: seen.append(a),
+    )
     assert report.metrics.completed == 4 and report.config["model"] == "m"
+    assert seen[-1] == (4, 0, 4)  # a sized workload gives the progress bar its total
 
 
 async def test_faults_are_classified_never_fatal() -> None:
@@ -116,6 +133,19 @@ async def test_faults_are_classified_never_fatal() -> None:
     assert kinds == {(429, "RateLimitError"): 5, (200, "malformed_chunk"): 3}
     assert m.completed == 12
     assert m.total_output_tokens == 12 * 4  # no usage: counted from the text
+
+
+async def test_a_stream_cut_mid_way_is_a_truncated_stream() -> None:
+    runner, s = await start_in_process(StubBehaviour(disconnect_every=3))
+    try:
+        report = await run_benchmark(
+            BenchConfig(url=s.url, concurrency=2, num_requests=9, input_tokens=3, output_tokens=6)
+        )
+    finally:
+        await runner.cleanup()
+    kinds = {(f.status, f.error_type): f.count for f in report.metrics.failures}
+    assert kinds == {(200, "truncated_stream"): 3}
+    assert report.metrics.completed == 6
 
 
 async def test_unreachable_target() -> None:

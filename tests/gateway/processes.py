@@ -8,11 +8,11 @@ import signal
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import aiohttp
 
-STUB_SCRIPT = Path(__file__).with_name("stub_backend.py")
+REPLICA_MODEL = "meta-llama/Llama-3.1-8B"
+_CLI = "import sys; from gpufleet.cli import main; sys.argv[0] = 'gpufleet'; main()"
 
 
 def free_port() -> int:
@@ -64,7 +64,8 @@ class BackendProcess:
         self.proc = None
 
 
-def stub_process(port: int, chunks: int = 20, chunk_delay_s: float = 0.02) -> BackendProcess:
-    argv = [sys.executable, str(STUB_SCRIPT), "--port", str(port), "--chunks", str(chunks),
-            "--chunk-delay-s", str(chunk_delay_s)]  # fmt: skip
+def replica_process(port: int, step_s: float = 0.01) -> BackendProcess:
+    """A real `gpufleet replica` on a fixed port (so a restart returns at the same URL)."""
+    argv = [sys.executable, "-c", _CLI, "replica", "--model", REPLICA_MODEL,
+            "--port", str(port), "--step-time", f"base_s={step_s}"]  # fmt: skip
     return BackendProcess(argv, port)

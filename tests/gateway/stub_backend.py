@@ -141,24 +141,3 @@ class StubBackend:
             "model": body["model"],
             "choices": [choice],
         }
-
-
-async def _serve_forever(port: int, chunks: int, chunk_delay_s: float) -> None:
-    stub = StubBackend(f"stub-{port}")
-    stub.chunks = chunks
-    stub.chunk_delay_s = chunk_delay_s
-    await stub.start(port)
-    print(f"listening {stub.port}", flush=True)
-    await asyncio.Event().wait()
-
-
-if __name__ == "__main__":
-    # Run as its own process (for tests that SIGKILL a backend).
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--chunks", type=int, default=5)
-    parser.add_argument("--chunk-delay-s", type=float, default=0.0)
-    args = parser.parse_args()
-    asyncio.run(_serve_forever(args.port, args.chunks, args.chunk_delay_s))

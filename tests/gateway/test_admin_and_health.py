@@ -168,7 +168,9 @@ async def test_queue_timeout_and_overflow_give_503(make_gateway: GatewayFactory)
         assert resp.status == 503  # timed out waiting
         assert resp.headers["Retry-After"] == "7"
         resp.release()
-        # A model nobody serves is still a 404, not a wait.
+        # A model nobody serves is still a 404, not a wait, even while a replica whose
+        # models are not known yet is starting (the configured `models` are the truth).
+        gw.add_replica("http://127.0.0.1:9")  # nothing listens there: starting for ever
         body = {"model": "other", "messages": MSG}
         async with s.post(gw.url + "/v1/chat/completions", json=body) as resp:
             assert resp.status == 404
@@ -187,3 +189,21 @@ async def test_starting_replica_requests_wait_until_ready(
         resp = await task
         assert resp.status == 200
         resp.release()
+
+
+def test_parse_engine_stats_sums_label_sets_and_reads_capacity() -> None:
+    from gpufleet.gateway.probes import parse_engine_stats
+
+    text = (
+        "# TYPE vllm:num_requests_running gauge\n"
+        'vllm:num_requests_running{engine="0",model_name="m"} 3\n'
+        'vllm:num_requests_running{engine="1",model_name="m"} 2\n'
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 7\n'
+        'vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.5\n'
+        'vllm:cache_config_info{block_size="16",num_gpu_blocks="1000",engine="0"} 1.0\n'
+        'vllm:time_to_first_token_seconds_bucket{le="0.1"} 9\n'
+    )
+    stats, capacity = parse_engine_stats(text, scraped_at_s=12.0, in_flight=4)
+    assert (stats.num_running, stats.num_waiting, stats.kv_cache_usage) == (5, 7, 0.5)
+    assert (stats.scraped_at_s, stats.in_flight_at_scrape) == (12.0, 4)
+    assert capacity == 16000

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 import yaml
 
-from .processes import BackendProcess, free_port, stub_process
+from .processes import REPLICA_MODEL, BackendProcess, free_port, replica_process
 
 GPUFLEET = [sys.executable, "-c", "from gpufleet.cli import main; main()"]
 
@@ -36,7 +36,7 @@ def test_bad_config_exits_2_naming_the_field(tmp_path: Path) -> None:
 
 @pytest.fixture
 async def backend() -> AsyncIterator[BackendProcess]:
-    b = stub_process(free_port(), chunks=3, chunk_delay_s=0.0)
+    b = replica_process(free_port(), step_s=0.001)
     try:
         b.start()
         await b.wait_healthy()
@@ -81,10 +81,12 @@ async def test_gateway_process_serves_and_reloads(backend: BackendProcess, tmp_p
                     break
                 await asyncio.sleep(0.05)
             assert states == ["ready"]
-            body = {"model": "stub-model", "prompt": "x"}
+            body = {"model": REPLICA_MODEL, "prompt": "x y z", "max_tokens": 3}
             async with s.post(url + "/v1/completions", json=body) as resp:
                 assert resp.status == 200
-                assert (await resp.json())["choices"][0]["text"] == "w0 w1 w2"
+                answer = await resp.json()
+                assert answer["usage"]["completion_tokens"] == 3
+                assert len(answer["choices"][0]["text"].split()) == 3
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(proc.wait, 30) == 0
     finally:

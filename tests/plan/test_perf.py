@@ -203,3 +203,17 @@ def test_predict_serving_for_a_layout() -> None:
     p = predict_serving(LLAMA_70B, H100, layout, 1024, 256, 16)
     assert 0 < p.ttft_s < 5 and 0 < p.tpot_s < 0.2
     assert p.output_tokens_per_s == pytest.approx(p.requests_per_s * 256)
+
+
+def test_mixed_iterations_are_capped_by_the_token_budget() -> None:
+    # Long prompts, short answers: prefill demand exceeds what the budget lets through,
+    # so prompts queue (TTFT grows) while TPOT stays at most one full-budget iteration.
+    sched = SchedulerShape(max_num_batched_tokens=2048)
+    full_s = LINEAR.step_time_s(
+        StepBatch(prefill_tokens=(2048,), prefill_context_tokens=(0,), num_decode=0)
+    )
+    preds = [predict_closed_loop(LINEAR, 8000, 20, c, sched) for c in (8, 32, 128)]
+    for p in preds:
+        assert p.tpot_s <= full_s * 1.1
+    assert preds[-1].ttft_s > 3 * preds[0].ttft_s
+    assert preds[-1].output_tokens_per_s >= 0.95 * preds[0].output_tokens_per_s

@@ -167,3 +167,12 @@ async def test_startup_health_and_faults() -> None:
             async with s.post(rep.url + "/admin/faults", json={"exit": True, "exit_code": 3}):
                 pass
         assert rep.proc.wait(timeout=10) == 3
+
+
+async def test_sglang_info_endpoints_for_sglang_router(replica: ReplicaProcess) -> None:
+    async with aiohttp.ClientSession() as s:
+        async with s.get(replica.url + "/get_model_info") as r:
+            assert (await r.json())["model_path"] == MODEL
+        async with s.get(replica.url + "/get_server_info") as r:
+            info = await r.json()
+            assert info["context_length"] == 8192 and info["max_running_requests"] >= 1

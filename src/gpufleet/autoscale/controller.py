@@ -29,6 +29,17 @@ log = logging.getLogger("gpufleet.autoscale")
 SignalReader = Callable[[], Awaitable[dict[str, Any]]]
 
 
+def scale_in_order(signals: FleetSignals, mine: set[str]) -> list[str]:
+    """Which replicas to drain first (pure; the simulator uses it too): starting ones (they
+    serve nothing yet), then ready ones with the fewest requests."""
+    starting = [r.replica_id for r in signals.starting if r.replica_id in mine]
+    ready = sorted(
+        (r for r in signals.ready if r.replica_id in mine),
+        key=lambda r: (r.load, r.replica_id),
+    )
+    return starting + [r.replica_id for r in ready]
+
+
 class Controller:
     def __init__(
         self,
@@ -75,13 +86,7 @@ class Controller:
 
     @staticmethod
     def _scale_in_order(signals: FleetSignals, managed: list[ManagedReplica]) -> list[str]:
-        mine = {m.replica_id for m in managed}
-        starting = [r.replica_id for r in signals.starting if r.replica_id in mine]
-        ready = sorted(
-            (r for r in signals.ready if r.replica_id in mine),
-            key=lambda r: (r.load, r.replica_id),
-        )
-        return starting + [r.replica_id for r in ready]
+        return scale_in_order(signals, {m.replica_id for m in managed})
 
     def _log(self, decision: ScalingDecision) -> None:
         if decision.delta != 0:

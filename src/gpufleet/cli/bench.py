@@ -190,8 +190,22 @@ def _parse_extra_body(text: str | None) -> dict[str, Any]:
     show_default=True,
     help="Per-request timeout (s).",
 )
+@click.option(
+    "--warmup",
+    "warmup_requests",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Requests sent and discarded first.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--no-scrape", is_flag=True, help="Do not read the target's /metrics.")
+@click.option(
+    "--metrics-url",
+    "metrics_urls",
+    multiple=True,
+    help="Also scrape this server's /metrics (repeatable; e.g. the replicas behind a gateway).",
+)
 @click.option(
     "--json",
     "json_path",
@@ -258,12 +272,16 @@ def command(ctx: click.Context, **opts: Any) -> None:
         ignore_eos=opts["ignore_eos"],
         extra_body=_parse_extra_body(opts["extra_body"]),
         timeout_s=opts["timeout_s"],
+        warmup_requests=opts["warmup_requests"],
         goodput_slo_ms=goodput,
         percentiles=_parse_percentiles(opts["percentiles"]),
         seed=opts["seed"],
         scrape_metrics=not opts["no_scrape"],
+        extra_metrics_urls=tuple(opts["metrics_urls"]),
     ).validate()
-    console = Console(stderr=False)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=120)  # files and pipes get the full tables, not 80 columns
     if sweep_spec:
         _run_sweep(console, config, sweep_spec, json_path, plot_path, quiet)
     else:

@@ -40,8 +40,9 @@ class ReplicaConfig(_Strict):
     @classmethod
     def _url(cls, v: str) -> str:
         parts = urlsplit(v)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError("must be an http(s) URL such as http://127.0.0.1:8001")
+        # Replicas sit on the private network; the proxy speaks plain HTTP/1.1 to them.
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError("must be an http:// URL such as http://127.0.0.1:8001")
         return v.rstrip("/")
 
 
@@ -99,6 +100,8 @@ class GatewayConfig(_Strict):
     signals_window_s: float = Field(default=60.0, gt=0)
     # Re-read the config file's replica list when it changes (0 = only on SIGHUP or admin).
     reload_interval_s: float = Field(default=2.0, ge=0)
+    # Serve the two completion endpoints with the lean HTTP front (false: aiohttp only).
+    fast_front: bool = True
     health: HealthConfig = Field(default_factory=HealthConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     queue: QueueConfig = Field(default_factory=QueueConfig)

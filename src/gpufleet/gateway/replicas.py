@@ -12,6 +12,7 @@ import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from gpufleet.routing.types import EngineStats, ReplicaState, ReplicaView
 
@@ -25,6 +26,10 @@ class Replica(ReplicaView):
     model_cards: list[dict[str, Any]] = field(default_factory=list)
     consecutive_failures: int = 0
     consecutive_successes: int = 0
+    streaming: int = 0  # of in_flight, those whose first byte reached the client
+    kv_capacity_tokens: int | None = None  # from vllm:cache_config_info, when reported
+    addr: tuple[str, int] = ("", 0)  # host, port for the proxy's connection pool
+    host_header: bytes = b""
     # Prometheus children, bound once so the hot path does no label lookup.
     m_requests: Any = None
     m_errors: Any = None
@@ -43,7 +48,9 @@ class Replica(ReplicaView):
             "models": sorted(self.models),
             "state": str(self.state),
             "in_flight": self.in_flight,
+            "streaming": self.streaming,
             "pool": self.pool,
+            "kv_capacity_tokens": self.kv_capacity_tokens,
             "source": self.source,
             "consecutive_failures": self.consecutive_failures,
             "stats": None
@@ -107,6 +114,9 @@ class ReplicaSet:
             source=source,
             fixed_models=bool(model_set),
         )
+        parts = urlsplit(replica.url)
+        replica.addr = (parts.hostname or "127.0.0.1", parts.port or 80)
+        replica.host_header = parts.netloc.encode()
         self.by_id[rid] = replica
         return replica
 

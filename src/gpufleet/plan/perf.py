@@ -183,11 +183,14 @@ class RooflineStepTimeModel:
         lm_params = model.vocab_size * h / tp
         self._lm_bytes = lm_params * BYTES_PER_PARAM["bf16"]
         self._lm_flops_per_seq = 2.0 * lm_params
+        self._bf16_flops_s = gpu.tflops("bf16") * 1e12 * cal.gemm_efficiency
 
         # Communication.
-        self._curve = AllReduceCurve(gpu.intra_node_gbps, cal.allreduce_latency_s)
+        # A TP group wider than a node all-reduces over the inter-node network.
+        tp_link_gbps = gpu.network_gbps if tp > gpu.gpus_per_node else gpu.intra_node_gbps
+        self._curve = AllReduceCurve(tp_link_gbps, cal.allreduce_latency_s)
         self._allreduces_per_layer = 2 if tp > 1 else 0
-        self._ep_link_gbps = gpu.intra_node_gbps
+        self._ep_link_gbps = gpu.network_gbps if ep > gpu.gpus_per_node else gpu.intra_node_gbps
         self._a2a_latency_s = cal.allreduce_latency_s
         group = tp * max(1, layout.pp)
         self._pp_link_gbps = gpu.network_gbps if group > gpu.gpus_per_node else gpu.intra_node_gbps
@@ -241,7 +244,7 @@ class RooflineStepTimeModel:
             total += self.model.num_layers * self._allreduces_per_layer * ar
         # lm_head on the sequences that sample this iteration.
         total += max(
-            n_seqs * self._lm_flops_per_seq / self._gemm_flops_s, self._lm_bytes / self._hbm_bytes_s
+            n_seqs * self._lm_flops_per_seq / self._bf16_flops_s, self._lm_bytes / self._hbm_bytes_s
         )
         if self.pipeline_stages > 1:
             hop = send_recv_s(tokens * self._h * ACT_BYTES, self._pp_link_gbps, 5e-6)

@@ -6,6 +6,8 @@ Endpoints (as vLLM serves them):
   GET  /health                                  200 empty body; 503 while starting or dead
   GET  /metrics                                 Prometheus text, vLLM's names and buckets
   GET  /version, GET /load, POST /tokenize, POST /detokenize, GET|POST /ping
+  GET  /get_model_info, /get_server_info (and /model_info, /server_info): SGLang's, which
+       sglang-router asks every worker for when it registers it
 
 Fault injection, for testing gateways and autoscalers (also settable by CLI flags):
   GET  /admin/faults                            the current faults as JSON
@@ -31,15 +33,19 @@ from typing import Any
 from aiohttp import web
 
 from gpufleet import __version__
-from gpufleet.engine import Engine, EngineConfig, EngineRequest
+from gpufleet.engine import Engine, EngineConfig, EngineRequest, FinishReason
 from gpufleet.openai_errors import error_json_bytes
 from gpufleet.plan.step_time import StepTimeModel
 from gpufleet.replica.metrics import ReplicaMetrics
 from gpufleet.replica.protocol import GenerationParams, RequestError, parse_generation_request
 from gpufleet.replica.runner import EngineRunner, RequestStream
+from gpufleet.replica.stops import StopScanner
 from gpufleet.tokenizer import Tokenizer, apply_chat_template, default_tokenizer
 
-VLLM_API_VERSION = "0.10.2"  # the vLLM release whose API and metrics this replica mimics
+VLLM_API_VERSION = "0.10.2"
+_MAX_UNSENT_BYTES = (
+    1 << 20
+)  # per stream, before writes go through aiohttp's flow control  # the vLLM release whose API and metrics this replica mimics
 
 
 @dataclass
@@ -70,6 +76,8 @@ class ReplicaConfig:
     seed: int = 0
     faults: Faults = field(default_factory=Faults)
     exit_after_s: float | None = None  # fault: exit abruptly this long after start
+    access_log: bool = False  # log every HTTP request to stderr
+    tp: int = 1  # reported by the SGLang-style /server_info only
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -130,6 +138,11 @@ class ReplicaServer:
         r.add_post("/detokenize", self.detokenize)
         r.add_get("/ping", self.health)
         r.add_post("/ping", self.health)
+        # SGLang's info endpoints: sglang-router asks workers for them when it registers them.
+        for path in ("/get_model_info", "/model_info"):
+            r.add_get(path, self.model_info)
+        for path in ("/get_server_info", "/server_info"):
+            r.add_get(path, self.server_info)
         r.add_get("/admin/faults", self.get_faults)
         r.add_post("/admin/faults", self.set_faults)
         return app
@@ -142,8 +155,16 @@ class ReplicaServer:
         self.runner.start()
         # handler_cancellation: a client that disconnects cancels its handler at once,
         # which aborts its request in the engine.
+        access_log = None
+        if self.config.access_log:
+            import logging
+            import sys
+
+            access_log = logging.getLogger("gpufleet.replica.access")
+            access_log.setLevel(logging.INFO)
+            access_log.addHandler(logging.StreamHandler(sys.stderr))
         self._site_runner = web.AppRunner(
-            self.app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0
+            self.app, handler_cancellation=True, access_log=access_log, shutdown_timeout=1.0
         )
         await self._site_runner.setup()
         site = web.TCPSite(self._site_runner, self.config.host, self.config.port, backlog=1024)
@@ -185,6 +206,34 @@ class ReplicaServer:
 
     async def version(self, request: web.Request) -> web.Response:
         return _json({"version": VLLM_API_VERSION, "gpufleet_version": __version__})
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        return _json(
+            {
+                "model_path": self.model_name,
+                "tokenizer_path": self.model_name,
+                "is_generation": True,
+                "served_model_name": self.model_name,
+            }
+        )
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        cfg = self.config.engine_config
+        return _json(
+            {
+                "model_path": self.model_name,
+                "served_model_name": self.model_name,
+                "tp_size": self.config.tp,
+                "pp_size": cfg.pipeline_stages,
+                "dp_size": 1,
+                "context_length": cfg.max_model_len,
+                "max_total_num_tokens": cfg.num_gpu_blocks * cfg.block_size,
+                "max_running_requests": cfg.max_num_seqs,
+                "chunked_prefill_size": cfg.max_num_batched_tokens,
+                "page_size": cfg.block_size,
+                "version": VLLM_API_VERSION,
+            }
+        )
 
     async def load(self, request: web.Request) -> web.Response:
         return _json({"server_load": self._in_flight})
@@ -371,9 +420,10 @@ class ReplicaServer:
             return response
         finally:
             self._in_flight -= 1
-            if not done or not req.is_finished:
-                # client gone (handler cancelled), a stop string matched, or an error
-                self.runner.abort(request_id)
+            if not req.is_finished:
+                # a stop string matched (done), or the client left / an error (not done)
+                reason = FinishReason.STOP if done else FinishReason.ABORT
+                self.runner.abort(request_id, reason)
 
     def _observe_tokens(self, stream: RequestStream, count: int) -> None:
         assert self.runner is not None
@@ -402,45 +452,33 @@ class ReplicaServer:
         if stream.first_token_wall_s is not None and num_tokens > 1:
             m.tpot.observe((now - stream.first_token_wall_s) / (num_tokens - 1))
 
-    def _take_text(
-        self, params: GenerationParams, stream: RequestStream, text_so_far: str
-    ) -> tuple[str, int, str | None]:
-        """New text since the last call, the new token count, and the stop string matched."""
+    def _take_text(self, stream: RequestStream) -> tuple[str, int]:
+        """Text of the tokens whose time has come and were not sent yet, and their count."""
         req = stream.req
         start = req.num_prompt_tokens + stream.sent
         ids = req.all_token_ids[start : req.num_prompt_tokens + stream.available]
         stream.sent += len(ids)
         tb = self._token_bytes
-        text = b"".join([tb[i] for i in ids]).decode()
-        if not params.stop:
-            return text, len(ids), None
-        window = text_so_far[-max(len(s) for s in params.stop) :] + text
-        for s in params.stop:
-            pos = window.find(s)
-            if pos >= 0:
-                cut = pos + (len(s) if params.include_stop_str_in_output else 0)
-                keep = cut - (len(window) - len(text))
-                return text[: max(keep, 0)], len(ids), s
-        return text, len(ids), None
+        return b"".join([tb[i] for i in ids]).decode(), len(ids)
 
     async def _complete(self, params: GenerationParams, stream: RequestStream) -> web.Response:
         req = stream.req
         pieces: list[str] = []
-        stop_str = None
-        text_so_far = ""
-        while True:
+        scanner = StopScanner(params.stop, params.include_stop_str_in_output)
+        while scanner.matched is None:
             await stream.wait()
             if self.runner is not None and self.runner.failed is not None:
                 return _error("the engine died", 500)
+            final = stream.ended
             if stream.available > stream.sent:
-                text, n, stop_str = self._take_text(params, stream, text_so_far)
+                text, n = self._take_text(stream)
                 self._observe_tokens(stream, n)
-                pieces.append(text)
-                text_so_far += text
-                if stop_str is not None:
-                    break
-            if stream.ended and stream.sent >= stream.available:
+                pieces.append(scanner.feed(text, final) if params.stop else text)
+            if final and stream.sent >= stream.available:
+                if params.stop:
+                    pieces.append(scanner.feed("", True))
                 break
+        stop_str = scanner.matched
         completion_tokens = stream.sent
         self._observe_finished(stream, completion_tokens)
         finish_reason = "stop" if stop_str is not None else str(req.finish_reason)
@@ -556,40 +594,78 @@ class ReplicaServer:
         if not chat and params.echo_prompt is not None:
             first = head + text_open + _escape(params.echo_prompt) + text_close + mid_tail
             first += usage_tail(0)
-        stop_str = None
-        text_so_far = ""
-        finish_reason: str | None = None
+        state: dict[str, Any] = {"first": first, "finish": None, "stop": None}
+        scanner = StopScanner(params.stop, params.include_stop_str_in_output)
 
-        def chunk(body: bytes, completion: int) -> bytes:
-            if finish_reason is None:
-                return head + text_open + body + text_close + mid_tail + usage_tail(completion)
-            end = f'"{finish_reason}","stop_reason":{json.dumps(stop_str)}}}]'.encode()
-            return head + text_open + body + text_close + end + usage_tail(completion)
+        # The common chunk (one token, no stop strings, no per-chunk usage), pre-split.
+        plain = not params.stop and not continuous
+        token_open = head + text_open
+        token_close = text_close + mid_tail + b"}\n\n"
+        token_bytes = self._token_bytes
+        all_ids = req.all_token_ids
+        base = req.num_prompt_tokens
+        observe = self._observe_tokens
 
-        while True:
+        def produce() -> bytes:
+            """The bytes of the next chunk (tokens whose time has come), or b"" (sync)."""
+            sent = stream.sent
+            if plain and stream.available == sent + 1 and not stream.ended and sent:
+                stream.sent = sent + 1
+                observe(stream, 1)
+                return token_open + token_bytes[all_ids[base + sent]] + token_close
+            if state["finish"] is not None:
+                return b""
+            out: bytes = state["first"]
+            state["first"] = b""
+            if stream.available > stream.sent or stream.ended:
+                text, n = self._take_text(stream)
+                if n:
+                    self._observe_tokens(stream, n)
+                final = stream.ended and stream.sent >= stream.available
+                if params.stop:
+                    text = scanner.feed(text, final)
+                    if scanner.matched is not None:
+                        state["finish"], state["stop"] = "stop", scanner.matched
+                if final and state["finish"] is None:
+                    state["finish"] = str(req.finish_reason)
+                if not text and state["finish"] is None:
+                    return out  # everything new is held back (it may start a stop string)
+                body = text.encode() if not params.stop else _escape(text)
+            else:
+                return out
+            finish = state["finish"]
+            out += head + text_open + body + text_close
+            if finish is None:
+                return out + mid_tail + usage_tail(stream.sent)
+            end = f'"{finish}","stop_reason":{json.dumps(state["stop"])}}}]'.encode()
+            return out + end + usage_tail(stream.sent)
+
+        transport = request.transport
+        if not params.stop and transport is not None:
+            # Fast path: the runner writes each step's chunk straight to the socket (HTTP
+            # chunked framing done here), so a token costs no task switch; this handler
+            # only wakes at the end to write the usage chunk and [DONE].
+            def push(_: RequestStream) -> None:
+                if transport.is_closing():
+                    return
+                if transport.get_write_buffer_size() > _MAX_UNSENT_BYTES:
+                    # A slow reader: hand back to the handler, whose writes wait for drain.
+                    stream.on_tokens = None
+                    stream.wake()
+                    return
+                data = produce()
+                if data:
+                    transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+
+            stream.on_tokens = push
+        while state["finish"] is None:
             await stream.wait()
             if self.runner is not None and self.runner.failed is not None:
                 await resp.write(_sse_error("the engine died", 500))
                 return resp
-            out = first
-            first = b""
-            if stream.available > stream.sent:
-                text, n, stop_str = self._take_text(params, stream, text_so_far)
-                self._observe_tokens(stream, n)
-                text_so_far += text
-                if stop_str is not None:
-                    finish_reason = "stop"
-                elif stream.ended and stream.sent >= stream.available:
-                    finish_reason = str(req.finish_reason)
-                body = text.encode() if not params.stop else _escape(text)
-                out += chunk(body, stream.sent)
-            elif stream.ended:
-                finish_reason = str(req.finish_reason)
-                out += chunk(b"", stream.sent)
-            if out:
-                await resp.write(out)
-            if finish_reason is not None:
-                break
+            data = produce()
+            if data:
+                await resp.write(data)
         self._observe_finished(stream, stream.sent)
         tail = b""
         if params.include_usage:

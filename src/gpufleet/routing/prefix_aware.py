@@ -1,26 +1,37 @@
 """Prefix-aware routing with bounded loads: cache hits without herding.
 
-For each request the policy finds, in its `PrefixIndex`, how many leading prompt blocks
-each eligible replica is believed to hold, and sends the request to the longest match
-among the replicas that are not overloaded. "Overloaded" is two bounds, in the spirit of
-consistent hashing with bounded loads:
+For each request the policy looks up, in its `PrefixIndex`, how many leading prompt
+blocks each eligible replica is believed to hold. Among the replicas that are not
+overloaded it picks the one with the lowest estimated time to first token, counted in
+blocks of prefill:
 
-- in flight: load + 1 <= max(inflight_factor * mean, mean + inflight_slack), where mean
-  counts this request; it keeps queues (and so TTFT) even right now;
-- recent share: a replica's share of the last ~`window_requests` decisions (exponentially
-  decayed, counted in decisions, not seconds: no clock) may exceed the mean by at most
-  `balance_factor` (or `balance_slack` decisions while counts are small); it keeps the long-run split even, which in-flight counts alone do not
+    cost = prefill still pending on the replica + miss_weight x blocks it would not hit
+
+"Pending" is this policy's own bookkeeping (added when it routes, removed on the first
+token or the finish), so a replica with a long prefill queue loses a request whose match
+is short, while a long match is still worth a wait; `miss_weight` > 1 charges a miss for
+the work it adds to the fleet, not just to this request. With empty queues this is
+simply the longest match. "Overloaded" is two bounds, in the spirit of consistent hashing
+with bounded loads (Mirrokni et al.):
+
+- in flight: load + 1 <= max(inflight_factor x mean, mean + inflight_slack), the mean
+  counting this request; it keeps decode batches even right now;
+- recent share: a replica's count of the last ~`window_requests` decisions (decayed per
+  decision, not per second: no clock) <= max(balance_factor x mean, mean +
+  balance_slack); it keeps the long-run split even, which in-flight counts alone do not
   when requests differ in length.
 
 When the holder of a hot prefix hits a bound, the request goes to the allowed replica
-with the next-longest match, else to the least loaded one, and the index then records the
-prefix there too: hot prefixes replicate onto as many replicas as their traffic needs,
-each copy costing one miss, instead of one replica taking the herd (SGLang's cache-aware
-router switches to pure load balancing above a threshold and so loses affinity for all
-traffic at once; here only the excess moves, one request at a time). Prompts with no
-known prefix are placed by load. The router learns only from its own decisions (no call
-to a replica); `set_capacity_tokens` lets the gateway correct the index's size for a
-replica from what the replica reports.
+with the best cost (the next-longest match, else the least loaded), and the index then
+records the prefix there too: a hot prefix replicates onto as many replicas as its
+traffic needs, each copy costing one miss, instead of one replica taking the herd.
+(SGLang's cache-aware router switches the whole fleet to shortest-queue once loads differ
+past a threshold, losing affinity for all traffic at once; here only the excess moves, one
+request at a time.) Prompts with no known prefix are placed by pending prefill and load.
+The router learns only from its own decisions (no call to a replica); pass
+`capacity_tokens` (or call `set_capacity_tokens`) with what replicas report as their KV
+capacity (vllm:cache_config_info num_gpu_blocks x block_size) so the index forgets what
+they evict.
 """
 
 from __future__ import annotations
@@ -52,10 +63,11 @@ class PrefixAware(PolicyBase):
         balance_factor: float = 1.1,
         inflight_factor: float = 2.0,
         inflight_slack: float = 2.0,
-        window_requests: int = 512,
+        window_requests: int = 1024,
         balance_slack: float = 8.0,
         load: str = "in_flight",
         miss_weight: float = 16.0,
+        share_weight: float = 1.0,
     ) -> None:
         super().__init__(seed=seed)
         if balance_factor < 1.0 or inflight_factor < 1.0:
@@ -75,6 +87,8 @@ class PrefixAware(PolicyBase):
         self.index = PrefixIndex(self._blocks(capacity_tokens))
         self._recent: dict[str, float] = {}  # decayed count of decisions per replica
         self.miss_weight = miss_weight
+        self.share_weight = share_weight
+        self._mean_prompt_blocks = 1.0  # decayed mean prompt length, in routing blocks
         # Prefill work (uncached blocks + 1) sent to each replica and not yet done, by this
         # policy's own bookkeeping: added on choose, removed on first token or finish.
         self._pending: dict[str, float] = {}
@@ -114,6 +128,11 @@ class PrefixAware(PolicyBase):
 
         hashes = request.prefix_hashes
         pending = [self._pending.get(r.replica_id, 0.0) for r in replicas]
+        # Being ahead of the mean share costs like prefilling `share_weight` typical prompts
+        # per decision ahead: requests with little to gain from a cache (new prefixes) keep
+        # away from busy holders, which leaves the share bound for long matches to use.
+        share_cost = self.share_weight * self._mean_prompt_blocks
+        over = [max(0.0, recent[i] + 1.0 - mean_recent) * share_cost for i in range(n)]
         if hashes:
             matches = self.index.match(hashes, (replicas[i].replica_id for i in allowed))
             uncached = [len(hashes) - matches.get(r.replica_id, 0) for r in replicas]
@@ -123,11 +142,16 @@ class PrefixAware(PolicyBase):
             best = random_min(
                 self.rng,
                 allowed,
-                lambda i: (pending[i] + miss_weight * uncached[i], loads[i], recent[i]),
+                lambda i: (pending[i] + miss_weight * uncached[i] + over[i], loads[i], recent[i]),
             )
             work = uncached[best] + 1.0
+            self._mean_prompt_blocks += (len(hashes) - self._mean_prompt_blocks) * (
+                1.0 - self.decay
+            )
         else:
-            best = random_min(self.rng, allowed, lambda i: (pending[i], loads[i], recent[i]))
+            best = random_min(
+                self.rng, allowed, lambda i: (pending[i] + over[i], loads[i], recent[i])
+            )
             work = 1.0
         chosen = replicas[best]
         if hashes:
