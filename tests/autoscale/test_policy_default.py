@@ -53,7 +53,7 @@ def test_waiting_means_saturation_only_when_it_persists() -> None:
     assert d.desired_replicas == 1, d.reason
     d = p.decide(1.0, fleet([(6, 1, 0.2)]))
     assert d.desired_replicas == 2
-    assert "saturated: 1 waiting, add one" in d.reason
+    assert "saturated: 1 waiting; replicas batch 6 when queueing → needs 2" in d.reason
     q = policy()
     q.decide(0.0, fleet([(6, 1, 0.2)]))
     q.decide(1.0, fleet([(7, 0, 0.2)]))
@@ -211,3 +211,17 @@ def test_forecast_sees_a_ramp_begin_within_a_short_window() -> None:
     # The 5 s window is mostly ramp (≈ 22 ten seconds on); the 15 s one mostly flat (≈ 13).
     assert seen > steady + 5
     assert seen == pytest.approx(21.7, abs=0.5)
+
+
+def test_saturation_below_assumed_capacity_is_sized_by_what_replicas_batch() -> None:
+    # Long prompts: replicas queue with only 4 running although 256 was assumed. Adding one
+    # replica per cold start would take many cold starts; size the step from the 4.
+    p = DefaultPolicy(ReplicaBounds(1, 8), capacity_per_replica=256, headroom_fraction=0.0)
+    s = fleet([(4, 10, 0.3), (4, 10, 0.3)], starting=1)
+    p.decide(0.0, s)
+    d = p.decide(1.0, s)
+    assert d.desired_replicas == 7  # 28 requests / 4 per replica
+    assert "replicas batch 4 when queueing" in d.reason
+    # Once those are starting, the same picture starts nothing more.
+    d = p.decide(2.0, fleet([(4, 10, 0.3), (4, 10, 0.3)], starting=5))
+    assert d.desired_replicas == 7 and "already starting" in d.reason

@@ -114,11 +114,22 @@ class DefaultPolicy:
             why = f"{head}; needs {needed} with {self.headroom_fraction:.0%} headroom"
             if saturation:
                 why += f"; saturated: {saturation}"
-        elif saturation and not signals.starting:
-            desired = current + 1
-            why = f"{head}; saturated: {saturation}, add one"
         elif saturation:
-            why = f"{head}; saturated: {saturation}, capacity already starting"
+            # Saturated below the assumed capacity (long prompts, KV, a smaller batch): size
+            # the step by what the saturated replicas actually run, not by one replica per
+            # cold start; replicas already starting still count.
+            batched = [r.running for r in ready if r.waiting > 0 and r.running > 0]
+            effective = max(batched) if batched else cap
+            by_observed = math.ceil(expected * (1.0 + self.headroom_fraction) / effective)
+            floor = current if signals.starting else current + 1
+            desired = max(floor, by_observed)
+            if desired > current:
+                why = (
+                    f"{head}; saturated: {saturation}; replicas batch {effective} when "
+                    f"queueing → needs {max(by_observed, current + 1)}"
+                )
+            else:
+                why = f"{head}; saturated: {saturation}, capacity already starting"
         else:
             desired, why = self._maybe_scale_in(now_s, signals, cap, cold_start_s, head)
 
