@@ -39,11 +39,24 @@ def test_sweep_over_routing_policies_prints_one_row_each(tmp_path: Path) -> None
         "--sweep", "routing=round_robin,prefix_aware", "--workers", "2", "--json", str(out),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert "| round_robin |" in r.stdout and "| prefix_aware |" in r.stdout
+    assert "| routing=round_robin |" in r.stdout and "| routing=prefix_aware |" in r.stdout
     rows = {row["scenario"]: row for row in json.loads(out.read_text())["rows"]}
     assert (
-        rows["prefix_aware"]["prefix_cache_hit_rate"] > rows["round_robin"]["prefix_cache_hit_rate"]
+        rows["routing=prefix_aware"]["prefix_cache_hit_rate"]
+        > rows["routing=round_robin"]["prefix_cache_hit_rate"]
     )
+
+
+def test_sweep_over_fleet_size_cuts_queueing() -> None:
+    r = run(
+        "sim", "--rate", "30", "--num-requests", "150", "--input-tokens", "2000",
+        "--output-tokens", "100", "--max-num-seqs", "8", "--sweep", "replicas=1,4",
+        "--workers", "1",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = [ln.split("|") for ln in r.stdout.splitlines() if ln.startswith("| replicas=")]
+    p99 = {cells[1].strip(): float(cells[5]) for cells in rows}  # the TTFT p99 ms column
+    assert p99["replicas=4"] < p99["replicas=1"] / 2, r.stdout
 
 
 def test_trace_replay_with_autoscaling(tmp_path: Path) -> None:
@@ -68,6 +81,10 @@ def test_bad_input_names_the_flag() -> None:
     assert r.returncode == 2 and "--trace" in r.stderr
     r = run(*SMALL, "--sweep", "color=red")
     assert r.returncode == 2 and "--sweep" in r.stderr
+    r = run(*SMALL, "--sweep", "replicas=two")
+    assert r.returncode == 2 and "int" in r.stderr
+    r = run(*SMALL, "--sweep", "replicas=two")
+    assert r.returncode == 2 and "int" in r.stderr
     r = run("sim", "--trace", "/nonexistent/trace.csv")
     assert r.returncode == 2 and "no such file" in r.stderr
     r = run(*SMALL, "--autoscale", "hpa", "--autoscale-param", "bogus=1")
