@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,21 @@ def test_bad_input_names_the_flag() -> None:
     assert r.returncode == 2 and "no such file" in r.stderr
     r = run(*SMALL, "--autoscale", "hpa", "--autoscale-param", "bogus=1")
     assert r.returncode == 2 and "bogus" in r.stderr
+
+
+def test_a_seed_fixes_the_run_across_processes(tmp_path: Path) -> None:
+    """Same figures from processes with different string-hash salts (PYTHONHASHSEED)."""
+    args = [*SMALL, "--prefix-groups", "6", "--prefix-tokens", "256", "--replicas", "3",
+            "--policy", "prefix_aware", "--range-ratio", "0.5", "--seed", "4"]  # fmt: skip
+    figures = []
+    for salt in ("1", "2"):
+        out = tmp_path / f"run{salt}.json"
+        r = subprocess.run(
+            [*GPUFLEET, *args, "--json", str(out)], capture_output=True, text=True, timeout=120,
+            env={**os.environ, "PYTHONHASHSEED": salt}, check=False,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        d = json.loads(out.read_text())
+        figures.append({k: v for k, v in d.items() if not k.startswith("sim_")})
+    assert figures[0] == figures[1]
+    assert figures[0]["prefix_cache_hits_tokens"] > 0
