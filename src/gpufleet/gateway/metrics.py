@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from gpufleet.gateway.replicas import Replica
+from gpufleet.gateway.signals import latency_signals
 
 # Bucket edges in seconds, like vLLM's request-level histograms.
 TTFT_BUCKETS_S = (
@@ -256,10 +257,4 @@ class GatewayMetrics:
 
     def signals_latency(self, now_s: float | None = None) -> dict[str, Any]:
         now_s = time.monotonic() if now_s is None else now_s
-        qs = (0.5, 0.9, 0.99)
-        return {
-            "window_s": self.ttft_window.window_s,
-            "ttft_s": self.ttft_window.percentiles(now_s, qs),
-            "tpot_s": self.tpot_window.percentiles(now_s, qs),
-            "streamed_requests_in_window": self.ttft_window.count(),
-        }
+        return latency_signals(now_s, self.ttft_window, self.tpot_window)
