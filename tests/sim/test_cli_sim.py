@@ -82,8 +82,16 @@ def test_bad_input_names_the_flag() -> None:
     assert r.returncode == 2 and "--trace" in r.stderr
     r = run(*SMALL, "--sweep", "color=red")
     assert r.returncode == 2 and "--sweep" in r.stderr
+    r = run(*SMALL, "--range-ratio", "1.5")
+    assert r.returncode == 2 and "--range-ratio" in r.stderr
+    r = run("sim", "--trace", "x.jsonl", "--rate", "3")
+    assert r.returncode == 2 and "--rate" in r.stderr
     r = run(*SMALL, "--sweep", "replicas=two")
     assert r.returncode == 2 and "int" in r.stderr
+    r = run(*SMALL, "--range-ratio", "1.5")
+    assert r.returncode == 2 and "--range-ratio" in r.stderr
+    r = run("sim", "--trace", "x.jsonl", "--rate", "3")
+    assert r.returncode == 2 and "--rate" in r.stderr
     r = run(*SMALL, "--sweep", "replicas=two")
     assert r.returncode == 2 and "int" in r.stderr
     r = run("sim", "--trace", "/nonexistent/trace.csv")

@@ -131,6 +131,18 @@ def command(**kw: Any) -> None:
 
     if kw["autoscale"] is None and kw["replicas"] < 1:
         raise UserError("must be >= 1", field="--replicas", fix="or pass --autoscale POLICY")
+    synthetic = ("rate", "rate_steps", "concurrency", "sessions", "prefix_groups")
+    if kw["trace"] is not None:
+        for name in synthetic:
+            if kw[name] is not None:
+                flag = "--" + name.replace("_", "-")
+                raise UserError(
+                    "a trace brings its own arrivals and prompts",
+                    field=flag,
+                    fix=f"drop {flag}, or drop --trace; use --speedup to change a trace's pace",
+                )
+    if kw["rate"] is not None and kw["rate_steps"]:
+        raise UserError("give one rate", field="--rate-steps", fix="drop --rate or --rate-steps")
     if kw["trace"] is None and kw["rate"] is None and not kw["rate_steps"]:
         if kw["concurrency"] is None:
             raise UserError(

@@ -232,9 +232,8 @@ class FleetSimulator:
         wall0 = time.perf_counter()
         cpu0 = time.process_time()
         cfg = self.config
-        startup = 0.0
-        for _ in range(cfg.replicas):
-            self._start_replica(0.0, startup)
+        for _ in range(cfg.replicas):  # the initial fleet is already warm at t = 0
+            self._start_replica(0.0, startup_s=0.0)
         self._record_fleet()
         if cfg.closed_loop_clients:
             if self._followers:
