@@ -277,7 +277,7 @@ class FleetSimulator:
                 self.now_s = last_work_s = t
                 on_step_done(payload)
                 continue
-            if kind == SCRAPE or kind == TICK:
+            if kind in (SCRAPE, TICK):
                 if self._finished() and t > last_work_s + cfg.tail_s:
                     count -= 1
                     continue  # nothing left to serve: let the periodic events lapse
