@@ -90,6 +90,10 @@ class Row:
     wall_s: float
     ok: bool
     load_avg_1m: float
+    # The replica's own view (/metrics, all requests, warm-up included) beside the model's:
+    # the gap between this and the client's is network and OS scheduling, not the replica.
+    predicted_ttft_all_s: float
+    server_ttft_all_s: float
 
 
 def prompt_ids(index: int, n: int) -> list[int]:
@@ -97,8 +101,9 @@ def prompt_ids(index: int, n: int) -> list[int]:
 
 
 # --------------------------------------------------------------------------- prediction
-def predict(sc: Scenario) -> tuple[float, float]:
-    """Mean TTFT and TPOT of the closed loop, run through the pure engine offline.
+def predict(sc: Scenario) -> tuple[float, float, float]:
+    """Mean TTFT and TPOT of the closed loop, run through the pure engine offline, and the
+    mean TTFT of all requests (warm-up included, to set beside the replica's /metrics).
 
     Live, the replica starts computing step k+1 as soon as step k's tokens are out, so a
     request sent on receiving its predecessor's last token joins step k+2; the same here.
@@ -107,6 +112,7 @@ def predict(sc: Scenario) -> tuple[float, float]:
     sent_count = dict.fromkeys(range(sc.concurrency), 0)
     owner: dict[str, tuple[int, int]] = {}
     done: list[EngineRequest] = []
+    all_ttft_s: list[float] = []
 
     def send(client: int, arrival_s: float) -> None:
         k = sent_count[client]
@@ -133,6 +139,7 @@ def predict(sc: Scenario) -> tuple[float, float]:
         pending = []
         for req in out.finished:
             c, k = owner[req.request_id]
+            all_ttft_s.append(req.first_token_s - req.arrival_s)  # type: ignore[operator]
             if k >= sc.warmup:
                 done.append(req)
             if sent_count[c] < sc.requests_per_client:
@@ -142,7 +149,7 @@ def predict(sc: Scenario) -> tuple[float, float]:
         (r.finished_s - r.first_token_s) / (r.num_output_tokens - 1)  # type: ignore[operator]
         for r in done
     ]
-    return sum(ttft) / len(ttft), sum(tpot) / len(tpot)
+    return sum(ttft) / len(ttft), sum(tpot) / len(tpot), sum(all_ttft_s) / len(all_ttft_s)
 
 
 # --------------------------------------------------------------------------- live
@@ -296,6 +303,24 @@ async def closed_loop(sc: Scenario, host: str, port: int, deadline_s: float) -> 
     }
 
 
+def server_mean_ttft_s(host: str, port: int) -> float:
+    from urllib.request import urlopen
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urlopen(f"http://{host}:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    total = count = 0.0
+    for family in text_string_to_metric_families(text):
+        if family.name == "vllm:time_to_first_token_seconds":
+            for sample in family.samples:
+                if sample.name.endswith("_sum"):
+                    total = sample.value
+                elif sample.name.endswith("_count"):
+                    count = sample.value
+    return total / count if count else float("nan")
+
+
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     try:
         import uvloop
@@ -306,11 +331,12 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
 
 
 def run(sc: Scenario, tolerance: float) -> Row:
-    predicted_ttft, predicted_tpot = predict(sc)
+    predicted_ttft, predicted_tpot, predicted_ttft_all = predict(sc)
     rep = Replica(sc.flags, sc.model)
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             measured = runner.run(closed_loop(sc, rep.host, rep.port, time.monotonic() + 120))
+        server_ttft = server_mean_ttft_s(rep.host, rep.port)
     finally:
         rep.stop()
     ttft_err = measured["ttft"] / predicted_ttft - 1
@@ -329,6 +355,8 @@ def run(sc: Scenario, tolerance: float) -> Row:
         wall_s=measured["wall"],
         ok=abs(ttft_err) <= tolerance and abs(tpot_err) <= tolerance,
         load_avg_1m=os.getloadavg()[0],
+        predicted_ttft_all_s=predicted_ttft_all,
+        server_ttft_all_s=server_ttft,
     )
 
 
@@ -427,15 +455,16 @@ def main() -> None:
     (RESULTS / "replica_fidelity.json").write_text(json.dumps(result, indent=2))
     lines = [
         "| scenario | C | requests | TTFT pred (ms) | TTFT live (ms) | err | TPOT pred (ms) "
-        "| TPOT live (ms) | err | tokens/s | within tol | load 1m |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+        "| TPOT live (ms) | err | tokens/s | within tol | load 1m | TTFT all: pred / replica (ms) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |",
     ]
     for r in rows:
         lines.append(
             f"| {r.scenario} | {r.concurrency} | {r.requests} | {r.predicted_ttft_s * 1e3:.1f} "
             f"| {r.measured_ttft_s * 1e3:.1f} | {r.ttft_err:+.1%} | {r.predicted_tpot_s * 1e3:.2f} "
             f"| {r.measured_tpot_s * 1e3:.2f} | {r.tpot_err:+.1%} | {r.tokens_per_s:,.0f} "
-            f"| {'yes' if r.ok else 'NO'} | {r.load_avg_1m:.1f} |"
+            f"| {'yes' if r.ok else 'NO'} | {r.load_avg_1m:.1f} "
+            f"| {r.predicted_ttft_all_s * 1e3:.1f} / {r.server_ttft_all_s * 1e3:.1f} |"
         )
     if ceiling:
         lines.append(

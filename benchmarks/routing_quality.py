@@ -355,6 +355,7 @@ def router_argv(kind: str, setup: Setup, urls: list[str], port: int, workdir: Pa
             options = {
                 "capacity_tokens": setup.cache_tokens,
                 "bytes_per_token": setup.bytes_per_token,
+                **json.loads(setup.args.prefix_options),
             }
         config = {
             "host": "127.0.0.1",
@@ -501,6 +502,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout-s", type=float, default=600.0)
     p.add_argument("--policies", default=",".join(POLICY_NAMES), help="gpufleet policies")
     p.add_argument("--peers", default="sglang-router,vllm-router", help="'' for none")
+    p.add_argument(
+        "--prefix-options", default="{}", help="extra prefix_aware options, as a JSON object"
+    )
     p.add_argument("--out", default=str(RESULTS / "routing_quality"), help="path without suffix")
     args = p.parse_args(argv)
     args.served_model = args.served_model or args.model

@@ -40,7 +40,22 @@ def test_scales_out_on_waiting_requests() -> None:
     p = policy()
     d = p.decide(0.0, fleet(even(1, 8, waiting=10)))  # 18 × 1.1 / 8 → 3
     assert d.desired_replicas == 3
-    assert "10 waiting" in d.reason
+    assert "needs 3" in d.reason
+
+
+def test_waiting_means_saturation_only_when_it_persists() -> None:
+    # 6 running + 1 waiting fits the 8-slot batch: one tick of it is a request between
+    # engine steps; two ticks in a row is a replica that cannot take more.
+    p = policy()
+    d = p.decide(0.0, fleet([(6, 1, 0.2)]))
+    assert d.desired_replicas == 1, d.reason
+    d = p.decide(1.0, fleet([(6, 1, 0.2)]))
+    assert d.desired_replicas == 2
+    assert "saturated: 1 waiting, add one" in d.reason
+    q = policy()
+    q.decide(0.0, fleet([(6, 1, 0.2)]))
+    q.decide(1.0, fleet([(7, 0, 0.2)]))
+    assert q.decide(2.0, fleet([(6, 1, 0.2)])).desired_replicas == 1  # streak broken
 
 
 def test_scales_out_on_kv_pressure_and_on_ttft_slo() -> None:
@@ -56,7 +71,8 @@ def test_starting_replicas_count_as_capacity_arriving() -> None:
     p = policy()
     # Saturated: 1 ready with 8 running and 12 waiting (20 total), and 2 replicas already
     # starting: 3 × 8 = 24 ≥ 20 × 1.1 → no further replica; the reason says why.
-    d = p.decide(0.0, fleet(even(1, 8, waiting=12), starting=2))
+    p.decide(0.0, fleet(even(1, 8, waiting=12), starting=2))
+    d = p.decide(1.0, fleet(even(1, 8, waiting=12), starting=2))
     assert d.desired_replicas == 3
     assert "already starting" in d.reason
     # Without the starting ones, the same load asks for 3.
@@ -170,8 +186,9 @@ def test_no_scale_in_within_a_peak_window_of_saturation() -> None:
     # requests 5 s ago (uneven routing): removing one now would flap back.
     p = policy(headroom_fraction=0.0, scale_in_stabilization_s=0.0, scale_in_cooldown_s=0.0)
     p.decide(0.0, fleet([(8, 1, 0.3), (6, 0, 0.3), (5, 0, 0.3), (0, 0, 0.0)]))
-    d = p.decide(5.0, fleet(even(4, 20)))
+    p.decide(0.5, fleet([(8, 1, 0.3), (6, 0, 0.3), (5, 0, 0.3), (0, 0, 0.0)]))
+    d = p.decide(5.5, fleet(even(4, 20)))
     assert d.desired_replicas == 4
     assert "saturated 5 s ago" in d.reason
-    d = p.decide(21.0, fleet(even(4, 20)))  # a whole peak window later
+    d = p.decide(21.0, fleet(even(4, 20)))  # a whole peak window after the last one
     assert d.desired_replicas == 3, d.reason

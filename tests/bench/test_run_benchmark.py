@@ -107,8 +107,14 @@ async def test_warmup_requests_are_sent_but_not_measured(stub: InProcessStub) ->
 
 async def test_custom_conversations_and_explicit_model(stub: InProcessStub) -> None:
     convs = [Conversation(i, (Turn("ba be bi", 3, 2),)) for i in range(4)]
-    report = await run_benchmark(BenchConfig(url=stub.url, model="m"), conversations=convs)
+    seen: list[tuple[int, int, int | None]] = []
+    report = await run_benchmark(
+        BenchConfig(url=stub.url, model="m", rate=100.0),
+        conversations=convs,
+        on_progress=lambda *a: seen.append(a),
+    )
     assert report.metrics.completed == 4 and report.config["model"] == "m"
+    assert seen[-1] == (4, 0, 4)  # a sized workload gives the progress bar its total
 
 
 async def test_faults_are_classified_never_fatal() -> None:

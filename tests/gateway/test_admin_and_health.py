@@ -168,7 +168,9 @@ async def test_queue_timeout_and_overflow_give_503(make_gateway: GatewayFactory)
         assert resp.status == 503  # timed out waiting
         assert resp.headers["Retry-After"] == "7"
         resp.release()
-        # A model nobody serves is still a 404, not a wait.
+        # A model nobody serves is still a 404, not a wait, even while a replica whose
+        # models are not known yet is starting (the configured `models` are the truth).
+        gw.add_replica("http://127.0.0.1:9")  # nothing listens there: starting for ever
         body = {"model": "other", "messages": MSG}
         async with s.post(gw.url + "/v1/chat/completions", json=body) as resp:
             assert resp.status == 404

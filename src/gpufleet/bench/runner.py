@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from time import perf_counter
 from typing import Any
 
@@ -171,6 +171,29 @@ async def warm_up(
     await asyncio.gather(*(one(c) for c in convs))
 
 
+async def scrape_all(
+    session: aiohttp.ClientSession, roots: list[str], headers: dict[str, str]
+) -> tuple[dict[SeriesKey, float] | None, str]:
+    """Counters of every root; with more than one, each series gains a `target` label.
+
+    None only when no root answered; the note names the ones that did not.
+    """
+    merged: dict[SeriesKey, float] = {}
+    notes: list[str] = []
+    answered = 0
+    for root in roots:
+        counters, note = await scrape_counters(session, root, headers)
+        if counters is None:
+            notes.append(f"{root}: {note}" if len(roots) > 1 else note)
+            continue
+        answered += 1
+        for (name, labels), value in counters.items():
+            if len(roots) > 1:
+                labels = tuple(sorted((*labels, ("target", root))))
+            merged[(name, labels)] = value
+    return (merged if answered else None), "; ".join(notes)
+
+
 class _Run:
     """The state of one run: the budget, the records, the concurrency cap."""
 
@@ -287,11 +310,18 @@ async def run_benchmark(
 ) -> BenchReport:
     """Run one benchmark. `conversations` replaces the workload the config describes."""
     config.validate()
+    n_convs: int | None = None  # conversations the arrival process spreads (None: unbounded)
     if conversations is not None:
-        convs: Iterator[Conversation] = iter(conversations)
         planned = config.num_requests
+        if isinstance(conversations, Sized):
+            n_convs = len(conversations)
+            total = sum(c.num_requests for c in conversations)
+            planned = min(planned, total) if planned is not None else total
+        convs: Iterator[Conversation] = iter(conversations)
     else:
         convs, planned = build_conversations(config)
+        if planned is not None:
+            n_convs = config.sessions if config.sessions is not None else planned
     root = base_url(config.url)
     url = root + ENDPOINT_PATHS[config.endpoint]
     headers = {"Content-Type": "application/json"}
@@ -305,8 +335,9 @@ async def run_benchmark(
         if config.warmup_requests:
             await warm_up(session, config, url, headers, model)
         before, note = (None, "scraping disabled")
+        scrape_roots = [root, *(base_url(u) for u in config.extra_metrics_urls)]
         if config.scrape_metrics:
-            before, note = await scrape_counters(session, root, headers)
+            before, note = await scrape_all(session, scrape_roots, headers)
         run = _Run(config, session, url, headers, model, planned, on_progress)
         monitor = LoopLagMonitor()
         monitor.start()
@@ -318,16 +349,13 @@ async def run_benchmark(
                 assert config.concurrency is not None
                 await run.closed_loop(convs, config.concurrency)
             else:
-                n_convs = None
-                if planned is not None:
-                    n_convs = config.sessions if config.sessions is not None else planned
                 await run.open_loop(convs, _offsets(config, n_convs))
         finally:
             duration_s = perf_counter() - run.t0
             await monitor.stop()
         after = None
         if before is not None:
-            after, note = await scrape_counters(session, root, headers)
+            after, note = await scrape_all(session, scrape_roots, headers)
     if not run.records:
         raise UserError(
             "no request was sent", field="--num-requests", fix="raise --num-requests or --duration"

@@ -201,6 +201,12 @@ def _parse_extra_body(text: str | None) -> dict[str, Any]:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--no-scrape", is_flag=True, help="Do not read the target's /metrics.")
 @click.option(
+    "--metrics-url",
+    "metrics_urls",
+    multiple=True,
+    help="Also scrape this server's /metrics (repeatable; e.g. the replicas behind a gateway).",
+)
+@click.option(
     "--json",
     "json_path",
     type=click.Path(dir_okay=False),
@@ -271,6 +277,7 @@ def command(ctx: click.Context, **opts: Any) -> None:
         percentiles=_parse_percentiles(opts["percentiles"]),
         seed=opts["seed"],
         scrape_metrics=not opts["no_scrape"],
+        extra_metrics_urls=tuple(opts["metrics_urls"]),
     ).validate()
     console = Console()
     if not console.is_terminal:

@@ -13,7 +13,7 @@ import contextlib
 import time
 from collections.abc import Callable
 
-from gpufleet.engine import Engine, EngineRequest
+from gpufleet.engine import Engine, EngineRequest, FinishReason
 
 
 class RequestStream:
@@ -102,9 +102,9 @@ class EngineRunner:
         self._wake.set()
         return stream
 
-    def abort(self, request_id: str) -> None:
+    def abort(self, request_id: str, reason: FinishReason = FinishReason.ABORT) -> None:
         self.streams.pop(request_id, None)
-        self.engine.abort(request_id)
+        self.engine.abort(request_id, reason)
 
     def _sync_idle_clock(self, now: float) -> None:
         """Carry the engine clock across an idle gap, so arrival times are right."""

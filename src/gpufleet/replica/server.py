@@ -33,12 +33,13 @@ from typing import Any
 from aiohttp import web
 
 from gpufleet import __version__
-from gpufleet.engine import Engine, EngineConfig, EngineRequest
+from gpufleet.engine import Engine, EngineConfig, EngineRequest, FinishReason
 from gpufleet.openai_errors import error_json_bytes
 from gpufleet.plan.step_time import StepTimeModel
 from gpufleet.replica.metrics import ReplicaMetrics
 from gpufleet.replica.protocol import GenerationParams, RequestError, parse_generation_request
 from gpufleet.replica.runner import EngineRunner, RequestStream
+from gpufleet.replica.stops import StopScanner
 from gpufleet.tokenizer import Tokenizer, apply_chat_template, default_tokenizer
 
 VLLM_API_VERSION = "0.10.2"
@@ -419,9 +420,10 @@ class ReplicaServer:
             return response
         finally:
             self._in_flight -= 1
-            if not done or not req.is_finished:
-                # client gone (handler cancelled), a stop string matched, or an error
-                self.runner.abort(request_id)
+            if not req.is_finished:
+                # a stop string matched (done), or the client left / an error (not done)
+                reason = FinishReason.STOP if done else FinishReason.ABORT
+                self.runner.abort(request_id, reason)
 
     def _observe_tokens(self, stream: RequestStream, count: int) -> None:
         assert self.runner is not None
@@ -450,45 +452,33 @@ class ReplicaServer:
         if stream.first_token_wall_s is not None and num_tokens > 1:
             m.tpot.observe((now - stream.first_token_wall_s) / (num_tokens - 1))
 
-    def _take_text(
-        self, params: GenerationParams, stream: RequestStream, text_so_far: str
-    ) -> tuple[str, int, str | None]:
-        """New text since the last call, the new token count, and the stop string matched."""
+    def _take_text(self, stream: RequestStream) -> tuple[str, int]:
+        """Text of the tokens whose time has come and were not sent yet, and their count."""
         req = stream.req
         start = req.num_prompt_tokens + stream.sent
         ids = req.all_token_ids[start : req.num_prompt_tokens + stream.available]
         stream.sent += len(ids)
         tb = self._token_bytes
-        text = b"".join([tb[i] for i in ids]).decode()
-        if not params.stop:
-            return text, len(ids), None
-        window = text_so_far[-max(len(s) for s in params.stop) :] + text
-        for s in params.stop:
-            pos = window.find(s)
-            if pos >= 0:
-                cut = pos + (len(s) if params.include_stop_str_in_output else 0)
-                keep = cut - (len(window) - len(text))
-                return text[: max(keep, 0)], len(ids), s
-        return text, len(ids), None
+        return b"".join([tb[i] for i in ids]).decode(), len(ids)
 
     async def _complete(self, params: GenerationParams, stream: RequestStream) -> web.Response:
         req = stream.req
         pieces: list[str] = []
-        stop_str = None
-        text_so_far = ""
-        while True:
+        scanner = StopScanner(params.stop, params.include_stop_str_in_output)
+        while scanner.matched is None:
             await stream.wait()
             if self.runner is not None and self.runner.failed is not None:
                 return _error("the engine died", 500)
+            final = stream.ended
             if stream.available > stream.sent:
-                text, n, stop_str = self._take_text(params, stream, text_so_far)
+                text, n = self._take_text(stream)
                 self._observe_tokens(stream, n)
-                pieces.append(text)
-                text_so_far += text
-                if stop_str is not None:
-                    break
-            if stream.ended and stream.sent >= stream.available:
+                pieces.append(scanner.feed(text, final) if params.stop else text)
+            if final and stream.sent >= stream.available:
+                if params.stop:
+                    pieces.append(scanner.feed("", True))
                 break
+        stop_str = scanner.matched
         completion_tokens = stream.sent
         self._observe_finished(stream, completion_tokens)
         finish_reason = "stop" if stop_str is not None else str(req.finish_reason)
@@ -604,7 +594,8 @@ class ReplicaServer:
         if not chat and params.echo_prompt is not None:
             first = head + text_open + _escape(params.echo_prompt) + text_close + mid_tail
             first += usage_tail(0)
-        state: dict[str, Any] = {"first": first, "text": "", "finish": None, "stop": None}
+        state: dict[str, Any] = {"first": first, "finish": None, "stop": None}
+        scanner = StopScanner(params.stop, params.include_stop_str_in_output)
 
         # The common chunk (one token, no stop strings, no per-chunk usage), pre-split.
         plain = not params.stop and not continuous
@@ -626,19 +617,20 @@ class ReplicaServer:
                 return b""
             out: bytes = state["first"]
             state["first"] = b""
-            if stream.available > stream.sent:
-                text, n, stop_str = self._take_text(params, stream, state["text"])
-                self._observe_tokens(stream, n)
+            if stream.available > stream.sent or stream.ended:
+                text, n = self._take_text(stream)
+                if n:
+                    self._observe_tokens(stream, n)
+                final = stream.ended and stream.sent >= stream.available
                 if params.stop:
-                    state["text"] += text
-                if stop_str is not None:
-                    state["finish"], state["stop"] = "stop", stop_str
-                elif stream.ended and stream.sent >= stream.available:
+                    text = scanner.feed(text, final)
+                    if scanner.matched is not None:
+                        state["finish"], state["stop"] = "stop", scanner.matched
+                if final and state["finish"] is None:
                     state["finish"] = str(req.finish_reason)
+                if not text and state["finish"] is None:
+                    return out  # everything new is held back (it may start a stop string)
                 body = text.encode() if not params.stop else _escape(text)
-            elif stream.ended:
-                state["finish"] = str(req.finish_reason)
-                body = b""
             else:
                 return out
             finish = state["finish"]

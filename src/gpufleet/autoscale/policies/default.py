@@ -42,6 +42,9 @@ class DefaultPolicy:
     # replica queueing requests below it: one snapshot can catch a request between its
     # arrival and the next engine step.
     learn_min_observations: int = 5
+    # Waiting requests mean saturation only when seen on this many ticks in a row: a
+    # request that arrived just before the scrape waits for the next engine step anyway.
+    waiting_ticks: int = 2
     name: str = "default"
     _trend: LinearTrend = field(default_factory=LinearTrend)
     _peak_demand: WindowMax = field(default_factory=WindowMax)
@@ -49,6 +52,7 @@ class DefaultPolicy:
     _saturated_running: deque[tuple[float, int]] = field(default_factory=deque)
     _n1_ok_since_s: float | None = None
     _last_saturated_s: float | None = None
+    _waiting_streak: int = 0
     _last_change_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -89,6 +93,7 @@ class DefaultPolicy:
         forecast = self._trend.forecast(now_s + cold_start_s)
         expected = max(float(demand), forecast if forecast is not None else 0.0)
         needed = math.ceil(expected * (1.0 + self.headroom_fraction) / cap)
+        self._waiting_streak = self._waiting_streak + 1 if signals.waiting > 0 else 0
         saturation = self._saturation(signals)
         if saturation:
             self._last_saturated_s = now_s
@@ -124,7 +129,9 @@ class DefaultPolicy:
     def _saturation(self, signals: FleetSignals) -> str:
         ready = signals.ready
         reasons = []
-        if signals.waiting > 0:
+        if signals.waiting > 0 and (
+            self._waiting_streak >= self.waiting_ticks or not signals.ready
+        ):
             reasons.append(f"{signals.waiting} waiting")
         if ready:
             kv_mean = sum(r.kv_usage for r in ready) / len(ready)
