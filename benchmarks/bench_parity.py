@@ -96,9 +96,7 @@ def run_aiperf(
     d = json.loads((art / "profile_export_aiperf.json").read_text())
     return cmd, {
         "completed": int(d["request_count"]["avg"]),
-        "failed": int(d.get("error_request_count", {}).get("avg", 0))
-        if isinstance(d.get("error_request_count"), dict)
-        else 0,
+        "failed": sum(int(e.get("count", 0)) for e in d.get("error_summary") or []),
         "mean_ttft_ms": d["time_to_first_token"]["avg"],
         "mean_tpot_ms": d["inter_token_latency"]["avg"],
         "mean_e2el_ms": d["request_latency"]["avg"],
@@ -144,7 +142,10 @@ def main() -> None:
                 "tpot_rel_diff": rel_diff(g["mean_tpot_ms"], a["mean_tpot_ms"]),
                 "commands": {"gpufleet": shlex.join(gcmd), "aiperf": shlex.join(acmd)},
             }
-            row["within_tolerance"] = max(row["ttft_rel_diff"], row["tpot_rel_diff"]) <= TOLERANCE
+            all_served = all(x["completed"] == n and x["failed"] == 0 for x in (g, a))
+            row["within_tolerance"] = all_served and (
+                max(row["ttft_rel_diff"], row["tpot_rel_diff"]) <= TOLERANCE
+            )
             rows.append(row)
             print(f"rate {rate:g}/s: TTFT {g['mean_ttft_ms']:.2f} vs {a['mean_ttft_ms']:.2f} ms, "
                   f"TPOT {g['mean_tpot_ms']:.2f} vs {a['mean_tpot_ms']:.2f} ms", flush=True)  # fmt: skip

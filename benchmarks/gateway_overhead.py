@@ -1,23 +1,27 @@
 """What the gateway adds over direct access, beside sglang-router, vllm-router and nginx.
 
-    python benchmarks/gateway_overhead.py [--requests 3000] [--concurrency 1,32]
+    python benchmarks/gateway_overhead.py [--requests 3000] [--replica-requests 1000]
+        [--backends stub,replica] [--concurrency 1,32] [--rounds 3]
         [--peers direct,gpufleet,sglang-router,vllm-router,nginx] [--no-pin]
 
 In one run, on the same backends, each proxy is started in turn in front of two backends
-and driven by a closed-loop load generator (N clients, keep-alive connections, each sends
-its next request when the last one finished), streaming and not. Reported per peer:
-requests/s, p50/p99 end-to-end latency and TTFT (time to the first response chunk), the
-latency each proxy adds over direct access (p50 difference), and the proxy's CPU time per
-request.
+and driven by a closed-loop load generator (N clients on keep-alive connections, each
+sending its next request when the last one finished), streaming and not. Reported per
+backend and peer: requests/s, p50/p99 end-to-end latency and TTFT (time to the first
+response chunk), what each proxy adds over direct access (p50 difference), and the
+proxy's CPU time per request. Peers run in a rotating order for `--rounds` rounds and the
+table shows medians, so a burst of load from elsewhere does not land on one peer only.
 
-Backends: a no-delay stub (nginx answering from memory: /v1/completions with a JSON body,
-/v1/chat/completions with a 17-event SSE body), so what is measured is the proxy itself.
+Backends: "stub", a no-delay stub (nginx answering from memory: /v1/completions with a JSON
+body, /v1/chat/completions with a 17-event SSE body), so what is measured is the proxy
+itself; and "replica", two `gpufleet replica` processes with tiny explicit step times.
 
 Sharing 2 cores: with pinning (the default, `taskset`), the proxy under test gets CPU 1 to
 itself, and the load generator and the backends share CPU 0; every proxy is measured the
 same way (the Rust routers run their thread pools on that one CPU, as the gateway runs its
 one event loop). The machine is shared with other work, so the script also reports the
-proxy's CPU seconds per request (from /proc), which does not depend on what else runs.
+proxy's CPU seconds per request (from /proc: the process and its children), which depends
+far less on what else runs than requests/s or latency do.
 
 Peers come from PyPI into venvs outside the repository (benchmarks/peers.py); nginx is
 Debian's (`apt-get install -y nginx`), run as a plain reverse proxy with keep-alive
@@ -206,12 +210,12 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
-def wait_ready(url: str, stream_path: str, timeout_s: float = 120.0) -> None:
+def wait_ready(url: str, stream_path: str, model: str, timeout_s: float = 120.0) -> None:
     """Until a real request through `url` answers 200 (routers discover workers first)."""
     import urllib.error
     import urllib.request
 
-    body = json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": 4}).encode()
+    body = json.dumps({"model": model, "prompt": "hi", "max_tokens": 4}).encode()
     deadline = time.monotonic() + timeout_s
     last = ""
     while time.monotonic() < deadline:
@@ -228,13 +232,15 @@ def wait_ready(url: str, stream_path: str, timeout_s: float = 120.0) -> None:
 
 
 # -- the load generator (run in its own process: `--loadgen`) ------------------------------
-async def _loadgen(url: str, path: str, concurrency: int, total: int, warmup: int) -> dict:
+async def _loadgen(
+    url: str, path: str, concurrency: int, total: int, warmup: int, model: str
+) -> dict:
     import aiohttp
 
     stream = path.endswith("chat/completions")
-    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
-                       "stream": True} if stream else
-                      {"model": MODEL, "prompt": "hi", "max_tokens": STREAM_EVENTS}).encode()  # fmt: skip
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}],
+                       "max_tokens": STREAM_EVENTS, "stream": True} if stream else
+                      {"model": model, "prompt": "hi", "max_tokens": STREAM_EVENTS}).encode()  # fmt: skip
     headers = {"Content-Type": "application/json"}
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     e2e: list[float] = []
@@ -285,9 +291,9 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def run_load(url: str, path: str, concurrency: int, total: int, cpu: str | None,
-             proxy_pid: int | None) -> dict[str, Any]:  # fmt: skip
+             proxy_pid: int | None, model: str) -> dict[str, Any]:  # fmt: skip
     argv = [sys.executable, __file__, "--loadgen", url, path, str(concurrency), str(total),
-            str(max(50, total // 10))]  # fmt: skip
+            str(max(50, total // 10)), model]  # fmt: skip
     cpu_before = cpu_seconds(proxy_pid) if proxy_pid else 0.0
     out = subprocess.run(_pinned(argv, cpu), capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
@@ -341,48 +347,84 @@ def peer_argv(name: str, port: int, upstreams: list[str], tmp: Path) -> list[str
     raise ValueError(name)
 
 
+REPLICA_MODEL = "meta-llama/Llama-3.1-8B"
+
+
+class Backends:
+    """Two backends of one kind: "stub" (nginx from memory) or "replica" (gpufleet replica)."""
+
+    def __init__(self, kind: str, tmp: Path, cpu: str | None) -> None:
+        self.kind = kind
+        self.ports = [free_port(), free_port()]
+        self.urls = [f"http://127.0.0.1:{p}" for p in self.ports]
+        self.model = MODEL if kind == "stub" else REPLICA_MODEL
+        self.procs: list[subprocess.Popen[bytes]] = []
+        if kind == "stub":
+            stub_dir = tmp / "stub"
+            for d in ("body", "proxy", "fcgi", "uwsgi", "scgi"):
+                (stub_dir / d).mkdir(parents=True, exist_ok=True)
+            conf = tmp / "stub.conf"
+            conf.write_text(nginx_stub_conf(self.ports, stub_dir))
+            nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+            self.procs.append(start([nginx, "-c", str(conf), "-p", str(stub_dir)], cpu,
+                                    tmp / "stub.log"))  # fmt: skip
+        else:
+            # Tiny explicit step times: the replica's HTTP and engine loop, not a GPU model.
+            for port in self.ports:
+                argv = [sys.executable, "-c", "from gpufleet.cli import main; main()",
+                        "replica", "--model", REPLICA_MODEL, "--port", str(port),
+                        "--step-time", "base_s=0.0002"]  # fmt: skip
+                self.procs.append(start(argv, cpu, tmp / f"replica-{port}.log"))
+        for url in self.urls:
+            wait_ready(url, "/v1/completions", self.model)
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            stop(proc)
+
+
 class Runner:
     """Starts each peer in front of the backends and drives it at each concurrency."""
 
-    def __init__(self, args: argparse.Namespace, tmp: Path, upstreams: list[str],
-                 load_cpu: str | None, proxy_cpu: str | None) -> None:  # fmt: skip
+    def __init__(self, args: argparse.Namespace, tmp: Path, load_cpu: str | None,
+                 proxy_cpu: str | None) -> None:  # fmt: skip
         self.args = args
         self.tmp = tmp
-        self.upstreams = upstreams
         self.load_cpu = load_cpu
         self.proxy_cpu = proxy_cpu
         self.concurrencies = [int(c) for c in args.concurrency.split(",")]
         self.rows: list[dict[str, Any]] = []
 
-    def run_peer(self, peer: str, rnd: int) -> None:
+    def run_peer(self, peer: str, rnd: int, backends: Backends) -> None:
         proc = None
         try:
             if peer == "direct":
-                url, pid = self.upstreams[0], None
+                url, pid = backends.urls[0], None
             else:
                 port = free_port()
-                ptmp = self.tmp / f"{peer}-{rnd}"
+                ptmp = self.tmp / f"{backends.kind}-{peer}-{rnd}"
                 for d in ("body", "proxy", "fcgi", "uwsgi", "scgi"):
                     (ptmp / d).mkdir(parents=True, exist_ok=True)
-                argv = peer_argv(peer, port, self.upstreams, ptmp)
+                argv = peer_argv(peer, port, backends.urls, ptmp)
                 if argv is None:
                     print(f"skip {peer}: not installed", file=sys.stderr)
                     return
                 proc = start(argv, self.proxy_cpu, ptmp / "log")
                 url, pid = f"http://127.0.0.1:{port}", proc.pid
-                wait_ready(url, "/v1/completions")
+                wait_ready(url, "/v1/completions", backends.model)
             top = max(self.concurrencies)
+            requests = self.args.requests if backends.kind == "stub" else self.args.replica_requests
             for c in self.concurrencies:
-                n = self.args.requests if c == top else max(200, self.args.requests // 10)
+                n = requests if c == top else max(200, requests // 10)
                 for stream in (False, True):
                     path = "/v1/chat/completions" if stream else "/v1/completions"
-                    row: dict[str, Any] = {"peer": peer, "round": rnd, "concurrency": c,
-                                           "stream": stream}  # fmt: skip
-                    row.update(run_load(url, path, c, n, self.load_cpu, pid))
+                    row: dict[str, Any] = {"backend": backends.kind, "peer": peer, "round": rnd,
+                                           "concurrency": c, "stream": stream}  # fmt: skip
+                    row.update(run_load(url, path, c, n, self.load_cpu, pid, backends.model))
                     self.rows.append(row)
                     print(json.dumps(row), flush=True)
         except Exception as exc:  # one peer failing must not lose the others
-            print(f"{peer} failed: {exc}", file=sys.stderr)
+            print(f"{peer} on {backends.kind} failed: {exc}", file=sys.stderr)
         finally:
             if proc is not None:
                 stop(proc)
@@ -391,6 +433,9 @@ class Runner:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=3000, help="per run at the top concurrency")
+    parser.add_argument("--replica-requests", type=int, default=1000,
+                        help="the same, on the replica backends")  # fmt: skip
+    parser.add_argument("--backends", default="stub,replica")
     parser.add_argument("--concurrency", default="1,32")
     parser.add_argument("--peers", default="direct,gpufleet,sglang-router,vllm-router,nginx")
     parser.add_argument("--rounds", type=int, default=3, help="peers rotate order each round")
@@ -399,27 +444,19 @@ def main() -> None:
     args = parser.parse_args()
     pin = not args.no_pin and shutil.which("taskset") is not None and (os.cpu_count() or 1) >= 2
     load_cpu, proxy_cpu = ("0", "1") if pin else (None, None)
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
     with tempfile.TemporaryDirectory(prefix="gw-overhead-") as tmp_name:
         tmp = Path(tmp_name)
-        stub_dir = tmp / "stub"
-        for d in ("body", "proxy", "fcgi", "uwsgi", "scgi"):
-            (stub_dir / d).mkdir(parents=True)
-        backend_ports = [free_port(), free_port()]
-        upstreams = [f"http://127.0.0.1:{p}" for p in backend_ports]
-        (tmp / "stub.conf").write_text(nginx_stub_conf(backend_ports, stub_dir))
-        backend = start([nginx, "-c", str(tmp / "stub.conf"), "-p", str(stub_dir)],
-                        load_cpu, tmp / "stub.log")  # fmt: skip
-        runner = Runner(args, tmp, upstreams, load_cpu, proxy_cpu)
-        try:
-            wait_ready(upstreams[0], "/v1/completions")
-            peers = args.peers.split(",")
-            for rnd in range(args.rounds):
-                shift = rnd % len(peers)
-                for peer in peers[shift:] + peers[:shift]:
-                    runner.run_peer(peer, rnd)
-        finally:
-            stop(backend)
+        runner = Runner(args, tmp, load_cpu, proxy_cpu)
+        peers = args.peers.split(",")
+        for kind in args.backends.split(","):
+            backends = Backends(kind, tmp, load_cpu)
+            try:
+                for rnd in range(args.rounds):
+                    shift = rnd % len(peers)
+                    for peer in peers[shift:] + peers[:shift]:
+                        runner.run_peer(peer, rnd, backends)
+            finally:
+                backends.stop()
     write_results(runner.rows, args.out, pin)
 
 
@@ -430,12 +467,13 @@ def median(values: list[float]) -> float:
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (peer, clients, stream): the median of each figure over the rounds."""
-    groups: dict[tuple[str, int, bool], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str, int, bool], list[dict[str, Any]]] = {}
     for r in rows:
-        groups.setdefault((r["peer"], r["concurrency"], r["stream"]), []).append(r)
+        groups.setdefault((r["backend"], r["peer"], r["concurrency"], r["stream"]), []).append(r)
     out = []
-    for (peer, c, stream), rs in groups.items():
-        row: dict[str, Any] = {"peer": peer, "concurrency": c, "stream": stream, "rounds": len(rs)}
+    for (backend, peer, c, stream), rs in groups.items():
+        row: dict[str, Any] = {"backend": backend, "peer": peer, "concurrency": c,
+                               "stream": stream, "rounds": len(rs)}  # fmt: skip
         for key in ("rps", "e2e_p50_ms", "e2e_p99_ms", "ttft_p50_ms", "ttft_p99_ms"):
             row[key] = median([r[key] for r in rs])
         cpus = [r["proxy_cpu_ms_per_request"] for r in rs if r["proxy_cpu_ms_per_request"]]
@@ -443,14 +481,18 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["errors"] = sum(r["errors"] for r in rs)
         out.append(row)
     order = {"direct": 0, "gpufleet": 1, "sglang-router": 2, "vllm-router": 3, "nginx": 4}
-    return sorted(out, key=lambda r: (order.get(r["peer"], 9), r["concurrency"], r["stream"]))
+    return sorted(
+        out, key=lambda r: (r["backend"], order.get(r["peer"], 9), r["concurrency"], r["stream"])
+    )
 
 
 def write_results(raw_rows: list[dict[str, Any]], out: Path, pinned: bool) -> None:
     results = summarize(raw_rows)
-    direct = {(r["concurrency"], r["stream"]): r for r in results if r["peer"] == "direct"}
+    direct = {
+        (r["backend"], r["concurrency"], r["stream"]): r for r in results if r["peer"] == "direct"
+    }
     for r in results:
-        d = direct.get((r["concurrency"], r["stream"]))
+        d = direct.get((r["backend"], r["concurrency"], r["stream"]))
         r["added_e2e_p50_ms"] = r["e2e_p50_ms"] - d["e2e_p50_ms"] if d else None
         r["added_ttft_p50_ms"] = r["ttft_p50_ms"] - d["ttft_p50_ms"] if d else None
     out.mkdir(parents=True, exist_ok=True)
@@ -459,15 +501,15 @@ def write_results(raw_rows: list[dict[str, Any]], out: Path, pinned: bool) -> No
         json.dumps({"meta": meta, "summary": results, "rounds": raw_rows}, indent=2)
     )
     lines = [
-        "| peer | clients | stream | req/s | p50 e2e ms | p99 e2e ms | p50 TTFT ms | "
+        "| backend | peer | clients | stream | req/s | p50 e2e ms | p99 e2e ms | p50 TTFT ms | "
         "p99 TTFT ms | added p50 TTFT ms | proxy CPU ms/req | errors |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         cpu = r["proxy_cpu_ms_per_request"]
         added = r["added_ttft_p50_ms"]
         lines.append(
-            f"| {r['peer']} | {r['concurrency']} | {r['stream']} | {r['rps']:.0f} | "
+            f"| {r['backend']} | {r['peer']} | {r['concurrency']} | {r['stream']} | {r['rps']:.0f} | "
             f"{r['e2e_p50_ms']:.2f} | {r['e2e_p99_ms']:.2f} | {r['ttft_p50_ms']:.2f} | "
             f"{r['ttft_p99_ms']:.2f} | {'' if added is None else f'{added:.3f}'} | "
             f"{'' if cpu is None else f'{cpu:.3f}'} | {r['errors']} |"
@@ -482,7 +524,8 @@ if __name__ == "__main__":
             import uvloop
 
             uvloop.install()
-        url, path, c, total, warmup = sys.argv[2:7]
-        print(json.dumps(asyncio.run(_loadgen(url, path, int(c), int(total), int(warmup)))))
+        url, path, c, total, warmup, model = sys.argv[2:8]
+        result = asyncio.run(_loadgen(url, path, int(c), int(total), int(warmup), model))
+        print(json.dumps(result))
     else:
         main()

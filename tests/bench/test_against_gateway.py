@@ -49,7 +49,8 @@ def test_bench_reports_gateway_retries_and_per_replica_counts(tmp_path: Path) ->
             wait_for_models(url)
             r = subprocess.run(
                 [*CLI, "bench", "--url", url, "--concurrency", "2", "--num-requests", "20",
-                 "--input-tokens", "16", "--output-tokens", "3", "--json", str(out), "--quiet"],
+                 "--input-tokens", "16", "--output-tokens", "3", "--json", str(out), "--quiet",
+                 "--metrics-url", healthy.url, "--metrics-url", flaky.url],
                 capture_output=True, text=True, timeout=120, check=False,
             )  # fmt: skip
         finally:
@@ -70,3 +71,6 @@ def test_bench_reports_gateway_retries_and_per_replica_counts(tmp_path: Path) ->
     assert len(per_replica) == 2
     attempts = sum(s["gpufleet_gateway_replica_requests_total"] for s in per_replica.values())
     assert attempts == 22
+    # --metrics-url adds the replicas' own counters, labelled by target
+    assert server["known"]["generation_tokens"] == 20 * 3
+    assert any(f'target="{flaky.url}"' in k for k in server["counter_deltas"])

@@ -119,6 +119,8 @@ def test_parse_sweep() -> None:
         ({"turns": 0}, "--turns"),
         ({"percentiles": (99.0, 101.0)}, "--percentiles"),
         ({"output_tokens": 0}, "--output-tokens"),
+        ({"trace": "t.csv", "rate": 5.0}, "--rate"),
+        ({"warmup_requests": -1}, "--warmup"),
     ],
 )
 def test_config_errors_name_the_flag(kwargs: dict, flag: str) -> None:

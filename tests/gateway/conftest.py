@@ -36,6 +36,13 @@ async def stubs() -> AsyncIterator[list[StubBackend]]:
 GatewayFactory = Callable[..., Awaitable[Gateway]]
 
 
+@pytest.fixture(params=[True, False], ids=["fast-front", "aiohttp-front"])
+def fast_front(request: pytest.FixtureRequest) -> bool:
+    """Run a test against both HTTP fronts: the lean one and aiohttp's (handed-over conns)."""
+    value: bool = request.param
+    return value
+
+
 @pytest.fixture
 async def make_gateway() -> AsyncIterator[GatewayFactory]:
     started: list[Gateway] = []

@@ -24,9 +24,9 @@ def assert_openai_error(body: dict, status: int) -> None:
 
 
 async def test_openai_async_client_chat_and_completions(
-    stubs: list[StubBackend], make_gateway: GatewayFactory
+    stubs: list[StubBackend], make_gateway: GatewayFactory, fast_front: bool
 ) -> None:
-    gw = await make_gateway([s.url for s in stubs])
+    gw = await make_gateway([s.url for s in stubs], fast_front=fast_front)
     client = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0)
     try:
         chat = await client.chat.completions.create(model="stub-model", messages=MSG)  # type: ignore[arg-type]
@@ -51,8 +51,10 @@ async def test_openai_async_client_chat_and_completions(
     assert all(len(s.received) == 2 for s in stubs)
 
 
-async def test_openai_sync_client(stubs: list[StubBackend], make_gateway: GatewayFactory) -> None:
-    gw = await make_gateway([s.url for s in stubs])
+async def test_openai_sync_client(
+    stubs: list[StubBackend], make_gateway: GatewayFactory, fast_front: bool
+) -> None:
+    gw = await make_gateway([s.url for s in stubs], fast_front=fast_front)
 
     def call() -> tuple[str, str]:
         client = openai.OpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0)
@@ -72,9 +74,9 @@ async def test_openai_sync_client(stubs: list[StubBackend], make_gateway: Gatewa
 
 
 async def test_body_forwarded_byte_for_byte(
-    stubs: list[StubBackend], make_gateway: GatewayFactory
+    stubs: list[StubBackend], make_gateway: GatewayFactory, fast_front: bool
 ) -> None:
-    gw = await make_gateway([stubs[0].url])
+    gw = await make_gateway([stubs[0].url], fast_front=fast_front)
     # Odd spacing, key order, unknown fields and unicode must all survive untouched.
     raw = (
         b'{ "messages":[{"role":"user","content":"caf\\u00e9 \xe2\x98\x95"}],\n'
@@ -97,9 +99,9 @@ async def test_body_forwarded_byte_for_byte(
 
 
 async def test_bad_requests_get_openai_errors(
-    stubs: list[StubBackend], make_gateway: GatewayFactory
+    stubs: list[StubBackend], make_gateway: GatewayFactory, fast_front: bool
 ) -> None:
-    gw = await make_gateway([stubs[0].url])
+    gw = await make_gateway([stubs[0].url], fast_front=fast_front)
     url = gw.url + "/v1/chat/completions"
     cases = [
         (b"{not json", 400, None),
@@ -175,9 +177,11 @@ async def test_models_union_and_model_aware_routing(make_gateway: GatewayFactory
 
 
 async def test_retry_before_first_byte_on_5xx(
-    stubs: list[StubBackend], make_gateway: GatewayFactory
+    stubs: list[StubBackend], make_gateway: GatewayFactory, fast_front: bool
 ) -> None:
-    gw = await make_gateway([s.url for s in stubs], health={"eject_after_failures": 100})
+    gw = await make_gateway(
+        [s.url for s in stubs], health={"eject_after_failures": 100}, fast_front=fast_front
+    )
     stubs[0].fail_status = 500
     async with aiohttp.ClientSession() as session:
         for stream in (False, True, False, True):
@@ -213,9 +217,9 @@ async def test_all_replicas_failing_returns_last_error(
 
 
 async def test_broken_stream_ends_with_error_event_and_done(
-    stubs: list[StubBackend], make_gateway: GatewayFactory
+    stubs: list[StubBackend], make_gateway: GatewayFactory, fast_front: bool
 ) -> None:
-    gw = await make_gateway([stubs[0].url])
+    gw = await make_gateway([stubs[0].url], fast_front=fast_front)
     stubs[0].break_after_chunks = 2
     body = {"model": "stub-model", "messages": MSG, "stream": True}
     async with (
@@ -232,9 +236,9 @@ async def test_broken_stream_ends_with_error_event_and_done(
 
 
 async def test_client_disconnect_closes_upstream(
-    stubs: list[StubBackend], make_gateway: GatewayFactory
+    stubs: list[StubBackend], make_gateway: GatewayFactory, fast_front: bool
 ) -> None:
-    gw = await make_gateway([stubs[0].url])
+    gw = await make_gateway([stubs[0].url], fast_front=fast_front)
     for stream in (False, True):
         stub = stubs[0]
         stub.hold = asyncio.Event()
@@ -282,3 +286,64 @@ async def test_metrics_exposition(stubs: list[StubBackend], make_gateway: Gatewa
         "gpufleet_gateway_queue_depth 0.0",
     ):
         assert name in text, name
+
+
+async def test_one_connection_mixes_completions_and_other_requests(
+    stubs: list[StubBackend], make_gateway: GatewayFactory
+) -> None:
+    """The fast front hands a connection to aiohttp at its first non-completion request."""
+    gw = await make_gateway([stubs[0].url])
+    body = {"model": "stub-model", "messages": MSG}
+    connector = aiohttp.TCPConnector(limit=1)  # one keep-alive connection for everything
+    async with aiohttp.ClientSession(connector=connector) as s:
+        for _ in range(2):
+            async with s.post(gw.url + "/v1/chat/completions", json=body) as resp:
+                assert resp.status == 200
+                assert (await resp.json())["served_by"] == "s0"
+            async with s.get(gw.url + "/v1/models") as resp:
+                assert [m["id"] for m in (await resp.json())["data"]] == ["stub-model"]
+            async with s.post(gw.url + "/v1/chat/completions", json={**body, "stream": True}) as r:
+                assert (await r.text()).endswith("data: [DONE]\n\n")
+    assert len(stubs[0].received) == 4
+
+
+async def _raw_exchange(port: int, payload: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(payload)
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(), 20)  # until the gateway closes
+    writer.close()
+    return data
+
+
+async def test_raw_http_pipelining_expect_and_garbage(
+    stubs: list[StubBackend], make_gateway: GatewayFactory
+) -> None:
+    gw = await make_gateway([stubs[0].url])
+    assert gw.port is not None
+    body = json.dumps({"model": "stub-model", "prompt": "hi"}).encode()
+    one = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n" % len(body)
+    # Two pipelined requests answer in order; the last asks to close.
+    data = await _raw_exchange(
+        gw.port, one + b"\r\n" + body + one + b"Connection: close\r\n\r\n" + body
+    )
+    assert data.count(b"HTTP/1.1 200 OK") == 2
+    assert data.count(b'"served_by": "s0"') == 2
+    # Expect: 100-continue gets its interim answer before the real one.
+    data = await _raw_exchange(
+        gw.port, one + b"Expect: 100-continue\r\nConnection: close\r\n\r\n" + body
+    )
+    assert data.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK")
+    # Garbage is a 400 in OpenAI format, then the connection closes.
+    data = await _raw_exchange(gw.port, b"NOT HTTP AT ALL\r\n\r\n")
+    assert data.startswith(b"HTTP/1.1 400")
+    assert json.loads(data.split(b"\r\n\r\n", 1)[1])["error"]["code"] == 400
+
+
+async def test_slow_body_gets_408(stubs: list[StubBackend], make_gateway: GatewayFactory) -> None:
+    gw = await make_gateway([stubs[0].url], limits={"client_body_timeout_s": 0.2})
+    assert gw.port is not None
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{"
+    data = await _raw_exchange(gw.port, head)  # the rest of the body never comes
+    assert data.startswith(b"HTTP/1.1 408")
+    assert json.loads(data.split(b"\r\n\r\n", 1)[1])["error"]["code"] == 408

@@ -105,3 +105,14 @@ def test_calibration_refits_and_writes_loadable_constants(tmp_path: Path) -> Non
     # The refit is used as given: predictions change with it.
     row = read_rows(SAMPLE)[0]
     assert model_row(row, cal).tpot_s > 0
+
+
+def test_benchmark_on_a_missing_csv_says_so() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "/nonexistent/rows.csv", "--no-lomo"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "cannot read" in proc.stderr and "Traceback" not in proc.stderr

@@ -31,7 +31,13 @@ def test_routes_to_the_replica_holding_the_longest_prefix() -> None:
 
 
 def test_new_prefixes_are_placed_by_load() -> None:
-    p = PrefixAware(seed=0)
+    rs = views(4, [3, 0, 2, 5])
+    assert PrefixAware(seed=0).choose(request(0, prefix_hashes=(1, 2, 3)), rs).replica_id == "r1"  # type: ignore[union-attr]
+    assert PrefixAware(seed=1).choose(request(1), rs).replica_id == "r1"  # type: ignore[union-attr]
+
+
+def test_pending_prefill_steers_the_next_placement_until_its_first_token() -> None:
+    p = PrefixAware(seed=0, share_weight=0.0)
     rs = views(4, [3, 0, 2, 5])
     first = p.choose(request(0, prefix_hashes=(1, 2, 3)), rs)
     assert first is not None and first.replica_id == "r1"
@@ -41,6 +47,21 @@ def test_new_prefixes_are_placed_by_load() -> None:
     p.on_first_token(request(1), rs[2])
     # ...and back to the least loaded once it is done.
     assert p.choose(request(2), rs).replica_id == "r1"  # type: ignore[union-attr]
+
+
+def test_requests_with_nothing_to_gain_keep_away_from_replicas_ahead_on_share() -> None:
+    p = PrefixAware(seed=0)
+    rs = views(2)
+    hot = tuple(range(50))
+    for i in range(6):  # r? takes six requests of one prefix, all finished at once
+        holder = p.choose(request(i, prefix_hashes=hot), rs)
+        assert holder is not None
+        p.on_finished(request(i), holder, True)
+    other = next(r for r in rs if r is not holder)
+    # A new prompt, equally uncached everywhere, goes to the replica behind on share.
+    assert p.choose(request(9, prefix_hashes=tuple(range(100, 150))), rs) is other
+    # The hot prefix still goes home: its 50 cached blocks outweigh the share.
+    assert p.choose(request(10, prefix_hashes=hot), rs) is holder
 
 
 def test_pending_prefill_is_tracked_per_request_and_settled_once() -> None:
@@ -147,8 +168,15 @@ def test_no_herding_on_hot_prefixes_while_the_hit_rate_stays_high() -> None:
     assert report.max_mean_in_flight <= 1.15
     assert report.hit_rate >= 0.95 * ideal
     # The scenario is one where both failure modes are real:
-    naive, _ = _hot_run("prefix_aware", balance_factor=1e9, inflight_factor=1e9, inflight_slack=1e9)
-    assert naive.max_mean_requests > 1.15  # pure longest-match herds
+    naive, _ = _hot_run(  # pure longest match: no bounds, no queue or share cost
+        "prefix_aware",
+        balance_factor=1e9,
+        inflight_factor=1e9,
+        inflight_slack=1e9,
+        share_weight=0.0,
+        miss_weight=1e9,
+    )
+    assert naive.max_mean_requests > 1.15  # herds
     blind, _ = _hot_run("least_outstanding")
     assert blind.hit_rate < 0.85 * report.hit_rate  # load-only routing loses the cache
     assert report.mean_ttft_s < blind.mean_ttft_s

@@ -7,11 +7,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from gpufleet.autoscale import gateway_link
+from gpufleet.autoscale import controller, gateway_link
 from gpufleet.autoscale.decision import ReplicaBounds
 from gpufleet.autoscale.policies import DefaultPolicy
 from gpufleet.autoscale.policies import make_policy as make_scaling_policy
 from gpufleet.engine import Engine, EngineConfig, EngineRequest
+from gpufleet.gateway import signals as gateway_signals_module
 from gpufleet.plan.perf_serving import SchedulerShape, predict_closed_loop
 from gpufleet.plan.step_time import LinearStepTimeModel
 from gpufleet.routing import make_policy
@@ -152,6 +153,11 @@ def test_runs_the_live_systems_own_objects() -> None:
     assert type(routing) is PrefixAware and isinstance(scaling, DefaultPolicy)
     assert sim.routing is routing and cfg.autoscale is not None and cfg.autoscale.policy is scaling
     assert sim_module.fleet_signals is gateway_link.fleet_signals
+    assert sim_module.gateway_signals is gateway_signals_module.gateway_signals
+    assert sim_module.scale_in_order is controller.scale_in_order
+    assert controller.Controller._scale_in_order.__code__.co_names.count("scale_in_order") == 1
+    signals = sim.gateway_signals()
+    assert {r["id"] for r in signals["replicas"]} == set(sim.replicas)
     for replica in sim.replicas.values():
         assert type(replica.engine) is Engine
         assert type(replica.view) is ReplicaView
@@ -236,3 +242,71 @@ def test_one_replica_agrees_with_a_bare_engine_and_the_planner(clients: int) -> 
     assert s["request_throughput"] == pytest.approx(pred.requests_per_s, rel=0.15)
     if clients == 1:
         assert s["ttft_ms"]["mean"] == pytest.approx(pred.ttft_s * 1000, rel=0.2)
+
+
+def test_sweep_over_autoscaling_policies_in_processes() -> None:
+    from gpufleet.sim.scenario import run_many
+
+    base = Scenario(
+        rate_steps=((1.0, 20.0), (12.0, 30.0), (0.5, 60.0)), input_tokens=800,
+        output_tokens=80, min_replicas=1, max_replicas=4, startup_s=5.0, seed=2,
+    )  # fmt: skip
+    names = ["default", "hpa", "queue_depth"]
+    runs = run_many([base.with_field("autoscale", n).with_field("name", n) for n in names], 2)
+    assert [r["scenario"] for r in runs] == names
+    for r in runs:
+        assert r["completed"] + r["failed"] == r["requests"] > 0
+        assert r["scaling_decisions"] > 0 and r["replica_seconds"] > 0
+        assert r["fleet_timeline"][0][1] == 1  # starts from min_replicas ready
+    # The same scenario run here, in this process, gives the same figures.
+    again = run_scenario(base.with_field("autoscale", "hpa").with_field("name", "hpa"))
+    assert again["ttft_ms"] == runs[1]["ttft_ms"]
+    assert again["scaling_changes"] == runs[1]["scaling_changes"]
+
+
+def test_sessions_send_each_turn_after_the_last_and_affinity_keeps_their_cache() -> None:
+    reqs = synthetic_requests(
+        sessions=40, turns=4, rate=4.0, input_tokens=200, output_tokens=50, seed=9
+    )
+    assert len(reqs) == 160 and reqs[1].after == 0 and reqs[1].session_key == "session-0"
+    engine = EngineConfig(
+        num_gpu_blocks=800, block_size=16, max_num_seqs=64, max_num_batched_tokens=2048,
+        max_model_len=4096,
+    )  # fmt: skip
+    results = {
+        name: run(config(engine=engine, replicas=4), reqs, name)
+        for name in ("round_robin", "session")
+    }
+    for result in results.values():
+        by_index = {r.index: r for r in result.requests}
+        for req in reqs:
+            if req.after is not None:  # sent only once the previous turn had ended
+                prev = by_index[req.after]
+                assert prev.finished_s is not None
+                assert by_index[req.index].arrival_s == prev.finished_s
+    hit = {n: summarize(r)["prefix_cache_hit_rate"] for n, r in results.items()}
+    assert hit["session"] > hit["round_robin"] + 0.1, hit
+    # One replica with room for everything: each turn finds the whole previous turn (its
+    # prompt and the answer the engine generated) in the cache, to the last full block.
+    one = summarize(run(config(replicas=1), reqs))
+    by_index = {r.index: r for r in reqs}
+    reusable = sum(
+        (by_index[r.after].input_tokens + by_index[r.after].output_tokens) // 16 * 16
+        for r in reqs
+        if r.after is not None
+    )
+    assert one["prefix_cache_hits_tokens"] == reusable
+
+
+def test_a_failed_turn_ends_its_session_and_the_rest_is_counted() -> None:
+    engine = EngineConfig(
+        num_gpu_blocks=400, block_size=16, max_num_seqs=16, max_num_batched_tokens=1024,
+        max_model_len=800,
+    )  # fmt: skip
+    reqs = synthetic_requests(
+        sessions=10, turns=5, rate=2.0, input_tokens=150, output_tokens=60, seed=1
+    )
+    s = summarize(run(config(engine=engine, replicas=2), reqs))
+    # Turn 4 (3 x 210 + 150 + 60 tokens) is past max_model_len: refused; turn 5 not sent.
+    assert s["failures"] == {"context_length_exceeded": 10, "previous_turn_failed": 10}
+    assert s["completed"] == 30 and s["requests"] == 50

@@ -60,7 +60,6 @@ class Controller:
         self.changes: deque[ScalingDecision] = deque(maxlen=history)  # those with delta ≠ 0
         self.last_signals: FleetSignals | None = None
         self._task: asyncio.Task[None] | None = None
-        self._last_logged: tuple[int, str] | None = None
 
     async def tick(self) -> ScalingDecision:
         raw = await self.read_signals()
@@ -90,8 +89,6 @@ class Controller:
         return scale_in_order(signals, {m.replica_id for m in managed})
 
     def _log(self, decision: ScalingDecision) -> None:
-        verdict = decision.reason.rsplit(";", 1)[-1].split(":")[0].strip()
-        key = (decision.desired_replicas, verdict)
         if decision.delta != 0:
             log.info(
                 "scale %d → %d (%s): %s",
@@ -100,11 +97,10 @@ class Controller:
                 decision.policy,
                 decision.reason,
             )
-        elif key != self._last_logged:
+        else:
             log.debug(
                 "hold %d (%s): %s", decision.current_replicas, decision.policy, decision.reason
             )
-        self._last_logged = key
 
     async def run(self) -> None:
         while True:

@@ -306,7 +306,7 @@ class LocalProcessActuator:
         if proc.stopping or self._closed:
             return
         replica = proc.replica
-        log.warning("%s exited with status %s", replica.replica_id, code)
+        log.warning("%s exited with status %s%s", replica.replica_id, code, self._log_tail(replica))
         with contextlib.suppress(KeyError):
             await self.registry.remove(replica.replica_id)
         if not self.restart_crashed:
@@ -327,6 +327,17 @@ class LocalProcessActuator:
         replica.restarts += 1
         replica.started_at_s = self.clock()  # cold starts are measured from the spawn
         await self._spawn(proc)
+
+    def _log_tail(self, replica: ManagedReplica, lines: int = 5) -> str:
+        """The end of its log, so a command that cannot start says why."""
+        if self.log_dir is None:
+            return ""
+        try:
+            text = (self.log_dir / f"{replica.replica_id}.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        tail = [line for line in text.splitlines() if line.strip()][-lines:]
+        return (": …\n  " + "\n  ".join(tail)) if tail else ""
 
     async def _finish_drain(self, proc: _Proc) -> None:
         deadline = self.clock() + self.drain_deadline_s

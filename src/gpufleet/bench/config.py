@@ -51,6 +51,7 @@ class BenchConfig:
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
     seed: int = 0
     scrape_metrics: bool = True
+    extra_metrics_urls: tuple[str, ...] = ()  # also scraped, e.g. the replicas behind a gateway
     label: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -145,6 +146,12 @@ class BenchConfig:
         ]
         if len(kinds) > 1:
             raise bad(kinds[1], f"cannot combine {' and '.join(kinds)}", "choose one workload")
+        if self.trace and (not math.isinf(self.rate) or self.ramp is not None):
+            raise bad(
+                "--rate" if self.ramp is None else "--ramp",
+                "a trace is replayed at its own timestamps",
+                "drop --rate/--ramp; use --speedup to replay faster or slower",
+            )
         if self.prefix_groups is not None and self.prefix_groups < 1:
             raise bad("--prefix-groups", "must be at least 1", "a positive number of groups")
         if self.prefix_tokens < 0:
@@ -155,6 +162,11 @@ class BenchConfig:
             raise bad("--turns", "must be at least 1", "turns per session")
         if not self.speedup > 0:
             raise bad("--speedup", "must be positive", "1 replays at the trace's own pace")
+        for u in self.extra_metrics_urls:
+            if not u.startswith(("http://", "https://")):
+                raise bad(
+                    "--metrics-url", f"{u!r} is not an http(s) URL", "e.g. http://127.0.0.1:8001"
+                )
         if self.warmup_requests < 0:
             raise bad("--warmup", "must be >= 0", "a number of requests")
         if not self.timeout_s > 0:

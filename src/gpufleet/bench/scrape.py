@@ -81,6 +81,7 @@ class ServerMetricsDelta:
             if not name.startswith("gpufleet_gateway_"):
                 continue
             label_map = dict(labels)
+            label_map.pop("target", None)  # which scraped server: here, always the gateway
             replica = label_map.pop("replica", None)
             if replica is None:
                 continue

@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -27,10 +27,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from gpufleet.errors import UserError
 from gpufleet.gateway import probes
 from gpufleet.gateway.config import GatewayConfig, load_config
+from gpufleet.gateway.fast_http import FastFront, FastRequest, FastResponder
 from gpufleet.gateway.metrics import GatewayMetrics
 from gpufleet.gateway.policies import build_policy, policy_needs_prefix, prefix_hashes
 from gpufleet.gateway.replicas import Replica, ReplicaSet
 from gpufleet.gateway.request_meta import BadRequest, parse_body
+from gpufleet.gateway.signals import gateway_signals
 from gpufleet.gateway.tenants import Tenant, TenantTable
 from gpufleet.gateway.upstream import (
     UpstreamError,
@@ -83,24 +85,41 @@ def error_response(
 
 
 class _Failure:
-    """A failed attempt before any byte reached the client: retry elsewhere or report."""
+    """A failed attempt before any byte reached the client: retry elsewhere or report.
 
-    __slots__ = ("body", "content_type", "message", "status")
+    `final` failures (timeouts) are not retried: the request may still be running there.
+    """
+
+    __slots__ = ("body", "code", "content_type", "final", "headers", "message", "param",
+                 "status")  # fmt: skip
 
     def __init__(
-        self, status: int, message: str, body: bytes | None = None, content_type: str = _JSON
+        self,
+        status: int,
+        message: str,
+        *,
+        body: bytes | None = None,
+        content_type: str = _JSON,
+        param: str | None = None,
+        code: str | int | None = None,
+        headers: dict[str, str] | None = None,
+        final: bool = False,
     ) -> None:
         self.status = status
         self.message = message
         self.body = body
         self.content_type = content_type
+        self.param = param
+        self.code = code
+        self.headers = headers
+        self.final = final
 
-    def response(self) -> web.Response:
+    def send(self, out: _Out) -> None:
         if self.body is not None:
-            return web.Response(
-                body=self.body, status=self.status, headers={"Content-Type": self.content_type}
-            )
-        return error_response(self.status, self.message)
+            out.send(self.status, self.body, self.content_type, self.headers)
+        else:
+            body = error_json_bytes(self.message, self.status, param=self.param, code=self.code)
+            out.send(self.status, body, _JSON, self.headers)
 
 
 class Gateway:
@@ -139,6 +158,8 @@ class Gateway:
         self._probing: set[str] = set()
         self._config_mtime: float | None = None
         self._pool: UpstreamPool | None = None
+        self._front: FastFront | None = None
+        self._server: asyncio.AbstractServer | None = None
         self.port: int | None = None
         self.host = cfg.host
         for rc in cfg.replicas:
@@ -164,15 +185,32 @@ class Gateway:
             max_line_size=max(8190, cfg.limits.max_header_bytes * 2),
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, listen_port, backlog=2048, reuse_address=True)
-        await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
+        if cfg.fast_front:
+            aiohttp_server = self._runner.server
+            assert aiohttp_server is not None
+            self._front = FastFront(
+                self._fast_proxy,
+                aiohttp_server,
+                max_header_bytes=cfg.limits.max_header_bytes,
+                max_body_bytes=cfg.limits.max_body_bytes,
+                body_timeout_s=cfg.limits.client_body_timeout_s,
+                log_exception=lambda: log.exception("gateway request failed"),
+            )
+            self._server = await asyncio.get_running_loop().create_server(
+                self._front.protocol, self.host, listen_port, backlog=2048, reuse_address=True
+            )
+            sockets: Any = self._server.sockets
+            self._tasks.append(asyncio.create_task(self._front.sweep_idle(), name="gateway-idle"))
+        else:
+            site = web.TCPSite(self._runner, self.host, listen_port, backlog=2048,
+                               reuse_address=True)  # fmt: skip
+            await site.start()
+            sockets = getattr(site._server, "sockets", None) or []
         self.port = sockets[0].getsockname()[1] if sockets else listen_port
         if self.config_path:
             with contextlib.suppress(OSError):
                 self._config_mtime = Path(self.config_path).stat().st_mtime
-        self._tasks = [
+        self._tasks += [
             asyncio.create_task(self._probe_loop(), name="gateway-probes"),
             asyncio.create_task(self._scrape_loop(), name="gateway-scrapes"),
         ]
@@ -188,6 +226,12 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks = []
+        if self._server is not None:
+            self._server.close()
+            if self._front is not None:
+                self._front.close_all()
+            await self._server.wait_closed()
+            self._server = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -255,6 +299,7 @@ class Gateway:
     def remove_replica(self, replica_id: str) -> dict[str, Any]:
         """Forget the replica (requests in flight on it still finish). KeyError if unknown."""
         replica = self.replicas.remove(replica_id)
+        self.metrics.forget_replica(replica)
         log.info("replica %s removed", replica_id)
         return replica.to_json()
 
@@ -264,34 +309,13 @@ class Gateway:
     def signals(self) -> dict[str, Any]:
         """What an autoscaler needs, as plain JSON-able data."""
         now_s = time.monotonic()
-        replicas = list(self.replicas)
-        by_state: dict[str, int] = {str(s): 0 for s in ReplicaState}
-        for r in replicas:
-            by_state[str(r.state)] += 1
-        out: dict[str, Any] = {
-            "time_s": now_s,
-            "queue_depth": self.queue_depth,
-            "queue_depth_by_model": dict(self.queue_depth_by_model),
-            "in_flight_total": sum(r.in_flight for r in replicas),
-            "replicas_by_state": by_state,
-        }
-        out.update(self.metrics.signals_latency(now_s))
-        out["replicas"] = [
-            {
-                "id": r.replica_id,
-                "url": r.url,
-                "state": str(r.state),
-                "pool": r.pool,
-                "models": sorted(r.models),
-                "in_flight": r.in_flight,
-                "num_running": r.stats.num_running if r.stats else None,
-                "num_waiting": r.stats.num_waiting if r.stats else None,
-                "kv_cache_usage": r.stats.kv_cache_usage if r.stats else None,
-                "stats_age_s": (now_s - r.stats.scraped_at_s) if r.stats else None,
-            }
-            for r in replicas
-        ]
-        return out
+        return gateway_signals(
+            now_s,
+            list(self.replicas),
+            self.queue_depth,
+            self.queue_depth_by_model,
+            self.metrics.signals_latency(now_s),
+        )
 
     def reload(self) -> dict[str, Any]:
         """Re-read the config file's replica list (and served models); admin ones stay.
@@ -305,7 +329,7 @@ class Gateway:
         added, removed = [], []
         for r in list(self.replicas):
             if r.source == "config" and r.url not in wanted:
-                self.replicas.remove(r.replica_id)
+                self.metrics.forget_replica(self.replicas.remove(r.replica_id))
                 removed.append(r.replica_id)
         for url, rc in wanted.items():
             if self.replicas.find_by_url(url) is None:
@@ -532,99 +556,118 @@ class Gateway:
 
     # -- the proxy ----------------------------------------------------------------------
     async def _chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._proxy(request, "chat", "/v1/chat/completions")
+        return await self._aiohttp_proxy(request, "chat", "/v1/chat/completions")
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._proxy(request, "completions", "/v1/completions")
+        return await self._aiohttp_proxy(request, "completions", "/v1/completions")
 
-    async def _proxy(self, request: web.Request, endpoint: str, path: str) -> web.StreamResponse:
+    async def _aiohttp_proxy(
+        self, request: web.Request, endpoint: str, path: str
+    ) -> web.StreamResponse:
+        """The hot path for connections aiohttp serves (the fast front hands them over)."""
         t0_s = time.monotonic()
         limits = self.config.limits
-        header_bytes = 0
-        for k, v in request.raw_headers:
-            header_bytes += len(k) + len(v) + 4
-        if header_bytes > limits.max_header_bytes:
-            return error_response(431, f"request headers exceed {limits.max_header_bytes} bytes")
-        tenant = self.tenants.resolve(request.headers.get("Authorization"))
-        if tenant is None:
-            self.metrics.count_request("", "", 401)
-            return error_response(
-                401,
-                "missing or unknown API key (Authorization: Bearer ...)",
-                code="invalid_api_key",
-            )
+        out = _AiohttpOut(request)
         length = request.content_length
-        if length is not None and length > limits.max_body_bytes:
-            return self._counted(self._too_large(), "", tenant)
         try:
+            if length is not None and length > limits.max_body_bytes:
+                raise web.HTTPRequestEntityTooLarge(max_size=limits.max_body_bytes,
+                                                    actual_size=length)  # fmt: skip
             if request.content.is_eof():  # the whole body came with the headers: no timer
                 raw = await request.read()
             else:
                 async with asyncio.timeout(limits.client_body_timeout_s):
                     raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            return self._counted(self._too_large(), "", tenant)
+            msg = f"the request body exceeds {limits.max_body_bytes} bytes"
+            self.metrics.count_request("", "", 413)
+            return error_response(413, msg)
         except TimeoutError:
-            return self._counted(
-                error_response(408, "timed out reading the request body"), "", tenant
+            self.metrics.count_request("", "", 408)
+            return error_response(408, "timed out reading the request body")
+        await self._proxy(_AiohttpIn(request, raw), out, endpoint, path, t0_s)
+        assert out.response is not None
+        return out.response
+
+    async def _fast_proxy(
+        self, request: FastRequest, out: FastResponder, endpoint: str, path: str
+    ) -> None:
+        await self._proxy(request, out, endpoint, path, time.monotonic())
+
+    def _reply_error(
+        self,
+        out: _Out,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        body = error_json_bytes(message, status, param=param, code=code)
+        out.send(status, body, _JSON, headers)
+
+    async def _proxy(self, request: _In, out: _Out, endpoint: str, path: str, t0_s: float) -> None:
+        """Authenticate, validate, admit, route and forward one completion request."""
+        limits = self.config.limits
+        header_bytes = 0
+        for k, v in request.raw_headers:
+            header_bytes += len(k) + len(v) + 4
+        if header_bytes > limits.max_header_bytes:
+            self.metrics.count_request("", "", 431)
+            return self._reply_error(
+                out, 431, f"request headers exceed {limits.max_header_bytes} bytes"
             )
+        auth = request.header(b"authorization")
+        tenant = self.tenants.resolve(auth.decode("latin-1") if auth is not None else None)
+        if tenant is None:
+            self.metrics.count_request("", "", 401)
+            return self._reply_error(
+                out, 401, "missing or unknown API key (Authorization: Bearer ...)",
+                code="invalid_api_key",
+            )  # fmt: skip
         try:
-            meta = parse_body(raw, endpoint)
+            meta = parse_body(request.body, endpoint)
         except BadRequest as exc:
-            return self._counted(error_response(exc.status, str(exc), param=exc.param), "", tenant)
+            self.metrics.count_request("", tenant.name, exc.status)
+            return self._reply_error(out, exc.status, str(exc), param=exc.param)
         model = meta.model
         if (
             model not in self.replicas.known
             and model not in self.served_models
             and not self._discovering()
         ):
-            return self._counted(
-                error_response(
-                    404,
-                    f"the model '{model}' does not exist",
-                    param="model",
-                    code="model_not_found",
-                ),
-                model,
-                tenant,
-            )
+            self.metrics.count_request(model, tenant.name, 404)
+            return self._reply_error(
+                out, 404, f"the model '{model}' does not exist", param="model",
+                code="model_not_found",
+            )  # fmt: skip
         retry_after_s = tenant.admit(t0_s)
         if retry_after_s:
-            return self._counted(
-                error_response(
-                    429,
-                    f"rate limit reached for tenant {tenant.name!r}",
-                    headers={"Retry-After": str(retry_after_s)},
-                ),
-                model,
-                tenant,
-            )
-        resp: web.StreamResponse
+            self.metrics.count_request(model, tenant.name, 429)
+            return self._reply_error(
+                out, 429, f"rate limit reached for tenant {tenant.name!r}",
+                headers={"Retry-After": str(retry_after_s)},
+            )  # fmt: skip
         try:
-            resp = await self._route(
-                request, raw, meta.body, meta.user, model, tenant, endpoint, path, t0_s
-            )
+            await self._route(request, out, meta.body, meta.user, model, tenant, endpoint,
+                              path, t0_s)  # fmt: skip
         finally:
             tenant.release()
-        self.metrics.count_request(model, tenant.name, resp.status)
-        return resp
-
-    def _too_large(self) -> web.Response:
-        return error_response(
-            413, f"the request body exceeds {self.config.limits.max_body_bytes} bytes"
-        )
-
-    def _counted(self, resp: web.Response, model: str, tenant: Tenant) -> web.Response:
-        self.metrics.count_request(model, tenant.name, resp.status)
-        return resp
+            self.metrics.count_request(model, tenant.name, out.status)
 
     def _discovering(self) -> bool:
-        """Whether some replica's models are not known yet (it may serve the model asked for)."""
+        """Whether some replica's models are not known yet (it may serve the model asked for).
+
+        With `models:` configured, that list is the truth: unknown models are 404 at once.
+        """
+        if self.served_models:
+            return False
         return any(not r.models and r.state is not ReplicaState.DRAINING for r in self.replicas)
 
     async def _wait_for_replicas(
         self, model: str, pool: str | None, deadline_s: float
-    ) -> list[Replica] | web.Response:
+    ) -> list[Replica] | _Failure:
         """Eligible replicas, waiting in the bounded queue while there are none (scale from 0)."""
         queue = self.config.queue
         while True:
@@ -636,19 +679,13 @@ class Gateway:
                 and model not in self.served_models
                 and not self._discovering()
             ):
-                return error_response(
-                    404,
-                    f"the model '{model}' does not exist",
-                    param="model",
-                    code="model_not_found",
-                )
+                return _Failure(404, f"the model '{model}' does not exist",
+                                param="model", code="model_not_found")  # fmt: skip
             remaining_s = deadline_s - time.monotonic()
-            retry = {"Retry-After": str(queue.retry_after_s)}
             if self.queue_depth >= queue.max_size or remaining_s <= 0:
                 why = "the queue is full" if remaining_s > 0 else "timed out in the queue"
-                return error_response(
-                    503, f"no replica ready for model '{model}' ({why})", headers=retry
-                )
+                return _Failure(503, f"no replica ready for model '{model}' ({why})",
+                                headers={"Retry-After": str(queue.retry_after_s)})  # fmt: skip
             changed = self.replicas.wait_changed()
             self.queue_depth += 1
             self.queue_depth_by_model[model] = self.queue_depth_by_model.get(model, 0) + 1
@@ -666,8 +703,8 @@ class Gateway:
 
     async def _route(
         self,
-        request: web.Request,
-        raw: bytes,
+        request: _In,
+        out: _Out,
         body: dict[str, Any],
         user: str | None,
         model: str,
@@ -675,7 +712,7 @@ class Gateway:
         endpoint: str,
         path: str,
         t0_s: float,
-    ) -> web.StreamResponse:
+    ) -> None:
         policy = (
             self._tenant_policies.get(tenant.name, self.policy)
             if self._tenant_policies
@@ -685,15 +722,16 @@ class Gateway:
         prompt_tokens = 0
         if self._needs_prefix and policy_needs_prefix(policy):
             hashes, prompt_tokens = prefix_hashes(body, endpoint)
+        session = request.header(b"x-session-id")
         info = RequestInfo(
             request_id=f"gw-{next(self._request_ids)}",
             model=model,
             prompt_tokens=prompt_tokens,
             tenant=tenant.name,
-            session_key=request.headers.get("X-Session-ID") or user,
+            session_key=session.decode("latin-1") if session is not None else user,
             prefix_hashes=hashes,
         )
-        headers = self._forward_headers(request)
+        headers = self._forward_headers(request.raw_headers)
         max_attempts = self.config.limits.max_attempts
         deadline_s = t0_s + self.config.queue.timeout_s
         tried: tuple[Replica, ...] = ()
@@ -704,30 +742,32 @@ class Gateway:
                 if tried and self.replicas.eligible(model, tenant.pool):
                     break  # every ready replica already failed this request
                 waited = await self._wait_for_replicas(model, tenant.pool, deadline_s)
-                if isinstance(waited, web.Response):
-                    return waited if failure is None else failure.response()
+                if isinstance(waited, _Failure):
+                    return (failure or waited).send(out)
                 candidates = [r for r in waited if r not in tried] or waited
             chosen = policy.choose(info, candidates)
             replica: Replica = chosen if isinstance(chosen, Replica) else candidates[0]
             result = await self._attempt(
-                request, raw, headers, replica, policy, info, path, model, tenant, t0_s
+                request.body, out, headers, replica, policy, info, path, model, tenant, t0_s
             )
-            if not isinstance(result, _Failure):
-                return result
+            if result is None:
+                return
             failure = result
+            if result.final:
+                break
             tried = (*tried, replica)
             if len(tried) >= max_attempts:
                 break
             replica.m_retries.inc()
         assert failure is not None
-        return failure.response()
+        failure.send(out)
 
-    def _forward_headers(self, request: web.Request) -> bytes:
+    def _forward_headers(self, raw_headers: Any) -> bytes:
         """The client's headers as raw bytes, minus hop-by-hop ones (and the gateway key)."""
         strip_auth = self.tenants.enabled
         parts = []
         has_type = False
-        for k, v in request.raw_headers:
+        for k, v in raw_headers:
             lk = k.lower()
             if lk in _DROP_HEADERS or (strip_auth and lk == b"authorization"):
                 continue
@@ -772,8 +812,8 @@ class Gateway:
 
     async def _attempt(
         self,
-        request: web.Request,
         raw: bytes,
+        out: _Out,
         headers: bytes,
         replica: Replica,
         policy: RoutingPolicy,
@@ -782,8 +822,8 @@ class Gateway:
         model: str,
         tenant: Tenant,
         t0_s: float,
-    ) -> web.StreamResponse | _Failure:
-        """One try on one replica. A _Failure means nothing reached the client yet."""
+    ) -> _Failure | None:
+        """One try on one replica: None once a response went out, or a _Failure before."""
         replica.in_flight += 1
         replica.m_requests.inc()
         policy.on_started(info, replica)
@@ -795,21 +835,22 @@ class Gateway:
                 upstream = await self._open(replica, data, t0_s)
             except UpstreamTimeout:
                 replica.m_errors.inc()
-                return error_response(504, f"replica {replica.replica_id} did not answer in time")
+                return _Failure(504, f"replica {replica.replica_id} did not answer in time",
+                                final=True)  # fmt: skip
             except UpstreamError as exc:
                 return self._failed(replica, 502, f"replica {replica.replica_id} failed: {exc}")
             try:
                 status = upstream.status
                 ctype = upstream.content_type.decode("latin-1") or _JSON
                 if status == 200 and ctype.startswith("text/event-stream"):
-                    resp, ok = await self._stream(request, upstream, replica, policy, info,
-                                                  model, tenant, t0_s)  # fmt: skip
-                    return resp
+                    result, ok = await self._stream(out, upstream, replica, policy, info,
+                                                    model, tenant, t0_s)  # fmt: skip
+                    return result
                 try:
                     body = await upstream.read_all(self._read_timeout_s(t0_s))
                 except UpstreamTimeout:
                     replica.m_errors.inc()
-                    return error_response(504, f"replica {replica.replica_id} timed out")
+                    return _Failure(504, f"replica {replica.replica_id} timed out", final=True)
                 except UpstreamError as exc:
                     return self._failed(replica, 502, f"replica {replica.replica_id} broke: {exc}")
                 if status >= 500:
@@ -817,7 +858,8 @@ class Gateway:
                 ok = status < 400
                 self.replicas.record_success(replica)
                 self.metrics.latency(model, tenant.name)[3].observe(time.monotonic() - t0_s)
-                return web.Response(body=body, status=status, headers={"Content-Type": ctype})
+                out.send(status, body, ctype)
+                return None
             finally:
                 # Reuses a cleanly finished connection; otherwise resets it, which is how a
                 # gone client (its handler cancelled) closes the upstream request at once.
@@ -836,11 +878,11 @@ class Gateway:
     ) -> _Failure:
         replica.m_errors.inc()
         self.replicas.record_failure(replica)
-        return _Failure(status, message, body, ctype)
+        return _Failure(status, message, body=body, content_type=ctype)
 
     async def _stream(
         self,
-        request: web.Request,
+        out: _Out,
         upstream: UpstreamResponse,
         replica: Replica,
         policy: RoutingPolicy,
@@ -848,13 +890,13 @@ class Gateway:
         model: str,
         tenant: Tenant,
         t0_s: float,
-    ) -> tuple[web.StreamResponse | _Failure, bool]:
-        """Forward SSE chunks as they arrive. Returns (response, finished cleanly)."""
+    ) -> tuple[_Failure | None, bool]:
+        """Forward SSE chunks as they arrive. Returns (failure before any byte, clean end)."""
         try:
             first = await upstream.read_chunk(self._read_timeout_s(t0_s))
         except UpstreamTimeout:
             replica.m_errors.inc()
-            return error_response(504, f"replica {replica.replica_id} timed out"), False
+            return _Failure(504, f"replica {replica.replica_id} timed out", final=True), False
         except UpstreamError as exc:
             return self._failed(replica, 502, f"replica {replica.replica_id} broke: {exc}"), False
         if not first:
@@ -863,14 +905,15 @@ class Gateway:
         policy.on_first_token(info, replica)
         replica.streaming += 1
         try:
-            return await self._stream_rest(request, upstream, replica, first, model, tenant,
-                                           t0_s, ttft_s)  # fmt: skip
+            clean = await self._stream_rest(out, upstream, replica, first, model, tenant,
+                                            t0_s, ttft_s)  # fmt: skip
         finally:
             replica.streaming -= 1
+        return None, clean
 
     async def _stream_rest(
         self,
-        request: web.Request,
+        out: _Out,
         upstream: UpstreamResponse,
         replica: Replica,
         first: bytes,
@@ -878,9 +921,8 @@ class Gateway:
         tenant: Tenant,
         t0_s: float,
         ttft_s: float,
-    ) -> tuple[web.StreamResponse, bool]:
-        resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
-        await resp.prepare(request)
+    ) -> bool:
+        await out.start_stream(200, "text/event-stream")
         itl = self.metrics.latency(model, tenant.name)[2]
         chunk = first
         tail = first
@@ -889,7 +931,7 @@ class Gateway:
         broken: str | None = None
         while True:
             events += chunk.count(b"data:")
-            await resp.write(chunk)  # a gone client raises here; release() resets upstream
+            await out.write(chunk)  # a gone client raises here; release() resets upstream
             try:
                 chunk = await upstream.read_chunk(self._read_timeout_s(t0_s))
             except UpstreamTimeout:
@@ -911,14 +953,86 @@ class Gateway:
             replica.m_errors.inc()
             self.replicas.record_failure(replica)
             sep = b"" if tail.endswith(b"\n\n") else b"\n\n"
-            await resp.write(sep + sse_error_event(f"upstream error: {broken}", 502))
+            await out.write(sep + sse_error_event(f"upstream error: {broken}", 502))
         else:
             self.replicas.record_success(replica)
             # Events minus the [DONE] marker approximate the tokens streamed.
             self.metrics.observe_stream(model, tenant.name, ttft_s, now_s - t0_s,
                                         max(1, events - 1), now_s)  # fmt: skip
-        await resp.write_eof()
-        return resp, broken is None
+        await out.end()
+        return broken is None
+
+
+class _In(Protocol):
+    """A completion request with its body read (fast front or aiohttp)."""
+
+    @property
+    def body(self) -> bytes: ...
+
+    @property
+    def raw_headers(self) -> Any: ...
+
+    def header(self, lname: bytes) -> bytes | None: ...
+
+
+class _Out(Protocol):
+    """Where the response goes: `send` a whole one, or `start_stream`, `write`..., `end`."""
+
+    status: int
+
+    def send(
+        self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None: ...
+
+    async def start_stream(self, status: int, content_type: str) -> None: ...
+
+    async def write(self, chunk: bytes) -> None: ...
+
+    async def end(self) -> None: ...
+
+
+class _AiohttpIn:
+    __slots__ = ("body", "raw_headers")
+
+    def __init__(self, request: web.Request, body: bytes) -> None:
+        self.raw_headers = request.raw_headers
+        self.body = body
+
+    def header(self, lname: bytes) -> bytes | None:
+        for k, v in self.raw_headers:
+            if k.lower() == lname:
+                return bytes(v)
+        return None
+
+
+class _AiohttpOut:
+    def __init__(self, request: web.Request) -> None:
+        self.request = request
+        self.response: web.StreamResponse | None = None
+        self.status = 0
+
+    def send(
+        self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
+        self.status = status
+        self.response = web.Response(
+            body=body, status=status, headers={"Content-Type": content_type, **(headers or {})}
+        )
+
+    async def start_stream(self, status: int, content_type: str) -> None:
+        self.status = status
+        self.response = web.StreamResponse(
+            status=status, headers={"Content-Type": content_type, "Cache-Control": "no-cache"}
+        )
+        await self.response.prepare(self.request)
+
+    async def write(self, chunk: bytes) -> None:
+        assert self.response is not None
+        await self.response.write(chunk)
+
+    async def end(self) -> None:
+        assert self.response is not None
+        await self.response.write_eof()
 
 
 def run_gateway(gateway: Gateway, host: str | None, port: int | None) -> None:

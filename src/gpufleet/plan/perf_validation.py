@@ -28,7 +28,14 @@ from gpufleet.plan.perf_serving import SchedulerShape, ServingPrediction, predic
 from gpufleet.specs.gpus import GpuSpec, load_gpu
 from gpufleet.specs.models import ModelSpec, load_model, parse_config
 
-DEFAULT_CSV = Path("/work/shared/validation/measured_serving_dev.csv")
+_CSV_NAME = "measured_serving_dev.csv"
+# ../shared/validation next to the repository (as the issue names it), else the shared
+# checkout every worktree on this machine sees.
+_CSV_CANDIDATES = (
+    Path(__file__).resolve().parents[3].parent / "shared" / "validation" / _CSV_NAME,
+    Path("/work/shared/validation") / _CSV_NAME,
+)
+DEFAULT_CSV = next((p for p in _CSV_CANDIDATES if p.exists()), _CSV_CANDIDATES[-1])
 
 REQUIRED_COLUMNS = (
     "backend", "model_path", "system", "isl", "osl", "batch_size", "tp_size", "pp_size",

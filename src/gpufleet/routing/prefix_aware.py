@@ -60,13 +60,14 @@ class PrefixAware(PolicyBase):
         capacity_tokens: int = 262_144,
         bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
         block_bytes: int = ROUTING_BLOCK_BYTES,
-        balance_factor: float = 1.15,
+        balance_factor: float = 1.1,
         inflight_factor: float = 2.0,
         inflight_slack: float = 2.0,
-        window_requests: int = 512,
-        balance_slack: float = 24.0,
+        window_requests: int = 1024,
+        balance_slack: float = 8.0,
         load: str = "in_flight",
         miss_weight: float = 16.0,
+        share_weight: float = 1.0,
     ) -> None:
         super().__init__(seed=seed)
         if balance_factor < 1.0 or inflight_factor < 1.0:
@@ -86,6 +87,8 @@ class PrefixAware(PolicyBase):
         self.index = PrefixIndex(self._blocks(capacity_tokens))
         self._recent: dict[str, float] = {}  # decayed count of decisions per replica
         self.miss_weight = miss_weight
+        self.share_weight = share_weight
+        self._mean_prompt_blocks = 1.0  # decayed mean prompt length, in routing blocks
         # Prefill work (uncached blocks + 1) sent to each replica and not yet done, by this
         # policy's own bookkeeping: added on choose, removed on first token or finish.
         self._pending: dict[str, float] = {}
@@ -125,6 +128,11 @@ class PrefixAware(PolicyBase):
 
         hashes = request.prefix_hashes
         pending = [self._pending.get(r.replica_id, 0.0) for r in replicas]
+        # Being ahead of the mean share costs like prefilling `share_weight` typical prompts
+        # per decision ahead: requests with little to gain from a cache (new prefixes) keep
+        # away from busy holders, which leaves the share bound for long matches to use.
+        share_cost = self.share_weight * self._mean_prompt_blocks
+        over = [max(0.0, recent[i] + 1.0 - mean_recent) * share_cost for i in range(n)]
         if hashes:
             matches = self.index.match(hashes, (replicas[i].replica_id for i in allowed))
             uncached = [len(hashes) - matches.get(r.replica_id, 0) for r in replicas]
@@ -134,11 +142,16 @@ class PrefixAware(PolicyBase):
             best = random_min(
                 self.rng,
                 allowed,
-                lambda i: (pending[i] + miss_weight * uncached[i], loads[i], recent[i]),
+                lambda i: (pending[i] + miss_weight * uncached[i] + over[i], loads[i], recent[i]),
             )
             work = uncached[best] + 1.0
+            self._mean_prompt_blocks += (len(hashes) - self._mean_prompt_blocks) * (
+                1.0 - self.decay
+            )
         else:
-            best = random_min(self.rng, allowed, lambda i: (pending[i], loads[i], recent[i]))
+            best = random_min(
+                self.rng, allowed, lambda i: (pending[i] + over[i], loads[i], recent[i])
+            )
             work = 1.0
         chosen = replicas[best]
         if hashes:

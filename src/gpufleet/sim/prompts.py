@@ -21,6 +21,7 @@ from collections.abc import Sequence
 KIND_TRACE_BLOCK = 1  # a trace's named block (Mooncake hash_ids)
 KIND_UNIQUE = 2  # a request's own text (suffix, random prompt, Azure prompt)
 KIND_PREFIX = 3  # a shared-prefix group's prefix
+KIND_ANSWER = 4  # an earlier answer, resent in a multi-turn session
 _KIND_SHIFT = 48
 
 Segments = tuple[tuple[int, int], ...]  # (key, tokens)

@@ -27,6 +27,7 @@ class SimReplica:
     in_flight_seconds: float = 0.0  # integral of in-flight over time (time-averaged load)
     last_change_s: float = 0.0
     peak_in_flight: int = 0
+    capacity_reported: bool = False  # the gateway has read its KV capacity from /metrics
     live_ids: set[str] = field(default_factory=set)
 
     @classmethod

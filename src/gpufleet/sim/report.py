@@ -77,8 +77,11 @@ def summarize(
             for d in changes
         ],
         "replicas": [asdict(r) for r in result.replicas],
+        # (t_s, ready, ready + starting + draining) at every change of the fleet
+        "fleet_timeline": [list(x) for x in result.fleet_size],
         "sim_events": result.events,
         "sim_wall_s": result.wall_s,
+        "sim_cpu_s": result.cpu_s,
         "sim_events_per_s": result.events / result.wall_s if result.wall_s > 0 else 0.0,
         "virtual_s": result.end_s,
     }
@@ -120,7 +123,8 @@ def format_summary(s: dict[str, Any], title: str = "gpufleet sim") -> str:
             lines.append(f"  ... {len(s['scaling_changes']) - 20} more (see --json)")
     row(
         "Simulated events (events/s wall)",
-        f"{s['sim_events']} ({s['sim_events_per_s']:.0f}/s, {s['sim_wall_s']:.1f} s)",
+        f"{s['sim_events']} ({s['sim_events_per_s']:.0f}/s, {s['sim_wall_s']:.1f} s wall, "
+        f"{s['sim_cpu_s']:.1f} s CPU)",
     )
     return "\n".join(lines)
 

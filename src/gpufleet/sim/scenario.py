@@ -57,6 +57,8 @@ class Scenario:
     range_ratio: float = 0.0
     prefix_groups: int | None = None
     prefix_tokens: int = 0
+    sessions: int | None = None
+    turns: int = 1
     seed: int = 0
     # fleet
     replicas: int = 1
@@ -102,6 +104,8 @@ def build_requests(sc: Scenario) -> list[SimRequest]:
         range_ratio=sc.range_ratio,
         prefix_groups=sc.prefix_groups,
         prefix_tokens=sc.prefix_tokens,
+        sessions=sc.sessions,
+        turns=sc.turns,
         seed=sc.seed,
     )
 

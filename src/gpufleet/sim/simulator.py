@@ -34,6 +34,8 @@ from gpufleet.autoscale.decision import ScalingDecision, ScalingPolicy
 from gpufleet.autoscale.gateway_link import fleet_signals
 from gpufleet.engine import Engine, EngineConfig, EngineRequest
 from gpufleet.gateway.metrics import RecentWindow
+from gpufleet.gateway.policies import policy_needs_prefix
+from gpufleet.gateway.signals import gateway_signals, latency_signals
 from gpufleet.plan.step_time import StepTimeModel
 from gpufleet.routing.prefix import DEFAULT_BYTES_PER_TOKEN, ROUTING_BLOCK_BYTES
 from gpufleet.routing.types import (
@@ -46,6 +48,7 @@ from gpufleet.routing.types import (
 from gpufleet.sim.prompts import SegmentHasher, placeholder_token_ids
 from gpufleet.sim.replica import SimReplica
 from gpufleet.sim.workload import SimRequest
+from gpufleet.tokenizer import block_hashes
 
 # At equal times: hand out a step's tokens first, then new replicas, scrapes, arrivals,
 # idle engines waking for them (so requests arriving at one instant share a first step, as
@@ -156,6 +159,7 @@ class SimResult:
     end_s: float
     events: int
     wall_s: float
+    cpu_s: float = 0.0  # this process's CPU time (the machine may be shared)
     fleet_size: list[tuple[float, int, int]] = field(default_factory=list)  # (t, ready, total)
 
     @property
@@ -191,8 +195,8 @@ class FleetSimulator:
         self.config = config
         self.requests = list(requests)
         self.routing = routing
-        if needs_prefix is None:
-            needs_prefix = bool(getattr(routing, "uses_prefix_hashes", False))
+        if needs_prefix is None:  # hash prompts only for policies that read them, as live
+            needs_prefix = policy_needs_prefix(routing)
         self.needs_prefix = needs_prefix
         eng = config.engine
         self._engine_hasher = SegmentHasher(eng.block_size) if eng.enable_prefix_caching else None
@@ -213,6 +217,11 @@ class FleetSimulator:
         self._arrivals_left = 0
         self._next_request = 0  # closed loop: next request to hand a client
         self._fleet_size: list[tuple[float, int, int]] = []
+        self._turn_tokens: dict[int, tuple[list[int], list[int]]] = {}
+        # Multi-turn sessions: request index -> the next turn, sent when it ends.
+        self._followers: dict[int, int] = {
+            r.after: r.index for r in self.requests if r.after is not None
+        }
 
     # ------------------------------------------------------------------ events
     def _push(self, t: float, kind: int, payload: Any = None) -> None:
@@ -221,12 +230,14 @@ class FleetSimulator:
 
     def run(self) -> SimResult:
         wall0 = time.perf_counter()
+        cpu0 = time.process_time()
         cfg = self.config
-        startup = 0.0
-        for _ in range(cfg.replicas):
-            self._start_replica(0.0, startup)
+        for _ in range(cfg.replicas):  # the initial fleet is already warm at t = 0
+            self._start_replica(0.0, startup_s=0.0)
         self._record_fleet()
         if cfg.closed_loop_clients:
+            if self._followers:
+                raise ValueError("closed-loop clients cannot replay multi-turn sessions")
             n = min(cfg.closed_loop_clients, len(self.requests))
             for _ in range(n):
                 self._push(0.0, ARRIVAL, self._next_request)
@@ -234,7 +245,8 @@ class FleetSimulator:
             self._arrivals_left = len(self.requests)
         else:
             for r in self.requests:
-                self._push(r.arrival_s, ARRIVAL, r.index)
+                if r.after is None:
+                    self._push(r.arrival_s, ARRIVAL, r.index)
             self._arrivals_left = len(self.requests)
         self._push(cfg.scrape_interval_s, SCRAPE)
         if cfg.autoscale is not None:
@@ -251,19 +263,28 @@ class FleetSimulator:
             WAKE: self._on_wake,
         }
         events = self._events
+        pop = heapq.heappop
+        on_step_done = self._on_step_done
+        max_events = cfg.max_events
         count = 0
         last_work_s = 0.0
         while events:
-            t, kind, _, payload = heapq.heappop(events)
-            if kind in (SCRAPE, TICK) and self._finished() and t > last_work_s + cfg.tail_s:
-                continue  # nothing left to serve: let the periodic events lapse
+            t, kind, _, payload = pop(events)
+            count += 1
+            if count >= max_events:
+                raise RuntimeError(f"simulation exceeded {max_events} events")
+            if kind == STEP_DONE:  # the bulk of all events: the shortest path
+                self.now_s = last_work_s = t
+                on_step_done(payload)
+                continue
+            if kind in (SCRAPE, TICK):
+                if self._finished() and t > last_work_s + cfg.tail_s:
+                    count -= 1
+                    continue  # nothing left to serve: let the periodic events lapse
+            else:
+                last_work_s = t
             self.now_s = t
             handlers[kind](payload)
-            count += 1
-            if kind not in (SCRAPE, TICK):
-                last_work_s = t
-            if count >= cfg.max_events:
-                raise RuntimeError(f"simulation exceeded {cfg.max_events} events")
         end_s = self.now_s
         return SimResult(
             requests=sorted(self._results, key=lambda r: r.index),
@@ -272,6 +293,7 @@ class FleetSimulator:
             end_s=end_s,
             events=count,
             wall_s=time.perf_counter() - wall0,
+            cpu_s=time.process_time() - cpu0,
             fleet_size=self._fleet_size,
         )
 
@@ -319,13 +341,10 @@ class FleetSimulator:
         replica.requests_routed += 1
         self.routing.on_started(live.info, chosen)
         req = live.req
-        n_in = req.input_tokens
-        block_hashes = (
-            self._engine_hasher.hashes(req.segments) if self._engine_hasher is not None else None
-        )
+        tokens, block_hashes = self._engine_prompt(req)
         ereq = EngineRequest(
             live.info.request_id,
-            placeholder_token_ids(n_in),
+            tokens,
             req.output_tokens,
             seed=self.config.seed * 1_000_003 + req.index,
             prompt_block_hashes=block_hashes,
@@ -344,6 +363,24 @@ class FleetSimulator:
             replica.stepping = True  # woken below, once this instant's arrivals are in
             self._push(now, WAKE, replica)
 
+    def _engine_prompt(self, req: SimRequest) -> tuple[list[int], list[int] | None]:
+        """Token ids and engine block hashes of a prompt. A session's next turn starts with
+        the previous turn's own tokens (its prompt and the answer the engine generated), so
+        the engine finds the answer's cached blocks as a live replica would."""
+        prev = self._turn_tokens.pop(req.after, None) if req.after is not None else None
+        hasher = self._engine_hasher
+        if prev is None:
+            hashes = hasher.hashes(req.segments) if hasher is not None else None
+            return placeholder_token_ids(req.input_tokens), hashes
+        prev_tokens, prev_hashes = prev
+        tokens = prev_tokens + placeholder_token_ids(req.input_tokens - len(prev_tokens))
+        if hasher is None:
+            return tokens, None
+        bs = hasher.block_tokens
+        k = min(len(prev_hashes), len(prev_tokens) // bs)
+        parent = prev_hashes[k - 1] if k else 0
+        return tokens, prev_hashes[:k] + block_hashes(tokens[k * bs :], bs, parent)
+
     def _on_queue_timeout(self, live: _Live) -> None:
         if live.replica is not None or live.result.error is not None:
             return  # dispatched (or failed) since
@@ -357,10 +394,29 @@ class FleetSimulator:
     def _fail(self, live: _Live, error: str) -> None:
         live.result.error = error
         self._results.append(live.result)
-        self._client_done()
+        self._client_done(live.req.index, ok=False)
 
-    def _client_done(self) -> None:
-        """Closed loop: the client whose request just ended sends its next one now."""
+    def _client_done(self, index: int, ok: bool = True) -> None:
+        """The client whose request just ended sends its next one now: the session's next
+        turn (or, after a failure, none: every later turn is counted as not sent), or in
+        a closed loop the next request."""
+        nxt = self._followers.get(index)
+        while nxt is not None:
+            if ok:
+                self._push(self.now_s, ARRIVAL, nxt)
+                return
+            req = self.requests[nxt]
+            self._arrivals_left -= 1
+            self._results.append(
+                RequestResult(
+                    index=nxt,
+                    arrival_s=self.now_s,
+                    input_tokens=req.input_tokens,
+                    output_tokens=0,
+                    error="previous_turn_failed",
+                )
+            )
+            nxt = self._followers.get(nxt)
         if self.config.closed_loop_clients and self._next_request < len(self.requests):
             self._push(self.now_s, ARRIVAL, self._next_request)
             self._next_request += 1
@@ -407,6 +463,8 @@ class FleetSimulator:
             res.prefix_hit_tokens = ereq.num_prefix_hit_tokens
             res.preemptions = ereq.num_preemptions
             self._results.append(res)
+            if live.req.index in self._followers:  # the next turn resends these tokens
+                self._turn_tokens[live.req.index] = (ereq.all_token_ids, ereq.block_hashes)
             replica.live_ids.discard(ereq.request_id)
             replica.change_in_flight(now, -1)
             self.routing.on_finished(live.info, view, True)
@@ -416,7 +474,7 @@ class FleetSimulator:
             tpot = res.tpot_s
             if tpot is not None:
                 self._tpot_window.add(now, tpot)
-            self._client_done()
+            self._client_done(live.req.index)
         if replica.stopped_at_s is not None:
             replica.stepping = False
             return
@@ -440,6 +498,13 @@ class FleetSimulator:
                     scraped_at_s=now,
                     in_flight_at_scrape=r.view.in_flight,
                 )
+                if not r.capacity_reported:
+                    # vllm:cache_config_info: the gateway sizes the prefix index from it.
+                    r.capacity_reported = True
+                    set_capacity = getattr(self.routing, "set_capacity_tokens", None)
+                    if set_capacity is not None:
+                        cfg = e.config
+                        set_capacity(r.replica_id, cfg.num_gpu_blocks * cfg.block_size)
         self._push(now + self.config.scrape_interval_s, SCRAPE)
 
     # ------------------------------------------------------------------ fleet changes
@@ -522,31 +587,17 @@ class FleetSimulator:
 
     # ------------------------------------------------------------------ autoscaling
     def gateway_signals(self) -> dict[str, Any]:
-        """The dict the live gateway's `signals()` returns, from the simulated fleet."""
+        """The dict the live gateway's `signals()` returns, built by the same function."""
         now = self.now_s
-        present = [r for r in self.replicas.values() if r.state is not ReplicaState.DEAD]
         # The gateway only knows replicas once they pass /health (not the starting ones).
-        known = [r for r in present if r.state is not ReplicaState.STARTING]
-        qs = (0.5, 0.9, 0.99)
-        return {
-            "time_s": now,
-            "queue_depth": len(self._queue),
-            "in_flight_total": sum(r.view.in_flight for r in known),
-            "window_s": self.config.signals_window_s,
-            "ttft_s": self._ttft_window.percentiles(now, qs),
-            "tpot_s": self._tpot_window.percentiles(now, qs),
-            "replicas": [
-                {
-                    "id": r.replica_id,
-                    "state": str(r.state),
-                    "in_flight": r.view.in_flight,
-                    "num_running": r.view.stats.num_running if r.view.stats else None,
-                    "num_waiting": r.view.stats.num_waiting if r.view.stats else None,
-                    "kv_cache_usage": r.view.stats.kv_cache_usage if r.view.stats else None,
-                }
-                for r in known
-            ],
-        }
+        known = [
+            r.view
+            for r in self.replicas.values()
+            if r.state not in (ReplicaState.DEAD, ReplicaState.STARTING)
+        ]
+        queued = {self.config.model: len(self._queue)} if self._queue else {}
+        latency = latency_signals(now, self._ttft_window, self._tpot_window)
+        return gateway_signals(now, known, len(self._queue), queued, latency)
 
     def _on_tick(self, _: Any) -> None:
         spec = self.config.autoscale

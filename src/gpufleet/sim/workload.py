@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from gpufleet.bench.arrivals import arrival_offsets
 from gpufleet.errors import UserError
 from gpufleet.sim.prompts import (
+    KIND_ANSWER,
     KIND_PREFIX,
     KIND_TRACE_BLOCK,
     KIND_UNIQUE,
@@ -34,6 +35,8 @@ class SimRequest:
     output_tokens: int  # max_tokens, with EOS ignored (as `bench --ignore-eos`)
     session_key: str | None = None
     prefix_group: int | None = None
+    # Multi-turn sessions: sent when request `after` (the previous turn) has finished.
+    after: int | None = None
 
     @property
     def input_tokens(self) -> int:
@@ -140,6 +143,8 @@ def synthetic_requests(
     range_ratio: float = 0.0,
     prefix_groups: int | None = None,
     prefix_tokens: int = 0,
+    sessions: int | None = None,
+    turns: int = 1,
     seed: int = 0,
 ) -> list[SimRequest]:
     """Open-loop synthetic requests: `num_requests` at `rate` (or for `duration_s` at
@@ -147,6 +152,8 @@ def synthetic_requests(
 
     With `prefix_groups`, request i starts with group (i mod groups)'s shared
     `prefix_tokens`-token prefix, then its own ~`input_tokens` (as `bench --prefix-groups`).
+    With `sessions`, the arrivals start sessions of `turns` turns; turn k+1 resends turns
+    1..k and their answers and is sent when turn k ends (as `bench --sessions --turns`).
     """
     if burstiness <= 0:
         raise UserError("must be > 0", field="--burstiness", fix="1 is Poisson")
@@ -156,6 +163,16 @@ def synthetic_requests(
         raise UserError("must be >= 1", field="--output-tokens")
     if prefix_groups is not None and prefix_groups < 1:
         raise UserError("must be >= 1", field="--prefix-groups")
+    if not 0.0 <= range_ratio < 1.0:
+        raise UserError("must be in [0, 1)", field="--range-ratio", fix="e.g. 0.5")
+    if prefix_tokens and not prefix_groups:
+        raise UserError(
+            "a shared prefix needs groups", field="--prefix-tokens", fix="add --prefix-groups G"
+        )
+    if sessions is not None:
+        if sessions < 1 or turns < 1:
+            raise UserError("sessions and turns must be >= 1", field="--sessions")
+        num_requests = sessions
     rng = random.Random(seed)
     if rate_steps:
         offsets = _step_offsets(rate_steps, burstiness, rng)
@@ -182,6 +199,8 @@ def synthetic_requests(
     ins = LengthSampler(input_tokens, range_ratio, lengths_rng) if input_tokens > 0 else None
     outs = LengthSampler(output_tokens, range_ratio, lengths_rng)
     out: list[SimRequest] = []
+    if sessions is not None:
+        return _session_requests(offsets, turns, ins, outs, seed)
     for i, t in enumerate(offsets):
         segments: list[tuple[int, int]] = []
         group = None
@@ -192,4 +211,35 @@ def synthetic_requests(
         if ins is not None:
             segments.append(_unique(seed, i, ins.draw()))
         out.append(SimRequest(i, t, tuple(segments), outs.draw(), prefix_group=group))
+    return out
+
+
+def _session_requests(
+    starts: Sequence[float],
+    turns: int,
+    ins: LengthSampler | None,
+    outs: LengthSampler,
+    seed: int,
+) -> list[SimRequest]:
+    out: list[SimRequest] = []
+    for s, t0 in enumerate(starts):
+        history: list[tuple[int, int]] = []
+        prev: int | None = None
+        for k in range(turns):
+            ident = (s << 16) | k
+            user = _unique(seed, (1 << 31) | ident, ins.draw() if ins else 1)
+            n_out = outs.draw()
+            index = len(out)
+            out.append(
+                SimRequest(
+                    index=index,
+                    arrival_s=t0,
+                    segments=(*history, user),
+                    output_tokens=n_out,
+                    session_key=f"session-{s}",
+                    after=prev,
+                )
+            )
+            history += [user, (segment_key(KIND_ANSWER, (seed << 32) | ident), n_out)]
+            prev = index
     return out

@@ -42,13 +42,18 @@ class DefaultPolicy:
     # replica queueing requests below it: one snapshot can catch a request between its
     # arrival and the next engine step.
     learn_min_observations: int = 5
+    # Waiting requests mean saturation only when seen on this many ticks in a row: a
+    # request that arrived just before the scrape waits for the next engine step anyway.
+    waiting_ticks: int = 2
     name: str = "default"
     _trend: LinearTrend = field(default_factory=LinearTrend)
+    _trend_short: LinearTrend = field(default_factory=LinearTrend)
     _peak_demand: WindowMax = field(default_factory=WindowMax)
     _peak_kv_total: WindowMax = field(default_factory=WindowMax)  # sum of KV fractions
     _saturated_running: deque[tuple[float, int]] = field(default_factory=deque)
     _n1_ok_since_s: float | None = None
     _last_saturated_s: float | None = None
+    _waiting_streak: int = 0
     _last_change_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -63,6 +68,7 @@ class DefaultPolicy:
         if self.headroom_fraction < 0:
             raise UserError("must be ≥ 0", field="headroom_fraction", fix="e.g. 0.1 for 10 %")
         self._trend.window_s = self.trend_window_s
+        self._trend_short.window_s = self.trend_window_s / 3.0
         self._peak_demand.window_s = self.peak_window_s
         self._peak_kv_total.window_s = self.peak_window_s
 
@@ -80,15 +86,17 @@ class DefaultPolicy:
         demand = signals.demand
         kv_total = sum(r.kv_usage for r in ready)
         self._trend.add(now_s, float(demand))
+        self._trend_short.add(now_s, float(demand))
         self._peak_demand.add(now_s, float(demand))
         self._peak_kv_total.add(now_s, kv_total)
         self._learn_capacity(now_s, signals)
         cap = self.capacity
         cold_start_s = signals.cold_start_s or self.cold_start_s
 
-        forecast = self._trend.forecast(now_s + cold_start_s)
+        forecast = self.forecast(now_s + cold_start_s)
         expected = max(float(demand), forecast if forecast is not None else 0.0)
         needed = math.ceil(expected * (1.0 + self.headroom_fraction) / cap)
+        self._waiting_streak = self._waiting_streak + 1 if signals.waiting > 0 else 0
         saturation = self._saturation(signals)
         if saturation:
             self._last_saturated_s = now_s
@@ -106,11 +114,22 @@ class DefaultPolicy:
             why = f"{head}; needs {needed} with {self.headroom_fraction:.0%} headroom"
             if saturation:
                 why += f"; saturated: {saturation}"
-        elif saturation and not signals.starting:
-            desired = current + 1
-            why = f"{head}; saturated: {saturation}, add one"
         elif saturation:
-            why = f"{head}; saturated: {saturation}, capacity already starting"
+            # Saturated below the assumed capacity (long prompts, KV, a smaller batch): size
+            # the step by what the saturated replicas actually run, not by one replica per
+            # cold start; replicas already starting still count.
+            batched = [r.running for r in ready if r.waiting > 0 and r.running > 0]
+            effective = max(batched) if batched else cap
+            by_observed = math.ceil(expected * (1.0 + self.headroom_fraction) / effective)
+            floor = current if signals.starting else current + 1
+            desired = max(floor, by_observed)
+            if desired > current:
+                why = (
+                    f"{head}; saturated: {saturation}; replicas batch {effective} when "
+                    f"queueing → needs {max(by_observed, current + 1)}"
+                )
+            else:
+                why = f"{head}; saturated: {saturation}, capacity already starting"
         else:
             desired, why = self._maybe_scale_in(now_s, signals, cap, cold_start_s, head)
 
@@ -121,10 +140,23 @@ class DefaultPolicy:
             self._last_change_s = now_s
         return ScalingDecision(desired, f"{why} → {desired}", self.name, now_s, current)
 
+    def forecast(self, at_s: float) -> float | None:
+        """Demand at `at_s` by the steeper of two trends: the full window (steady) and its
+        last third (sees a ramp begin). Erring high costs a replica for a while; erring
+        low costs every request of a burst a cold start."""
+        values = [
+            f
+            for f in (self._trend.forecast(at_s), self._trend_short.forecast(at_s))
+            if f is not None
+        ]
+        return max(values) if values else None
+
     def _saturation(self, signals: FleetSignals) -> str:
         ready = signals.ready
         reasons = []
-        if signals.waiting > 0:
+        if signals.waiting > 0 and (
+            self._waiting_streak >= self.waiting_ticks or not signals.ready
+        ):
             reasons.append(f"{signals.waiting} waiting")
         if ready:
             kv_mean = sum(r.kv_usage for r in ready) / len(ready)
@@ -198,7 +230,7 @@ class DefaultPolicy:
         n1 = len(signals.ready) - 1
         peak = self._peak_demand.peak()
         peak_kv = self._peak_kv_total.peak()
-        forecast = self._trend.forecast(now_s + cold_start_s) or 0.0
+        forecast = self.forecast(now_s + cold_start_s) or 0.0
         worst = max(peak, forecast)
         if n1 == 0:
             ok = worst == 0
