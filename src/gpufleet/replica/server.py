@@ -416,7 +416,24 @@ class ReplicaServer:
         req = stream.req
         pieces: list[str] = []
         scanner = StopScanner(params.stop, params.include_stop_str_in_output)
-        while scanner.matched is None:
+        if not params.stop:
+            # Nothing to look at per token: the runner only counts tokens (for the latency
+            # histograms) and this handler wakes once, at the end.
+            def count(_: RequestStream) -> None:
+                n = stream.available - stream.sent
+                if n > 0:
+                    stream.sent = stream.available
+                    self._observe_tokens(stream, n)
+
+            stream.on_tokens = count
+            while not stream.ended:
+                await stream.wait()
+                if self.runner is not None and self.runner.failed is not None:
+                    return _error("the engine died", 500)
+            count(stream)
+            ids = req.all_token_ids[req.num_prompt_tokens : req.num_prompt_tokens + stream.sent]
+            pieces.append(self.tokenizer.decode(ids))
+        while params.stop and scanner.matched is None:
             await stream.wait()
             if self.runner is not None and self.runner.failed is not None:
                 return _error("the engine died", 500)
