@@ -272,6 +272,12 @@ async def closed_loop(sc: Scenario, host: str, port: int, deadline_s: float) -> 
         ]
         for c in range(sc.concurrency)
     ]
+    # One throwaway request first, so that the replica process's first-call costs (lazy
+    # imports, first allocations) are not in the measured means; its prompt shares no
+    # block with the measured ones, and its KV is freed before they start.
+    warm = Connection(host, port, sc.model)
+    await warm.send(warm.request_bytes(tok.decode(prompt_ids(-1, sc.prompt_tokens)), 2))
+    warm.close()
     tokens = 0
     ttfts: list[float] = []
     tpots: list[float] = []
