@@ -13,8 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/gpufleet plan --model meta-llama/Llama-3.1-70B --gpu h100-sxm --gpus-per-node 8 \
-	    --input-tokens 1024 --output-tokens 256 --rps 20 --ttft-slo 1.0 --tpot-slo 0.05
+	$(BIN)/gpufleet up --demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -20,11 +20,13 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpufleet.errors import UserError
 from gpufleet.plan.calibration import default_calibration, fit
 from gpufleet.plan.perf_validation import (
     DEFAULT_CSV,
@@ -101,6 +103,42 @@ def _arch_key(row: MeasuredRow, configs_dir: Path | None) -> tuple[Any, ...]:
     return (spec.model_type, spec.hidden_size, spec.num_layers, experts)
 
 
+def model_speed() -> dict[str, float]:
+    """What the model costs its callers: one step_time_s (the engine calls it every
+    iteration) and one closed-loop prediction (the planner makes a few hundred)."""
+    from gpufleet.plan.layout import Layout
+    from gpufleet.plan.perf import RooflineStepTimeModel
+    from gpufleet.plan.perf_serving import predict_serving
+    from gpufleet.plan.step_time import StepBatch
+    from gpufleet.specs.gpus import load_gpu
+    from gpufleet.specs.models import load_model
+
+    out: dict[str, float] = {}
+    gpu = load_gpu("h200")
+    batch = StepBatch(
+        prefill_tokens=(512,),
+        prefill_context_tokens=(1024,),
+        num_decode=64,
+        decode_context_tokens=64 * 1500,
+    )
+    for name, layout in (
+        ("meta-llama/Llama-3.1-70B", Layout(tp=4, weight_dtype="fp8")),
+        ("deepseek-ai/DeepSeek-V3", Layout(tp=8, ep=8, weight_dtype="fp8")),
+    ):
+        model = load_model(name)
+        step = RooflineStepTimeModel(model, gpu, layout)
+        calls = 5000
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            step.step_time_s(batch)
+        out[f"{name} step_time_s_us"] = round((time.perf_counter() - t0) / calls * 1e6, 2)
+        t0 = time.perf_counter()
+        for c in (1, 16, 128, 512):
+            predict_serving(model, gpu, layout, 1024, 256, c, step_model=step)
+        out[f"{name} predict_serving_ms"] = round((time.perf_counter() - t0) / 4 * 1e3, 3)
+    return out
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [
         "| group | rows | TTFT median APE % | TTFT p90 APE % | TPOT median APE % | TPOT p90 APE % |",
@@ -126,10 +164,17 @@ def markdown(report: dict[str, Any]) -> str:
         for name, s in report["leave_one_model_out"]["per_model"].items():
             add(f"LOMO {name}", s)
     out = "\n".join(lines)
+    if "model_speed" in report:
+        out += "\n\n| model cost | value |\n| --- | ---: |\n"
+        out += "\n".join(f"| {k} | {v} |" for k, v in report["model_speed"].items())
     skipped = report["unmodelled"]
     out += f"\n\nUnmodelled rows: {skipped['count']}"
-    for item in skipped["rows"][:20]:
-        out += f"\n- {item['id']}: {item['reason']}"
+    by_reason: dict[str, list[str]] = defaultdict(list)
+    for item in skipped["rows"]:
+        by_reason[item["reason"]].append(item["id"])
+    for reason, ids in sorted(by_reason.items()):
+        shown = ", ".join(ids[:3]) + (f", … ({len(ids)} rows)" if len(ids) > 3 else "")
+        out += f"\n- {reason}: {shown}"
     return out
 
 
@@ -151,6 +196,7 @@ def run(csv_path: Path, configs_dir: Path | None = None, lomo: bool = True) -> d
             "rows": [{"id": r.id, "model": r.model_path, "reason": why} for r, why in skipped],
         },
     }
+    report["model_speed"] = model_speed()
     if lomo and preds:
         modelled = [p.row for p in preds]
         overall, per_model = leave_one_model_out(modelled, configs_dir)
@@ -173,7 +219,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.model_configs is not None and not args.model_configs.is_dir():
         parser.error(f"--model-configs {args.model_configs} is not a directory")
-    report = run(args.csv, args.model_configs, lomo=not args.no_lomo)
+    try:
+        report = run(args.csv, args.model_configs, lomo=not args.no_lomo)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     table = markdown(report)
     print(table)
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -119,3 +119,32 @@ def test_view_renders_replicas_and_reasons() -> None:
     out = console.export_text()
     for needle in ("replica-1", "starting", "42%", "250 ms", "1→2", "3 waiting", "ramp at 4.5"):
         assert needle in out, needle
+
+
+def test_histogram_quantile_and_windowed_ttft() -> None:
+    from gpufleet.autoscale.scrape import bucket_delta, histogram_quantile, parse_histogram
+    from gpufleet.fleet.replica_latency import ReplicaTtft
+
+    text = (
+        "# TYPE vllm:time_to_first_token_seconds histogram\n"
+        'vllm:time_to_first_token_seconds_bucket{le="0.1",model_name="m"} 5\n'
+        'vllm:time_to_first_token_seconds_bucket{le="0.5",model_name="m"} 15\n'
+        'vllm:time_to_first_token_seconds_bucket{le="1.0",model_name="m"} 20\n'
+        'vllm:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} 20\n'
+        'vllm:time_to_first_token_seconds_count{model_name="m"} 20\n'
+        'vllm:time_to_first_token_seconds_sum{model_name="m"} 6.0\n'
+    )
+    buckets = parse_histogram(text, "vllm:time_to_first_token_seconds")
+    assert buckets == [(0.1, 5.0), (0.5, 15.0), (1.0, 20.0), (float("inf"), 20.0)]
+    # rank 18 of 20 lies in (0.5, 1.0]: 0.5 + 0.5 × (18 − 15) / 5 = 0.8
+    assert histogram_quantile(0.9, buckets) == pytest.approx(0.8)
+    assert histogram_quantile(0.9, []) is None
+    older = [(0.1, 5.0), (0.5, 5.0), (1.0, 5.0), (float("inf"), 5.0)]
+    assert bucket_delta(buckets, older)[1] == (0.5, 10.0)
+    assert bucket_delta(older, buckets) == older  # counters went down: a restart
+    w = ReplicaTtft(window_s=10.0)
+    w.add("r1", 0.0, older)
+    w.add("r1", 5.0, buckets)  # 15 new: 10 in (0.1, 0.5], 5 in (0.5, 1.0]
+    assert w.p90_s()["r1"] == pytest.approx(0.5 + 0.5 * (13.5 - 10) / 5)
+    w.forget_except(set())
+    assert w.p90_s() == {}

@@ -133,7 +133,16 @@ async def test_crashed_replica_is_restarted_on_its_port(actuator: LocalProcessAc
     async with aiohttp.ClientSession() as s:
         with pytest.raises(aiohttp.ClientError):
             await s.post(f"{r.url}/exit")
-    await wait_for(lambda: r.restarts == 1 and r.state == ReplicaState.READY)
+    seen: set[ReplicaState] = set()
+
+    def restarted() -> bool:
+        seen.add(r.state)
+        return r.restarts == 1 and r.state == ReplicaState.READY
+
+    await wait_for(restarted)
+    # Between the crash and the restart it counts as starting, never as gone: the
+    # controller must not start another replica in its place.
+    assert ReplicaState.STARTING in seen and ReplicaState.DEAD not in seen
     assert r.pid != first_pid and r.url == url
     rec = actuator.registry
     assert isinstance(rec, Recorder)
@@ -164,3 +173,23 @@ def test_bad_templates_name_the_field() -> None:
     with pytest.raises(UserError, match=r"must contain \{port\}"):
         check_template("vllm serve {model}")
     check_template("vllm serve {model} --port {port} --tensor-parallel-size {tp}")
+
+
+async def test_a_replica_that_cannot_start_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    act = LocalProcessActuator(
+        "sh -c 'echo no such model on port {port} >&2; exit 2'",
+        restart_crashed=False,
+        log_dir=tmp_path,
+    )
+    try:
+        with caplog.at_level("WARNING", logger="gpufleet.autoscale"):
+            [r] = await act.start(1)
+            await wait_for(lambda: not act.list())
+    finally:
+        await act.close()
+    assert r.state == ReplicaState.DEAD
+    assert any(
+        "exited with status 2" in m and "no such model on port" in m for m in caplog.messages
+    ), caplog.messages

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from autoscale.helpers import even, fleet
 from gpufleet.autoscale.decision import ReplicaBounds
 from gpufleet.autoscale.policies import DefaultPolicy, HpaPolicy
@@ -40,7 +42,22 @@ def test_scales_out_on_waiting_requests() -> None:
     p = policy()
     d = p.decide(0.0, fleet(even(1, 8, waiting=10)))  # 18 × 1.1 / 8 → 3
     assert d.desired_replicas == 3
-    assert "10 waiting" in d.reason
+    assert "needs 3" in d.reason
+
+
+def test_waiting_means_saturation_only_when_it_persists() -> None:
+    # 6 running + 1 waiting fits the 8-slot batch: one tick of it is a request between
+    # engine steps; two ticks in a row is a replica that cannot take more.
+    p = policy()
+    d = p.decide(0.0, fleet([(6, 1, 0.2)]))
+    assert d.desired_replicas == 1, d.reason
+    d = p.decide(1.0, fleet([(6, 1, 0.2)]))
+    assert d.desired_replicas == 2
+    assert "saturated: 1 waiting; replicas batch 6 when queueing → needs 2" in d.reason
+    q = policy()
+    q.decide(0.0, fleet([(6, 1, 0.2)]))
+    q.decide(1.0, fleet([(7, 0, 0.2)]))
+    assert q.decide(2.0, fleet([(6, 1, 0.2)])).desired_replicas == 1  # streak broken
 
 
 def test_scales_out_on_kv_pressure_and_on_ttft_slo() -> None:
@@ -56,7 +73,8 @@ def test_starting_replicas_count_as_capacity_arriving() -> None:
     p = policy()
     # Saturated: 1 ready with 8 running and 12 waiting (20 total), and 2 replicas already
     # starting: 3 × 8 = 24 ≥ 20 × 1.1 → no further replica; the reason says why.
-    d = p.decide(0.0, fleet(even(1, 8, waiting=12), starting=2))
+    p.decide(0.0, fleet(even(1, 8, waiting=12), starting=2))
+    d = p.decide(1.0, fleet(even(1, 8, waiting=12), starting=2))
     assert d.desired_replicas == 3
     assert "already starting" in d.reason
     # Without the starting ones, the same load asks for 3.
@@ -146,10 +164,14 @@ def test_no_scale_in_while_replicas_are_starting_or_load_is_rising() -> None:
 
 
 def test_learns_a_smaller_capacity_from_a_queueing_replica() -> None:
-    p = policy(capacity_per_replica=256)
-    # The replica runs 4 and queues 4 more: it batches 4, not 256.
-    d = p.decide(0.0, fleet([(4, 4, 0.5)]))
-    assert p.capacity == 4
+    p = policy(capacity_per_replica=256, learn_min_observations=3)
+    # One snapshot of a replica running 2 with 6 waiting may catch requests between steps.
+    p.decide(0.0, fleet([(2, 6, 0.1)]))
+    assert p.capacity == 256
+    # Replicas keep running 4 and queueing more: they batch 4, not 256.
+    p.decide(1.0, fleet([(4, 4, 0.5)]))
+    d = p.decide(2.0, fleet([(4, 4, 0.5)]))
+    assert p.capacity == 4  # the largest batch seen while queueing
     assert d.desired_replicas == 3  # 8 × 1.1 / 4 → 3
 
 
@@ -159,3 +181,47 @@ def test_scale_from_zero_on_gateway_queue() -> None:
     assert d.desired_replicas == 1
     d = DefaultPolicy(ReplicaBounds(0, 4), capacity_per_replica=8).decide(0.0, fleet([]))
     assert d.desired_replicas == 0
+
+
+def test_no_scale_in_within_a_peak_window_of_saturation() -> None:
+    # The averages say N−1 fits (peak 20 ≤ 3 × 8 with no headroom), but one replica queued
+    # requests 5 s ago (uneven routing): removing one now would flap back.
+    p = policy(headroom_fraction=0.0, scale_in_stabilization_s=0.0, scale_in_cooldown_s=0.0)
+    p.decide(0.0, fleet([(8, 1, 0.3), (6, 0, 0.3), (5, 0, 0.3), (0, 0, 0.0)]))
+    p.decide(0.5, fleet([(8, 1, 0.3), (6, 0, 0.3), (5, 0, 0.3), (0, 0, 0.0)]))
+    d = p.decide(5.5, fleet(even(4, 20)))
+    assert d.desired_replicas == 4
+    assert "saturated 5 s ago" in d.reason
+    d = p.decide(21.0, fleet(even(4, 20)))  # a whole peak window after the last one
+    assert d.desired_replicas == 3, d.reason
+
+
+def test_forecast_sees_a_ramp_begin_within_a_short_window() -> None:
+    from gpufleet.autoscale.forecast import LinearTrend
+
+    p = policy(trend_window_s=15.0)
+    long_only = LinearTrend(15.0)
+    demand = [4] * 12 + [6, 8, 10]  # flat, then rising 2/s for the last 3 s
+    for t, n in enumerate(demand):
+        p.decide(float(t), fleet(even(2, n)))
+        long_only.add(float(t), float(n))
+    steady = long_only.forecast(24.0)
+    seen = p.forecast(24.0)
+    assert steady is not None and seen is not None
+    # The 5 s window is mostly ramp (≈ 22 ten seconds on); the 15 s one mostly flat (≈ 13).
+    assert seen > steady + 5
+    assert seen == pytest.approx(21.7, abs=0.5)
+
+
+def test_saturation_below_assumed_capacity_is_sized_by_what_replicas_batch() -> None:
+    # Long prompts: replicas queue with only 4 running although 256 was assumed. Adding one
+    # replica per cold start would take many cold starts; size the step from the 4.
+    p = DefaultPolicy(ReplicaBounds(1, 8), capacity_per_replica=256, headroom_fraction=0.0)
+    s = fleet([(4, 10, 0.3), (4, 10, 0.3)], starting=1)
+    p.decide(0.0, s)
+    d = p.decide(1.0, s)
+    assert d.desired_replicas == 7  # 28 requests / 4 per replica
+    assert "replicas batch 4 when queueing" in d.reason
+    # Once those are starting, the same picture starts nothing more.
+    d = p.decide(2.0, fleet([(4, 10, 0.3), (4, 10, 0.3)], starting=5))
+    assert d.desired_replicas == 7 and "already starting" in d.reason

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -94,10 +95,27 @@ async def test_timed_closed_loop_stops_sending(stub: InProcessStub) -> None:
     assert report.metrics.completed > 0 and report.metrics.failed == 0
 
 
+async def test_warmup_requests_are_sent_but_not_measured(stub: InProcessStub) -> None:
+    cfg = BenchConfig(
+        url=stub.url, num_requests=5, warmup_requests=3, input_tokens=4, output_tokens=2
+    )
+    report = await run_benchmark(cfg)
+    assert stub.server.requests == 8
+    assert report.metrics.completed == 5
+    assert report.server is not None
+    assert report.server.known()["generation_tokens"] == 5 * 2  # scraped after the warm-up
+
+
 async def test_custom_conversations_and_explicit_model(stub: InProcessStub) -> None:
     convs = [Conversation(i, (Turn("ba be bi", 3, 2),)) for i in range(4)]
-    report = await run_benchmark(BenchConfig(url=stub.url, model="m"), conversations=convs)
+    seen: list[tuple[int, int, int | None]] = []
+    report = await run_benchmark(
+        BenchConfig(url=stub.url, model="m", rate=100.0),
+        conversations=convs,
+        on_progress=lambda *a: seen.append(a),
+    )
     assert report.metrics.completed == 4 and report.config["model"] == "m"
+    assert seen[-1] == (4, 0, 4)  # a sized workload gives the progress bar its total
 
 
 async def test_faults_are_classified_never_fatal() -> None:
@@ -118,6 +136,19 @@ async def test_faults_are_classified_never_fatal() -> None:
     assert m.total_output_tokens == 12 * 4  # no usage: counted from the text
 
 
+async def test_a_stream_cut_mid_way_is_a_truncated_stream() -> None:
+    runner, s = await start_in_process(StubBehaviour(disconnect_every=3))
+    try:
+        report = await run_benchmark(
+            BenchConfig(url=s.url, concurrency=2, num_requests=9, input_tokens=3, output_tokens=6)
+        )
+    finally:
+        await runner.cleanup()
+    kinds = {(f.status, f.error_type): f.count for f in report.metrics.failures}
+    assert kinds == {(200, "truncated_stream"): 3}
+    assert report.metrics.completed == 6
+
+
 async def test_unreachable_target() -> None:
     with pytest.raises(UserError) as e:
         await run_benchmark(BenchConfig(url="http://127.0.0.1:9", num_requests=2))
@@ -125,3 +156,33 @@ async def test_unreachable_target() -> None:
     report = await run_benchmark(BenchConfig(url="http://127.0.0.1:9", model="m", num_requests=2))
     assert report.metrics.failed == 2 and report.metrics.failures[0].error_type == "connect_error"
     assert report.server is None and "unreachable" in report.server_note
+
+
+async def test_timed_open_loop_and_ramp(stub: InProcessStub) -> None:
+    timed = await run_benchmark(
+        BenchConfig(url=stub.url, rate=100.0, duration_s=0.2, input_tokens=4, output_tokens=2)
+    )
+    assert timed.metrics.completed >= 1 and timed.metrics.failed == 0
+    ramp = await run_benchmark(
+        BenchConfig(
+            url=stub.url, ramp=(50.0, 400.0), num_requests=15, input_tokens=4, output_tokens=2
+        )
+    )
+    assert ramp.metrics.completed == 15
+    assert ramp.config["ramp"] == (50.0, 400.0)
+
+
+async def test_stop_ends_the_run_and_reports_what_finished(stub: InProcessStub) -> None:
+    stop = asyncio.Event()
+
+    def progress(done: int, failed: int, total: int | None) -> None:
+        if done >= 3:
+            stop.set()
+
+    cfg = BenchConfig(
+        url=stub.url, concurrency=2, num_requests=200, input_tokens=4, output_tokens=20
+    )
+    report = await run_benchmark(cfg, on_progress=progress, stop=stop)
+    assert report.interrupted and report.to_dict()["interrupted"] is True
+    assert 3 <= report.metrics.completed < 200
+    assert report.metrics.failed == 0  # cancelled requests are not failures

@@ -16,11 +16,11 @@ vllm:prefix_cache_queries_total{model_name="m"} 400
 vllm:num_preemptions_total{model_name="m"} 2
 # TYPE vllm:num_requests_running gauge
 vllm:num_requests_running{model_name="m"} 3
-# TYPE gpufleet_gateway_requests counter
-gpufleet_gateway_requests_total{replica="r0",status="200"} 10
-gpufleet_gateway_requests_total{replica="r1",status="200"} 5
-# TYPE gpufleet_gateway_retries counter
-gpufleet_gateway_retries_total 1
+# TYPE gpufleet_gateway_replica_requests counter
+gpufleet_gateway_replica_requests_total{replica="r0",status="200"} 10
+gpufleet_gateway_replica_requests_total{replica="r1",status="200"} 5
+# TYPE gpufleet_gateway_replica_retries counter
+gpufleet_gateway_replica_retries_total{replica="r0"} 1
 # TYPE vllm:e2e_request_latency_seconds histogram
 vllm:e2e_request_latency_seconds_bucket{le="+Inf"} 7
 vllm:e2e_request_latency_seconds_count 7
@@ -34,12 +34,13 @@ vllm:prefix_cache_hits_total{model_name="m"} 400
 vllm:prefix_cache_queries_total{model_name="m"} 800
 # TYPE vllm:num_preemptions counter
 vllm:num_preemptions_total{model_name="m"} 1
-# TYPE gpufleet_gateway_requests counter
-gpufleet_gateway_requests_total{replica="r0",status="200"} 30
-gpufleet_gateway_requests_total{replica="r1",status="200"} 25
-gpufleet_gateway_requests_total{replica="r1",status="502"} 2
-# TYPE gpufleet_gateway_retries counter
-gpufleet_gateway_retries_total 4
+# TYPE gpufleet_gateway_replica_requests counter
+gpufleet_gateway_replica_requests_total{replica="r0",status="200"} 30
+gpufleet_gateway_replica_requests_total{replica="r1",status="200"} 25
+gpufleet_gateway_replica_requests_total{replica="r1",status="502"} 2
+# TYPE gpufleet_gateway_replica_retries counter
+gpufleet_gateway_replica_retries_total{replica="r0"} 2
+gpufleet_gateway_replica_retries_total{replica="r1"} 2
 # TYPE vllm:e2e_request_latency_seconds histogram
 vllm:e2e_request_latency_seconds_bucket{le="+Inf"} 17
 vllm:e2e_request_latency_seconds_count 17
@@ -54,10 +55,14 @@ def test_counter_deltas_known_and_generic() -> None:
     assert d.preemptions == 1  # went down: the server restarted, so the delta is the new value
     assert d.gateway_retries == 3
     assert d.per_replica() == {
-        "r0": {'gpufleet_gateway_requests_total{status="200"}': 20.0},
+        "r0": {
+            'gpufleet_gateway_replica_requests_total{status="200"}': 20.0,
+            "gpufleet_gateway_replica_retries_total": 1.0,
+        },
         "r1": {
-            'gpufleet_gateway_requests_total{status="200"}': 20.0,
-            'gpufleet_gateway_requests_total{status="502"}': 2.0,
+            'gpufleet_gateway_replica_requests_total{status="200"}': 20.0,
+            'gpufleet_gateway_replica_requests_total{status="502"}': 2.0,
+            "gpufleet_gateway_replica_retries_total": 2.0,
         },
     }
     flat = d.to_dict()["counter_deltas"]
@@ -114,6 +119,8 @@ def test_parse_sweep() -> None:
         ({"turns": 0}, "--turns"),
         ({"percentiles": (99.0, 101.0)}, "--percentiles"),
         ({"output_tokens": 0}, "--output-tokens"),
+        ({"trace": "t.csv", "rate": 5.0}, "--rate"),
+        ({"warmup_requests": -1}, "--warmup"),
     ],
 )
 def test_config_errors_name_the_flag(kwargs: dict, flag: str) -> None:

@@ -245,3 +245,11 @@ def test_bad_config_and_requests_are_refused() -> None:
     engine.add(EngineRequest("dup", prompt(1, 10), max_tokens=1))
     with pytest.raises(ValueError, match="already"):
         engine.add(EngineRequest("dup", prompt(1, 10), max_tokens=1))
+
+
+def test_abort_reason_is_counted() -> None:
+    engine = make_engine()
+    engine.add(EngineRequest("s", prompt(5, 20), max_tokens=50))
+    engine.step()
+    engine.abort("s", FinishReason.STOP)  # the server matched a stop string
+    assert engine.stats.finished_by_reason == {"length": 0, "stop": 1, "abort": 0}

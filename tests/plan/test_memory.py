@@ -113,7 +113,8 @@ def test_mla_kv_replicated_on_every_rank() -> None:
 def test_seed_fits() -> None:
     big = load_model("llama-3.1-70b")
     assert not memory_breakdown(big, H100, Layout(), 8192).weights_fit
-    assert memory_breakdown(big, H100, Layout(tp=2), 8192).fits
+    assert memory_breakdown(big, H100, Layout(tp=2), 8192).weights_fit
+    assert memory_breakdown(big, H100, Layout(tp=4), 8192).fits
     int4 = Layout(weight_dtype="int4")
     m = memory_breakdown(big, H100, int4, 8192)
     assert m.fits and m.kv_cache_bytes > 20 * GIB

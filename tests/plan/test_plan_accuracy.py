@@ -2,39 +2,24 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpufleet.errors import UserError
-from gpufleet.plan.perf_validation import DEFAULT_CSV, read_rows
+from gpufleet.plan.calibration import calibration_from_dict
+from gpufleet.plan.calibration import main as calibration_main
+from gpufleet.plan.perf_validation import MeasuredRow, model_row, read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "plan_accuracy.py"
 CONFIGS = ROOT / "src" / "gpufleet" / "specs" / "data" / "models"
 
-pytestmark = pytest.mark.skipif(not DEFAULT_CSV.exists(), reason="shared validation CSV absent")
-
-
-def _subset(tmp_path: Path) -> Path:
-    with DEFAULT_CSV.open(newline="") as f:
-        reader = csv.DictReader(f)
-        fields = list(reader.fieldnames or [])
-        rows = list(reader)
-    picked: list[dict[str, str]] = []
-    for model in ("meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.1-8B-Instruct"):
-        picked += [r for r in rows if r["model_path"] == model][:4]
-    odd = dict(picked[0], id="row-on-unknown-gpu", system="tpu_v9")
-    out = tmp_path / "subset.csv"
-    with out.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows([*picked, odd])
-    return out
+SAMPLE = Path(__file__).parent / "data" / "measured_serving_sample.csv"
 
 
 def test_benchmark_reports_errors_per_group_and_names_unmodelled_rows(tmp_path: Path) -> None:
@@ -43,7 +28,7 @@ def test_benchmark_reports_errors_per_group_and_names_unmodelled_rows(tmp_path: 
         [
             sys.executable,
             str(SCRIPT),
-            str(_subset(tmp_path)),
+            str(SAMPLE),
             "--model-configs",
             str(CONFIGS),
             "--json",
@@ -78,3 +63,56 @@ def test_csv_missing_a_column_is_a_user_error(tmp_path: Path) -> None:
     bad.write_text("id,backend\nx,vllm\n")
     with pytest.raises(UserError, match="model_path"):
         read_rows(bad)
+
+
+def _row(**kw: object) -> MeasuredRow:
+    base: dict[str, object] = dict(
+        id="r", backend="trtllm", model_path="deepseek-ai/DeepSeek-V3", system="h200_sxm",
+        gemm_quant="fp8", moe_quant="fp8", isl=1024, osl=1024, batch_size=16, tp=1, pp=1,
+        attention_dp=8, moe_tp=1, moe_ep=8, ttft_s=1.0, tpot_s=0.03,
+    )  # fmt: skip
+    base.update(kw)
+    return MeasuredRow(**base)  # type: ignore[arg-type]
+
+
+def test_attention_dp_rows_run_batch_size_clients_per_rank() -> None:
+    p = model_row(_row())
+    assert p.serving.concurrency == 16  # 16 per rank x 8 ranks = 128 clients on 8 GPUs
+    # The same 128 clients labelled as 64 ranks of 2 on the same 8 GPUs: same prediction.
+    q = model_row(_row(attention_dp=64, moe_tp=8, batch_size=2))
+    assert q.serving.concurrency == 2  # 64 GPUs (8 x 8): each rank serves its 2
+
+
+def test_rows_beyond_the_kv_cache_queue_for_admission() -> None:
+    fits = model_row(_row(model_path="meta-llama/Llama-3.1-70B", attention_dp=1, moe_ep=1,
+                          tp=1, isl=1024, osl=8192, batch_size=16))  # fmt: skip
+    over = model_row(_row(model_path="meta-llama/Llama-3.1-70B", attention_dp=1, moe_ep=1,
+                          tp=1, isl=1024, osl=8192, batch_size=128))  # fmt: skip
+    assert over.ttft_s > 20 * fits.ttft_s  # clients wait for whole requests to finish
+
+
+def test_unknown_quant_mode_is_named() -> None:
+    with pytest.raises(UserError, match="quant"):
+        model_row(_row(gemm_quant="int3"))
+
+
+def test_calibration_refits_and_writes_loadable_constants(tmp_path: Path) -> None:
+    out = tmp_path / "cal.yaml"
+    assert calibration_main([str(SAMPLE), "--out", str(out), "--rounds", "1"]) == 0
+    cal = calibration_from_dict(yaml.safe_load(out.read_text()))
+    assert 0 < cal.gemm_efficiency <= 1 and 0 < cal.memory_efficiency <= 1
+    assert cal.backend("trtllm").step_overhead_s >= 0
+    # The refit is used as given: predictions change with it.
+    row = read_rows(SAMPLE)[0]
+    assert model_row(row, cal).tpot_s > 0
+
+
+def test_benchmark_on_a_missing_csv_says_so() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "/nonexistent/rows.csv", "--no-lomo"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "cannot read" in proc.stderr and "Traceback" not in proc.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpufleet.errors import UserError
@@ -100,12 +102,16 @@ def test_replicas_and_cost_follow_rps_and_price() -> None:
 
 
 def test_kv_fp8_used_only_when_it_makes_a_layout_fit() -> None:
-    p = plan(request("meta-llama/Llama-3.1-70B", quant="bf16", rps=1))
-    kv_rejects = [d for d in p.decisions if d.step == "tp" and "bf16 KV" in d.option]
-    assert kv_rejects and "want ≥" in kv_rejects[0].reason
+    # 70B fp8 on 4 × L4 (24 GB): a bf16 KV cache holds too few requests, fp8 KV enough.
+    p = plan(request("meta-llama/Llama-3.1-70B", gpu=load_gpu("l4"), rps=1))
+    assert p.chosen.layout == Layout(tp=4, weight_dtype="fp8", kv_dtype="fp8")
+    rejected = [d for d in p.decisions if d.step == "tp" and not d.kept]
+    assert any(d.option == "TP=4 fp8/kv-bf16" and "want ≥" in d.reason for d in rejected)
+    assert "--kv-cache-dtype fp8" in p.launch.vllm
+    roomy = plan(request("llama-3.1-8b"))
+    assert roomy.chosen.layout.kv_dtype == "bf16"
     forced = plan(request("llama-3.1-8b", kv_dtype="fp8"))
     assert forced.chosen.layout.kv_dtype == "fp8"
-    assert "--kv-cache-dtype fp8" in forced.launch.vllm
 
 
 def test_impossible_request_names_smallest_fitting_layout() -> None:
@@ -182,3 +188,29 @@ def test_every_catalog_model_gets_a_plan(gpu: str) -> None:
         c = p.chosen
         assert c.memory.fits and c.kv_concurrent_requests >= MIN_USEFUL_CONCURRENCY, name
         assert c.layout.tp <= 8 and p.decisions, name
+
+
+def test_small_nodes_push_to_pp_sooner() -> None:
+    p = plan(request("meta-llama/Llama-3.1-70B", quant="bf16", gpus_per_node=2, rps=1))
+    assert p.chosen.layout.tp == 2 and p.chosen.layout.pp >= 2
+    assert "--pipeline-parallel-size" in p.launch.vllm
+
+
+def test_config_directory_model_launches_from_its_path(tmp_path: Path) -> None:
+    src = Path(__file__).parents[2] / "src/gpufleet/specs/data/models/Qwen--Qwen3-8B.json"
+    (tmp_path / "config.json").write_text(src.read_text())
+    p = plan(request(str(tmp_path)))
+    assert p.chosen.layout.tp == 1
+    assert p.launch.vllm.startswith(f"vllm serve {tmp_path}")
+
+
+def test_quantizes_before_splitting_when_one_gpu_is_too_slow() -> None:
+    # 8B bf16 fits one 24 GB L4 but reads 16 GB per token at 300 GB/s: TPOT > 50 ms.
+    p = plan(request("meta-llama/Llama-3.1-8B", gpu=load_gpu("l4"), rps=1))
+    assert p.chosen.layout == Layout(tp=1, weight_dtype="fp8")
+    precision = [d for d in p.decisions if d.step == "precision"]
+    assert [d.kept for d in precision] == [False, True]
+    assert "TPOT" in precision[1].reason and "quantize before splitting" in precision[1].reason
+    # With the precision pinned, it has to split instead.
+    pinned = plan(request("meta-llama/Llama-3.1-8B", gpu=load_gpu("l4"), rps=1, quant="bf16"))
+    assert pinned.chosen.layout.tp >= 2

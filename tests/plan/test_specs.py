@@ -198,3 +198,44 @@ def test_layout_validation_and_gpus() -> None:
         Layout(tp=2, ep=3)
     with pytest.raises(ValueError):
         Layout(weight_dtype="fp6")
+
+
+def test_generic_configs_parse(tmp_path: Path) -> None:
+    from gpufleet.specs import parse_config
+
+    # Mistral-7B-v0.1 style: every layer slides over 4096 tokens; no head_dim given.
+    mistral = parse_config(
+        {
+            "hidden_size": 4096,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "intermediate_size": 14336,
+            "vocab_size": 32000,
+            "max_position_embeddings": 32768,
+            "sliding_window": 4096,
+        },
+        "mistral",
+    )
+    assert mistral.head_dim == 128
+    assert all(layer.sliding_window == 4096 for layer in mistral.layers)
+    assert mistral.kv_bytes_per_token_full(2) == 0
+    assert mistral.total_params() / 1e9 == pytest.approx(7.24, rel=0.015)
+    # GPT-2 style names, no KV heads (multi-head attention), tied embeddings.
+    gpt2 = parse_config(
+        {
+            "n_embd": 768,
+            "n_layer": 12,
+            "n_head": 12,
+            "vocab_size": 50257,
+            "n_positions": 1024,
+            "intermediate_size": 3072,
+            "tie_word_embeddings": True,
+        },
+        "gpt2-like",
+    )
+    assert gpt2.num_kv_heads == 12 and gpt2.lm_head_params() == 0
+    # A directory's config.json is named after the directory (what an engine loads).
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 64}))
+    with pytest.raises(UserError):
+        load_model(str(tmp_path / "config.json"))

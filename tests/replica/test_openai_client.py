@@ -128,3 +128,28 @@ def test_stop_string_ends_with_stop(replica: ReplicaProcess) -> None:
     out = c.completions.create(model=MODEL, prompt="a b c", max_tokens=6, seed=11, stop=[words[3]])
     assert out.choices[0].finish_reason == "stop"
     assert out.choices[0].text.split() == words[:3]
+
+
+def test_stream_stop_string_never_leaks(replica: ReplicaProcess) -> None:
+    c = client(replica)
+    first = c.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "q"}], max_tokens=8, seed=5
+    )
+    words = (first.choices[0].message.content or "").split()
+    stop = f"{words[4]} {words[5]}"  # spans two tokens
+    stream = c.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "q"}],
+        max_tokens=8,
+        seed=5,
+        stop=stop,
+        stream=True,
+    )
+    text = ""
+    finish = None
+    for chunk in stream:
+        for ch in chunk.choices:
+            text += ch.delta.content or ""
+            finish = ch.finish_reason or finish
+    assert finish == "stop"
+    assert text.split() == words[:4]

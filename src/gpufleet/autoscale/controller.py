@@ -29,6 +29,17 @@ log = logging.getLogger("gpufleet.autoscale")
 SignalReader = Callable[[], Awaitable[dict[str, Any]]]
 
 
+def scale_in_order(signals: FleetSignals, mine: set[str]) -> list[str]:
+    """Which replicas to drain first (pure; the simulator uses it too): starting ones (they
+    serve nothing yet), then ready ones with the fewest requests."""
+    starting = [r.replica_id for r in signals.starting if r.replica_id in mine]
+    ready = sorted(
+        (r for r in signals.ready if r.replica_id in mine),
+        key=lambda r: (r.load, r.replica_id),
+    )
+    return starting + [r.replica_id for r in ready]
+
+
 class Controller:
     def __init__(
         self,
@@ -49,7 +60,6 @@ class Controller:
         self.changes: deque[ScalingDecision] = deque(maxlen=history)  # those with delta ≠ 0
         self.last_signals: FleetSignals | None = None
         self._task: asyncio.Task[None] | None = None
-        self._last_logged: tuple[int, str] | None = None
 
     async def tick(self) -> ScalingDecision:
         raw = await self.read_signals()
@@ -76,17 +86,9 @@ class Controller:
 
     @staticmethod
     def _scale_in_order(signals: FleetSignals, managed: list[ManagedReplica]) -> list[str]:
-        mine = {m.replica_id for m in managed}
-        starting = [r.replica_id for r in signals.starting if r.replica_id in mine]
-        ready = sorted(
-            (r for r in signals.ready if r.replica_id in mine),
-            key=lambda r: (r.load, r.replica_id),
-        )
-        return starting + [r.replica_id for r in ready]
+        return scale_in_order(signals, {m.replica_id for m in managed})
 
     def _log(self, decision: ScalingDecision) -> None:
-        verdict = decision.reason.rsplit(";", 1)[-1].split(":")[0].strip()
-        key = (decision.desired_replicas, verdict)
         if decision.delta != 0:
             log.info(
                 "scale %d → %d (%s): %s",
@@ -95,11 +97,10 @@ class Controller:
                 decision.policy,
                 decision.reason,
             )
-        elif key != self._last_logged:
+        else:
             log.debug(
                 "hold %d (%s): %s", decision.current_replicas, decision.policy, decision.reason
             )
-        self._last_logged = key
 
     async def run(self) -> None:
         while True:

@@ -84,6 +84,20 @@ def check_template(command: str) -> None:
         )
 
 
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): get SIGTERM if the controller dies, even by SIGKILL.
+
+    A clean stop goes through process groups; this covers the unclean one.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -237,6 +251,7 @@ class LocalProcessActuator:
                 stdout=out,  # type: ignore[arg-type]
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,  # own process group: stop() kills all it spawned
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
         except FileNotFoundError as e:
             raise UserError(
@@ -291,23 +306,38 @@ class LocalProcessActuator:
         if proc.stopping or self._closed:
             return
         replica = proc.replica
-        log.warning("%s exited with status %s", replica.replica_id, code)
-        replica.state = ReplicaState.DEAD
+        log.warning("%s exited with status %s%s", replica.replica_id, code, self._log_tail(replica))
         with contextlib.suppress(KeyError):
             await self.registry.remove(replica.replica_id)
         if not self.restart_crashed:
+            replica.state = ReplicaState.DEAD
             self._procs.pop(replica.replica_id, None)
             return
-        await asyncio.sleep(min(30.0, 0.5 * 2**replica.restarts))  # backoff
-        if proc.stopping or self._closed:
-            return
-        replica.restarts += 1
+        # It counts as starting from now on (capacity on its way), so the controller does
+        # not start a second replica in its place.
+        backoff_s = min(30.0, 0.5 * 2**replica.restarts)
         now = self.clock()
         replica.state = ReplicaState.STARTING
         replica.started_at_s = now
-        replica.expected_ready_s = now + self._expected_startup()
+        replica.expected_ready_s = now + backoff_s + self._expected_startup()
         replica.ready_at_s = None
+        await asyncio.sleep(backoff_s)
+        if proc.stopping or self._closed:
+            return
+        replica.restarts += 1
+        replica.started_at_s = self.clock()  # cold starts are measured from the spawn
         await self._spawn(proc)
+
+    def _log_tail(self, replica: ManagedReplica, lines: int = 5) -> str:
+        """The end of its log, so a command that cannot start says why."""
+        if self.log_dir is None:
+            return ""
+        try:
+            text = (self.log_dir / f"{replica.replica_id}.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        tail = [line for line in text.splitlines() if line.strip()][-lines:]
+        return (": …\n  " + "\n  ".join(tail)) if tail else ""
 
     async def _finish_drain(self, proc: _Proc) -> None:
         deadline = self.clock() + self.drain_deadline_s

@@ -45,11 +45,13 @@ class BenchConfig:
     ignore_eos: bool = False
     extra_body: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = 600.0
+    warmup_requests: int = 0  # sent and discarded before the measured run
     # reporting
     goodput_slo_ms: dict[str, float] = field(default_factory=dict)
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES
     seed: int = 0
     scrape_metrics: bool = True
+    extra_metrics_urls: tuple[str, ...] = ()  # also scraped, e.g. the replicas behind a gateway
     label: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -144,6 +146,12 @@ class BenchConfig:
         ]
         if len(kinds) > 1:
             raise bad(kinds[1], f"cannot combine {' and '.join(kinds)}", "choose one workload")
+        if self.trace and (not math.isinf(self.rate) or self.ramp is not None):
+            raise bad(
+                "--rate" if self.ramp is None else "--ramp",
+                "a trace is replayed at its own timestamps",
+                "drop --rate/--ramp; use --speedup to replay faster or slower",
+            )
         if self.prefix_groups is not None and self.prefix_groups < 1:
             raise bad("--prefix-groups", "must be at least 1", "a positive number of groups")
         if self.prefix_tokens < 0:
@@ -154,6 +162,13 @@ class BenchConfig:
             raise bad("--turns", "must be at least 1", "turns per session")
         if not self.speedup > 0:
             raise bad("--speedup", "must be positive", "1 replays at the trace's own pace")
+        for u in self.extra_metrics_urls:
+            if not u.startswith(("http://", "https://")):
+                raise bad(
+                    "--metrics-url", f"{u!r} is not an http(s) URL", "e.g. http://127.0.0.1:8001"
+                )
+        if self.warmup_requests < 0:
+            raise bad("--warmup", "must be >= 0", "a number of requests")
         if not self.timeout_s > 0:
             raise bad("--timeout", "must be positive", "seconds per request")
         for p in self.percentiles:

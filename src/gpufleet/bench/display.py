@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -40,20 +43,50 @@ def _f(x: float | None, digits: int = 2) -> str:
     return "-" if x is None else f"{x:,.{digits}f}"
 
 
+def describe_load(cfg: dict[str, Any]) -> str:
+    """One line saying how requests arrived, e.g. 'Poisson 8 req/s, cap 64'."""
+    if cfg.get("concurrency"):
+        return f"closed loop, concurrency {cfg['concurrency']}"
+    if cfg.get("trace"):
+        text = f"trace replay ×{cfg.get('speedup', 1):g}"
+    elif cfg.get("ramp"):
+        start, end = cfg["ramp"]
+        text = f"linear ramp {start:g}→{end:g} req/s"
+    elif cfg.get("rate") in (None, "inf"):
+        text = "all at once (rate inf)"
+    else:
+        b = cfg.get("burstiness", 1.0)
+        kind = "Poisson" if b == 1.0 else "constant" if b == "inf" else f"gamma (burstiness {b:g})"
+        text = f"{kind} {cfg['rate']:g} req/s"
+    if cfg.get("max_concurrency"):
+        text += f", cap {cfg['max_concurrency']}"
+    return text
+
+
+def describe_workload(cfg: dict[str, Any]) -> str:
+    if cfg.get("trace"):
+        return f"trace {Path(cfg['trace']).name}"
+    sizes = f"{cfg['input_tokens']}→{cfg['output_tokens']} tokens"
+    if cfg.get("range_ratio"):
+        sizes += f" ±{cfg['range_ratio']:.0%}"
+    if cfg.get("sessions"):
+        return f"{cfg['sessions']} sessions × {cfg['turns']} turns, {sizes} per turn"
+    if cfg.get("prefix_groups"):
+        return f"{cfg['prefix_groups']} prefix groups of {cfg['prefix_tokens']} tokens + {sizes}"
+    return f"random, {sizes}"
+
+
 def result_table(report: BenchReport) -> Table:
     m = report.metrics
     cfg = report.config
     t = Table(title="Serving Benchmark Result", show_header=False, title_justify="left")
     t.add_column("metric")
     t.add_column("value", justify="right")
+    t.add_row("Target", f"{cfg.get('url')} ({cfg.get('endpoint')}, {cfg.get('model')})")
+    t.add_row("Arrivals", describe_load(cfg))
+    t.add_row("Workload", describe_workload(cfg))
     t.add_row("Successful requests", str(m.completed))
     t.add_row("Failed requests", str(m.failed))
-    if cfg.get("concurrency"):
-        t.add_row("Closed-loop concurrency", str(cfg["concurrency"]))
-    if cfg.get("max_concurrency"):
-        t.add_row("Maximum request concurrency", str(cfg["max_concurrency"]))
-    if cfg.get("rate") not in (None, "inf"):
-        t.add_row("Request rate configured (RPS)", _f(cfg["rate"]))
     t.add_row("Benchmark duration (s)", _f(m.duration_s))
     t.add_row("Total input tokens", str(m.total_input_tokens))
     t.add_row("Total generated tokens", str(m.total_output_tokens))
@@ -111,7 +144,8 @@ def server_table(report: BenchReport) -> Table:
         t.add_row(k, f"{v:.1%}" if k.endswith("_rate") else _f(v, 0))
     for replica, series in sorted(report.server.per_replica().items()):
         for name, v in series.items():
-            t.add_row(f"replica {replica}: {name}", _f(v, 0))
+            if v:  # zero deltas stay in --json
+                t.add_row(f"replica {replica}: {name}", _f(v, 0))
     if not known:
         for shown, (name, v) in enumerate(report.server.to_dict()["counter_deltas"].items()):
             if shown >= 15:
@@ -137,7 +171,15 @@ def client_table(report: BenchReport) -> Table:
             f"{c.schedule_lag_mean_ms:.2f} / {_f(c.schedule_lag_p99_ms)}",
         )
     if c.saturated:
-        t.add_row("[bold red]warning[/bold red]", "the client may be the bottleneck")
+        t.add_row(
+            "[bold red]warning[/bold red]",
+            "the client kept its core busy: it may be the bottleneck",
+        )
+    elif c.starved:
+        t.add_row(
+            "[bold red]warning[/bold red]",
+            "the machine is busy: the client waited for CPU, timestamps may be late by the loop lag",
+        )
     return t
 
 

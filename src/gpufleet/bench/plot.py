@@ -59,6 +59,11 @@ def plot_sweep(sweep: SweepReport, path: str | Path) -> None:
     lat.plot(xs, [m.tpot_ms["mean"] for m in ms], "s-", label="TPOT mean")
     lat.plot(xs, [m.tpot_ms.get("p99", m.tpot_ms["mean"]) for m in ms], "s--", label="TPOT p99")
     lat.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda v, _pos: f"{v:g}")  # 40, not 4×10¹
+    lat.yaxis.set_major_formatter(plain)
+    lat.yaxis.set_minor_formatter(plain)
     lat.set_xlabel(sweep.param)
     lat.set_ylabel("ms")
     lat.set_title(f"Latency vs {sweep.param}")
@@ -76,7 +81,10 @@ def plot_sweep(sweep: SweepReport, path: str | Path) -> None:
         if knee is not None:
             ax.axvline(knee, color="red", alpha=0.6, linestyle="-.", label=f"knee ({knee:g})")
         ax.grid(True, alpha=0.3)
-        ax.legend(loc="upper left", fontsize=8)
+    lat.legend(loc="upper left", fontsize=8)
+    handles, labels = thr.get_legend_handles_labels()
+    tok_handles, tok_labels = tok.get_legend_handles_labels()
+    thr.legend(handles + tok_handles, labels + tok_labels, loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

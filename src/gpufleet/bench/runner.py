@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from time import perf_counter
 from typing import Any
 
@@ -141,6 +141,59 @@ async def scrape_counters(
         return None, f"/metrics not in Prometheus text format: {e}"
 
 
+async def warm_up(
+    session: aiohttp.ClientSession,
+    config: BenchConfig,
+    url: str,
+    headers: dict[str, str],
+    model: str,
+) -> None:
+    """Send `config.warmup_requests` requests of the run's size and discard them.
+
+    Their prompts are unique (their own seed), so they warm connections and the server
+    without pre-filling the prefix cache with the measured prompts.
+    """
+    convs = random_conversations(
+        config.warmup_requests,
+        max(1, config.input_tokens),
+        config.output_tokens,
+        seed=config.seed + 1_000_003,
+    )
+    width = max(1, min(config.warmup_requests, config.concurrency or config.max_concurrency or 8))
+    sem = asyncio.Semaphore(width)
+
+    async def one(conv: Conversation) -> None:
+        history = ConversationHistory(config.endpoint, model, ignore_eos=config.ignore_eos)
+        body, _ = history.request(conv.turns[0])
+        async with sem:
+            await stream_request(session, url, body, headers, RequestRecord())
+
+    await asyncio.gather(*(one(c) for c in convs))
+
+
+async def scrape_all(
+    session: aiohttp.ClientSession, roots: list[str], headers: dict[str, str]
+) -> tuple[dict[SeriesKey, float] | None, str]:
+    """Counters of every root; with more than one, each series gains a `target` label.
+
+    None only when no root answered; the note names the ones that did not.
+    """
+    merged: dict[SeriesKey, float] = {}
+    notes: list[str] = []
+    answered = 0
+    for root in roots:
+        counters, note = await scrape_counters(session, root, headers)
+        if counters is None:
+            notes.append(f"{root}: {note}" if len(roots) > 1 else note)
+            continue
+        answered += 1
+        for (name, labels), value in counters.items():
+            if len(roots) > 1:
+                labels = tuple(sorted((*labels, ("target", root))))
+            merged[(name, labels)] = value
+    return (merged if answered else None), "; ".join(notes)
+
+
 class _Run:
     """The state of one run: the budget, the records, the concurrency cap."""
 
@@ -153,8 +206,10 @@ class _Run:
         model: str,
         planned: int | None,
         on_progress: ProgressFn | None,
+        stop: asyncio.Event,
     ):
         self.config = config
+        self.stop = stop
         self.session = session
         self.url = url
         self.headers = headers
@@ -171,7 +226,28 @@ class _Run:
         self.deadline = math.inf
 
     def may_send(self) -> bool:
-        return self.sent < self.budget and perf_counter() < self.deadline
+        return self.sent < self.budget and perf_counter() < self.deadline and not self.stop.is_set()
+
+    async def _sleep_or_stop(self, delay_s: float) -> bool:
+        """Sleep `delay_s`; True if the run was stopped meanwhile."""
+        try:
+            await asyncio.wait_for(self.stop.wait(), delay_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _finish(self, tasks: set[asyncio.Task[None]]) -> None:
+        """Wait for the work in flight; once the run is stopped, cancel what is left
+        (a cancelled request leaves no record: it is neither a success nor a failure)."""
+        stopper = asyncio.create_task(self.stop.wait())
+        try:
+            while tasks and not self.stop.is_set():
+                await asyncio.wait({*tasks, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def conversation(self, conv: Conversation, scheduled_s: float) -> None:
         history = ConversationHistory(
@@ -181,12 +257,13 @@ class _Run:
             extra=self.config.extra_body or None,
         )
         for t, turn in enumerate(conv.turns):
-            # The first turn was admitted by the dispatcher; later turns need budget and time.
-            if t > 0 and not self.may_send():
-                return
             if t > 0:
+                # The dispatcher admitted (and counted) the first turn; later ones need
+                # budget and time of their own.
+                if not self.may_send():
+                    return
+                self.sent += 1
                 scheduled_s = perf_counter()
-            self.sent += t > 0
             body, prompt_tokens = history.request(turn)
             rec = RequestRecord(
                 conversation_id=conv.id,
@@ -207,6 +284,8 @@ class _Run:
             if not rec.ok:
                 return  # no answer to carry into the next turn
             history.add_answer(rec.text)
+            if rec.usage_completion_tokens:
+                rec.text = ""  # counted by the server; keeps long runs small in memory
 
     async def open_loop(self, convs: Iterator[Conversation], offsets: Iterator[float]) -> None:
         tasks: set[asyncio.Task[None]] = set()
@@ -216,14 +295,13 @@ class _Run:
             if due >= self.deadline or not self.may_send():
                 break
             delay = due - perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            if delay > 0 and await self._sleep_or_stop(delay):
+                break
             self.sent += 1
             task = asyncio.create_task(self.conversation(conv, due))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
-        while tasks:
-            await asyncio.gather(*list(tasks))
+        await self._finish(tasks)
 
     async def closed_loop(self, convs: Iterator[Conversation], workers: int) -> None:
         async def worker() -> None:
@@ -234,7 +312,10 @@ class _Run:
                 self.sent += 1
                 await self.conversation(conv, perf_counter())
 
-        await asyncio.gather(*(worker() for _ in range(workers)))
+        tasks = {asyncio.create_task(worker()) for _ in range(workers)}
+        for task in tasks:
+            task.add_done_callback(tasks.discard)
+        await self._finish(tasks)
 
 
 def _offsets(config: BenchConfig, n_conversations: int | None) -> Iterator[float]:
@@ -251,14 +332,27 @@ async def run_benchmark(
     *,
     on_progress: ProgressFn | None = None,
     conversations: Iterable[Conversation] | None = None,
+    stop: asyncio.Event | None = None,
 ) -> BenchReport:
-    """Run one benchmark. `conversations` replaces the workload the config describes."""
+    """Run one benchmark. `conversations` replaces the workload the config describes.
+
+    Setting `stop` ends the run early: nothing more is sent, requests in flight are
+    cancelled, and the report covers the requests that finished (`report.interrupted`).
+    """
+    stop = stop or asyncio.Event()
     config.validate()
+    n_convs: int | None = None  # conversations the arrival process spreads (None: unbounded)
     if conversations is not None:
-        convs: Iterator[Conversation] = iter(conversations)
         planned = config.num_requests
+        if isinstance(conversations, Sized):
+            n_convs = len(conversations)
+            total = sum(c.num_requests for c in conversations)
+            planned = min(planned, total) if planned is not None else total
+        convs: Iterator[Conversation] = iter(conversations)
     else:
         convs, planned = build_conversations(config)
+        if planned is not None:
+            n_convs = config.sessions if config.sessions is not None else planned
     root = base_url(config.url)
     url = root + ENDPOINT_PATHS[config.endpoint]
     headers = {"Content-Type": "application/json"}
@@ -269,10 +363,13 @@ async def run_benchmark(
     timeout = aiohttp.ClientTimeout(total=config.timeout_s)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         model = config.model or await resolve_model(session, root, headers)
+        if config.warmup_requests:
+            await warm_up(session, config, url, headers, model)
         before, note = (None, "scraping disabled")
+        scrape_roots = [root, *(base_url(u) for u in config.extra_metrics_urls)]
         if config.scrape_metrics:
-            before, note = await scrape_counters(session, root, headers)
-        run = _Run(config, session, url, headers, model, planned, on_progress)
+            before, note = await scrape_all(session, scrape_roots, headers)
+        run = _Run(config, session, url, headers, model, planned, on_progress, stop)
         monitor = LoopLagMonitor()
         monitor.start()
         run.t0 = perf_counter()
@@ -283,17 +380,16 @@ async def run_benchmark(
                 assert config.concurrency is not None
                 await run.closed_loop(convs, config.concurrency)
             else:
-                n_convs = None
-                if planned is not None:
-                    n_convs = config.sessions if config.sessions is not None else planned
                 await run.open_loop(convs, _offsets(config, n_convs))
         finally:
             duration_s = perf_counter() - run.t0
             await monitor.stop()
         after = None
         if before is not None:
-            after, note = await scrape_counters(session, root, headers)
+            after, note = await scrape_all(session, scrape_roots, headers)
     if not run.records:
+        if stop.is_set():
+            raise UserError("stopped before any request finished", fix="let the run go longer")
         raise UserError(
             "no request was sent", field="--num-requests", fix="raise --num-requests or --duration"
         )
@@ -319,4 +415,5 @@ async def run_benchmark(
         ttfts_s=[m.ttft_s for m in per_request],
         tpots_s=[m.tpot_s for m in per_request if m.tpot_s is not None],
         e2els_s=[m.e2e_s for m in per_request],
+        interrupted=stop.is_set(),
     )

@@ -2,8 +2,8 @@
 
 Any counter the target exposes is reported generically (`name{labels}` → increase); the
 ones gpufleet understands are also named: vLLM's prefix-cache hits and queries (hence the
-hit rate), preemptions, prompt and generation tokens, and the gateway's retries and
-per-replica counts (`gpufleet_gateway_*` series with a `replica` label).
+hit rate), preemptions, prompt and generation tokens, and the gateway's retries, errors and
+ejections and its per-replica counts (`gpufleet_gateway_*` series with a `replica` label).
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ class ServerMetricsDelta:
 
     @property
     def gateway_retries(self) -> float | None:
-        return _sum_named(self.deltas, "gpufleet_gateway_retries_total")
+        """Requests the gateway retried on another replica (summed over replicas)."""
+        return _sum_named(self.deltas, "gpufleet_gateway_replica_retries_total")
 
     def per_replica(self) -> dict[str, dict[str, float]]:
         """Gateway series by their `replica` label: {replica: {series name: delta}}."""
@@ -80,6 +81,7 @@ class ServerMetricsDelta:
             if not name.startswith("gpufleet_gateway_"):
                 continue
             label_map = dict(labels)
+            label_map.pop("target", None)  # which scraped server: here, always the gateway
             replica = label_map.pop("replica", None)
             if replica is None:
                 continue
@@ -98,6 +100,12 @@ class ServerMetricsDelta:
             "prompt_tokens": _sum_named(self.deltas, "vllm:prompt_tokens_total"),
             "generation_tokens": _sum_named(self.deltas, "vllm:generation_tokens_total"),
             "gateway_retries": self.gateway_retries,
+            "gateway_replica_errors": _sum_named(
+                self.deltas, "gpufleet_gateway_replica_errors_total"
+            ),
+            "gateway_ejections": _sum_named(
+                self.deltas, "gpufleet_gateway_replica_ejections_total"
+            ),
         }
 
     def to_dict(self) -> dict[str, Any]:

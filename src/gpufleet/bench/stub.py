@@ -33,6 +33,7 @@ class StubBehaviour:
     chat_role_chunk: bool = True  # chat: first event is a role-only delta with empty content
     fail_every: int = 0  # every Nth request answers 429
     malformed_every: int = 0  # every Nth request sends a chunk that is not JSON
+    disconnect_every: int = 0  # every Nth request drops the connection mid-stream
     model: str = "stub-model"
 
 
@@ -155,6 +156,14 @@ class StubServer:
             if self.b.malformed_every and n % self.b.malformed_every == 0 and i == max_tokens // 2:
                 await resp.write(b"data: {not json\n\n")
                 continue
+            if (
+                self.b.disconnect_every
+                and n % self.b.disconnect_every == 0
+                and i == max_tokens // 2
+            ):
+                if request.transport is not None:
+                    request.transport.close()  # mid-stream, before the terminating chunk
+                return resp
             word = self._words[(n + i) % len(self._words)]
             last = i == max_tokens - 1
             if chat:
@@ -212,6 +221,7 @@ def main() -> None:
     ap.add_argument(
         "--malformed-every", type=int, default=0, help="every Nth stream has a bad chunk"
     )
+    ap.add_argument("--disconnect-every", type=int, default=0, help="every Nth stream is cut")
     ap.add_argument("--no-usage", action="store_true", help="never send the usage event")
     ap.add_argument("--model", default="stub-model")
     args = ap.parse_args()
@@ -222,6 +232,7 @@ def main() -> None:
         include_usage=not args.no_usage,
         fail_every=args.fail_every,
         malformed_every=args.malformed_every,
+        disconnect_every=args.disconnect_every,
         model=args.model,
     )
     with contextlib.suppress(KeyboardInterrupt):

@@ -6,6 +6,7 @@ import asyncio
 import json
 import math
 import re
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -190,8 +191,22 @@ def _parse_extra_body(text: str | None) -> dict[str, Any]:
     show_default=True,
     help="Per-request timeout (s).",
 )
+@click.option(
+    "--warmup",
+    "warmup_requests",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Requests sent and discarded first.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--no-scrape", is_flag=True, help="Do not read the target's /metrics.")
+@click.option(
+    "--metrics-url",
+    "metrics_urls",
+    multiple=True,
+    help="Also scrape this server's /metrics (repeatable; e.g. the replicas behind a gateway).",
+)
 @click.option(
     "--json",
     "json_path",
@@ -258,12 +273,16 @@ def command(ctx: click.Context, **opts: Any) -> None:
         ignore_eos=opts["ignore_eos"],
         extra_body=_parse_extra_body(opts["extra_body"]),
         timeout_s=opts["timeout_s"],
+        warmup_requests=opts["warmup_requests"],
         goodput_slo_ms=goodput,
         percentiles=_parse_percentiles(opts["percentiles"]),
         seed=opts["seed"],
         scrape_metrics=not opts["no_scrape"],
+        extra_metrics_urls=tuple(opts["metrics_urls"]),
     ).validate()
-    console = Console(stderr=False)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=120)  # files and pipes get the full tables, not 80 columns
     if sweep_spec:
         _run_sweep(console, config, sweep_spec, json_path, plot_path, quiet)
     else:
@@ -279,14 +298,61 @@ def _use_uvloop() -> None:
         pass
 
 
-async def _one(config: Any, console: Any, quiet: bool, label: str = "requests") -> Any:
+class _CtrlC:
+    """First Ctrl-C: stop sending and report what finished. Second: abort."""
+
+    def __init__(self, console: Any):
+        self.console = console
+        self.stop = asyncio.Event()
+        self._main: asyncio.Task[Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _pressed(self) -> None:
+        if not self.stop.is_set():
+            self.console.print(
+                "[bold]stopping[/bold]: reporting what finished (Ctrl-C again aborts)"
+            )
+            self.stop.set()
+        elif self._main is not None:
+            self._main.cancel()
+
+    def __enter__(self) -> _CtrlC:
+        self._loop = asyncio.get_running_loop()
+        self._main = asyncio.current_task()
+        try:
+            self._loop.add_signal_handler(signal.SIGINT, self._pressed)
+        except (NotImplementedError, RuntimeError):  # no signal handlers here (Windows)
+            self._loop = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None:
+            self._loop.remove_signal_handler(signal.SIGINT)
+
+
+async def _one(
+    config: Any, console: Any, quiet: bool, stop: asyncio.Event, label: str = "requests"
+) -> Any:
     from gpufleet.bench.display import ProgressBar
     from gpufleet.bench.runner import run_benchmark
 
     if quiet or not console.is_terminal:
-        return await run_benchmark(config)
+        return await run_benchmark(config, stop=stop)
     with ProgressBar(console, label) as bar:
-        return await run_benchmark(config, on_progress=bar.update)
+        return await run_benchmark(config, on_progress=bar.update, stop=stop)
+
+
+def _run_main(console: Any, coro_fn: Any) -> Any:
+    """asyncio.run with Ctrl-C handling; a second Ctrl-C aborts (exit 130)."""
+
+    async def main() -> Any:
+        with _CtrlC(console) as ctrl_c:
+            return await coro_fn(ctrl_c.stop)
+
+    try:
+        return asyncio.run(main())
+    except asyncio.CancelledError:
+        raise click.exceptions.Abort() from None
 
 
 def _write_json(path: str, payload: dict[str, Any]) -> None:
@@ -299,8 +365,10 @@ def _run_one(
     from gpufleet.bench.display import print_report
 
     _use_uvloop()
-    report = asyncio.run(_one(config, console, quiet))
+    report = _run_main(console, lambda stop: _one(config, console, quiet, stop))
     print_report(console, report)
+    if report.interrupted:
+        console.print("[bold]interrupted[/bold]: these figures cover the requests that finished")
     if json_path:
         _write_json(json_path, report.to_dict())
         console.print(f"wrote {json_path}")
@@ -324,11 +392,14 @@ def _run_sweep(
     param, values = parse_sweep(spec)
     _use_uvloop()
 
-    async def point(cfg: Any) -> Any:
-        value = cfg.rate if param == "rate" else cfg.concurrency
-        return await _one(cfg, console, quiet, label=f"{param}={value:g}")
+    async def sweep_all(stop: asyncio.Event) -> Any:
+        async def point(cfg: Any) -> Any:
+            value = cfg.rate if param == "rate" else cfg.concurrency
+            return await _one(cfg, console, quiet, stop, label=f"{param}={value:g}")
 
-    sweep = asyncio.run(run_sweep(config, param, values, point))
+        return await run_sweep(config, param, values, point, should_stop=stop.is_set)
+
+    sweep = _run_main(console, sweep_all)
     console.print(sweep_table(sweep))
     if json_path:
         _write_json(json_path, sweep.to_dict())

@@ -42,7 +42,12 @@ def _parse_step_time(spec: str) -> LinearStepTimeModel:
 @click.option("--tp", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--pp", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--ep", default=1, show_default=True, type=click.IntRange(min=1))
-@click.option("--quant", default="bf16", show_default=True, help="Weight dtype: bf16, fp8, int4.")
+@click.option(
+    "--quant",
+    default="bf16",
+    show_default=True,
+    help="Weight dtype: bf16, fp8, int8, int4, fp4, or auto (the checkpoint's).",
+)
 @click.option("--kv-cache-dtype", default="auto", show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8001, show_default=True, type=click.IntRange(0, 65535))
@@ -50,7 +55,10 @@ def _parse_step_time(spec: str) -> LinearStepTimeModel:
 @click.option("--max-model-len", default=8192, show_default=True, type=click.IntRange(min=2))
 @click.option("--max-num-seqs", default=256, show_default=True, type=click.IntRange(min=1))
 @click.option(
-    "--max-num-batched-tokens", default=8192, show_default=True, type=click.IntRange(min=1)
+    "--max-num-batched-tokens",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Token budget per iteration (default: vLLM's for the GPU, 8192 on >= 70 GiB).",
 )
 @click.option("--gpu-memory-utilization", default=0.9, show_default=True, type=float)
 @click.option(
@@ -76,6 +84,9 @@ def _parse_step_time(spec: str) -> LinearStepTimeModel:
 )
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option(
+    "--access-log/--no-access-log", default=False, help="Log every HTTP request to stderr."
+)
+@click.option(
     "--fail-next", default=0, type=click.IntRange(min=0), help="Fault: fail the next N requests."
 )
 @click.option(
@@ -100,7 +111,7 @@ def command(
     served_model_name: tuple[str, ...],
     max_model_len: int,
     max_num_seqs: int,
-    max_num_batched_tokens: int,
+    max_num_batched_tokens: int | None,
     gpu_memory_utilization: float,
     num_gpu_blocks_override: int | None,
     enable_prefix_caching: bool,
@@ -108,6 +119,7 @@ def command(
     startup_s: float,
     time_scale: float,
     seed: int,
+    access_log: bool,
     fail_next: int,
     fail_status: int,
     slow_factor: float,
@@ -163,6 +175,8 @@ def command(
         seed=seed,
         faults=Faults(fail_next=fail_next, fail_status=fail_status, slow_factor=slow_factor),
         exit_after_s=exit_after_s,
+        access_log=access_log,
+        tp=tp,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     try:

@@ -146,8 +146,13 @@ class Engine:
         self._requests[request.request_id] = request
         self._waiting.append(request)
 
-    def abort(self, request_id: str) -> EngineRequest | None:
-        """Drop a request at once, freeing its KV blocks. Unknown ids are ignored."""
+    def abort(
+        self, request_id: str, reason: FinishReason = FinishReason.ABORT
+    ) -> EngineRequest | None:
+        """Drop a request at once, freeing its KV blocks. Unknown ids are ignored.
+
+        `reason` is what it counts as: ABORT for a client that left, STOP when the server
+        ended it on a stop string (the engine does not see text)."""
         req = self._requests.pop(request_id, None)
         if req is None:
             return None
@@ -158,9 +163,9 @@ class Engine:
         self._pool.release(req.blocks)
         req.blocks = []
         req.status = RequestStatus.ABORTED
-        req.finish_reason = FinishReason.ABORT
+        req.finish_reason = reason
         req.finished_s = self.now_s
-        self._finished_by_reason[FinishReason.ABORT.value] += 1
+        self._finished_by_reason[reason.value] += 1
         return req
 
     def get(self, request_id: str) -> EngineRequest | None:

@@ -10,6 +10,15 @@ from __future__ import annotations
 from gpufleet.fleet.config import FleetConfig, validate_fleet
 
 DEMO_BATCH = 8
+DEMO_POLICY_PARAMS: dict[str, float] = {
+    "capacity_per_replica": DEMO_BATCH,
+    "cold_start_s": 10.0,
+    "headroom_fraction": 0.2,
+    "trend_window_s": 15.0,
+    "peak_window_s": 20.0,
+    "scale_in_stabilization_s": 8.0,
+    "scale_in_cooldown_s": 6.0,
+}
 
 
 def demo_fleet_data() -> dict[str, object]:
@@ -25,15 +34,7 @@ def demo_fleet_data() -> dict[str, object]:
             "min_replicas": 1,
             "max_replicas": 6,
             "interval_s": 1.0,
-            "params": {
-                "capacity_per_replica": DEMO_BATCH,
-                "cold_start_s": 10.0,
-                "headroom_fraction": 0.1,
-                "trend_window_s": 15.0,
-                "peak_window_s": 20.0,
-                "scale_in_stabilization_s": 8.0,
-                "scale_in_cooldown_s": 6.0,
-            },
+            "params": dict(DEMO_POLICY_PARAMS),
         },
     }
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import itertools
 import json
 import logging
 import tempfile
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from rich.console import Console
 from rich.live import Live
@@ -31,6 +33,7 @@ from gpufleet.autoscale.gateway_link import InProcessGateway
 from gpufleet.autoscale.local import LocalProcessActuator
 from gpufleet.autoscale.policies import make_policy
 from gpufleet.fleet.config import FleetConfig
+from gpufleet.fleet.replica_latency import ReplicaTtft, scrape_ttft
 from gpufleet.fleet.summary import ReplicaTimeline, Summary, summarize, summary_lines
 from gpufleet.fleet.traffic import (
     DEMO_PHASES,
@@ -57,6 +60,7 @@ class FleetRun:
     url: str
     started_s: float
     timeline: ReplicaTimeline = field(default_factory=ReplicaTimeline)
+    ttft: ReplicaTtft = field(default_factory=ReplicaTtft)
 
     @property
     def changes(self) -> list[ScalingDecision]:
@@ -168,10 +172,20 @@ async def fleet_up(
 
 
 async def _sample(run: FleetRun, clock: Callable[[], float]) -> None:
-    """The replica-seconds timeline: replicas holding a GPU, twice a second."""
-    while True:
-        run.timeline.add(clock() - run.started_s, run.holding())
-        await asyncio.sleep(0.5)
+    """Replica-seconds (replicas holding a GPU, twice a second) and per-replica TTFT p90."""
+    timeout = aiohttp.ClientTimeout(total=2.0)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        for tick in itertools.count():
+            now = clock() - run.started_s
+            run.timeline.add(now, run.holding())
+            if tick % 4 == 0:
+                ready = {
+                    m.replica_id: m.url
+                    for m in run.actuator.list()
+                    if m.state in (ReplicaState.READY, ReplicaState.DRAINING)
+                }
+                await scrape_ttft(session, ready, run.ttft, now)
+            await asyncio.sleep(0.5)
 
 
 def snapshot(
@@ -181,15 +195,18 @@ def snapshot(
     phases: Sequence[Phase] = (),
     t0: float | None = None,
 ) -> Snapshot:
-    elapsed = clock() - run.started_s
+    # With traffic, the clock starts with it (the first cold start happened before).
+    origin = t0 if traffic is not None and t0 is not None else run.started_s
     decisions = list(run.controller.decisions)
     snap = Snapshot(
-        elapsed_s=elapsed,
+        elapsed_s=clock() - origin,
         gateway_url=run.url,
         policy=run.controller.policy.name,
         signals=run.controller.last_signals,
         decisions=run.changes,
         latest=decisions[-1] if decisions else None,
+        replica_ttft_p90_s=run.ttft.p90_s(),
+        started_s=origin,
     )
     if traffic is not None and t0 is not None:
         phase, rps = phase_at(phases, clock() - t0)
@@ -223,8 +240,18 @@ async def run_up(
         )
         traffic: TrafficLog | None = None
         driver: asyncio.Task[TrafficLog] | None = None
-        t0 = clock()
         if demo:
+            # Traffic starts on a warm fleet: the show is scaling, not the first cold start.
+            console.print(
+                f"waiting for the first replica (cold start ≈ {cfg.replicas.startup_s:g} s)…"
+            )
+            while not stop.is_set() and not any(
+                m.state == ReplicaState.READY for m in run.actuator.list()
+            ):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.2)
+        t0 = clock()
+        if demo and not stop.is_set():
             traffic = TrafficLog()
             driver = asyncio.get_running_loop().create_task(
                 drive(
@@ -255,9 +282,10 @@ async def run_up(
                 if live is not None:
                     live.update(render(snapshot(run, clock, traffic, phases, t0)))
                 else:
+                    origin = t0 if traffic is not None else run.started_s
                     for d in run.changes[printed:]:
                         console.print(
-                            f"[{d.now_s - run.started_s:5.0f} s] {d.current_replicas} → "
+                            f"[{d.now_s - origin:5.0f} s] {d.current_replicas} → "
                             f"{d.desired_replicas}: {d.reason}",
                             markup=False,
                             highlight=False,
@@ -267,11 +295,12 @@ async def run_up(
             stop.set()  # stop sending; wait for what was sent
             with contextlib.suppress(asyncio.CancelledError):
                 await driver
+        traffic_window = (t0 - run.started_s, clock() - run.started_s)
     if traffic is None:
         return None
     summary = summarize(
         traffic.results,
-        run.timeline,
+        run.timeline.between(*traffic_window),
         scale_outs=sum(1 for d in run.changes if d.delta > 0),
         scale_ins=sum(1 for d in run.changes if d.delta < 0),
         cut_by_scale_in=run.cut_requests,

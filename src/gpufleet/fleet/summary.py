@@ -23,6 +23,9 @@ class ReplicaTimeline:
     def add(self, now_s: float, count: int) -> None:
         self.samples.append((now_s, count))
 
+    def between(self, start_s: float, end_s: float) -> ReplicaTimeline:
+        return ReplicaTimeline([(t, n) for t, n in self.samples if start_s <= t <= end_s])
+
     def replica_seconds(self) -> float:
         total = 0.0
         for (t0, n0), (t1, _) in zip(self.samples, self.samples[1:], strict=False):

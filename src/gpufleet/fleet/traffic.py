@@ -30,8 +30,8 @@ class Phase:
 
 DEMO_PHASES: tuple[Phase, ...] = (
     Phase("quiet", 15.0, 1.0, 1.0),
-    Phase("ramp", 30.0, 1.0, 9.0),
-    Phase("burst", 25.0, 14.0, 14.0),
+    Phase("ramp", 30.0, 1.0, 12.0),
+    Phase("burst", 25.0, 15.0, 15.0),
     Phase("quiet", 50.0, 1.0, 1.0),
 )
 
@@ -142,8 +142,8 @@ async def _one_request(
                     continue
                 data = line[5:].strip()
                 if data == b"[DONE]":
-                    done = True
-                    break
+                    done = True  # read on to the end so the connection closes cleanly
+                    continue
                 event = json.loads(data)
                 if "error" in event:
                     return RequestResult(

@@ -42,6 +42,7 @@ class Snapshot:
     client_in_flight: int = 0
     replica_ttft_p90_s: dict[str, float] = field(default_factory=dict)
     total_s: float | None = None
+    started_s: float = 0.0  # decisions carry the controller clock; show them from the start
 
 
 def _pct(v: float) -> str:
@@ -88,7 +89,7 @@ def render(s: Snapshot) -> RenderableType:
     for d in list(s.decisions)[-6:]:
         arrow = "▲" if d.delta > 0 else "▼"
         lines.append(
-            f"{d.now_s:6.0f} s {arrow} {d.current_replicas}→{d.desired_replicas}  ",
+            f"{d.now_s - s.started_s:6.0f} s {arrow} {d.current_replicas}→{d.desired_replicas}  ",
             style="green" if d.delta > 0 else "magenta",
         )
         lines.append(d.reason + "\n")

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from gpufleet.gateway.replicas import Replica
+from gpufleet.gateway.signals import latency_signals
 
 # Bucket edges in seconds, like vLLM's request-level histograms.
 TTFT_BUCKETS_S = (
@@ -230,13 +231,7 @@ class GatewayMetrics:
 
     def signals_latency(self, now_s: float | None = None) -> dict[str, Any]:
         now_s = time.monotonic() if now_s is None else now_s
-        qs = (0.5, 0.9, 0.99)
-        return {
-            "window_s": self.ttft_window.window_s,
-            "ttft_s": self.ttft_window.percentiles(now_s, qs),
-            "tpot_s": self.tpot_window.percentiles(now_s, qs),
-            "streamed_requests_in_window": self.ttft_window.count(),
-        }
+        return latency_signals(now_s, self.ttft_window, self.tpot_window)
 
     # -- exposition (prometheus_client calls this on every /metrics read) ----------------
     def collect(self) -> Iterator[Any]:

@@ -12,7 +12,9 @@ TP ranks, KV-head projections are replicated when tp > kv heads, MLA's down-proj
 whole over EP ranks. Quantization applies to the linear layers of the decoder (attention,
 MLP, experts) with the scale overhead of the usual checkpoints (dtypes.SCALE_BYTES_PER_PARAM);
 embeddings, lm_head, norms and routers stay bf16, as in AWQ/GPTQ/FP8 checkpoints. MXFP4
-(fp4) quantizes only the MoE experts, as gpt-oss ships and vLLM loads it.
+(fp4) quantizes only the MoE experts, as gpt-oss ships and vLLM loads it. Multi-token-
+prediction layers (DeepSeek's MTP) are not loaded: vLLM loads them only for speculative
+decoding.
 """
 
 from __future__ import annotations

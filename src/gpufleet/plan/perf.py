@@ -183,11 +183,14 @@ class RooflineStepTimeModel:
         lm_params = model.vocab_size * h / tp
         self._lm_bytes = lm_params * BYTES_PER_PARAM["bf16"]
         self._lm_flops_per_seq = 2.0 * lm_params
+        self._bf16_flops_s = gpu.tflops("bf16") * 1e12 * cal.gemm_efficiency
 
         # Communication.
-        self._curve = AllReduceCurve(gpu.intra_node_gbps, cal.allreduce_latency_s)
+        # A TP group wider than a node all-reduces over the inter-node network.
+        tp_link_gbps = gpu.network_gbps if tp > gpu.gpus_per_node else gpu.intra_node_gbps
+        self._curve = AllReduceCurve(tp_link_gbps, cal.allreduce_latency_s)
         self._allreduces_per_layer = 2 if tp > 1 else 0
-        self._ep_link_gbps = gpu.intra_node_gbps
+        self._ep_link_gbps = gpu.network_gbps if ep > gpu.gpus_per_node else gpu.intra_node_gbps
         self._a2a_latency_s = cal.allreduce_latency_s
         group = tp * max(1, layout.pp)
         self._pp_link_gbps = gpu.network_gbps if group > gpu.gpus_per_node else gpu.intra_node_gbps
@@ -203,6 +206,11 @@ class RooflineStepTimeModel:
         n_dec = batch.num_decode
         dec_ctx_mean = batch.decode_context_tokens / n_dec if n_dec else 0.0
 
+        full_pairs = 0.0
+        for n, ctx in zip(batch.prefill_tokens, batch.prefill_context_tokens, strict=True):
+            full_pairs += n * (ctx + (n + 1) / 2.0)
+        moe_s = self._moe_s(tokens) if self._num_experts else 0.0
+
         total = 0.0
         for cls in self._classes:
             # Dense GEMMs.
@@ -212,16 +220,13 @@ class RooflineStepTimeModel:
                 / self._hbm_bytes_s,
             )
             # Attention: prefill pairs (query token, key token), causal, window-capped.
-            pairs = 0.0
-            for n, ctx in zip(batch.prefill_tokens, batch.prefill_context_tokens, strict=True):
-                span = ctx + (n + 1) / 2.0
-                if cls.window is not None and span > cls.window:
-                    span = float(cls.window)
-                pairs += n * span
-            dec_span = dec_ctx_mean
-            if cls.window is not None and dec_span > cls.window:
-                dec_span = float(cls.window)
-            dec_pairs = n_dec * dec_span
+            if cls.window is None:
+                pairs, dec_pairs = full_pairs, n_dec * dec_ctx_mean
+            else:
+                pairs = 0.0
+                for n, ctx in zip(batch.prefill_tokens, batch.prefill_context_tokens, strict=True):
+                    pairs += n * min(ctx + (n + 1) / 2.0, cls.window)
+                dec_pairs = n_dec * min(dec_ctx_mean, cls.window)
             attn_s = max(
                 (
                     pairs * self._prefill_attn_flops_per_pair
@@ -232,7 +237,7 @@ class RooflineStepTimeModel:
             )
             layer_s = gemm_s + attn_s
             if cls.is_moe:
-                layer_s += self._moe_s(tokens)
+                layer_s += moe_s
             total += cls.count * layer_s
 
         # All-reduces: message is the tokens' hidden states.
@@ -241,7 +246,7 @@ class RooflineStepTimeModel:
             total += self.model.num_layers * self._allreduces_per_layer * ar
         # lm_head on the sequences that sample this iteration.
         total += max(
-            n_seqs * self._lm_flops_per_seq / self._gemm_flops_s, self._lm_bytes / self._hbm_bytes_s
+            n_seqs * self._lm_flops_per_seq / self._bf16_flops_s, self._lm_bytes / self._hbm_bytes_s
         )
         if self.pipeline_stages > 1:
             hop = send_recv_s(tokens * self._h * ACT_BYTES, self._pp_link_gbps, 5e-6)

@@ -21,6 +21,7 @@ calls: cheap enough for the planner's whole search to stay well under a second).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gpufleet.plan.calibration import Calibration, default_calibration
@@ -73,7 +74,7 @@ def predict_closed_loop(
     ttft_overhead_s: float = 0.0,
     queue_scale: float = 1.0,
     requests_per_client: float | None = None,
-    admission_intervals: float = 0.0,
+    lockstep_ranks: int = 1,
 ) -> ServingPrediction:
     """Mean TTFT / TPOT / throughput for `concurrency` clients in a closed loop.
 
@@ -81,13 +82,46 @@ def predict_closed_loop(
     clients start at once: the first wave of prompts queues behind each other (the i-th
     waits for i-1 prefills), and that wave is 1/requests_per_client of the requests.
     None: steady state only (what a long-running service sees).
-    admission_intervals: a new request waits this many inter-completion intervals
-    (1 / requests_per_s) before the engine admits it (schedulers that admit new work in
-    batches; 0 for vLLM's every-iteration admission).
+    lockstep_ranks: attention data-parallel ranks that run every iteration together (their
+    MoE layers exchange tokens): a prefill on any rank stalls the decodes on all of them,
+    so each rank's decodes see the prefill work of every rank. `concurrency` is per rank.
     """
     if input_tokens < 1 or output_tokens < 1 or concurrency < 1:
         raise ValueError("input_tokens, output_tokens and concurrency must be >= 1")
     sched = scheduler or SchedulerShape()
+    stages = max(1, int(getattr(model, "pipeline_stages", 1)))
+    if stages > 1:
+        # Pipeline parallelism: `stages` micro-batches in flight, each a closed loop of its
+        # share of the clients whose iteration takes step_time_s end to end; together they
+        # keep every stage busy, so throughput adds up while latency is one micro-batch's.
+        per_batch = math.ceil(concurrency / stages)
+        sub = predict_closed_loop(
+            _OneMicroBatch(model),
+            input_tokens,
+            output_tokens,
+            per_batch,
+            SchedulerShape(
+                max_num_batched_tokens=sched.max_num_batched_tokens,
+                max_running=max(1, math.ceil(sched.max_running / stages)),
+                mixed_prefill=sched.mixed_prefill,
+            ),
+            ttft_overhead_s=ttft_overhead_s,
+            queue_scale=queue_scale,
+            requests_per_client=requests_per_client,
+            lockstep_ranks=lockstep_ranks,
+        )
+        scale = concurrency / per_batch
+        return ServingPrediction(
+            concurrency=concurrency,
+            ttft_s=sub.ttft_s,
+            tpot_s=sub.tpot_s,
+            requests_per_s=sub.requests_per_s * scale,
+            output_tokens_per_s=sub.output_tokens_per_s * scale,
+            e2e_latency_s=sub.e2e_latency_s,
+            running_decodes=sub.running_decodes * scale,
+            prefill_share=sub.prefill_share,
+            prefill_s=sub.prefill_s,
+        )
     isl, osl = input_tokens, output_tokens
     running = max(1, min(concurrency, sched.max_running))
     decode_ctx = isl + osl / 2.0  # mean KV length of a decoding request
@@ -143,24 +177,41 @@ def predict_closed_loop(
             marginal_s = model.step_time_s(packed)
         work_per_prompt_s = marginal_s * isl / packed_tokens  # GPU time one prompt costs
 
-        # The request's own prefill: chunks of at most `budget` tokens, alongside the decodes.
+        # The request's own prefill: full chunks of `budget` tokens at growing context, then
+        # the rest. Attention is linear in context, so the full chunks cost k times one
+        # chunk at their mean context (two step-time calls however long the prompt).
+        full, rest = divmod(isl, budget)
         own_s = 0.0
-        done = 0
-        while done < isl:
-            chunk = min(budget, isl - done)
-            own = StepBatch(prefill_tokens=(chunk,), prefill_context_tokens=(done,))
-            own_s += model.step_time_s(with_decodes(own, n) if sched.mixed_prefill else own)
-            done += chunk
+        if full:
+            chunk = StepBatch(
+                prefill_tokens=(budget,), prefill_context_tokens=((full - 1) * budget // 2,)
+            )
+            own_s += full * model.step_time_s(
+                with_decodes(chunk, n) if sched.mixed_prefill else chunk
+            )
+        if rest:
+            chunk = StepBatch(prefill_tokens=(rest,), prefill_context_tokens=(full * budget,))
+            own_s += model.step_time_s(with_decodes(chunk, n) if sched.mixed_prefill else chunk)
 
-        share = min(_MAX_PREFILL_SHARE, rate * work_per_prompt_s)
+        share = min(_MAX_PREFILL_SHARE, rate * work_per_prompt_s * lockstep_ranks)
         new_tpot = t_decode / (1.0 - share) if osl > 1 else 0.0
+        rate_cap = math.inf
+        if sched.mixed_prefill and osl > 1:
+            # An iteration never exceeds a full token budget: decodes plus the budget's
+            # rest in prefill. Past that, prefill throughput is capped and prompts queue.
+            full_batch = with_decodes(prefill_batch(budget), n)
+            full_s = model.step_time_s(full_batch)
+            new_tpot = min(new_tpot, full_s)
+            rate_cap = sum(full_batch.prefill_tokens) / (full_s * isl) / lockstep_ranks
         # Closed-network queue at the prefill station (Schweitzer): a prompt finds
         # queue * (N-1)/N others ahead, each costing work_per_prompt_s.
         ahead = queue * (running - 1) / running
         wait_s = queue_scale * ahead * work_per_prompt_s
         new_ttft = ttft_overhead_s + 0.5 * new_tpot + wait_s + own_s
-        new_ttft += admission_intervals / rate
         new_rate = running / (new_ttft + (osl - 1) * new_tpot)
+        if new_rate > rate_cap:
+            new_rate = rate_cap
+            new_ttft = running / rate_cap - (osl - 1) * new_tpot
         new_queue = new_rate * (wait_s + work_per_prompt_s)
 
         tpot_s += _DAMPING * (new_tpot - tpot_s)
@@ -197,6 +248,17 @@ def predict_closed_loop(
         prefill_share=prefill_share,
         prefill_s=alone_s,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _OneMicroBatch:
+    """A pipelined model seen by one of its micro-batches (no further pipelining)."""
+
+    model: StepTimeModel
+    pipeline_stages: int = 1
+
+    def step_time_s(self, batch: StepBatch) -> float:
+        return self.model.step_time_s(batch)
 
 
 def _chunk_times(model: StepTimeModel, isl: int, budget: int) -> list[float]:
@@ -349,10 +411,11 @@ def max_serving_concurrency_within_slo(
     max_num_batched_tokens: int | None = None,
     kv_capacity_tokens: int | None = None,
     calibration: Calibration | None = None,
+    step_model: StepTimeModel | None = None,
 ) -> ServingPrediction | None:
     """The layout's best steady state within the SLOs (highest concurrency), or None."""
     cal = calibration or default_calibration()
-    step = layout_step_model(model, gpu, layout, backend=backend, calibration=cal)
+    step = step_model or layout_step_model(model, gpu, layout, backend=backend, calibration=cal)
     sched = scheduler_for(
         gpu,
         backend=backend,

@@ -5,9 +5,10 @@ serving one model on one GPU kind at a fixed closed-loop concurrency; we model i
 the roofline step-time model and the closed-loop solver, and say why when we cannot.
 
 Column conventions (checked on the data): `batch_size` is the concurrency per attention
-data-parallel rank, so a row with attention_dp_size=8 and batch_size=32 runs 256 clients;
-the group's GPUs are moe_tp_size x moe_ep_size (= tp_size x attention_dp_size when both
-are consistent). Empty quant modes mean bf16; `fp8_block` is fp8 with block scales.
+data-parallel rank, so a row with attention_dp_size=8 and batch_size=32 runs 256 clients
+(its id says c256); the group's GPUs are moe_tp_size x moe_ep_size for MoE models, and
+GPUs / tp_size are the attention ranks (vLLM rows with tp_size=1, moe_tp_size=2 are two
+data-parallel ranks even where attention_dp_size says 1). Empty quant modes mean bf16; `fp8_block` is fp8 with block scales.
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ from gpufleet.plan.perf_serving import SchedulerShape, ServingPrediction, predic
 from gpufleet.specs.gpus import GpuSpec, load_gpu
 from gpufleet.specs.models import ModelSpec, load_model, parse_config
 
-DEFAULT_CSV = Path("/work/shared/validation/measured_serving_dev.csv")
+_CSV_NAME = "measured_serving_dev.csv"
+# ../shared/validation next to the repository (as the issue names it), else the shared
+# checkout every worktree on this machine sees.
+_CSV_CANDIDATES = (
+    Path(__file__).resolve().parents[3].parent / "shared" / "validation" / _CSV_NAME,
+    Path("/work/shared/validation") / _CSV_NAME,
+)
+DEFAULT_CSV = next((p for p in _CSV_CANDIDATES if p.exists()), _CSV_CANDIDATES[-1])
 
 REQUIRED_COLUMNS = (
     "backend", "model_path", "system", "isl", "osl", "batch_size", "tp_size", "pp_size",
@@ -166,6 +174,13 @@ def model_row(
             field="gemm_quant_mode",
             fix=f"use one of {', '.join(sorted(k for k in _QUANT if k))}",
         )
+    if row.tp > gpu.gpus_per_node:
+        raise UserError(
+            f"tp_size {row.tp} spans nodes of {gpu.gpus_per_node} x {gpu.name}; tensor "
+            "parallelism beyond one NVLink domain is not modelled",
+            field="tp_size",
+            fix=f"use tp_size <= {gpu.gpus_per_node} (PP or EP across nodes)",
+        )
     if row.isl < 1 or row.osl < 1 or row.batch_size < 1 or row.tp < 1 or row.pp < 1:
         raise UserError("non-positive isl/osl/batch_size/tp/pp", field="row")
     # Attention DP: the group's GPUs are moe_tp x moe_ep; each attention rank uses tp.
@@ -174,8 +189,7 @@ def model_row(
     if model.moe and row.moe_tp * row.moe_ep < row.tp * dp:
         gpus = row.moe_tp * row.moe_ep  # more DP ranks than GPUs: ranks share GPUs
     dp_eff = max(1, gpus // row.tp)
-    clients = row.batch_size * dp
-    per_rank = max(1, round(clients / dp_eff))
+    per_rank = row.batch_size  # batch_size counts the clients of one attention rank
     layout = RowLayout(
         tp=row.tp, pp=row.pp, ep=row.moe_ep if model.moe else 1, weight_dtype=weight_dtype
     )
@@ -202,8 +216,8 @@ def model_row(
         ),
         ttft_overhead_s=b.ttft_overhead_s,
         queue_scale=cal.queue_scale,
-        requests_per_client=cal.benchmark_requests_per_client,
-        admission_intervals=b.admission_intervals,
+        requests_per_client=b.benchmark_requests_per_client,
+        lockstep_ranks=1,
     )
     return RowPrediction(row=row, ttft_s=serving.ttft_s, tpot_s=serving.tpot_s, serving=serving)
 

@@ -392,6 +392,37 @@ class _Search:
         self.note("precision", w, True, f"{why}; one GPU is not enough, split next{hint}")
         return w, None
 
+    def quantize_for_slo(self, tp1: Candidate) -> Candidate:
+        """Quantize first for speed too: when the precision that fits one GPU misses the
+        SLOs there, try the next auto precision on one GPU before splitting."""
+        if self.req.quant != "auto":
+            return tp1
+        slow = self.with_performance(tp1)
+        if slow.performance is None or slow.performance.slo_met:
+            return tp1
+        ladder = _weight_ladder(self.req)
+        for w in ladder[ladder.index(tp1.layout.weight_dtype) + 1 :]:
+            found, _ = self.first_useful(1, 1, w)
+            if found is None:
+                continue
+            fast = self.with_performance(found)
+            if fast.performance is not None and fast.performance.slo_met:
+                self.decisions = [
+                    Decision(d.step, d.option, False, d.reason)
+                    if d.step == "precision" and d.option == tp1.layout.label
+                    else d
+                    for d in self.decisions
+                ]
+                self.note(
+                    "precision",
+                    found.layout.label,
+                    True,
+                    f"{tp1.layout.weight_dtype} on 1 GPU {self.perf_summary(slow)}; "
+                    f"{w} meets them on 1 GPU, so quantize before splitting",
+                )
+                return found
+        return tp1
+
     # -- steps 2 and 3 -------------------------------------------------------------------
     def smallest_fit(
         self, weight_dtype: str, tp1: Candidate | None, max_gpus: int | None
@@ -406,11 +437,11 @@ class _Search:
             found, tried = self.first_useful(tp, 1, weight_dtype)
             for c in tried:
                 if c is not found:
-                    self.note("tp", f"TP={tp} {c.layout.kv_dtype} KV", False, self.why_not(c))
+                    self.note("tp", c.layout.label, False, self.why_not(c))
             if found is not None:
                 self.note(
                     "tp",
-                    f"TP={tp}",
+                    found.layout.label,
                     True,
                     f"smallest TP in a node that fits: {self.why_yes(found)}",
                 )
@@ -424,11 +455,11 @@ class _Search:
             found, tried = self.first_useful(tp, pp, weight_dtype)
             for c in tried:
                 if c is not found:
-                    self.note("pp", f"TP={tp} PP={pp}", False, self.why_not(c))
+                    self.note("pp", c.layout.label, False, self.why_not(c))
             if found is not None:
                 self.note(
                     "pp",
-                    f"TP={tp} PP={pp}",
+                    found.layout.label,
                     True,
                     f"a node of TP={tp} is not enough; PP={pp} across {pp} nodes: "
                     f"{self.why_yes(found)}",
@@ -578,6 +609,9 @@ def plan(req: PlanRequest) -> Plan:
     _validate(req)
     search = _Search(req)
     weight_dtype, tp1 = search.choose_precision()
+    if tp1 is not None:
+        tp1 = search.quantize_for_slo(tp1)
+        weight_dtype = tp1.layout.weight_dtype
     fitting = search.smallest_fit(weight_dtype, tp1, req.max_gpus)
     if fitting is None:
         raise _nothing_fits(req, search, weight_dtype, tp1)

@@ -10,8 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections.abc import Callable
 
-from gpufleet.engine import Engine, EngineRequest
+from gpufleet.engine import Engine, EngineRequest, FinishReason, StepOutcome
+
+# Steps at least this long (wall) end to the sub-millisecond; shorter ones within the
+# event loop's timer tick, which spares the CPU of replicas stepping every few ms.
+_PRECISE_STEP_S = 0.008
 
 
 class RequestStream:
@@ -28,6 +34,7 @@ class RequestStream:
         "ended",
         "first_token_wall_s",
         "last_token_wall_s",
+        "on_tokens",
         "req",
         "sent",
     )
@@ -37,6 +44,9 @@ class RequestStream:
         self.available = 0  # output tokens whose time has come
         self.ended = False  # the request finished in the engine and its end time has come
         self.sent = 0  # output tokens already handed to the client
+        # If set, the runner calls it (synchronously) instead of waking the handler when
+        # tokens become available; the handler is still woken when the request ends.
+        self.on_tokens: Callable[[RequestStream], None] | None = None
         self.arrival_wall_s = arrival_wall_s
         self.first_token_wall_s: float | None = None
         self.last_token_wall_s: float | None = None
@@ -59,12 +69,19 @@ class RequestStream:
 
 
 class EngineRunner:
-    def __init__(self, engine: Engine, *, time_scale: float = 1.0):
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        time_scale: float = 1.0,
+        on_step: Callable[[StepOutcome], None] | None = None,
+    ):
         if time_scale <= 0:
             raise ValueError(f"time_scale must be > 0, got {time_scale}")
         self.engine = engine
         self.time_scale = time_scale
         self.slow_factor = 1.0  # fault injection: every iteration takes this much longer
+        self.on_step = on_step  # called once per step when its tokens are handed out
         self.streams: dict[str, RequestStream] = {}
         self.step_wall_s = 0.0  # wall time at which the last step's tokens were handed out
         self.failed: BaseException | None = None
@@ -87,18 +104,18 @@ class EngineRunner:
         return self._task is not None and not self._task.done()
 
     def submit(self, req: EngineRequest) -> RequestStream:
-        loop = asyncio.get_running_loop()
+        now = time.monotonic()
         if not self.engine.has_work:
-            self._sync_idle_clock(loop.time())
+            self._sync_idle_clock(now)
         self.engine.add(req)
-        stream = RequestStream(req, loop.time())
+        stream = RequestStream(req, now)
         self.streams[req.request_id] = stream
         self._wake.set()
         return stream
 
-    def abort(self, request_id: str) -> None:
+    def abort(self, request_id: str, reason: FinishReason = FinishReason.ABORT) -> None:
         self.streams.pop(request_id, None)
-        self.engine.abort(request_id)
+        self.engine.abort(request_id, reason)
 
     def _sync_idle_clock(self, now: float) -> None:
         """Carry the engine clock across an idle gap, so arrival times are right."""
@@ -121,29 +138,49 @@ class EngineRunner:
             raise
 
     async def _loop(self) -> None:
-        loop = asyncio.get_running_loop()
         engine = self.engine
         streams = self.streams
-        self._target_wall_s = loop.time()
+        clock = time.monotonic  # event-loop clocks (uvloop) tick in whole milliseconds
+        self._target_wall_s = clock()
         while True:
             if not engine.has_work:
                 self._wake.clear()
                 await self._wake.wait()
-                self._sync_idle_clock(loop.time())
+                self._sync_idle_clock(clock())
             outcome = engine.step()
             if outcome.duration_s <= 0.0 and not outcome.emitted:
                 await asyncio.sleep(0.001)  # nothing schedulable right now; never spin
                 continue
-            self._target_wall_s += outcome.duration_s * self.time_scale * self.slow_factor
+            step_wall_s = outcome.duration_s * self.time_scale * self.slow_factor
+            self._target_wall_s += step_wall_s
             target = self._target_wall_s
-            delay = target - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            self.step_wall_s = loop.time()
+            delay = target - clock()
+            if step_wall_s < _PRECISE_STEP_S:
+                await asyncio.sleep(max(delay, 0.0))  # 0: behind, still let handlers run
+            else:
+                # Event-loop timers tick in whole milliseconds: wake a little early and
+                # yield until the step's end, so a long step ends to the sub-millisecond.
+                await asyncio.sleep(delay - 0.0005 if delay > 0.001 else 0.0)
+                while clock() < target:
+                    await asyncio.sleep(0)
+            self.step_wall_s = clock()
+            if self.on_step is not None:
+                self.on_step(outcome)
+            # The engine has not computed the next step yet: its state is this step's end.
             for req in outcome.emitted:
                 stream = streams.get(req.request_id)
-                if stream is not None:
-                    stream.available = req.num_output_tokens
+                if stream is None:
+                    continue
+                stream.available = req.num_output_tokens
+                if req.is_finished:
+                    stream.ended = True
+                if stream.on_tokens is None:
+                    stream.wake()
+                    continue
+                try:
+                    stream.on_tokens(stream)
+                except Exception:  # a broken writer must not stop the engine
+                    stream.on_tokens = None
                     stream.wake()
             for req in outcome.finished:
                 stream = streams.pop(req.request_id, None)

@@ -6,6 +6,10 @@ Endpoints (as vLLM serves them):
   GET  /health                                  200 empty body; 503 while starting or dead
   GET  /metrics                                 Prometheus text, vLLM's names and buckets
   GET  /version, GET /load, POST /tokenize, POST /detokenize, GET|POST /ping
+  GET  /get_model_info, /get_server_info (and /model_info, /server_info): SGLang's, which
+       sglang-router asks every worker for when it registers it; their model_path is a
+       local directory with this replica's tokenizer (tokenizer.json), so the router loads
+       it from there instead of asking a model hub
 
 Fault injection, for testing gateways and autoscalers (also settable by CLI flags):
   GET  /admin/faults                            the current faults as JSON
@@ -25,21 +29,26 @@ import json
 import os
 import time
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
 from gpufleet import __version__
-from gpufleet.engine import Engine, EngineConfig, EngineRequest
+from gpufleet.engine import Engine, EngineConfig, EngineRequest, FinishReason
 from gpufleet.openai_errors import error_json_bytes
 from gpufleet.plan.step_time import StepTimeModel
 from gpufleet.replica.metrics import ReplicaMetrics
 from gpufleet.replica.protocol import GenerationParams, RequestError, parse_generation_request
 from gpufleet.replica.runner import EngineRunner, RequestStream
+from gpufleet.replica.stops import StopScanner
 from gpufleet.tokenizer import Tokenizer, apply_chat_template, default_tokenizer
 
-VLLM_API_VERSION = "0.10.2"  # the vLLM release whose API and metrics this replica mimics
+VLLM_API_VERSION = "0.10.2"
+_MAX_UNSENT_BYTES = (
+    1 << 20
+)  # per stream, before writes go through aiohttp's flow control  # the vLLM release whose API and metrics this replica mimics
 
 
 @dataclass
@@ -70,6 +79,8 @@ class ReplicaConfig:
     seed: int = 0
     faults: Faults = field(default_factory=Faults)
     exit_after_s: float | None = None  # fault: exit abruptly this long after start
+    access_log: bool = False  # log every HTTP request to stderr
+    tp: int = 1  # reported by the SGLang-style /server_info only
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -105,12 +116,14 @@ class ReplicaServer:
                 "enable_prefix_caching": str(config.engine_config.enable_prefix_caching),
                 "cache_dtype": "auto",
             },
+            max_model_len=config.engine_config.max_model_len,
         )
         self.created = int(time.time())
         self.port = config.port
         self._ready_at = 0.0
         self._in_flight = 0
         self._site_runner: web.AppRunner | None = None
+        self._tokenizer_dir: str | None = None
         # Token id -> its JSON-ready bytes (vocabulary words need no escaping).
         self._token_bytes = [(" " + w).encode() for w in self.tokenizer.vocab]
         self.app = self._build_app()
@@ -130,6 +143,11 @@ class ReplicaServer:
         r.add_post("/detokenize", self.detokenize)
         r.add_get("/ping", self.health)
         r.add_post("/ping", self.health)
+        # SGLang's info endpoints: sglang-router asks workers for them when it registers them.
+        for path in ("/get_model_info", "/model_info"):
+            r.add_get(path, self.model_info)
+        for path in ("/get_server_info", "/server_info"):
+            r.add_get(path, self.server_info)
         r.add_get("/admin/faults", self.get_faults)
         r.add_post("/admin/faults", self.set_faults)
         return app
@@ -137,13 +155,26 @@ class ReplicaServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._ready_at = loop.time() + self.config.startup_s
-        self.runner = EngineRunner(self.engine, time_scale=self.config.time_scale)
+        iteration_tokens = self.metrics.iteration_tokens
+        self.runner = EngineRunner(
+            self.engine,
+            time_scale=self.config.time_scale,
+            on_step=lambda outcome: iteration_tokens.observe(outcome.num_scheduled_tokens),
+        )
         self.runner.slow_factor = self.faults.slow_factor
         self.runner.start()
         # handler_cancellation: a client that disconnects cancels its handler at once,
         # which aborts its request in the engine.
+        access_log = None
+        if self.config.access_log:
+            import logging
+            import sys
+
+            access_log = logging.getLogger("gpufleet.replica.access")
+            access_log.setLevel(logging.INFO)
+            access_log.addHandler(logging.StreamHandler(sys.stderr))
         self._site_runner = web.AppRunner(
-            self.app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0
+            self.app, handler_cancellation=True, access_log=access_log, shutdown_timeout=1.0
         )
         await self._site_runner.setup()
         site = web.TCPSite(self._site_runner, self.config.host, self.config.port, backlog=1024)
@@ -185,6 +216,57 @@ class ReplicaServer:
 
     async def version(self, request: web.Request) -> web.Response:
         return _json({"version": VLLM_API_VERSION, "gpufleet_version": __version__})
+
+    def tokenizer_dir(self) -> str:
+        """This replica's tokenizer as a Hugging Face directory (written once, on demand), so
+        that routers which load a worker's tokenizer read it locally instead of a hub."""
+        if self._tokenizer_dir is None:
+            import tempfile
+
+            spec = json.dumps(self.tokenizer.to_hf_tokenizer_json(), sort_keys=True).encode()
+            name = f"gpufleet-tokenizer-{zlib.crc32(spec):08x}"  # changes with the tokenizer
+            path = os.path.join(tempfile.gettempdir(), name)
+            if not os.path.exists(os.path.join(path, "tokenizer.json")):
+                # written aside and renamed, so a reader never sees half a directory
+                tmp = tempfile.mkdtemp(prefix="gpufleet-tokenizer-")
+                self.tokenizer.save_hf_directory(tmp)
+                try:
+                    os.rename(tmp, path)
+                except OSError:  # another replica was first
+                    import shutil
+
+                    shutil.rmtree(tmp, ignore_errors=True)
+            self._tokenizer_dir = path
+        return self._tokenizer_dir
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        return _json(
+            {
+                "model_path": self.tokenizer_dir(),
+                "tokenizer_path": self.tokenizer_dir(),
+                "is_generation": True,
+                "served_model_name": self.model_name,
+            }
+        )
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        cfg = self.config.engine_config
+        return _json(
+            {
+                "model_path": self.tokenizer_dir(),
+                "tokenizer_path": self.tokenizer_dir(),
+                "served_model_name": self.model_name,
+                "tp_size": self.config.tp,
+                "pp_size": cfg.pipeline_stages,
+                "dp_size": 1,
+                "context_length": cfg.max_model_len,
+                "max_total_num_tokens": cfg.num_gpu_blocks * cfg.block_size,
+                "max_running_requests": cfg.max_num_seqs,
+                "chunked_prefill_size": cfg.max_num_batched_tokens,
+                "page_size": cfg.block_size,
+                "version": VLLM_API_VERSION,
+            }
+        )
 
     async def load(self, request: web.Request) -> web.Response:
         return _json({"server_load": self._in_flight})
@@ -352,11 +434,16 @@ class ReplicaServer:
         assert self.runner is not None
         prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
         request_id = prefix + uuid.uuid4().hex
+        seed = None
+        if params.seed is not None:
+            # the same seed and prompt give the same answer; another prompt, another one
+            ids = params.prompt_token_ids
+            seed = zlib.crc32(repr((params.seed, len(ids), ids[:8], ids[-8:])).encode())
         req = EngineRequest(
             request_id,
             params.prompt_token_ids,
             params.max_tokens,
-            seed=params.seed,
+            seed=seed,
             stop_after_tokens=params.stop_after_tokens,
         )
         stream = self.runner.submit(req)
@@ -371,9 +458,10 @@ class ReplicaServer:
             return response
         finally:
             self._in_flight -= 1
-            if not done or not req.is_finished:
-                # client gone (handler cancelled), a stop string matched, or an error
-                self.runner.abort(request_id)
+            if not req.is_finished:
+                # a stop string matched (done), or the client left / an error (not done)
+                reason = FinishReason.STOP if done else FinishReason.ABORT
+                self.runner.abort(request_id, reason)
 
     def _observe_tokens(self, stream: RequestStream, count: int) -> None:
         assert self.runner is not None
@@ -401,46 +489,44 @@ class ReplicaServer:
         m.e2e.observe(now - stream.arrival_wall_s)
         if stream.first_token_wall_s is not None and num_tokens > 1:
             m.tpot.observe((now - stream.first_token_wall_s) / (num_tokens - 1))
+        req = stream.req
+        m.prompt_tokens.observe(req.num_prompt_tokens)
+        m.generation_tokens.observe(num_tokens)
+        # Phase times come from the engine clock (scaled to wall seconds).
+        scale = self.config.time_scale
+        if req.first_scheduled_s is not None and req.first_token_s is not None:
+            end_s = req.finished_s if req.finished_s is not None else self.engine.now_s
+            m.inference.observe((end_s - req.first_scheduled_s) * scale)
+            m.prefill.observe((req.first_token_s - req.first_scheduled_s) * scale)
+            m.decode.observe((end_s - req.first_token_s) * scale)
 
-    def _take_text(
-        self, params: GenerationParams, stream: RequestStream, text_so_far: str
-    ) -> tuple[str, int, str | None]:
-        """New text since the last call, the new token count, and the stop string matched."""
+    def _take_text(self, stream: RequestStream) -> tuple[str, int]:
+        """Text of the tokens whose time has come and were not sent yet, and their count."""
         req = stream.req
         start = req.num_prompt_tokens + stream.sent
         ids = req.all_token_ids[start : req.num_prompt_tokens + stream.available]
         stream.sent += len(ids)
         tb = self._token_bytes
-        text = b"".join([tb[i] for i in ids]).decode()
-        if not params.stop:
-            return text, len(ids), None
-        window = text_so_far[-max(len(s) for s in params.stop) :] + text
-        for s in params.stop:
-            pos = window.find(s)
-            if pos >= 0:
-                cut = pos + (len(s) if params.include_stop_str_in_output else 0)
-                keep = cut - (len(window) - len(text))
-                return text[: max(keep, 0)], len(ids), s
-        return text, len(ids), None
+        return b"".join([tb[i] for i in ids]).decode(), len(ids)
 
     async def _complete(self, params: GenerationParams, stream: RequestStream) -> web.Response:
         req = stream.req
         pieces: list[str] = []
-        stop_str = None
-        text_so_far = ""
-        while True:
+        scanner = StopScanner(params.stop, params.include_stop_str_in_output)
+        while scanner.matched is None:
             await stream.wait()
             if self.runner is not None and self.runner.failed is not None:
                 return _error("the engine died", 500)
+            final = stream.ended
             if stream.available > stream.sent:
-                text, n, stop_str = self._take_text(params, stream, text_so_far)
+                text, n = self._take_text(stream)
                 self._observe_tokens(stream, n)
-                pieces.append(text)
-                text_so_far += text
-                if stop_str is not None:
-                    break
-            if stream.ended and stream.sent >= stream.available:
+                pieces.append(scanner.feed(text, final) if params.stop else text)
+            if final and stream.sent >= stream.available:
+                if params.stop:
+                    pieces.append(scanner.feed("", True))
                 break
+        stop_str = scanner.matched
         completion_tokens = stream.sent
         self._observe_finished(stream, completion_tokens)
         finish_reason = "stop" if stop_str is not None else str(req.finish_reason)
@@ -513,7 +599,9 @@ class ReplicaServer:
                 "Cache-Control": "no-cache",
             }
         )
-        resp.enable_chunked_encoding()
+        chunked = request.version >= (1, 1)  # HTTP/1.0: no chunks, the close ends the body
+        if chunked:
+            resp.enable_chunked_encoding()
         await resp.prepare(request)
         created = int(time.time())
         model_json = json.dumps(params.model)
@@ -556,40 +644,78 @@ class ReplicaServer:
         if not chat and params.echo_prompt is not None:
             first = head + text_open + _escape(params.echo_prompt) + text_close + mid_tail
             first += usage_tail(0)
-        stop_str = None
-        text_so_far = ""
-        finish_reason: str | None = None
+        state: dict[str, Any] = {"first": first, "finish": None, "stop": None}
+        scanner = StopScanner(params.stop, params.include_stop_str_in_output)
 
-        def chunk(body: bytes, completion: int) -> bytes:
-            if finish_reason is None:
-                return head + text_open + body + text_close + mid_tail + usage_tail(completion)
-            end = f'"{finish_reason}","stop_reason":{json.dumps(stop_str)}}}]'.encode()
-            return head + text_open + body + text_close + end + usage_tail(completion)
+        # The common chunk (one token, no stop strings, no per-chunk usage), pre-split.
+        plain = not params.stop and not continuous
+        token_open = head + text_open
+        token_close = text_close + mid_tail + b"}\n\n"
+        token_bytes = self._token_bytes
+        all_ids = req.all_token_ids
+        base = req.num_prompt_tokens
+        observe = self._observe_tokens
 
-        while True:
+        def produce() -> bytes:
+            """The bytes of the next chunk (tokens whose time has come), or b"" (sync)."""
+            sent = stream.sent
+            if plain and stream.available == sent + 1 and not stream.ended and sent:
+                stream.sent = sent + 1
+                observe(stream, 1)
+                return token_open + token_bytes[all_ids[base + sent]] + token_close
+            if state["finish"] is not None:
+                return b""
+            out: bytes = state["first"]
+            state["first"] = b""
+            if stream.available > stream.sent or stream.ended:
+                text, n = self._take_text(stream)
+                if n:
+                    self._observe_tokens(stream, n)
+                final = stream.ended and stream.sent >= stream.available
+                if params.stop:
+                    text = scanner.feed(text, final)
+                    if scanner.matched is not None:
+                        state["finish"], state["stop"] = "stop", scanner.matched
+                if final and state["finish"] is None:
+                    state["finish"] = str(req.finish_reason)
+                if not text and state["finish"] is None:
+                    return out  # everything new is held back (it may start a stop string)
+                body = text.encode() if not params.stop else _escape(text)
+            else:
+                return out
+            finish = state["finish"]
+            out += head + text_open + body + text_close
+            if finish is None:
+                return out + mid_tail + usage_tail(stream.sent)
+            end = f'"{finish}","stop_reason":{json.dumps(state["stop"])}}}]'.encode()
+            return out + end + usage_tail(stream.sent)
+
+        transport = request.transport
+        if chunked and not params.stop and transport is not None:
+            # Fast path: the runner writes each step's chunk straight to the socket (HTTP
+            # chunked framing done here), so a token costs no task switch; this handler
+            # only wakes at the end to write the usage chunk and [DONE].
+            def push(_: RequestStream) -> None:
+                if transport.is_closing():
+                    return
+                if transport.get_write_buffer_size() > _MAX_UNSENT_BYTES:
+                    # A slow reader: hand back to the handler, whose writes wait for drain.
+                    stream.on_tokens = None
+                    stream.wake()
+                    return
+                data = produce()
+                if data:
+                    transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+
+            stream.on_tokens = push
+        while state["finish"] is None:
             await stream.wait()
             if self.runner is not None and self.runner.failed is not None:
                 await resp.write(_sse_error("the engine died", 500))
                 return resp
-            out = first
-            first = b""
-            if stream.available > stream.sent:
-                text, n, stop_str = self._take_text(params, stream, text_so_far)
-                self._observe_tokens(stream, n)
-                text_so_far += text
-                if stop_str is not None:
-                    finish_reason = "stop"
-                elif stream.ended and stream.sent >= stream.available:
-                    finish_reason = str(req.finish_reason)
-                body = text.encode() if not params.stop else _escape(text)
-                out += chunk(body, stream.sent)
-            elif stream.ended:
-                finish_reason = str(req.finish_reason)
-                out += chunk(b"", stream.sent)
-            if out:
-                await resp.write(out)
-            if finish_reason is not None:
-                break
+            data = produce()
+            if data:
+                await resp.write(data)
         self._observe_finished(stream, stream.sent)
         tail = b""
         if params.include_usage:
@@ -615,10 +741,23 @@ def _sse_error(message: str, status: int) -> bytes:
     return b"data: " + error_json_bytes(message, status) + b"\n\ndata: [DONE]\n\n"
 
 
+def _raise_open_files_limit() -> None:
+    """One socket per stream: allow as many as the hard limit does."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 async def serve(config: ReplicaConfig, *, ready_message: bool = True) -> None:
     """Run a replica until SIGINT/SIGTERM."""
     import signal
 
+    _raise_open_files_limit()
     server = ReplicaServer(config)
     await server.start()
     if ready_message:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tempfile
 from types import TracebackType
 
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B"
@@ -23,22 +24,26 @@ class ReplicaProcess:
         cmd = [sys.executable, "-c", _CLI, "replica", "--model", model, "--host", host]
         if "--port" not in args:
             cmd += ["--port", "0"]
+        # stderr goes to a file: an unread pipe would fill up and block the replica.
+        self._stderr_file = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as self)
         self.proc = subprocess.Popen(
-            [*cmd, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [*cmd, *args], stdout=subprocess.PIPE, stderr=self._stderr_file, text=True
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()  # "gpufleet replica: serving M on http://H:P ..."
         match = re.search(r"http://[\w.\-]+:\d+", line)
         if match is None:
             self.stop()
-            raise RuntimeError(f"replica did not start: {line!r} {self._stderr()}")
+            raise RuntimeError(f"replica did not start: {line!r} {self.stderr_text()}")
         self.url = match.group(0)
         self.port = int(self.url.rsplit(":", 1)[1])
 
-    def _stderr(self) -> str:
-        if self.proc.poll() is None or self.proc.stderr is None or self.proc.stderr.closed:
+    def stderr_text(self) -> str:
+        """Everything the replica wrote to stderr so far (its access log with --access-log)."""
+        if self._stderr_file.closed:
             return ""
-        return self.proc.stderr.read()
+        self._stderr_file.seek(0)
+        return self._stderr_file.read().decode(errors="replace")
 
     def stop(self, timeout_s: float = 10.0) -> None:
         if self.proc.poll() is None:
@@ -48,9 +53,13 @@ class ReplicaProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        for f in (self.proc.stdout, self.proc.stderr):
-            if f is not None:
-                f.close()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    def close(self) -> None:
+        """Stop the process and drop its captured stderr."""
+        self.stop()
+        self._stderr_file.close()
 
     def __enter__(self) -> ReplicaProcess:
         return self
@@ -61,4 +70,4 @@ class ReplicaProcess:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop()
+        self.close()

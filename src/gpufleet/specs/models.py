@@ -486,9 +486,10 @@ def load_model(name_or_path: str) -> ModelSpec:
                 field="--model",
                 fix="point --model at a Hugging Face model directory or its config.json",
             )
-        return _load_path(config_path, name=path.name)
+        return _load_path(config_path, name=str(path))
     if path.is_file():
-        return _load_path(path, name=path.stem)
+        # A model directory's config.json names the directory (what engines load).
+        return _load_path(path, name=str(path.parent) if path.name == "config.json" else "")
 
     index = _catalog_index()
     for key in sorted(_name_keys(name_or_path), key=len, reverse=True):
@@ -521,5 +522,6 @@ def _load_path(config_path: Path, name: str) -> ModelSpec:
             field="--model",
             fix="pass a valid Hugging Face config.json",
         )
-    display = str(cfg.get("_name_or_path") or name)
+    # ORG--NAME.json (how the shipped configs are named) reads as the hub id ORG/NAME.
+    display = name or str(cfg.get("_name_or_path") or config_path.stem.replace("--", "/"))
     return parse_config(cfg, display, source=str(config_path))

@@ -7,13 +7,15 @@
 - Replicas already starting count as capacity arriving at their expected ready time, so a
   burst does not start a second wave of replicas while the first is still loading.
 - Scale in one replica at a time, and only when N−1 replicas would have stayed below the
-  saturation thresholds at the recent peak (demand and KV), the forecast agrees, the check
-  has held for a stabilization window, and no replica is starting.
+  saturation thresholds at the recent peak (demand and KV), the N replicas were not
+  saturated at all during that window, the forecast agrees, the check has held for a
+  stabilization window, and no replica is starting.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 
 from gpufleet.autoscale.decision import ReplicaBounds, ScalingDecision
@@ -36,12 +38,22 @@ class DefaultPolicy:
     peak_window_s: float = 60.0
     scale_in_stabilization_s: float = 30.0  # the N−1 check must hold this long
     scale_in_cooldown_s: float = 30.0  # after any change, before removing a replica
+    # Lower the capacity only after this many observations (over peak_window_s) of a
+    # replica queueing requests below it: one snapshot can catch a request between its
+    # arrival and the next engine step.
+    learn_min_observations: int = 5
+    # Waiting requests mean saturation only when seen on this many ticks in a row: a
+    # request that arrived just before the scrape waits for the next engine step anyway.
+    waiting_ticks: int = 2
     name: str = "default"
     _trend: LinearTrend = field(default_factory=LinearTrend)
+    _trend_short: LinearTrend = field(default_factory=LinearTrend)
     _peak_demand: WindowMax = field(default_factory=WindowMax)
     _peak_kv_total: WindowMax = field(default_factory=WindowMax)  # sum of KV fractions
-    _learned_capacity: int | None = None
+    _saturated_running: deque[tuple[float, int]] = field(default_factory=deque)
     _n1_ok_since_s: float | None = None
+    _last_saturated_s: float | None = None
+    _waiting_streak: int = 0
     _last_change_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -56,14 +68,17 @@ class DefaultPolicy:
         if self.headroom_fraction < 0:
             raise UserError("must be ≥ 0", field="headroom_fraction", fix="e.g. 0.1 for 10 %")
         self._trend.window_s = self.trend_window_s
+        self._trend_short.window_s = self.trend_window_s / 3.0
         self._peak_demand.window_s = self.peak_window_s
         self._peak_kv_total.window_s = self.peak_window_s
 
     @property
     def capacity(self) -> int:
-        if self._learned_capacity is None:
+        """Configured capacity, or less once replicas have shown they batch fewer."""
+        seen = [n for _, n in self._saturated_running]
+        if len(seen) < self.learn_min_observations:
             return self.capacity_per_replica
-        return min(self.capacity_per_replica, self._learned_capacity)
+        return min(self.capacity_per_replica, max(seen))
 
     def decide(self, now_s: float, signals: FleetSignals) -> ScalingDecision:
         ready = signals.ready
@@ -71,16 +86,20 @@ class DefaultPolicy:
         demand = signals.demand
         kv_total = sum(r.kv_usage for r in ready)
         self._trend.add(now_s, float(demand))
+        self._trend_short.add(now_s, float(demand))
         self._peak_demand.add(now_s, float(demand))
         self._peak_kv_total.add(now_s, kv_total)
-        self._learn_capacity(signals)
+        self._learn_capacity(now_s, signals)
         cap = self.capacity
         cold_start_s = signals.cold_start_s or self.cold_start_s
 
-        forecast = self._trend.forecast(now_s + cold_start_s)
+        forecast = self.forecast(now_s + cold_start_s)
         expected = max(float(demand), forecast if forecast is not None else 0.0)
         needed = math.ceil(expected * (1.0 + self.headroom_fraction) / cap)
+        self._waiting_streak = self._waiting_streak + 1 if signals.waiting > 0 else 0
         saturation = self._saturation(signals)
+        if saturation:
+            self._last_saturated_s = now_s
         head = (
             f"demand {demand}, forecast {expected:.1f} in {cold_start_s:.0f} s; "
             f"capacity {cap}/replica; {len(ready)} ready + {len(signals.starting)} starting"
@@ -95,11 +114,22 @@ class DefaultPolicy:
             why = f"{head}; needs {needed} with {self.headroom_fraction:.0%} headroom"
             if saturation:
                 why += f"; saturated: {saturation}"
-        elif saturation and not signals.starting:
-            desired = current + 1
-            why = f"{head}; saturated: {saturation}, add one"
         elif saturation:
-            why = f"{head}; saturated: {saturation}, capacity already starting"
+            # Saturated below the assumed capacity (long prompts, KV, a smaller batch): size
+            # the step by what the saturated replicas actually run, not by one replica per
+            # cold start; replicas already starting still count.
+            batched = [r.running for r in ready if r.waiting > 0 and r.running > 0]
+            effective = max(batched) if batched else cap
+            by_observed = math.ceil(expected * (1.0 + self.headroom_fraction) / effective)
+            floor = current if signals.starting else current + 1
+            desired = max(floor, by_observed)
+            if desired > current:
+                why = (
+                    f"{head}; saturated: {saturation}; replicas batch {effective} when "
+                    f"queueing → needs {max(by_observed, current + 1)}"
+                )
+            else:
+                why = f"{head}; saturated: {saturation}, capacity already starting"
         else:
             desired, why = self._maybe_scale_in(now_s, signals, cap, cold_start_s, head)
 
@@ -110,10 +140,23 @@ class DefaultPolicy:
             self._last_change_s = now_s
         return ScalingDecision(desired, f"{why} → {desired}", self.name, now_s, current)
 
+    def forecast(self, at_s: float) -> float | None:
+        """Demand at `at_s` by the steeper of two trends: the full window (steady) and its
+        last third (sees a ramp begin). Erring high costs a replica for a while; erring
+        low costs every request of a burst a cold start."""
+        values = [
+            f
+            for f in (self._trend.forecast(at_s), self._trend_short.forecast(at_s))
+            if f is not None
+        ]
+        return max(values) if values else None
+
     def _saturation(self, signals: FleetSignals) -> str:
         ready = signals.ready
         reasons = []
-        if signals.waiting > 0:
+        if signals.waiting > 0 and (
+            self._waiting_streak >= self.waiting_ticks or not signals.ready
+        ):
             reasons.append(f"{signals.waiting} waiting")
         if ready:
             kv_mean = sum(r.kv_usage for r in ready) / len(ready)
@@ -127,12 +170,17 @@ class DefaultPolicy:
             reasons.append(f"TTFT p90 {signals.ttft_s.p90_s:.2f} s > SLO {self.ttft_p90_slo_s:g} s")
         return ", ".join(reasons)
 
-    def _learn_capacity(self, signals: FleetSignals) -> None:
+    def _learn_capacity(self, now_s: float, signals: FleetSignals) -> None:
         # A replica that queues requests while running fewer than we assumed is batching
-        # all it can (KV-limited or a smaller max_num_seqs): believe it.
-        full = [r.running for r in signals.ready if r.waiting > 0 and r.running > 0]
-        if full:
-            self._learned_capacity = max(full)
+        # all it can (KV-limited or a smaller max_num_seqs). Believe the largest such batch
+        # seen recently, once seen often enough.
+        for r in signals.ready:
+            if r.waiting > 0 and r.running > 0:
+                self._saturated_running.append((now_s, r.running))
+        while (
+            self._saturated_running and self._saturated_running[0][0] < now_s - self.peak_window_s
+        ):
+            self._saturated_running.popleft()
 
     def _maybe_scale_in(
         self, now_s: float, signals: FleetSignals, cap: int, cold_start_s: float, head: str
@@ -145,6 +193,15 @@ class DefaultPolicy:
         if signals.starting:
             self._n1_ok_since_s = None
             return current, f"{head}; replicas starting, no scale-in"
+        if (
+            self._last_saturated_s is not None
+            and now_s - self._last_saturated_s < self.peak_window_s
+        ):
+            # N replicas were saturated in the window: N−1 would have been worse, whatever
+            # the averages say (routing is never perfectly even).
+            self._n1_ok_since_s = None
+            ago = now_s - self._last_saturated_s
+            return current, f"{head}; keep: saturated {ago:.0f} s ago (< {self.peak_window_s:g} s)"
         fits, check = self.n_minus_1_fits(now_s, signals, cap, cold_start_s)
         if not fits:
             self._n1_ok_since_s = None
@@ -173,7 +230,7 @@ class DefaultPolicy:
         n1 = len(signals.ready) - 1
         peak = self._peak_demand.peak()
         peak_kv = self._peak_kv_total.peak()
-        forecast = self._trend.forecast(now_s + cold_start_s) or 0.0
+        forecast = self.forecast(now_s + cold_start_s) or 0.0
         worst = max(peak, forecast)
         if n1 == 0:
             ok = worst == 0

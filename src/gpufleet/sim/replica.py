@@ -1,0 +1,89 @@
+"""One simulated replica: an `Engine` plus what the gateway and the actuator know of it.
+
+The gateway's `ReplicaView` (state, in-flight count, scraped stats) and the actuator's
+`ManagedReplica` (start time, expected ready time) are the live system's own classes, so
+the routing and scaling policies read exactly what they read live.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpufleet.autoscale.actuator import ManagedReplica
+from gpufleet.engine import Engine, EngineConfig
+from gpufleet.plan.step_time import StepTimeModel
+from gpufleet.routing.types import ReplicaState, ReplicaView
+
+
+@dataclass(slots=True)
+class SimReplica:
+    replica_id: str
+    engine: Engine
+    view: ReplicaView
+    managed: ManagedReplica
+    stepping: bool = False  # a step is in flight (its completion event is queued)
+    stopped_at_s: float | None = None
+    requests_routed: int = 0
+    in_flight_seconds: float = 0.0  # integral of in-flight over time (time-averaged load)
+    last_change_s: float = 0.0
+    peak_in_flight: int = 0
+    capacity_reported: bool = False  # the gateway has read its KV capacity from /metrics
+    live_ids: set[str] = field(default_factory=set)
+
+    @classmethod
+    def create(
+        cls,
+        replica_id: str,
+        model: str,
+        config: EngineConfig,
+        step_time_model: StepTimeModel,
+        *,
+        now_s: float,
+        startup_s: float,
+        seed: int,
+    ) -> SimReplica:
+        state = ReplicaState.READY if startup_s <= 0 else ReplicaState.STARTING
+        engine = Engine(config, step_time_model, seed=seed)
+        engine.advance_to(now_s)
+        return cls(
+            replica_id=replica_id,
+            engine=engine,
+            view=ReplicaView(
+                replica_id=replica_id,
+                url=f"sim://{replica_id}",
+                models=frozenset({model}),
+                state=state,
+            ),
+            managed=ManagedReplica(
+                replica_id=replica_id,
+                url=f"sim://{replica_id}",
+                state=state,
+                started_at_s=now_s,
+                expected_ready_s=now_s + startup_s,
+                ready_at_s=now_s if startup_s <= 0 else None,
+            ),
+            last_change_s=now_s,
+        )
+
+    @property
+    def state(self) -> ReplicaState:
+        return self.view.state
+
+    def set_state(self, state: ReplicaState) -> None:
+        self.view.state = state
+        self.managed.state = state
+
+    def change_in_flight(self, now_s: float, delta: int) -> None:
+        self.in_flight_seconds += self.view.in_flight * (now_s - self.last_change_s)
+        self.last_change_s = now_s
+        self.view.in_flight += delta
+        if self.view.in_flight > self.peak_in_flight:
+            self.peak_in_flight = self.view.in_flight
+
+    def close_books(self, now_s: float) -> None:
+        self.change_in_flight(now_s, 0)
+
+    def lifetime_s(self, end_s: float) -> float:
+        """Seconds the replica held its GPUs: from start (cold start included) to stop."""
+        stop = self.stopped_at_s if self.stopped_at_s is not None else end_s
+        return max(0.0, stop - self.managed.started_at_s)

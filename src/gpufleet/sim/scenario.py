@@ -1,0 +1,201 @@
+"""A scenario: everything one simulated run needs, as plain picklable values.
+
+The CLI fills one from its flags; a sweep copies it with one field changed per run and
+fans the copies out over local processes (one scenario per task, as DESIGN.md asks of
+large sweeps; Ray can take the same function later).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufleet.autoscale.decision import ReplicaBounds
+from gpufleet.autoscale.policies import make_policy as make_scaling_policy
+from gpufleet.engine import EngineConfig
+from gpufleet.errors import UserError
+from gpufleet.plan.profile import replica_profile
+from gpufleet.routing import make_policy as make_routing_policy
+from gpufleet.sim.report import summarize
+from gpufleet.sim.simulator import AutoscaleSpec, FleetSimulator, SimConfig, SimResult
+from gpufleet.sim.workload import SimRequest, synthetic_requests, trace_requests
+from gpufleet.workload.traces import read_trace
+
+
+@dataclass(frozen=True)
+class Scenario:
+    # replica layout (as `gpufleet replica` / `gpufleet plan`)
+    model: str = "meta-llama/Llama-3.1-8B"
+    gpu: str = "h100-sxm"
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    quant: str = "bf16"
+    kv_cache_dtype: str = "auto"
+    max_model_len: int | None = None
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+    gpu_memory_utilization: float = 0.9
+    enable_prefix_caching: bool = True
+    # workload
+    trace: str | None = None
+    trace_format: str = "auto"
+    speedup: float = 1.0
+    trace_start_s: float = 0.0
+    duration_s: float | None = None
+    num_requests: int | None = None
+    rate: float | None = None
+    rate_steps: tuple[tuple[float, float], ...] = ()
+    concurrency: int | None = None  # closed loop
+    burstiness: float = 1.0
+    input_tokens: int = 1024
+    output_tokens: int = 128
+    range_ratio: float = 0.0
+    prefix_groups: int | None = None
+    prefix_tokens: int = 0
+    sessions: int | None = None
+    turns: int = 1
+    seed: int = 0
+    # fleet
+    replicas: int = 1
+    routing: str = "round_robin"
+    routing_options: tuple[tuple[str, Any], ...] = ()
+    autoscale: str | None = None
+    autoscale_params: tuple[tuple[str, Any], ...] = ()
+    min_replicas: int = 1
+    max_replicas: int = 8
+    startup_s: float = 30.0
+    autoscale_interval_s: float = 1.0
+    drain_deadline_s: float = 60.0
+    scrape_interval_s: float = 1.0
+    signals_window_s: float = 60.0
+    queue_timeout_s: float = 60.0
+    tail_s: float = 0.0
+    name: str = field(default="", compare=False)
+
+    def with_field(self, key: str, value: Any) -> Scenario:
+        return dataclasses.replace(self, **{key: value})
+
+
+def build_requests(sc: Scenario) -> list[SimRequest]:
+    if sc.trace:
+        limit = sc.num_requests
+        records = read_trace(sc.trace, fmt=sc.trace_format)
+        return trace_requests(
+            records,
+            speedup=sc.speedup,
+            start_s=sc.trace_start_s,
+            duration_s=sc.duration_s,
+            limit=limit,
+            seed=sc.seed,
+        )
+    return synthetic_requests(
+        num_requests=sc.num_requests,
+        rate=None if sc.concurrency else sc.rate,
+        rate_steps=list(sc.rate_steps) or None,
+        duration_s=sc.duration_s,
+        burstiness=sc.burstiness,
+        input_tokens=sc.input_tokens,
+        output_tokens=sc.output_tokens,
+        range_ratio=sc.range_ratio,
+        prefix_groups=sc.prefix_groups,
+        prefix_tokens=sc.prefix_tokens,
+        sessions=sc.sessions,
+        turns=sc.turns,
+        seed=sc.seed,
+    )
+
+
+def build_config(sc: Scenario) -> SimConfig:
+    profile = replica_profile(
+        sc.model,
+        sc.gpu,
+        tp=sc.tp,
+        pp=sc.pp,
+        ep=sc.ep,
+        quant=sc.quant,
+        kv_dtype=sc.kv_cache_dtype,
+        max_model_len=sc.max_model_len,
+        gpu_memory_utilization=sc.gpu_memory_utilization,
+        max_num_seqs=sc.max_num_seqs,
+        max_num_batched_tokens=sc.max_num_batched_tokens,
+    )
+    engine = EngineConfig(
+        num_gpu_blocks=profile.num_gpu_blocks,
+        block_size=profile.block_size,
+        max_num_seqs=profile.max_num_seqs,
+        max_num_batched_tokens=profile.max_num_batched_tokens,
+        max_model_len=profile.max_model_len,
+        pipeline_stages=profile.pipeline_stages,
+        enable_prefix_caching=sc.enable_prefix_caching,
+    )
+    autoscale = None
+    if sc.autoscale:
+        bounds = ReplicaBounds(sc.min_replicas, sc.max_replicas)
+        autoscale = AutoscaleSpec(
+            policy=make_scaling_policy(sc.autoscale, bounds, dict(sc.autoscale_params)),
+            interval_s=sc.autoscale_interval_s,
+            startup_s=sc.startup_s,
+            drain_deadline_s=sc.drain_deadline_s,
+        )
+    for name in ("scrape_interval_s", "signals_window_s", "queue_timeout_s", "speedup"):
+        if getattr(sc, name) <= 0:
+            raise UserError("must be > 0", field="--" + name.replace("_", "-"))
+    if sc.autoscale_interval_s <= 0 or sc.startup_s < 0 or sc.drain_deadline_s <= 0:
+        raise UserError(
+            "autoscale interval and drain deadline must be > 0, startup >= 0",
+            field="--autoscale-interval-s",
+        )
+    if not sc.autoscale and sc.replicas < 1:
+        raise UserError("must be >= 1", field="--replicas", fix="or pass --autoscale POLICY")
+    initial = sc.replicas
+    if sc.autoscale:
+        initial = max(sc.min_replicas, min(sc.max_replicas, sc.replicas))
+    return SimConfig(
+        engine=engine,
+        step_time_model=profile.step_time_model,
+        model=profile.model_name,
+        replicas=initial,
+        autoscale=autoscale,
+        scrape_interval_s=sc.scrape_interval_s,
+        signals_window_s=sc.signals_window_s,
+        queue_timeout_s=sc.queue_timeout_s,
+        closed_loop_clients=sc.concurrency,
+        tail_s=sc.tail_s,
+        seed=sc.seed,
+    )
+
+
+def run_scenario_result(sc: Scenario) -> SimResult:
+    config = build_config(sc)
+    requests = build_requests(sc)
+    if not requests:
+        raise UserError(
+            "the workload has no requests",
+            field="--trace" if sc.trace else "--num-requests",
+            fix="widen --duration / --trace-start-s, or raise --num-requests",
+        )
+    routing = make_routing_policy(sc.routing, seed=sc.seed, **dict(sc.routing_options))
+    return FleetSimulator(config, requests, routing).run()
+
+
+def run_scenario(sc: Scenario) -> dict[str, Any]:
+    """Run one scenario; its summary (see `gpufleet.sim.report.summarize`)."""
+    summary = summarize(run_scenario_result(sc))
+    summary["scenario"] = sc.name or sc.routing
+    return summary
+
+
+def run_many(scenarios: Sequence[Scenario], workers: int | None = None) -> list[dict[str, Any]]:
+    """Run scenarios side by side in local processes; summaries in the order given."""
+    if not scenarios:
+        return []
+    workers = workers or min(len(scenarios), os.cpu_count() or 1)
+    if workers <= 1 or len(scenarios) == 1:
+        return [run_scenario(sc) for sc in scenarios]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(run_scenario, scenarios))

@@ -1,0 +1,118 @@
+"""`gpufleet sim` as a user runs it: a real subprocess, its stdout, stderr and exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+GPUFLEET = [sys.executable, "-c", "from gpufleet.cli import main; main()"]
+SMALL = ["sim", "--rate", "20", "--num-requests", "80", "--input-tokens", "300",
+         "--output-tokens", "30"]  # fmt: skip
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*GPUFLEET, *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_report_and_json(tmp_path: Path) -> None:
+    out = tmp_path / "sim.json"
+    r = run(*SMALL, "--replicas", "2", "--policy", "least_outstanding", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    for text in ("TTFT (ms)", "TPOT (ms)", "Prefix cache hit rate", "Replica-seconds", "80 / 0"):
+        assert text in r.stdout
+    d = json.loads(out.read_text())
+    assert d["completed"] == 80 and d["failed"] == 0 and d["replicas_used"] == 2
+    assert d["ttft_ms"]["p99"] >= d["ttft_ms"]["median"] > 0
+    assert d["sim_events"] > 80 and d["scenario"] == "least_outstanding"
+
+
+def test_sweep_over_routing_policies_prints_one_row_each(tmp_path: Path) -> None:
+    out = tmp_path / "sweep.json"
+    r = run(
+        "sim", "--rate", "40", "--num-requests", "150", "--input-tokens", "64",
+        "--output-tokens", "8", "--prefix-groups", "15", "--prefix-tokens", "1024",
+        "--replicas", "4", "--max-num-seqs", "64", "--gpu-memory-utilization", "0.3",
+        "--sweep", "routing=round_robin,prefix_aware", "--workers", "2", "--json", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "| routing=round_robin |" in r.stdout and "| routing=prefix_aware |" in r.stdout
+    rows = {row["scenario"]: row for row in json.loads(out.read_text())["rows"]}
+    assert (
+        rows["routing=prefix_aware"]["prefix_cache_hit_rate"]
+        > rows["routing=round_robin"]["prefix_cache_hit_rate"]
+    )
+
+
+def test_sweep_over_fleet_size_cuts_queueing() -> None:
+    r = run(
+        "sim", "--rate", "30", "--num-requests", "150", "--input-tokens", "2000",
+        "--output-tokens", "100", "--max-num-seqs", "8", "--sweep", "replicas=1,4",
+        "--workers", "1",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = [ln.split("|") for ln in r.stdout.splitlines() if ln.startswith("| replicas=")]
+    p99 = {cells[1].strip(): float(cells[5]) for cells in rows}  # the TTFT p99 ms column
+    assert p99["replicas=4"] < p99["replicas=1"] / 2, r.stdout
+
+
+def test_trace_replay_with_autoscaling(tmp_path: Path) -> None:
+    trace = tmp_path / "mc.jsonl"
+    lines = [
+        {"timestamp": i * 50, "input_length": 700, "output_length": 20, "hash_ids": [0, i + 1]}
+        for i in range(60)
+    ]
+    trace.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    r = run(
+        "sim", "--trace", str(trace), "--speedup", "2", "--autoscale", "queue_depth",
+        "--min-replicas", "1", "--max-replicas", "3", "--startup-s", "5",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "60 / 0" in r.stdout and "Scaling ticks / changes" in r.stdout
+
+
+def test_bad_input_names_the_flag() -> None:
+    r = run(*SMALL, "--policy", "nope")
+    assert r.returncode == 2 and "policy" in r.stderr and "round_robin" in r.stderr
+    r = run("sim")
+    assert r.returncode == 2 and "--trace" in r.stderr
+    r = run(*SMALL, "--sweep", "color=red")
+    assert r.returncode == 2 and "--sweep" in r.stderr
+    r = run(*SMALL, "--range-ratio", "1.5")
+    assert r.returncode == 2 and "--range-ratio" in r.stderr
+    r = run("sim", "--trace", "x.jsonl", "--rate", "3")
+    assert r.returncode == 2 and "--rate" in r.stderr
+    r = run(*SMALL, "--sweep", "replicas=two")
+    assert r.returncode == 2 and "int" in r.stderr
+    r = run(*SMALL, "--range-ratio", "1.5")
+    assert r.returncode == 2 and "--range-ratio" in r.stderr
+    r = run("sim", "--trace", "x.jsonl", "--rate", "3")
+    assert r.returncode == 2 and "--rate" in r.stderr
+    r = run(*SMALL, "--sweep", "replicas=two")
+    assert r.returncode == 2 and "int" in r.stderr
+    r = run("sim", "--trace", "/nonexistent/trace.csv")
+    assert r.returncode == 2 and "no such file" in r.stderr
+    r = run(*SMALL, "--autoscale", "hpa", "--autoscale-param", "bogus=1")
+    assert r.returncode == 2 and "bogus" in r.stderr
+
+
+def test_a_seed_fixes_the_run_across_processes(tmp_path: Path) -> None:
+    """Same figures from processes with different string-hash salts (PYTHONHASHSEED)."""
+    args = [*SMALL, "--prefix-groups", "6", "--prefix-tokens", "256", "--replicas", "3",
+            "--policy", "prefix_aware", "--range-ratio", "0.5", "--seed", "4"]  # fmt: skip
+    figures = []
+    for salt in ("1", "2"):
+        out = tmp_path / f"run{salt}.json"
+        r = subprocess.run(
+            [*GPUFLEET, *args, "--json", str(out)], capture_output=True, text=True, timeout=120,
+            env={**os.environ, "PYTHONHASHSEED": salt}, check=False,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        d = json.loads(out.read_text())
+        figures.append({k: v for k, v in d.items() if not k.startswith("sim_")})
+    assert figures[0] == figures[1]
+    assert figures[0]["prefix_cache_hits_tokens"] > 0
