@@ -135,13 +135,11 @@ class Gateway:
         )
         self.tenants = TenantTable(cfg.tenants)
         self.policy: RoutingPolicy = build_policy(cfg.policy, cfg.seed, **cfg.policy_options)
-        self._tenant_policies: dict[str, RoutingPolicy] = {
-            t.name: build_policy(t.policy, cfg.seed, **cfg.policy_options)
-            if t.policy == cfg.policy
-            else build_policy(t.policy, cfg.seed)
-            for t in cfg.tenants
-            if t.policy
-        }
+        self._tenant_policies: dict[str, RoutingPolicy] = {}
+        for t in cfg.tenants:
+            if t.policy:
+                options = self._tenant_policy_options(t.policy, t.policy_options)
+                self._tenant_policies[t.name] = build_policy(t.policy, cfg.seed, **options)
         self._needs_prefix = any(
             policy_needs_prefix(p) for p in (self.policy, *self._tenant_policies.values())
         )
@@ -165,6 +163,11 @@ class Gateway:
         for rc in cfg.replicas:
             self._add(rc.url, rc.id, rc.pool, rc.models, source="config")
         self.app = self._build_app()
+
+    def _tenant_policy_options(self, policy: str, options: dict[str, Any] | None) -> dict[str, Any]:
+        if options is not None:
+            return options
+        return self.config.policy_options if policy == self.config.policy else {}
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self, host: str | None = None, port: int | None = None) -> int:
