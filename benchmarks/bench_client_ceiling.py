@@ -2,8 +2,11 @@
 
 Runs a no-delay stub (a raw asyncio HTTP/1.1 server written here, answering every POST
 with one precomputed SSE stream of N token events + usage + [DONE]) in its own
-process(es), then runs `gpufleet bench` pinned to one CPU core against it in closed loop,
-and reports requests/s, the client's CPU use and its own timing overhead (event-loop lag).
+process(es), then runs `gpufleet bench` pinned to one CPU core against it: closed loop as
+fast as it goes, then open loop at 1,000 requests/s, both with the whole stream in one
+write and with one write per event (--gap-ms apart, so one network read per token). It
+reports requests/s, the client's CPU use and its own timing overhead (event-loop lag, and
+how far sends fell behind the arrival schedule).
 Writes JSON and a markdown table under benchmarks/results/.
 
     .venv/bin/python benchmarks/bench_client_ceiling.py [--requests 6000] [--concurrency 64]
@@ -26,7 +29,7 @@ from typing import Any
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def _sse_body(tokens: int) -> bytes:
+def _sse_events(tokens: int) -> list[bytes]:
     events = []
     for i in range(tokens):
         last = i == tokens - 1
@@ -45,16 +48,33 @@ def _sse_body(tokens: int) -> bytes:
         b"data: " + json.dumps({"id": "cmpl-0", "choices": [], "usage": usage}).encode() + b"\n\n"
     )
     events.append(b"data: [DONE]\n\n")
-    return b"".join(events)
+    return events
 
 
 class _StubProtocol(asyncio.Protocol):
-    """Minimal keep-alive HTTP/1.1: reads a request (headers + Content-Length body), answers."""
+    """Minimal keep-alive HTTP/1.1: reads a request (headers + Content-Length body), answers.
 
-    def __init__(self, response: bytes):
-        self.response = response
+    With gap_s = 0 the whole stream goes out in one write; otherwise one event per write,
+    gap_s apart (so the client sees one network read per token, as from a real server).
+    """
+
+    def __init__(self, head: bytes, events: list[bytes], gap_s: float):
+        self.head = head
+        self.events = events
+        self.response = head + b"".join(events)
+        self.gap_s = gap_s
         self.buf = b""
         self.transport: Any = None
+
+    def _send_from(self, i: int) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        self.transport.write(self.events[i])
+        if i + 1 < len(self.events):
+            asyncio.get_running_loop().call_later(self.gap_s, self._send_from, i + 1)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # uvloop's transports are not asyncio.Transport instances
@@ -75,10 +95,14 @@ class _StubProtocol(asyncio.Protocol):
             if len(self.buf) < total:
                 return
             self.buf = self.buf[total:]
-            self.transport.write(self.response)
+            if self.gap_s <= 0:
+                self.transport.write(self.response)
+            else:
+                self.transport.write(self.head)
+                self._send_from(0)
 
 
-def serve_stub(port: int, tokens: int) -> None:
+def serve_stub(port: int, tokens: int, gap_s: float) -> None:
     """Run the stub until killed (one process; several share the port via SO_REUSEPORT)."""
     try:
         import uvloop
@@ -86,11 +110,10 @@ def serve_stub(port: int, tokens: int) -> None:
         uvloop.install()
     except ImportError:
         pass
-    body = _sse_body(tokens)
-    response = (
+    events = _sse_events(tokens)
+    head = (
         b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-        + f"Content-Length: {len(body)}\r\n\r\n".encode()
-        + body
+        + f"Content-Length: {sum(len(e) for e in events)}\r\n\r\n".encode()
     )
 
     async def main() -> None:
@@ -99,7 +122,9 @@ def serve_stub(port: int, tokens: int) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(("127.0.0.1", port))
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: _StubProtocol(response), sock=sock, backlog=1024)
+        server = await loop.create_server(
+            lambda: _StubProtocol(head, events, gap_s), sock=sock, backlog=1024
+        )
         async with server:
             await server.serve_forever()
 
@@ -172,33 +197,49 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=8, help="token events per streamed response")
     ap.add_argument("--stub-procs", type=int, default=1)
     ap.add_argument("--client-cpu", type=int, default=0, help="core the client is pinned to")
+    ap.add_argument("--gap-ms", type=float, default=1.0, help="event gap in the streamed scenario")
     ap.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve is not None:
-        serve_stub(args.serve, args.tokens)
+        serve_stub(args.serve, args.tokens, args.gap_ms / 1000)
         return
 
     RESULTS.mkdir(parents=True, exist_ok=True)
-    port = free_port()
     cpus = sorted(os.sched_getaffinity(0))
     client_cpu = args.client_cpu if args.client_cpu in cpus else cpus[0]
     stub_cpus = [c for c in cpus if c != client_cpu] or cpus
+    ports = {0.0: free_port(), args.gap_ms: free_port()}
     stubs = [
         subprocess.Popen(
-            [sys.executable, __file__, "--serve", str(port), "--tokens", str(args.tokens)],
+            [
+                sys.executable,
+                __file__,
+                "--serve",
+                str(port),
+                "--tokens",
+                str(args.tokens),
+                "--gap-ms",
+                str(gap_ms),
+            ],
             preexec_fn=lambda: os.sched_setaffinity(0, stub_cpus),
         )
+        for gap_ms, port in ports.items()
         for _ in range(args.stub_procs)
     ]
-    scenarios = [
-        ["--concurrency", str(args.concurrency)],  # as fast as the client can go
-        ["--rate", f"{args.rate:g}", "--burstiness", "1"],  # the target load, open loop
+    rate = ["--rate", f"{args.rate:g}", "--burstiness", "1"]
+    scenarios = [  # (event gap of the stub in ms, load)
+        (0.0, ["--concurrency", str(args.concurrency)]),  # as fast as the client can go
+        (0.0, rate),  # the target load, open loop, whole stream in one read
+        (args.gap_ms, rate),  # the target load with one read per token event
     ]
     try:
-        wait_port(port)
-        rows = [
-            run_client(port, client_cpu, load, args.requests, args.tokens) for load in scenarios
-        ]
+        for port in ports.values():
+            wait_port(port)
+        rows = []
+        for gap_ms, load in scenarios:
+            row = run_client(ports[gap_ms], client_cpu, load, args.requests, args.tokens)
+            row["stub_event_gap_ms"] = gap_ms
+            rows.append(row)
     finally:
         for s in stubs:
             s.kill()
@@ -211,13 +252,14 @@ def main() -> None:
     }
     (RESULTS / "client_ceiling.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
-        "| client (1 core) | load | requests | req/s | token events/s | client CPU (cores) "
-        "| loop lag mean / p99 (ms) | send lag mean / p99 (ms) | failed |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| client (1 core) | load | stub event gap (ms) | requests | req/s | token events/s "
+        "| client CPU (cores) | loop lag mean / p99 (ms) | send lag mean / p99 (ms) | failed |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| gpufleet bench | {r['load']} | {r['completed']} | {r['requests_per_s']:.0f} "
+            f"| gpufleet bench | {r['load']} | {r['stub_event_gap_ms']:g} | {r['completed']} "
+            f"| {r['requests_per_s']:.0f} "
             f"| {r['token_events_per_s']:.0f} | {r['client_cpu_cores']:.2f} "
             f"| {r['loop_lag_mean_ms']:.2f} / {r['loop_lag_p99_ms']:.2f} "
             f"| {_ms(r['schedule_lag_mean_ms'])} / {_ms(r['schedule_lag_p99_ms'])} | {r['failed']} |"

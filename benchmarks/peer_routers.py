@@ -4,7 +4,9 @@ sglang-router and vllm-router (each from PyPI, in its own venv outside the proje
 benchmarks/peers.py) are started on 127.0.0.1 in front of two `gpufleet replica` processes;
 streamed chat and completion requests go through each router and must complete. The
 replicas log every HTTP request, so anything a router asked for that the replica lacks shows
-up as a 404/405 and is listed in the results.
+up as a 404/405 and is listed in the results; router warnings are counted too (sglang-router
+loads each worker's tokenizer from the model_path of its /get_model_info, which the replica
+points at a local directory, so it never asks a model hub).
 
     .venv/bin/python benchmarks/peer_routers.py [--requests 40]
 
@@ -69,7 +71,11 @@ def router_command(name: str, port: int, workers: list[str]) -> list[str]:
     ]  # fmt: skip
 
 
-async def wait_ready(url: str, timeout_s: float, proc: subprocess.Popen[bytes]) -> float:
+async def wait_ready(
+    url: str, timeout_s: float, proc: subprocess.Popen[bytes], statuses: Counter[int]
+) -> float:
+    """Poll the router's /v1/models until 200; `statuses` counts the answers before that
+    (a router answers 5xx while it has no ready worker, and may log them as errors)."""
     start = time.monotonic()
     async with aiohttp.ClientSession() as s:
         while time.monotonic() - start < timeout_s:
@@ -77,6 +83,7 @@ async def wait_ready(url: str, timeout_s: float, proc: subprocess.Popen[bytes]) 
                 raise RuntimeError(f"router exited with {proc.returncode}")
             try:
                 async with s.get(url + "/v1/models", timeout=aiohttp.ClientTimeout(total=2)) as r:
+                    statuses[r.status] += 1
                     if r.status == 200:
                         return time.monotonic() - start
             except (aiohttp.ClientError, TimeoutError):
@@ -156,7 +163,9 @@ def run_router(name: str, n: int) -> dict[str, object]:
         with log.open("wb") as log_file:
             proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
             url = f"http://127.0.0.1:{port}"
-            result["ready_s"] = round(asyncio.run(wait_ready(url, 90, proc)), 2)
+            statuses: Counter[int] = Counter()
+            result["ready_s"] = round(asyncio.run(wait_ready(url, 90, proc, statuses)), 2)
+            result["ready_poll_statuses"] = dict(statuses)
             result.update(asyncio.run(drive(url, n)))
     except Exception as e:  # report, and still clean up
         result["failure"] = f"{type(e).__name__}: {e}"
@@ -178,7 +187,11 @@ def run_router(name: str, n: int) -> dict[str, object]:
             all_missing.update(missing)
         result["replica_requests"] = per_replica
         result["replica_404s"] = dict(all_missing)
-        result["router_log_tail"] = log.read_text(errors="replace")[-1500:] if log.exists() else ""
+        text = log.read_text(errors="replace") if log.exists() else ""
+        result["router_warnings"] = [
+            line[-300:] for line in text.splitlines() if "WARN" in line or "ERROR" in line
+        ][:10]
+        result["router_log_tail"] = text[-1500:]
     result["requests"] = n
     return result
 
@@ -192,8 +205,9 @@ def main() -> None:
     rows = [run_router(name, args.requests) for name in args.routers]
     (RESULTS / "peer_routers.json").write_text(json.dumps(rows, indent=2))
     lines = [
-        "| router | ready (s) | completed | errors | split over replicas | replica 404/405 |",
-        "| --- | ---: | ---: | --- | --- | --- |",
+        "| router | ready (s) | completed | errors | split over replicas | replica 404/405 "
+        "| router warnings |",
+        "| --- | ---: | ---: | --- | --- | --- | ---: |",
     ]
     for r in rows:
         split = []
@@ -203,7 +217,7 @@ def main() -> None:
         lines.append(
             f"| {r['router']} | {r.get('ready_s', '-')} | {r.get('completed', 0)}/{r['requests']} "
             f"| {r.get('errors') or r.get('failure') or '-'} | {' / '.join(split)} "
-            f"| {r.get('replica_404s') or 'none'} |"
+            f"| {r.get('replica_404s') or 'none'} | {len(r.get('router_warnings', []))} |"
         )
     (RESULTS / "peer_routers.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -20,6 +20,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -102,6 +103,42 @@ def _arch_key(row: MeasuredRow, configs_dir: Path | None) -> tuple[Any, ...]:
     return (spec.model_type, spec.hidden_size, spec.num_layers, experts)
 
 
+def model_speed() -> dict[str, float]:
+    """What the model costs its callers: one step_time_s (the engine calls it every
+    iteration) and one closed-loop prediction (the planner makes a few hundred)."""
+    from gpufleet.plan.layout import Layout
+    from gpufleet.plan.perf import RooflineStepTimeModel
+    from gpufleet.plan.perf_serving import predict_serving
+    from gpufleet.plan.step_time import StepBatch
+    from gpufleet.specs.gpus import load_gpu
+    from gpufleet.specs.models import load_model
+
+    out: dict[str, float] = {}
+    gpu = load_gpu("h200")
+    batch = StepBatch(
+        prefill_tokens=(512,),
+        prefill_context_tokens=(1024,),
+        num_decode=64,
+        decode_context_tokens=64 * 1500,
+    )
+    for name, layout in (
+        ("meta-llama/Llama-3.1-70B", Layout(tp=4, weight_dtype="fp8")),
+        ("deepseek-ai/DeepSeek-V3", Layout(tp=8, ep=8, weight_dtype="fp8")),
+    ):
+        model = load_model(name)
+        step = RooflineStepTimeModel(model, gpu, layout)
+        calls = 5000
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            step.step_time_s(batch)
+        out[f"{name} step_time_s_us"] = round((time.perf_counter() - t0) / calls * 1e6, 2)
+        t0 = time.perf_counter()
+        for c in (1, 16, 128, 512):
+            predict_serving(model, gpu, layout, 1024, 256, c, step_model=step)
+        out[f"{name} predict_serving_ms"] = round((time.perf_counter() - t0) / 4 * 1e3, 3)
+    return out
+
+
 def markdown(report: dict[str, Any]) -> str:
     lines = [
         "| group | rows | TTFT median APE % | TTFT p90 APE % | TPOT median APE % | TPOT p90 APE % |",
@@ -127,6 +164,9 @@ def markdown(report: dict[str, Any]) -> str:
         for name, s in report["leave_one_model_out"]["per_model"].items():
             add(f"LOMO {name}", s)
     out = "\n".join(lines)
+    if "model_speed" in report:
+        out += "\n\n| model cost | value |\n| --- | ---: |\n"
+        out += "\n".join(f"| {k} | {v} |" for k, v in report["model_speed"].items())
     skipped = report["unmodelled"]
     out += f"\n\nUnmodelled rows: {skipped['count']}"
     by_reason: dict[str, list[str]] = defaultdict(list)
@@ -156,6 +196,7 @@ def run(csv_path: Path, configs_dir: Path | None = None, lomo: bool = True) -> d
             "rows": [{"id": r.id, "model": r.model_path, "reason": why} for r, why in skipped],
         },
     }
+    report["model_speed"] = model_speed()
     if lomo and preds:
         modelled = [p.row for p in preds]
         overall, per_model = leave_one_model_out(modelled, configs_dir)

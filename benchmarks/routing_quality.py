@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Routing quality: replay a Mooncake trace slice through each router onto the same replicas.
 
-    .venv/bin/python benchmarks/routing_quality.py [TRACE] [--requests 300] [--speedup 2]
+    .venv/bin/python benchmarks/routing_quality.py [TRACE] [--requests 600] [--speedup 8]
 
 For every gpufleet policy (and beside sglang-router and vllm-router in cache_aware mode,
 installed into venvs outside the repo by benchmarks/peers.py) it starts 4 fresh
@@ -51,11 +51,13 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 
 def _default_trace() -> Path:
-    """../shared/traces/mooncake_conversation.jsonl beside the checkout (or a level up, for
-    a worktree)."""
-    name = Path("shared") / "traces" / "mooncake_conversation.jsonl"
-    candidates = [REPO / name, REPO.parent / name, REPO.parent.parent / name]
-    return next((c for c in candidates if c.is_file()), candidates[1])
+    """shared/traces/mooncake_conversation.jsonl: under $GPUFLEET_SHARED, else in the nearest
+    ancestor's shared/ (../shared beside a checkout, a level up for a worktree)."""
+    name = Path("traces") / "mooncake_conversation.jsonl"
+    env = os.environ.get("GPUFLEET_SHARED")
+    candidates = [Path(env) / name] if env else []
+    candidates += [parent / "shared" / name for parent in REPO.parents]
+    return next((c for c in candidates if c.is_file()), REPO.parent / "shared" / name)
 
 
 DEFAULT_TRACE = _default_trace()
@@ -156,6 +158,8 @@ def load_requests(
         from gpufleet.workload.traces import read_mooncake_jsonl
     except ImportError as e:  # pragma: no cover - until the bench branch is merged
         raise SystemExit(f"needs gpufleet.workload (trace readers, prompt builders): {e}") from e
+    if not trace.is_file():
+        raise SystemExit(f"{trace}: no such trace; pass TRACE or set GPUFLEET_SHARED")
     records = read_mooncake_jsonl(trace, limit=offset + count)[offset:]
     if not records:
         raise SystemExit(f"{trace}: no records at offset {offset}")
@@ -386,6 +390,11 @@ def router_argv(kind: str, setup: Setup, urls: list[str], port: int, workdir: Pa
             str(port),
             "--log-level",
             "warn",
+            # Its own metrics port: the default 29000 may be taken by another router.
+            "--prometheus-host",
+            "127.0.0.1",
+            "--prometheus-port",
+            str(free_port()),
         ]
     return [
         binary,
@@ -399,6 +408,10 @@ def router_argv(kind: str, setup: Setup, urls: list[str], port: int, workdir: Pa
         str(port),
         "--log-level",
         "warning",
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        str(free_port()),
     ]
 
 
@@ -482,7 +495,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("trace", nargs="?", default=str(DEFAULT_TRACE))
-    p.add_argument("--requests", type=int, default=1000, help="slice length")
+    p.add_argument("--requests", type=int, default=600, help="slice length")
     p.add_argument("--offset", type=int, default=0, help="first record of the slice")
     p.add_argument("--speedup", type=float, default=8.0, help="replay at this x the trace pace")
     p.add_argument(
@@ -497,7 +510,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--served-model", default=None, help="name clients send (default --model)")
     p.add_argument("--gpu", default="h100-sxm")
     p.add_argument("--max-model-len", type=int, default=131072)
-    p.add_argument("--kv-blocks", type=int, default=None, help="KV blocks per replica")
+    p.add_argument(
+        "--kv-blocks",
+        type=int,
+        default=100_000,
+        help="KV blocks per replica (100k x 16 = 1.6M tokens: enough that a few minutes of "
+        "conversation reuse can fit across 4 replicas, so routing decides the hit rate); "
+        "0 = what the replica plans for the GPU",
+    )
     p.add_argument("--max-output-tokens", type=int, default=1024)
     p.add_argument("--timeout-s", type=float, default=600.0)
     p.add_argument("--policies", default=",".join(POLICY_NAMES), help="gpufleet policies")

@@ -59,3 +59,21 @@ def test_mooncake_hash_ids_become_prefix_cache_hits(tmp_path: Path) -> None:
     assert data["metrics"]["completed"] == 5
     assert data["metrics"]["total_input_tokens"] == 6758 + 7322 + 7236 + 2290 + 6760
     assert data["server_metrics"]["known"]["prefix_cache_hits"] == 4 * 512
+
+
+def test_preemptions_under_kv_pressure_are_reported(tmp_path: Path) -> None:
+    out = tmp_path / "p.json"
+    # 40 blocks of 16 tokens hold 640 tokens; 4 requests of 100 + 100 tokens sent together
+    # need 800 once they have decoded, so the replica must preempt at least once.
+    with ReplicaProcess(
+        "--step-time", "base_s=0.001", "--num-gpu-blocks-override", "40", "--max-model-len", "512"
+    ) as replica:
+        r = subprocess.run(
+            [*CLI, "--url", replica.url, "--concurrency", "4", "--num-requests", "4",
+             "--input-tokens", "100", "--output-tokens", "100", "--json", str(out), "--quiet"],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = json.loads(out.read_text())
+    assert data["metrics"]["completed"] == 4 and data["metrics"]["failed"] == 0
+    assert data["server_metrics"]["known"]["preemptions"] >= 1

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -100,3 +103,40 @@ def test_cli_all_failed_exits_1() -> None:
     r = bench("--url", "http://127.0.0.1:9", "--model", "m", "--num-requests", "2", "--no-scrape")
     assert r.returncode == 1
     assert "connect_error" in r.stdout
+
+
+def _started_requests(url: str) -> int:
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith("vllm:request_success_total"):
+                return int(float(line.rsplit(" ", 1)[1]))
+    return 0
+
+
+@pytest.mark.parametrize("stub_process", [("--itl-ms", "2")], indirect=True)
+def test_ctrl_c_stops_and_reports_what_finished(stub_process: str, tmp_path: Path) -> None:
+    out = tmp_path / "i.json"
+    proc = subprocess.Popen(
+        [*GPUFLEET, "bench", "--url", stub_process, "--concurrency", "4",
+         "--num-requests", "100000", "--input-tokens", "4", "--output-tokens", "20",
+         "--json", str(out), "--no-scrape"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        # Closed loop at 4: once 12 have started, at least 8 have finished.
+        deadline = time.monotonic() + 60  # hang guard only
+        while _started_requests(stub_process) < 12:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stdout + stderr
+    data = json.loads(out.read_text())
+    assert data["interrupted"] is True
+    assert 8 <= data["metrics"]["completed"] < 100000
+    assert data["metrics"]["failed"] == 0
+    assert "interrupted" in stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -155,3 +156,33 @@ async def test_unreachable_target() -> None:
     report = await run_benchmark(BenchConfig(url="http://127.0.0.1:9", model="m", num_requests=2))
     assert report.metrics.failed == 2 and report.metrics.failures[0].error_type == "connect_error"
     assert report.server is None and "unreachable" in report.server_note
+
+
+async def test_timed_open_loop_and_ramp(stub: InProcessStub) -> None:
+    timed = await run_benchmark(
+        BenchConfig(url=stub.url, rate=100.0, duration_s=0.2, input_tokens=4, output_tokens=2)
+    )
+    assert timed.metrics.completed >= 1 and timed.metrics.failed == 0
+    ramp = await run_benchmark(
+        BenchConfig(
+            url=stub.url, ramp=(50.0, 400.0), num_requests=15, input_tokens=4, output_tokens=2
+        )
+    )
+    assert ramp.metrics.completed == 15
+    assert ramp.config["ramp"] == (50.0, 400.0)
+
+
+async def test_stop_ends_the_run_and_reports_what_finished(stub: InProcessStub) -> None:
+    stop = asyncio.Event()
+
+    def progress(done: int, failed: int, total: int | None) -> None:
+        if done >= 3:
+            stop.set()
+
+    cfg = BenchConfig(
+        url=stub.url, concurrency=2, num_requests=200, input_tokens=4, output_tokens=20
+    )
+    report = await run_benchmark(cfg, on_progress=progress, stop=stop)
+    assert report.interrupted and report.to_dict()["interrupted"] is True
+    assert 3 <= report.metrics.completed < 200
+    assert report.metrics.failed == 0  # cancelled requests are not failures

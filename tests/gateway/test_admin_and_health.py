@@ -207,3 +207,29 @@ def test_parse_engine_stats_sums_label_sets_and_reads_capacity() -> None:
     assert (stats.num_running, stats.num_waiting, stats.kv_cache_usage) == (5, 7, 0.5)
     assert (stats.scraped_at_s, stats.in_flight_at_scrape) == (12.0, 4)
     assert capacity == 16000
+
+
+def test_lean_histogram_exposes_cumulative_le_buckets() -> None:
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpufleet.gateway.metrics import GatewayMetrics
+
+    metrics = GatewayMetrics(lambda: [], lambda: 0, window_s=60.0)
+    ttft = metrics.latency("m", "t")[0]
+    for value in (0.001, 0.001, 0.05, 100.0):  # 0.001 sits on a bound: le counts it
+        ttft.observe(value)
+    metrics.count_request("m", "t", 200)
+    text = generate_latest(metrics.registry).decode()
+    samples = {
+        (s.name, s.labels.get("le")): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if fam.name == "gpufleet_gateway_time_to_first_token_seconds"
+    }
+    assert samples[("gpufleet_gateway_time_to_first_token_seconds_bucket", "0.001")] == 2
+    assert samples[("gpufleet_gateway_time_to_first_token_seconds_bucket", "0.06")] == 3
+    assert samples[("gpufleet_gateway_time_to_first_token_seconds_bucket", "+Inf")] == 4
+    assert samples[("gpufleet_gateway_time_to_first_token_seconds_count", None)] == 4
+    assert samples[("gpufleet_gateway_time_to_first_token_seconds_sum", None)] == 100.052
+    assert 'gpufleet_gateway_requests_total{code="200",model="m",tenant="t"} 1.0' in text

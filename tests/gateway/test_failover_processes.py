@@ -59,7 +59,7 @@ async def _one(session: aiohttp.ClientSession, url: str, stream: bool) -> tuple[
 
 def _sent(gw: Gateway, replica_id: str) -> float:
     """Attempts the gateway sent to a replica (its Prometheus counter)."""
-    value: float = gw.replicas.by_id[replica_id].m_requests._value.get()
+    value: float = gw.replicas.by_id[replica_id].m_requests.value
     return value
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import pytest
 
@@ -217,3 +218,32 @@ def test_mixed_iterations_are_capped_by_the_token_budget() -> None:
         assert p.tpot_s <= full_s * 1.1
     assert preds[-1].ttft_s > 3 * preds[0].ttft_s
     assert preds[-1].output_tokens_per_s >= 0.95 * preds[0].output_tokens_per_s
+
+
+@dataclass(frozen=True)
+class Pipelined:
+    """A real StepTimeModel with pipeline stages: LINEAR's times, two micro-batches in flight."""
+
+    pipeline_stages: int = 2
+
+    def step_time_s(self, batch: StepBatch) -> float:
+        return LINEAR.step_time_s(batch)
+
+
+def test_pipeline_micro_batches_add_throughput_not_latency() -> None:
+    flat = predict_closed_loop(LINEAR, 1000, 200, 16)
+    piped = predict_closed_loop(Pipelined(), 1000, 200, 32)
+    # Each of the two micro-batches runs 16 clients exactly like the flat model.
+    assert piped.tpot_s == pytest.approx(flat.tpot_s)
+    assert piped.ttft_s == pytest.approx(flat.ttft_s)
+    assert piped.requests_per_s == pytest.approx(2 * flat.requests_per_s)
+    assert piped.requests_per_s * piped.e2e_latency_s == pytest.approx(32, rel=1e-6)
+
+
+def test_roofline_pp_layout_serves_more_at_the_same_latency() -> None:
+    layout = Layout(tp=4, pp=2, weight_dtype="fp8")
+    one = predict_serving(LLAMA_70B, H100, layout, 1024, 256, 1)
+    many = predict_serving(LLAMA_70B, H100, layout, 1024, 256, 2)
+    # A lone request pays the whole pipeline; a second fills the bubble at no TPOT cost.
+    assert many.tpot_s == pytest.approx(one.tpot_s, rel=0.01)
+    assert many.output_tokens_per_s == pytest.approx(2 * one.output_tokens_per_s, rel=0.02)

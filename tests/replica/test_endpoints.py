@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import aiohttp
@@ -58,8 +59,15 @@ async def test_metrics_have_vllm_names_labels_and_buckets(replica: ReplicaProces
         "request_time_per_output_token_seconds",
         "e2e_request_latency_seconds",
         "request_queue_time_seconds",
+        "request_inference_time_seconds",
+        "request_prefill_time_seconds",
+        "request_decode_time_seconds",
+        "request_prompt_tokens",
+        "request_generation_tokens",
+        "iteration_tokens_total",
     ):
         assert key(f"vllm:{hist}_count") in m
+    assert m[key("vllm:request_generation_tokens_bucket", le="5.0")] >= 1  # 3 tokens
 
 
 async def test_side_endpoints(replica: ReplicaProcess) -> None:
@@ -172,7 +180,53 @@ async def test_startup_health_and_faults() -> None:
 async def test_sglang_info_endpoints_for_sglang_router(replica: ReplicaProcess) -> None:
     async with aiohttp.ClientSession() as s:
         async with s.get(replica.url + "/get_model_info") as r:
-            assert (await r.json())["model_path"] == MODEL
+            info = await r.json()
+            assert info["served_model_name"] == MODEL
+            # a local tokenizer directory a router can load without a model hub
+            assert os.path.exists(os.path.join(info["model_path"], "tokenizer.json"))
         async with s.get(replica.url + "/get_server_info") as r:
             info = await r.json()
             assert info["context_length"] == 8192 and info["max_running_requests"] >= 1
+
+
+async def test_kv_pressure_shows_in_metrics() -> None:
+    # 64 blocks x 16 tokens of KV; 12 requests of 100 + 200 tokens need far more.
+    flags = ("--step-time", "base_s=0.002", "--num-gpu-blocks-override", "64",
+             "--max-model-len", "1024")  # fmt: skip
+    with ReplicaProcess(*flags) as rep:
+        async with aiohttp.ClientSession() as s:
+
+            async def one(i: int) -> int:
+                body = {"model": MODEL, "prompt": " ".join(["w"] * 99 + [str(i)]),
+                        "max_tokens": 200}  # fmt: skip
+                async with s.post(rep.url + "/v1/completions", json=body) as r:
+                    return int((await r.json())["usage"]["completion_tokens"])
+
+            tasks = [asyncio.create_task(one(i)) for i in range(12)]
+            peak_usage = peak_waiting = 0.0
+            while not all(t.done() for t in tasks):
+                async with s.get(rep.url + "/metrics") as r:
+                    m = scrape(await r.text())
+                peak_usage = max(peak_usage, m[key("vllm:kv_cache_usage_perc")])
+                peak_waiting = max(peak_waiting, m[key("vllm:num_requests_waiting")])
+                await asyncio.sleep(0.02)
+            assert [t.result() for t in tasks] == [200] * 12
+            async with s.get(rep.url + "/metrics") as r:
+                m = scrape(await r.text())
+    assert m[key("vllm:num_preemptions_total")] > 0
+    assert peak_usage > 0.9 and peak_waiting > 0
+    assert m[key("vllm:prefix_cache_hits_total")] > 0  # the shared 99-word prefix
+
+
+async def test_http_1_0_client_gets_a_whole_stream(replica: ReplicaProcess) -> None:
+    host, port = replica.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    body = b'{"prompt": "a b", "max_tokens": 3, "stream": true}'
+    writer.write(
+        b"POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    data = await asyncio.wait_for(reader.read(), timeout=30)  # until the server closes
+    writer.close()
+    assert data.startswith(b"HTTP/1.0 200") or data.startswith(b"HTTP/1.1 200")
+    assert data.count(b'"text":') == 3 and data.rstrip().endswith(b"data: [DONE]")

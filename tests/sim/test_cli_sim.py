@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,11 +40,24 @@ def test_sweep_over_routing_policies_prints_one_row_each(tmp_path: Path) -> None
         "--sweep", "routing=round_robin,prefix_aware", "--workers", "2", "--json", str(out),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert "| round_robin |" in r.stdout and "| prefix_aware |" in r.stdout
+    assert "| routing=round_robin |" in r.stdout and "| routing=prefix_aware |" in r.stdout
     rows = {row["scenario"]: row for row in json.loads(out.read_text())["rows"]}
     assert (
-        rows["prefix_aware"]["prefix_cache_hit_rate"] > rows["round_robin"]["prefix_cache_hit_rate"]
+        rows["routing=prefix_aware"]["prefix_cache_hit_rate"]
+        > rows["routing=round_robin"]["prefix_cache_hit_rate"]
     )
+
+
+def test_sweep_over_fleet_size_cuts_queueing() -> None:
+    r = run(
+        "sim", "--rate", "30", "--num-requests", "150", "--input-tokens", "2000",
+        "--output-tokens", "100", "--max-num-seqs", "8", "--sweep", "replicas=1,4",
+        "--workers", "1",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = [ln.split("|") for ln in r.stdout.splitlines() if ln.startswith("| replicas=")]
+    p99 = {cells[1].strip(): float(cells[5]) for cells in rows}  # the TTFT p99 ms column
+    assert p99["replicas=4"] < p99["replicas=1"] / 2, r.stdout
 
 
 def test_trace_replay_with_autoscaling(tmp_path: Path) -> None:
@@ -68,7 +82,37 @@ def test_bad_input_names_the_flag() -> None:
     assert r.returncode == 2 and "--trace" in r.stderr
     r = run(*SMALL, "--sweep", "color=red")
     assert r.returncode == 2 and "--sweep" in r.stderr
+    r = run(*SMALL, "--range-ratio", "1.5")
+    assert r.returncode == 2 and "--range-ratio" in r.stderr
+    r = run("sim", "--trace", "x.jsonl", "--rate", "3")
+    assert r.returncode == 2 and "--rate" in r.stderr
+    r = run(*SMALL, "--sweep", "replicas=two")
+    assert r.returncode == 2 and "int" in r.stderr
+    r = run(*SMALL, "--range-ratio", "1.5")
+    assert r.returncode == 2 and "--range-ratio" in r.stderr
+    r = run("sim", "--trace", "x.jsonl", "--rate", "3")
+    assert r.returncode == 2 and "--rate" in r.stderr
+    r = run(*SMALL, "--sweep", "replicas=two")
+    assert r.returncode == 2 and "int" in r.stderr
     r = run("sim", "--trace", "/nonexistent/trace.csv")
     assert r.returncode == 2 and "no such file" in r.stderr
     r = run(*SMALL, "--autoscale", "hpa", "--autoscale-param", "bogus=1")
     assert r.returncode == 2 and "bogus" in r.stderr
+
+
+def test_a_seed_fixes_the_run_across_processes(tmp_path: Path) -> None:
+    """Same figures from processes with different string-hash salts (PYTHONHASHSEED)."""
+    args = [*SMALL, "--prefix-groups", "6", "--prefix-tokens", "256", "--replicas", "3",
+            "--policy", "prefix_aware", "--range-ratio", "0.5", "--seed", "4"]  # fmt: skip
+    figures = []
+    for salt in ("1", "2"):
+        out = tmp_path / f"run{salt}.json"
+        r = subprocess.run(
+            [*GPUFLEET, *args, "--json", str(out)], capture_output=True, text=True, timeout=120,
+            env={**os.environ, "PYTHONHASHSEED": salt}, check=False,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        d = json.loads(out.read_text())
+        figures.append({k: v for k, v in d.items() if not k.startswith("sim_")})
+    assert figures[0] == figures[1]
+    assert figures[0]["prefix_cache_hits_tokens"] > 0

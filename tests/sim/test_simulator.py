@@ -7,11 +7,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from gpufleet.autoscale import gateway_link
+from gpufleet.autoscale import controller, gateway_link
 from gpufleet.autoscale.decision import ReplicaBounds
 from gpufleet.autoscale.policies import DefaultPolicy
 from gpufleet.autoscale.policies import make_policy as make_scaling_policy
 from gpufleet.engine import Engine, EngineConfig, EngineRequest
+from gpufleet.gateway import signals as gateway_signals_module
 from gpufleet.plan.perf_serving import SchedulerShape, predict_closed_loop
 from gpufleet.plan.step_time import LinearStepTimeModel
 from gpufleet.routing import make_policy
@@ -152,6 +153,11 @@ def test_runs_the_live_systems_own_objects() -> None:
     assert type(routing) is PrefixAware and isinstance(scaling, DefaultPolicy)
     assert sim.routing is routing and cfg.autoscale is not None and cfg.autoscale.policy is scaling
     assert sim_module.fleet_signals is gateway_link.fleet_signals
+    assert sim_module.gateway_signals is gateway_signals_module.gateway_signals
+    assert sim_module.scale_in_order is controller.scale_in_order
+    assert controller.Controller._scale_in_order.__code__.co_names.count("scale_in_order") == 1
+    signals = sim.gateway_signals()
+    assert {r["id"] for r in signals["replicas"]} == set(sim.replicas)
     for replica in sim.replicas.values():
         assert type(replica.engine) is Engine
         assert type(replica.view) is ReplicaView

@@ -171,7 +171,15 @@ def client_table(report: BenchReport) -> Table:
             f"{c.schedule_lag_mean_ms:.2f} / {_f(c.schedule_lag_p99_ms)}",
         )
     if c.saturated:
-        t.add_row("[bold red]warning[/bold red]", "the client may be the bottleneck")
+        t.add_row(
+            "[bold red]warning[/bold red]",
+            "the client kept its core busy: it may be the bottleneck",
+        )
+    elif c.starved:
+        t.add_row(
+            "[bold red]warning[/bold red]",
+            "the machine is busy: the client waited for CPU, timestamps may be late by the loop lag",
+        )
     return t
 
 

@@ -15,6 +15,9 @@ from typing import Any
 
 from gpufleet.bench.stats import mean, percentile
 
+BUSY_CPU_UTIL = 0.9  # of one core
+LATE_LOOP_P99_MS = 10.0
+
 
 @dataclass(frozen=True, slots=True)
 class ClientOverhead:
@@ -27,8 +30,14 @@ class ClientOverhead:
 
     @property
     def saturated(self) -> bool:
-        """The client was likely the bottleneck (busy core or a lagging loop)."""
-        return self.cpu_util > 0.9 or self.loop_lag_p99_ms > 10.0
+        """The client kept its core busy: it may have been the bottleneck."""
+        return self.cpu_util > BUSY_CPU_UTIL
+
+    @property
+    def starved(self) -> bool:
+        """The loop woke late although the client was not busy: other processes had the
+        CPU, so timestamps may be late by about the loop lag."""
+        return not self.saturated and self.loop_lag_p99_ms > LATE_LOOP_P99_MS
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -39,6 +48,7 @@ class ClientOverhead:
             "schedule_lag_mean_ms": self.schedule_lag_mean_ms,
             "schedule_lag_p99_ms": self.schedule_lag_p99_ms,
             "saturated": self.saturated,
+            "starved": self.starved,
         }
 
 

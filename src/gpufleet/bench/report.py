@@ -21,11 +21,13 @@ class BenchReport:
     ttfts_s: list[float] = field(default_factory=list)
     tpots_s: list[float] = field(default_factory=list)
     e2els_s: list[float] = field(default_factory=list)
+    interrupted: bool = False  # stopped early (Ctrl-C): covers the requests that finished
 
     def to_dict(self, per_request: bool = True) -> dict[str, Any]:
         m = self.metrics
         out: dict[str, Any] = {
             "config": self.config,
+            "interrupted": self.interrupted,
             "metrics": m.flat(),
             "goodput_slo_ms": m.goodput_slo_ms,
             "failures": [

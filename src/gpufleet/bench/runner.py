@@ -206,8 +206,10 @@ class _Run:
         model: str,
         planned: int | None,
         on_progress: ProgressFn | None,
+        stop: asyncio.Event,
     ):
         self.config = config
+        self.stop = stop
         self.session = session
         self.url = url
         self.headers = headers
@@ -224,7 +226,28 @@ class _Run:
         self.deadline = math.inf
 
     def may_send(self) -> bool:
-        return self.sent < self.budget and perf_counter() < self.deadline
+        return self.sent < self.budget and perf_counter() < self.deadline and not self.stop.is_set()
+
+    async def _sleep_or_stop(self, delay_s: float) -> bool:
+        """Sleep `delay_s`; True if the run was stopped meanwhile."""
+        try:
+            await asyncio.wait_for(self.stop.wait(), delay_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _finish(self, tasks: set[asyncio.Task[None]]) -> None:
+        """Wait for the work in flight; once the run is stopped, cancel what is left
+        (a cancelled request leaves no record: it is neither a success nor a failure)."""
+        stopper = asyncio.create_task(self.stop.wait())
+        try:
+            while tasks and not self.stop.is_set():
+                await asyncio.wait({*tasks, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def conversation(self, conv: Conversation, scheduled_s: float) -> None:
         history = ConversationHistory(
@@ -272,14 +295,13 @@ class _Run:
             if due >= self.deadline or not self.may_send():
                 break
             delay = due - perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            if delay > 0 and await self._sleep_or_stop(delay):
+                break
             self.sent += 1
             task = asyncio.create_task(self.conversation(conv, due))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
-        while tasks:
-            await asyncio.gather(*list(tasks))
+        await self._finish(tasks)
 
     async def closed_loop(self, convs: Iterator[Conversation], workers: int) -> None:
         async def worker() -> None:
@@ -290,7 +312,10 @@ class _Run:
                 self.sent += 1
                 await self.conversation(conv, perf_counter())
 
-        await asyncio.gather(*(worker() for _ in range(workers)))
+        tasks = {asyncio.create_task(worker()) for _ in range(workers)}
+        for task in tasks:
+            task.add_done_callback(tasks.discard)
+        await self._finish(tasks)
 
 
 def _offsets(config: BenchConfig, n_conversations: int | None) -> Iterator[float]:
@@ -307,8 +332,14 @@ async def run_benchmark(
     *,
     on_progress: ProgressFn | None = None,
     conversations: Iterable[Conversation] | None = None,
+    stop: asyncio.Event | None = None,
 ) -> BenchReport:
-    """Run one benchmark. `conversations` replaces the workload the config describes."""
+    """Run one benchmark. `conversations` replaces the workload the config describes.
+
+    Setting `stop` ends the run early: nothing more is sent, requests in flight are
+    cancelled, and the report covers the requests that finished (`report.interrupted`).
+    """
+    stop = stop or asyncio.Event()
     config.validate()
     n_convs: int | None = None  # conversations the arrival process spreads (None: unbounded)
     if conversations is not None:
@@ -338,7 +369,7 @@ async def run_benchmark(
         scrape_roots = [root, *(base_url(u) for u in config.extra_metrics_urls)]
         if config.scrape_metrics:
             before, note = await scrape_all(session, scrape_roots, headers)
-        run = _Run(config, session, url, headers, model, planned, on_progress)
+        run = _Run(config, session, url, headers, model, planned, on_progress, stop)
         monitor = LoopLagMonitor()
         monitor.start()
         run.t0 = perf_counter()
@@ -357,6 +388,8 @@ async def run_benchmark(
         if before is not None:
             after, note = await scrape_all(session, scrape_roots, headers)
     if not run.records:
+        if stop.is_set():
+            raise UserError("stopped before any request finished", fix="let the run go longer")
         raise UserError(
             "no request was sent", field="--num-requests", fix="raise --num-requests or --duration"
         )
@@ -382,4 +415,5 @@ async def run_benchmark(
         ttfts_s=[m.ttft_s for m in per_request],
         tpots_s=[m.tpot_s for m in per_request if m.tpot_s is not None],
         e2els_s=[m.e2e_s for m in per_request],
+        interrupted=stop.is_set(),
     )

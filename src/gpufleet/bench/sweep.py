@@ -104,11 +104,18 @@ async def run_sweep(
     param: str,
     values: Sequence[float],
     run: Callable[[BenchConfig], Awaitable[BenchReport]],
+    should_stop: Callable[[], bool] | None = None,
 ) -> SweepReport:
-    """Run `run(config at value)` at each value, in order, and find the knee."""
+    """Run `run(config at value)` at each value, in order, and find the knee.
+
+    When `should_stop()` turns true the sweep ends after the current point (an interrupted
+    point is kept: it reports what finished)."""
     reports: list[BenchReport] = []
     for v in values:
         reports.append(await run(point_config(config, param, v)))
+        if should_stop is not None and should_stop():
+            break
+    values = list(values)[: len(reports)]
     knee, why = find_knee(
         param,
         list(values),

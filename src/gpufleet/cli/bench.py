@@ -6,6 +6,7 @@ import asyncio
 import json
 import math
 import re
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -297,14 +298,61 @@ def _use_uvloop() -> None:
         pass
 
 
-async def _one(config: Any, console: Any, quiet: bool, label: str = "requests") -> Any:
+class _CtrlC:
+    """First Ctrl-C: stop sending and report what finished. Second: abort."""
+
+    def __init__(self, console: Any):
+        self.console = console
+        self.stop = asyncio.Event()
+        self._main: asyncio.Task[Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _pressed(self) -> None:
+        if not self.stop.is_set():
+            self.console.print(
+                "[bold]stopping[/bold]: reporting what finished (Ctrl-C again aborts)"
+            )
+            self.stop.set()
+        elif self._main is not None:
+            self._main.cancel()
+
+    def __enter__(self) -> _CtrlC:
+        self._loop = asyncio.get_running_loop()
+        self._main = asyncio.current_task()
+        try:
+            self._loop.add_signal_handler(signal.SIGINT, self._pressed)
+        except (NotImplementedError, RuntimeError):  # no signal handlers here (Windows)
+            self._loop = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None:
+            self._loop.remove_signal_handler(signal.SIGINT)
+
+
+async def _one(
+    config: Any, console: Any, quiet: bool, stop: asyncio.Event, label: str = "requests"
+) -> Any:
     from gpufleet.bench.display import ProgressBar
     from gpufleet.bench.runner import run_benchmark
 
     if quiet or not console.is_terminal:
-        return await run_benchmark(config)
+        return await run_benchmark(config, stop=stop)
     with ProgressBar(console, label) as bar:
-        return await run_benchmark(config, on_progress=bar.update)
+        return await run_benchmark(config, on_progress=bar.update, stop=stop)
+
+
+def _run_main(console: Any, coro_fn: Any) -> Any:
+    """asyncio.run with Ctrl-C handling; a second Ctrl-C aborts (exit 130)."""
+
+    async def main() -> Any:
+        with _CtrlC(console) as ctrl_c:
+            return await coro_fn(ctrl_c.stop)
+
+    try:
+        return asyncio.run(main())
+    except asyncio.CancelledError:
+        raise click.exceptions.Abort() from None
 
 
 def _write_json(path: str, payload: dict[str, Any]) -> None:
@@ -317,8 +365,10 @@ def _run_one(
     from gpufleet.bench.display import print_report
 
     _use_uvloop()
-    report = asyncio.run(_one(config, console, quiet))
+    report = _run_main(console, lambda stop: _one(config, console, quiet, stop))
     print_report(console, report)
+    if report.interrupted:
+        console.print("[bold]interrupted[/bold]: these figures cover the requests that finished")
     if json_path:
         _write_json(json_path, report.to_dict())
         console.print(f"wrote {json_path}")
@@ -342,11 +392,14 @@ def _run_sweep(
     param, values = parse_sweep(spec)
     _use_uvloop()
 
-    async def point(cfg: Any) -> Any:
-        value = cfg.rate if param == "rate" else cfg.concurrency
-        return await _one(cfg, console, quiet, label=f"{param}={value:g}")
+    async def sweep_all(stop: asyncio.Event) -> Any:
+        async def point(cfg: Any) -> Any:
+            value = cfg.rate if param == "rate" else cfg.concurrency
+            return await _one(cfg, console, quiet, stop, label=f"{param}={value:g}")
 
-    sweep = asyncio.run(run_sweep(config, param, values, point))
+        return await run_sweep(config, param, values, point, should_stop=stop.is_set)
+
+    sweep = _run_main(console, sweep_all)
     console.print(sweep_table(sweep))
     if json_path:
         _write_json(json_path, sweep.to_dict())

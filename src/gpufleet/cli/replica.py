@@ -42,7 +42,12 @@ def _parse_step_time(spec: str) -> LinearStepTimeModel:
 @click.option("--tp", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--pp", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--ep", default=1, show_default=True, type=click.IntRange(min=1))
-@click.option("--quant", default="bf16", show_default=True, help="Weight dtype: bf16, fp8, int4.")
+@click.option(
+    "--quant",
+    default="bf16",
+    show_default=True,
+    help="Weight dtype: bf16, fp8, int8, int4, fp4, or auto (the checkpoint's).",
+)
 @click.option("--kv-cache-dtype", default="auto", show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8001, show_default=True, type=click.IntRange(0, 65535))

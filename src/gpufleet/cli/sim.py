@@ -15,7 +15,19 @@ import click
 
 from gpufleet.errors import UserError
 
-SWEEP_KEYS = {"routing": "routing", "policy": "routing", "autoscale": "autoscale"}
+# --sweep KEY=V1,V2,...: which Scenario field each key sets, and how to read a value.
+SWEEP_KEYS: dict[str, tuple[str, type]] = {
+    "routing": ("routing", str),
+    "policy": ("routing", str),
+    "autoscale": ("autoscale", str),
+    "replicas": ("replicas", int),
+    "rate": ("rate", float),
+    "speedup": ("speedup", float),
+    "max-replicas": ("max_replicas", int),
+    "min-replicas": ("min_replicas", int),
+    "startup-s": ("startup_s", float),
+    "concurrency": ("concurrency", int),
+}
 
 
 def _parse_kv(items: tuple[str, ...], flag: str) -> tuple[tuple[str, Any], ...]:
@@ -35,17 +47,25 @@ def _parse_kv(items: tuple[str, ...], flag: str) -> tuple[tuple[str, Any], ...]:
     return tuple(out)
 
 
-def _parse_sweep(text: str) -> tuple[str, list[str]]:
+def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
+    """'replicas=4,8' -> ('replicas', [('4', 4), ('8', 8)]): the field, and (label, value)s."""
     key, sep, values = text.partition("=")
-    field = SWEEP_KEYS.get(key.strip())
-    names = [v.strip() for v in values.split(",") if v.strip()]
-    if not sep or field is None or not names:
+    spec = SWEEP_KEYS.get(key.strip().replace("_", "-"))
+    labels = [v.strip() for v in values.split(",") if v.strip()]
+    if not sep or spec is None or not labels:
         raise UserError(
             f"bad sweep {text!r}",
             field="--sweep",
-            fix="routing=round_robin,prefix_aware or autoscale=hpa,kpa,default",
+            fix=f"KEY=V1,V2,... with KEY one of {', '.join(SWEEP_KEYS)}; "
+            "e.g. routing=round_robin,prefix_aware or autoscale=hpa,kpa,default",
         )
-    return field, names
+    field, kind = spec
+    try:
+        return field, [(label, kind(label)) for label in labels]
+    except ValueError:
+        raise UserError(
+            f"{key} takes {kind.__name__} values, got {values!r}", field="--sweep"
+        ) from None
 
 
 @click.command(name="sim")
@@ -98,7 +118,9 @@ def _parse_sweep(text: str) -> tuple[str, list[str]]:
 @click.option("--queue-timeout-s", default=60.0, show_default=True, type=float)
 @click.option("--tail-s", default=0.0, show_default=True, type=float, help="Idle time after.")
 # output
-@click.option("--sweep", default=None, help="routing=a,b,... or autoscale=a,b,...")
+@click.option(
+    "--sweep", default=None, help="KEY=V1,V2,...: routing, autoscale, replicas, rate, speedup, ..."
+)
 @click.option("--workers", default=None, type=click.IntRange(min=1), help="Sweep processes.")
 @click.option("--json", "json_path", default=None, help="Write every figure as JSON here.")
 def command(**kw: Any) -> None:
@@ -109,6 +131,18 @@ def command(**kw: Any) -> None:
 
     if kw["autoscale"] is None and kw["replicas"] < 1:
         raise UserError("must be >= 1", field="--replicas", fix="or pass --autoscale POLICY")
+    synthetic = ("rate", "rate_steps", "concurrency", "sessions", "prefix_groups")
+    if kw["trace"] is not None:
+        for name in synthetic:
+            if kw[name] is not None:
+                flag = "--" + name.replace("_", "-")
+                raise UserError(
+                    "a trace brings its own arrivals and prompts",
+                    field=flag,
+                    fix=f"drop {flag}, or drop --trace; use --speedup to change a trace's pace",
+                )
+    if kw["rate"] is not None and kw["rate_steps"]:
+        raise UserError("give one rate", field="--rate-steps", fix="drop --rate or --rate-steps")
     if kw["trace"] is None and kw["rate"] is None and not kw["rate_steps"]:
         if kw["concurrency"] is None:
             raise UserError(
@@ -167,10 +201,12 @@ def command(**kw: Any) -> None:
     )
     out: dict[str, Any]
     if kw["sweep"]:
-        field, names = _parse_sweep(kw["sweep"])
-        if field == "autoscale" and kw["replicas"] < 1:
-            sc = sc.with_field("replicas", kw["min_replicas"])
-        scenarios = [sc.with_field(field, n).with_field("name", n) for n in names]
+        field, values = _parse_sweep(kw["sweep"])
+        names = [label for label, _ in values]
+        scenarios = [
+            sc.with_field(field, value).with_field("name", f"{field}={label}")
+            for label, value in values
+        ]
         # Validate every scenario here (fast) so a typo fails before any run starts.
         from gpufleet.sim.scenario import build_config
 

@@ -153,7 +153,7 @@ class FastConnection(asyncio.Protocol):
         self._in_message = False
         self._chunk_starts_idle = False
         self._can_hand_over = False
-        self._since_idle = bytearray()  # bytes of the current request up to its headers
+        self._since_idle: list[bytes] = []  # reads of the current request up to its headers
         self._queue: deque[_Pending] = deque()
         self.response_done = True  # the current task's response is fully written
         self._task: asyncio.Task[None] | None = None
@@ -189,9 +189,9 @@ class FastConnection(asyncio.Protocol):
         if not self._in_message:
             self._chunk_starts_idle = self.response_done and not self._queue
             if self._chunk_starts_idle:
-                self._since_idle = bytearray(data)
+                self._since_idle = [data]
         elif self._can_hand_over and self._target is None:
-            self._since_idle += data
+            self._since_idle.append(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
@@ -238,7 +238,7 @@ class FastConnection(asyncio.Protocol):
             self._reject = (400, "pipeline completions and other requests on separate connections")
             return
         self._target = target
-        self._since_idle = bytearray()
+        self._since_idle = []
         front = self.front
         if self._header_bytes > front.max_header_bytes:
             self._reject = (431, f"request headers exceed {front.max_header_bytes} bytes")
@@ -373,7 +373,7 @@ class FastConnection(asyncio.Protocol):
         protocol = self.front.aiohttp_protocol()
         transport.set_protocol(protocol)
         protocol.connection_made(transport)
-        protocol.data_received(bytes(self._since_idle))
+        protocol.data_received(b"".join(self._since_idle))
         self.transport = None
         self.closed = True
 

@@ -1,20 +1,23 @@
 """The gateway's Prometheus metrics and the recent-window latencies the autoscaler reads.
 
-Per-replica gauges (in-flight, state) are read from the replica table at scrape time, so
-the hot path only bumps pre-bound counter and histogram children.
+The hot path only bumps plain Python numbers (`Count.inc`, `LeanHistogram.observe`: no lock,
+no label lookup); one collector turns them into Prometheus families when /metrics is read.
+A gateway is one event loop, so nothing here is shared across threads.
 """
 
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from gpufleet.gateway.replicas import Replica
+from gpufleet.gateway.signals import latency_signals
 
 # Bucket edges in seconds, like vLLM's request-level histograms.
 TTFT_BUCKETS_S = (
@@ -83,33 +86,39 @@ E2E_BUCKETS_S = (
 )
 
 
-class _ReplicaCollector:
-    def __init__(self, replicas: Callable[[], Iterable[Replica]], queue_depth: Callable[[], int]):
-        self._replicas = replicas
-        self._queue_depth = queue_depth
+class Count:
+    """A counter the hot path bumps without a lock (one event loop)."""
 
-    def collect(self) -> Iterable[GaugeMetricFamily]:
-        in_flight = GaugeMetricFamily(
-            "gpufleet_gateway_replica_in_flight",
-            "Requests the gateway has sent to a replica and not seen finish.",
-            labels=["replica"],
-        )
-        state = GaugeMetricFamily(
-            "gpufleet_gateway_replica_state",
-            "1 for the replica's current state.",
-            labels=["replica", "state"],
-        )
-        for r in self._replicas():
-            in_flight.add_metric([r.replica_id], r.in_flight)
-            state.add_metric([r.replica_id, str(r.state)], 1)
-        queue = GaugeMetricFamily(
-            "gpufleet_gateway_queue_depth",
-            "Requests waiting for a ready replica of their model (scale from zero).",
-        )
-        queue.add_metric([], self._queue_depth())
-        yield in_flight
-        yield state
-        yield queue
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+
+class LeanHistogram:
+    """Cumulative-on-read histogram: observe is one bisect and two additions."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1  # le: value <= bound
+        self.sum += value
+
+    def buckets(self) -> list[tuple[str, float]]:
+        out: list[tuple[str, float]] = []
+        total = 0
+        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            total += count
+            out.append(("+Inf" if bound == float("inf") else repr(float(bound)), float(total)))
+        return out
 
 
 class RecentWindow:
@@ -137,6 +146,29 @@ class RecentWindow:
         return len(self.samples)
 
 
+_HISTOGRAMS = (
+    ("gpufleet_gateway_time_to_first_token_seconds",
+     "Gateway-measured time to the first streamed chunk.", TTFT_BUCKETS_S),
+    ("gpufleet_gateway_time_per_output_token_seconds",
+     "Gateway-measured (e2e - ttft) / (events - 1) of a streamed request.", TOKEN_BUCKETS_S),
+    ("gpufleet_gateway_inter_token_latency_seconds",
+     "Gateway-measured gap between consecutive streamed chunks.", TOKEN_BUCKETS_S),
+    ("gpufleet_gateway_e2e_request_latency_seconds",
+     "Gateway-measured end-to-end request latency.", E2E_BUCKETS_S),
+)  # fmt: skip
+_REPLICA_COUNTERS = (
+    ("gpufleet_gateway_replica_requests", "m_requests",
+     "Requests sent to a replica (attempts, retries included)."),
+    ("gpufleet_gateway_replica_errors", "m_errors",
+     "Attempts on a replica that failed (connection, 5xx, broken stream, timeout)."),
+    ("gpufleet_gateway_replica_retries", "m_retries",
+     "Requests retried on another replica after failing on this one."),
+    ("gpufleet_gateway_replica_ejections", "m_ejections",
+     "Times a replica was ejected after consecutive failures."),
+)  # fmt: skip
+_MAX_SERIES = 10000  # bound label cardinality (models x tenants x codes)
+
+
 class GatewayMetrics:
     def __init__(
         self,
@@ -144,103 +176,46 @@ class GatewayMetrics:
         queue_depth: Callable[[], int],
         window_s: float,
     ) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
-        r = self.registry
-        self.replica_requests = Counter(
-            "gpufleet_gateway_replica_requests",
-            "Requests sent to a replica (attempts, retries included).",
-            ["replica"],
-            registry=r,
-        )
-        self.replica_errors = Counter(
-            "gpufleet_gateway_replica_errors",
-            "Attempts on a replica that failed (connection, 5xx, broken stream, timeout).",
-            ["replica"],
-            registry=r,
-        )
-        self.replica_retries = Counter(
-            "gpufleet_gateway_replica_retries",
-            "Requests retried on another replica after failing on this one.",
-            ["replica"],
-            registry=r,
-        )
-        self.replica_ejections = Counter(
-            "gpufleet_gateway_replica_ejections",
-            "Times a replica was ejected after consecutive failures.",
-            ["replica"],
-            registry=r,
-        )
-        self.requests = Counter(
-            "gpufleet_gateway_requests",
-            "Client requests answered, by model, tenant and status code.",
-            ["model", "tenant", "code"],
-            registry=r,
-        )
-        labels = ["model", "tenant"]
-        self.ttft = Histogram(
-            "gpufleet_gateway_time_to_first_token_seconds",
-            "Gateway-measured time to the first streamed chunk.",
-            labels,
-            buckets=TTFT_BUCKETS_S,
-            registry=r,
-        )
-        self.tpot = Histogram(
-            "gpufleet_gateway_time_per_output_token_seconds",
-            "Gateway-measured (e2e - ttft) / (chunks - 1) of a streamed request.",
-            labels,
-            buckets=TOKEN_BUCKETS_S,
-            registry=r,
-        )
-        self.itl = Histogram(
-            "gpufleet_gateway_inter_token_latency_seconds",
-            "Gateway-measured gap between consecutive streamed chunks.",
-            labels,
-            buckets=TOKEN_BUCKETS_S,
-            registry=r,
-        )
-        self.e2e = Histogram(
-            "gpufleet_gateway_e2e_request_latency_seconds",
-            "Gateway-measured end-to-end request latency.",
-            labels,
-            buckets=E2E_BUCKETS_S,
-            registry=r,
-        )
-        r.register(_ReplicaCollector(replicas, queue_depth))
+        self._replicas = replicas
+        self._queue_depth = queue_depth
+        # Replicas removed from the table keep their counters in the exposition.
+        self._gone: dict[str, Replica] = {}
+        self._latency: dict[tuple[str, str], tuple[LeanHistogram, ...]] = {}
+        self._requests: dict[tuple[str, str, str], Count] = {}
         self.ttft_window = RecentWindow(window_s)
         self.tpot_window = RecentWindow(window_s)
-        self._latency_children: dict[tuple[str, str], tuple[Any, Any, Any, Any]] = {}
-        self._request_children: dict[tuple[str, str, int], Any] = {}
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
 
     def bind_replica(self, replica: Replica) -> None:
-        rid = replica.replica_id
-        replica.m_requests = self.replica_requests.labels(rid)
-        replica.m_errors = self.replica_errors.labels(rid)
-        replica.m_retries = self.replica_retries.labels(rid)
-        replica.m_ejections = self.replica_ejections.labels(rid)
+        replica.m_requests = Count()
+        replica.m_errors = Count()
+        replica.m_retries = Count()
+        replica.m_ejections = Count()
 
-    def latency(self, model: str, tenant: str) -> tuple[Any, Any, Any, Any]:
-        """(ttft, tpot, itl, e2e) histogram children for this model and tenant."""
+    def forget_replica(self, replica: Replica) -> None:
+        """Keep a removed replica's counters (Prometheus counters never go back)."""
+        if len(self._gone) < _MAX_SERIES:
+            self._gone[replica.replica_id] = replica
+
+    def latency(self, model: str, tenant: str) -> tuple[LeanHistogram, ...]:
+        """(ttft, tpot, itl, e2e) histograms for this model and tenant."""
         key = (model, tenant)
-        children = self._latency_children.get(key)
-        if children is None:
-            children = (
-                self.ttft.labels(model, tenant),
-                self.tpot.labels(model, tenant),
-                self.itl.labels(model, tenant),
-                self.e2e.labels(model, tenant),
-            )
-            if len(self._latency_children) < 10000:  # bound label cardinality
-                self._latency_children[key] = children
-        return children
+        hists = self._latency.get(key)
+        if hists is None:
+            hists = tuple(LeanHistogram(bounds) for _, _, bounds in _HISTOGRAMS)
+            if len(self._latency) < _MAX_SERIES:
+                self._latency[key] = hists
+        return hists
 
     def count_request(self, model: str, tenant: str, code: int) -> None:
-        key = (model, tenant, code)
-        child = self._request_children.get(key)
-        if child is None:
-            child = self.requests.labels(model, tenant, str(code))
-            if len(self._request_children) < 10000:
-                self._request_children[key] = child
-        child.inc()
+        key = (model, tenant, str(code))
+        count = self._requests.get(key)
+        if count is None:
+            count = Count()
+            if len(self._requests) < _MAX_SERIES:
+                self._requests[key] = count
+        count.inc()
 
     def observe_stream(
         self, model: str, tenant: str, ttft_s: float, e2e_s: float, chunks: int, now_s: float
@@ -256,10 +231,48 @@ class GatewayMetrics:
 
     def signals_latency(self, now_s: float | None = None) -> dict[str, Any]:
         now_s = time.monotonic() if now_s is None else now_s
-        qs = (0.5, 0.9, 0.99)
-        return {
-            "window_s": self.ttft_window.window_s,
-            "ttft_s": self.ttft_window.percentiles(now_s, qs),
-            "tpot_s": self.tpot_window.percentiles(now_s, qs),
-            "streamed_requests_in_window": self.ttft_window.count(),
-        }
+        return latency_signals(now_s, self.ttft_window, self.tpot_window)
+
+    # -- exposition (prometheus_client calls this on every /metrics read) ----------------
+    def collect(self) -> Iterator[Any]:
+        live = list(self._replicas())
+        every = {r.replica_id: r for r in (*self._gone.values(), *live)}
+        for name, attr, doc in _REPLICA_COUNTERS:
+            fam = CounterMetricFamily(name, doc, labels=["replica"])
+            for rid, r in every.items():
+                fam.add_metric([rid], getattr(r, attr).value)
+            yield fam
+        in_flight = GaugeMetricFamily(
+            "gpufleet_gateway_replica_in_flight",
+            "Requests the gateway has sent to a replica and not seen finish.",
+            labels=["replica"],
+        )
+        state = GaugeMetricFamily(
+            "gpufleet_gateway_replica_state", "1 for the replica's current state.",
+            labels=["replica", "state"],
+        )  # fmt: skip
+        for r in live:
+            in_flight.add_metric([r.replica_id], r.in_flight)
+            state.add_metric([r.replica_id, str(r.state)], 1)
+        yield in_flight
+        yield state
+        queue = GaugeMetricFamily(
+            "gpufleet_gateway_queue_depth",
+            "Requests waiting for a ready replica of their model (scale from zero).",
+        )
+        queue.add_metric([], self._queue_depth())
+        yield queue
+        requests = CounterMetricFamily(
+            "gpufleet_gateway_requests",
+            "Client requests answered, by model, tenant and status code.",
+            labels=["model", "tenant", "code"],
+        )
+        for (model, tenant, code), count in self._requests.items():
+            requests.add_metric([model, tenant, code], count.value)
+        yield requests
+        for i, (name, doc, _) in enumerate(_HISTOGRAMS):
+            hfam = HistogramMetricFamily(name, doc, labels=["model", "tenant"])
+            for (model, tenant), hists in self._latency.items():
+                h = hists[i]
+                hfam.add_metric([model, tenant], h.buckets(), h.sum)
+            yield hfam

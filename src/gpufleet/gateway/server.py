@@ -32,6 +32,7 @@ from gpufleet.gateway.metrics import GatewayMetrics
 from gpufleet.gateway.policies import build_policy, policy_needs_prefix, prefix_hashes
 from gpufleet.gateway.replicas import Replica, ReplicaSet
 from gpufleet.gateway.request_meta import BadRequest, parse_body
+from gpufleet.gateway.signals import gateway_signals
 from gpufleet.gateway.tenants import Tenant, TenantTable
 from gpufleet.gateway.upstream import (
     UpstreamError,
@@ -298,6 +299,7 @@ class Gateway:
     def remove_replica(self, replica_id: str) -> dict[str, Any]:
         """Forget the replica (requests in flight on it still finish). KeyError if unknown."""
         replica = self.replicas.remove(replica_id)
+        self.metrics.forget_replica(replica)
         log.info("replica %s removed", replica_id)
         return replica.to_json()
 
@@ -307,34 +309,13 @@ class Gateway:
     def signals(self) -> dict[str, Any]:
         """What an autoscaler needs, as plain JSON-able data."""
         now_s = time.monotonic()
-        replicas = list(self.replicas)
-        by_state: dict[str, int] = {str(s): 0 for s in ReplicaState}
-        for r in replicas:
-            by_state[str(r.state)] += 1
-        out: dict[str, Any] = {
-            "time_s": now_s,
-            "queue_depth": self.queue_depth,
-            "queue_depth_by_model": dict(self.queue_depth_by_model),
-            "in_flight_total": sum(r.in_flight for r in replicas),
-            "replicas_by_state": by_state,
-        }
-        out.update(self.metrics.signals_latency(now_s))
-        out["replicas"] = [
-            {
-                "id": r.replica_id,
-                "url": r.url,
-                "state": str(r.state),
-                "pool": r.pool,
-                "models": sorted(r.models),
-                "in_flight": r.in_flight,
-                "num_running": r.stats.num_running if r.stats else None,
-                "num_waiting": r.stats.num_waiting if r.stats else None,
-                "kv_cache_usage": r.stats.kv_cache_usage if r.stats else None,
-                "stats_age_s": (now_s - r.stats.scraped_at_s) if r.stats else None,
-            }
-            for r in replicas
-        ]
-        return out
+        return gateway_signals(
+            now_s,
+            list(self.replicas),
+            self.queue_depth,
+            self.queue_depth_by_model,
+            self.metrics.signals_latency(now_s),
+        )
 
     def reload(self) -> dict[str, Any]:
         """Re-read the config file's replica list (and served models); admin ones stay.
@@ -348,7 +329,7 @@ class Gateway:
         added, removed = [], []
         for r in list(self.replicas):
             if r.source == "config" and r.url not in wanted:
-                self.replicas.remove(r.replica_id)
+                self.metrics.forget_replica(self.replicas.remove(r.replica_id))
                 removed.append(r.replica_id)
         for url, rc in wanted.items():
             if self.replicas.find_by_url(url) is None:

@@ -206,6 +206,11 @@ class RooflineStepTimeModel:
         n_dec = batch.num_decode
         dec_ctx_mean = batch.decode_context_tokens / n_dec if n_dec else 0.0
 
+        full_pairs = 0.0
+        for n, ctx in zip(batch.prefill_tokens, batch.prefill_context_tokens, strict=True):
+            full_pairs += n * (ctx + (n + 1) / 2.0)
+        moe_s = self._moe_s(tokens) if self._num_experts else 0.0
+
         total = 0.0
         for cls in self._classes:
             # Dense GEMMs.
@@ -215,16 +220,13 @@ class RooflineStepTimeModel:
                 / self._hbm_bytes_s,
             )
             # Attention: prefill pairs (query token, key token), causal, window-capped.
-            pairs = 0.0
-            for n, ctx in zip(batch.prefill_tokens, batch.prefill_context_tokens, strict=True):
-                span = ctx + (n + 1) / 2.0
-                if cls.window is not None and span > cls.window:
-                    span = float(cls.window)
-                pairs += n * span
-            dec_span = dec_ctx_mean
-            if cls.window is not None and dec_span > cls.window:
-                dec_span = float(cls.window)
-            dec_pairs = n_dec * dec_span
+            if cls.window is None:
+                pairs, dec_pairs = full_pairs, n_dec * dec_ctx_mean
+            else:
+                pairs = 0.0
+                for n, ctx in zip(batch.prefill_tokens, batch.prefill_context_tokens, strict=True):
+                    pairs += n * min(ctx + (n + 1) / 2.0, cls.window)
+                dec_pairs = n_dec * min(dec_ctx_mean, cls.window)
             attn_s = max(
                 (
                     pairs * self._prefill_attn_flops_per_pair
@@ -235,7 +237,7 @@ class RooflineStepTimeModel:
             )
             layer_s = gemm_s + attn_s
             if cls.is_moe:
-                layer_s += self._moe_s(tokens)
+                layer_s += moe_s
             total += cls.count * layer_s
 
         # All-reduces: message is the tokens' hidden states.

@@ -89,6 +89,39 @@ def predict_closed_loop(
     if input_tokens < 1 or output_tokens < 1 or concurrency < 1:
         raise ValueError("input_tokens, output_tokens and concurrency must be >= 1")
     sched = scheduler or SchedulerShape()
+    stages = max(1, int(getattr(model, "pipeline_stages", 1)))
+    if stages > 1:
+        # Pipeline parallelism: `stages` micro-batches in flight, each a closed loop of its
+        # share of the clients whose iteration takes step_time_s end to end; together they
+        # keep every stage busy, so throughput adds up while latency is one micro-batch's.
+        per_batch = math.ceil(concurrency / stages)
+        sub = predict_closed_loop(
+            _OneMicroBatch(model),
+            input_tokens,
+            output_tokens,
+            per_batch,
+            SchedulerShape(
+                max_num_batched_tokens=sched.max_num_batched_tokens,
+                max_running=max(1, math.ceil(sched.max_running / stages)),
+                mixed_prefill=sched.mixed_prefill,
+            ),
+            ttft_overhead_s=ttft_overhead_s,
+            queue_scale=queue_scale,
+            requests_per_client=requests_per_client,
+            lockstep_ranks=lockstep_ranks,
+        )
+        scale = concurrency / per_batch
+        return ServingPrediction(
+            concurrency=concurrency,
+            ttft_s=sub.ttft_s,
+            tpot_s=sub.tpot_s,
+            requests_per_s=sub.requests_per_s * scale,
+            output_tokens_per_s=sub.output_tokens_per_s * scale,
+            e2e_latency_s=sub.e2e_latency_s,
+            running_decodes=sub.running_decodes * scale,
+            prefill_share=sub.prefill_share,
+            prefill_s=sub.prefill_s,
+        )
     isl, osl = input_tokens, output_tokens
     running = max(1, min(concurrency, sched.max_running))
     decode_ctx = isl + osl / 2.0  # mean KV length of a decoding request
@@ -215,6 +248,17 @@ def predict_closed_loop(
         prefill_share=prefill_share,
         prefill_s=alone_s,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _OneMicroBatch:
+    """A pipelined model seen by one of its micro-batches (no further pipelining)."""
+
+    model: StepTimeModel
+    pipeline_stages: int = 1
+
+    def step_time_s(self, batch: StepBatch) -> float:
+        return self.model.step_time_s(batch)
 
 
 def _chunk_times(model: StepTimeModel, isl: int, budget: int) -> list[float]:

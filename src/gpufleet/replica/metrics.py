@@ -37,12 +37,28 @@ REQUEST_LATENCY_BUCKETS_S = (
 )  # fmt: skip
 
 
+ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+def build_1_2_5_buckets(max_value: int) -> tuple[int, ...]:
+    """1, 2, 5, 10, 20, 50, ... up to max_value (vLLM's buckets for token counts)."""
+    out: list[int] = []
+    exponent = 0
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10**exponent
+            if value > max_value:
+                return tuple(out)
+            out.append(value)
+        exponent += 1
+
+
 class FastHistogram:
     """Bucket counts and a sum; `observe` is one bisect and two adds."""
 
     __slots__ = ("bounds", "counts", "sum")
 
-    def __init__(self, bounds: tuple[float, ...]):
+    def __init__(self, bounds: tuple[float, ...] | tuple[int, ...]):
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
         self.sum = 0.0
@@ -69,6 +85,7 @@ class ReplicaMetrics(Collector):
         stats: Callable[[], SchedulerStats],
         cache_config: dict[str, str],
         engine_index: int = 0,
+        max_model_len: int = 8192,
     ):
         self.model_name = model_name
         self._stats = stats
@@ -79,6 +96,13 @@ class ReplicaMetrics(Collector):
         self.tpot = FastHistogram(TOKEN_LATENCY_BUCKETS_S)
         self.e2e = FastHistogram(REQUEST_LATENCY_BUCKETS_S)
         self.queue = FastHistogram(REQUEST_LATENCY_BUCKETS_S)
+        self.inference = FastHistogram(REQUEST_LATENCY_BUCKETS_S)
+        self.prefill = FastHistogram(REQUEST_LATENCY_BUCKETS_S)
+        self.decode = FastHistogram(REQUEST_LATENCY_BUCKETS_S)
+        token_buckets = build_1_2_5_buckets(max_model_len)
+        self.prompt_tokens = FastHistogram(token_buckets)
+        self.generation_tokens = FastHistogram(token_buckets)
+        self.iteration_tokens = FastHistogram(ITERATION_TOKENS_BUCKETS)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -158,6 +182,18 @@ class ReplicaMetrics(Collector):
              self.e2e),
             ("vllm:request_queue_time_seconds",
              "Histogram of time spent in WAITING phase for request.", self.queue),
+            ("vllm:request_inference_time_seconds",
+             "Histogram of time spent in RUNNING phase for request.", self.inference),
+            ("vllm:request_prefill_time_seconds",
+             "Histogram of time spent in PREFILL phase for request.", self.prefill),
+            ("vllm:request_decode_time_seconds",
+             "Histogram of time spent in DECODE phase for request.", self.decode),
+            ("vllm:request_prompt_tokens", "Number of prefill tokens processed.",
+             self.prompt_tokens),
+            ("vllm:request_generation_tokens", "Number of generation tokens processed.",
+             self.generation_tokens),
+            ("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+             self.iteration_tokens),
         ):  # fmt: skip
             h = HistogramMetricFamily(name, doc, labels=names)
             h.add_metric(labels, hist.cumulative(), sum_value=hist.sum)

@@ -13,7 +13,11 @@ import contextlib
 import time
 from collections.abc import Callable
 
-from gpufleet.engine import Engine, EngineRequest, FinishReason
+from gpufleet.engine import Engine, EngineRequest, FinishReason, StepOutcome
+
+# Steps at least this long (wall) end to the sub-millisecond; shorter ones within the
+# event loop's timer tick, which spares the CPU of replicas stepping every few ms.
+_PRECISE_STEP_S = 0.008
 
 
 class RequestStream:
@@ -65,12 +69,19 @@ class RequestStream:
 
 
 class EngineRunner:
-    def __init__(self, engine: Engine, *, time_scale: float = 1.0):
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        time_scale: float = 1.0,
+        on_step: Callable[[StepOutcome], None] | None = None,
+    ):
         if time_scale <= 0:
             raise ValueError(f"time_scale must be > 0, got {time_scale}")
         self.engine = engine
         self.time_scale = time_scale
         self.slow_factor = 1.0  # fault injection: every iteration takes this much longer
+        self.on_step = on_step  # called once per step when its tokens are handed out
         self.streams: dict[str, RequestStream] = {}
         self.step_wall_s = 0.0  # wall time at which the last step's tokens were handed out
         self.failed: BaseException | None = None
@@ -140,16 +151,21 @@ class EngineRunner:
             if outcome.duration_s <= 0.0 and not outcome.emitted:
                 await asyncio.sleep(0.001)  # nothing schedulable right now; never spin
                 continue
-            self._target_wall_s += outcome.duration_s * self.time_scale * self.slow_factor
+            step_wall_s = outcome.duration_s * self.time_scale * self.slow_factor
+            self._target_wall_s += step_wall_s
             target = self._target_wall_s
             delay = target - clock()
-            if delay > 0.001:
-                await asyncio.sleep(delay - 0.0005)  # timers fire up to 1 ms late
+            if step_wall_s < _PRECISE_STEP_S:
+                await asyncio.sleep(max(delay, 0.0))  # 0: behind, still let handlers run
             else:
-                await asyncio.sleep(0)  # behind schedule: still let handlers and I/O run
-            while clock() < target:
-                await asyncio.sleep(0)  # the last fraction of a millisecond: yield, not sleep
+                # Event-loop timers tick in whole milliseconds: wake a little early and
+                # yield until the step's end, so a long step ends to the sub-millisecond.
+                await asyncio.sleep(delay - 0.0005 if delay > 0.001 else 0.0)
+                while clock() < target:
+                    await asyncio.sleep(0)
             self.step_wall_s = clock()
+            if self.on_step is not None:
+                self.on_step(outcome)
             # The engine has not computed the next step yet: its state is this step's end.
             for req in outcome.emitted:
                 stream = streams.get(req.request_id)

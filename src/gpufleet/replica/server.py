@@ -7,7 +7,9 @@ Endpoints (as vLLM serves them):
   GET  /metrics                                 Prometheus text, vLLM's names and buckets
   GET  /version, GET /load, POST /tokenize, POST /detokenize, GET|POST /ping
   GET  /get_model_info, /get_server_info (and /model_info, /server_info): SGLang's, which
-       sglang-router asks every worker for when it registers it
+       sglang-router asks every worker for when it registers it; their model_path is a
+       local directory with this replica's tokenizer (tokenizer.json), so the router loads
+       it from there instead of asking a model hub
 
 Fault injection, for testing gateways and autoscalers (also settable by CLI flags):
   GET  /admin/faults                            the current faults as JSON
@@ -27,6 +29,7 @@ import json
 import os
 import time
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,12 +116,14 @@ class ReplicaServer:
                 "enable_prefix_caching": str(config.engine_config.enable_prefix_caching),
                 "cache_dtype": "auto",
             },
+            max_model_len=config.engine_config.max_model_len,
         )
         self.created = int(time.time())
         self.port = config.port
         self._ready_at = 0.0
         self._in_flight = 0
         self._site_runner: web.AppRunner | None = None
+        self._tokenizer_dir: str | None = None
         # Token id -> its JSON-ready bytes (vocabulary words need no escaping).
         self._token_bytes = [(" " + w).encode() for w in self.tokenizer.vocab]
         self.app = self._build_app()
@@ -150,7 +155,12 @@ class ReplicaServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._ready_at = loop.time() + self.config.startup_s
-        self.runner = EngineRunner(self.engine, time_scale=self.config.time_scale)
+        iteration_tokens = self.metrics.iteration_tokens
+        self.runner = EngineRunner(
+            self.engine,
+            time_scale=self.config.time_scale,
+            on_step=lambda outcome: iteration_tokens.observe(outcome.num_scheduled_tokens),
+        )
         self.runner.slow_factor = self.faults.slow_factor
         self.runner.start()
         # handler_cancellation: a client that disconnects cancels its handler at once,
@@ -207,11 +217,33 @@ class ReplicaServer:
     async def version(self, request: web.Request) -> web.Response:
         return _json({"version": VLLM_API_VERSION, "gpufleet_version": __version__})
 
+    def tokenizer_dir(self) -> str:
+        """This replica's tokenizer as a Hugging Face directory (written once, on demand), so
+        that routers which load a worker's tokenizer read it locally instead of a hub."""
+        if self._tokenizer_dir is None:
+            import tempfile
+
+            spec = json.dumps(self.tokenizer.to_hf_tokenizer_json(), sort_keys=True).encode()
+            name = f"gpufleet-tokenizer-{zlib.crc32(spec):08x}"  # changes with the tokenizer
+            path = os.path.join(tempfile.gettempdir(), name)
+            if not os.path.exists(os.path.join(path, "tokenizer.json")):
+                # written aside and renamed, so a reader never sees half a directory
+                tmp = tempfile.mkdtemp(prefix="gpufleet-tokenizer-")
+                self.tokenizer.save_hf_directory(tmp)
+                try:
+                    os.rename(tmp, path)
+                except OSError:  # another replica was first
+                    import shutil
+
+                    shutil.rmtree(tmp, ignore_errors=True)
+            self._tokenizer_dir = path
+        return self._tokenizer_dir
+
     async def model_info(self, request: web.Request) -> web.Response:
         return _json(
             {
-                "model_path": self.model_name,
-                "tokenizer_path": self.model_name,
+                "model_path": self.tokenizer_dir(),
+                "tokenizer_path": self.tokenizer_dir(),
                 "is_generation": True,
                 "served_model_name": self.model_name,
             }
@@ -221,7 +253,8 @@ class ReplicaServer:
         cfg = self.config.engine_config
         return _json(
             {
-                "model_path": self.model_name,
+                "model_path": self.tokenizer_dir(),
+                "tokenizer_path": self.tokenizer_dir(),
                 "served_model_name": self.model_name,
                 "tp_size": self.config.tp,
                 "pp_size": cfg.pipeline_stages,
@@ -401,11 +434,16 @@ class ReplicaServer:
         assert self.runner is not None
         prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
         request_id = prefix + uuid.uuid4().hex
+        seed = None
+        if params.seed is not None:
+            # the same seed and prompt give the same answer; another prompt, another one
+            ids = params.prompt_token_ids
+            seed = zlib.crc32(repr((params.seed, len(ids), ids[:8], ids[-8:])).encode())
         req = EngineRequest(
             request_id,
             params.prompt_token_ids,
             params.max_tokens,
-            seed=params.seed,
+            seed=seed,
             stop_after_tokens=params.stop_after_tokens,
         )
         stream = self.runner.submit(req)
@@ -451,6 +489,16 @@ class ReplicaServer:
         m.e2e.observe(now - stream.arrival_wall_s)
         if stream.first_token_wall_s is not None and num_tokens > 1:
             m.tpot.observe((now - stream.first_token_wall_s) / (num_tokens - 1))
+        req = stream.req
+        m.prompt_tokens.observe(req.num_prompt_tokens)
+        m.generation_tokens.observe(num_tokens)
+        # Phase times come from the engine clock (scaled to wall seconds).
+        scale = self.config.time_scale
+        if req.first_scheduled_s is not None and req.first_token_s is not None:
+            end_s = req.finished_s if req.finished_s is not None else self.engine.now_s
+            m.inference.observe((end_s - req.first_scheduled_s) * scale)
+            m.prefill.observe((req.first_token_s - req.first_scheduled_s) * scale)
+            m.decode.observe((end_s - req.first_token_s) * scale)
 
     def _take_text(self, stream: RequestStream) -> tuple[str, int]:
         """Text of the tokens whose time has come and were not sent yet, and their count."""
@@ -551,7 +599,9 @@ class ReplicaServer:
                 "Cache-Control": "no-cache",
             }
         )
-        resp.enable_chunked_encoding()
+        chunked = request.version >= (1, 1)  # HTTP/1.0: no chunks, the close ends the body
+        if chunked:
+            resp.enable_chunked_encoding()
         await resp.prepare(request)
         created = int(time.time())
         model_json = json.dumps(params.model)
@@ -641,7 +691,7 @@ class ReplicaServer:
             return out + end + usage_tail(stream.sent)
 
         transport = request.transport
-        if not params.stop and transport is not None:
+        if chunked and not params.stop and transport is not None:
             # Fast path: the runner writes each step's chunk straight to the socket (HTTP
             # chunked framing done here), so a token costs no task switch; this handler
             # only wakes at the end to write the usage chunk and [DONE].
@@ -691,10 +741,23 @@ def _sse_error(message: str, status: int) -> bytes:
     return b"data: " + error_json_bytes(message, status) + b"\n\ndata: [DONE]\n\n"
 
 
+def _raise_open_files_limit() -> None:
+    """One socket per stream: allow as many as the hard limit does."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 async def serve(config: ReplicaConfig, *, ready_message: bool = True) -> None:
     """Run a replica until SIGINT/SIGTERM."""
     import signal
 
+    _raise_open_files_limit()
     server = ReplicaServer(config)
     await server.start()
     if ready_message:

@@ -35,6 +35,7 @@ from gpufleet.autoscale.gateway_link import fleet_signals
 from gpufleet.engine import Engine, EngineConfig, EngineRequest
 from gpufleet.gateway.metrics import RecentWindow
 from gpufleet.gateway.policies import policy_needs_prefix
+from gpufleet.gateway.signals import gateway_signals, latency_signals
 from gpufleet.plan.step_time import StepTimeModel
 from gpufleet.routing.prefix import DEFAULT_BYTES_PER_TOKEN, ROUTING_BLOCK_BYTES
 from gpufleet.routing.types import (
@@ -231,9 +232,8 @@ class FleetSimulator:
         wall0 = time.perf_counter()
         cpu0 = time.process_time()
         cfg = self.config
-        startup = 0.0
-        for _ in range(cfg.replicas):
-            self._start_replica(0.0, startup)
+        for _ in range(cfg.replicas):  # the initial fleet is already warm at t = 0
+            self._start_replica(0.0, startup_s=0.0)
         self._record_fleet()
         if cfg.closed_loop_clients:
             if self._followers:
@@ -263,19 +263,28 @@ class FleetSimulator:
             WAKE: self._on_wake,
         }
         events = self._events
+        pop = heapq.heappop
+        on_step_done = self._on_step_done
+        max_events = cfg.max_events
         count = 0
         last_work_s = 0.0
         while events:
-            t, kind, _, payload = heapq.heappop(events)
-            if kind in (SCRAPE, TICK) and self._finished() and t > last_work_s + cfg.tail_s:
-                continue  # nothing left to serve: let the periodic events lapse
+            t, kind, _, payload = pop(events)
+            count += 1
+            if count >= max_events:
+                raise RuntimeError(f"simulation exceeded {max_events} events")
+            if kind == STEP_DONE:  # the bulk of all events: the shortest path
+                self.now_s = last_work_s = t
+                on_step_done(payload)
+                continue
+            if kind in (SCRAPE, TICK):
+                if self._finished() and t > last_work_s + cfg.tail_s:
+                    count -= 1
+                    continue  # nothing left to serve: let the periodic events lapse
+            else:
+                last_work_s = t
             self.now_s = t
             handlers[kind](payload)
-            count += 1
-            if kind not in (SCRAPE, TICK):
-                last_work_s = t
-            if count >= cfg.max_events:
-                raise RuntimeError(f"simulation exceeded {cfg.max_events} events")
         end_s = self.now_s
         return SimResult(
             requests=sorted(self._results, key=lambda r: r.index),
@@ -578,31 +587,17 @@ class FleetSimulator:
 
     # ------------------------------------------------------------------ autoscaling
     def gateway_signals(self) -> dict[str, Any]:
-        """The dict the live gateway's `signals()` returns, from the simulated fleet."""
+        """The dict the live gateway's `signals()` returns, built by the same function."""
         now = self.now_s
-        present = [r for r in self.replicas.values() if r.state is not ReplicaState.DEAD]
         # The gateway only knows replicas once they pass /health (not the starting ones).
-        known = [r for r in present if r.state is not ReplicaState.STARTING]
-        qs = (0.5, 0.9, 0.99)
-        return {
-            "time_s": now,
-            "queue_depth": len(self._queue),
-            "in_flight_total": sum(r.view.in_flight for r in known),
-            "window_s": self.config.signals_window_s,
-            "ttft_s": self._ttft_window.percentiles(now, qs),
-            "tpot_s": self._tpot_window.percentiles(now, qs),
-            "replicas": [
-                {
-                    "id": r.replica_id,
-                    "state": str(r.state),
-                    "in_flight": r.view.in_flight,
-                    "num_running": r.view.stats.num_running if r.view.stats else None,
-                    "num_waiting": r.view.stats.num_waiting if r.view.stats else None,
-                    "kv_cache_usage": r.view.stats.kv_cache_usage if r.view.stats else None,
-                }
-                for r in known
-            ],
-        }
+        known = [
+            r.view
+            for r in self.replicas.values()
+            if r.state not in (ReplicaState.DEAD, ReplicaState.STARTING)
+        ]
+        queued = {self.config.model: len(self._queue)} if self._queue else {}
+        latency = latency_signals(now, self._ttft_window, self._tpot_window)
+        return gateway_signals(now, known, len(self._queue), queued, latency)
 
     def _on_tick(self, _: Any) -> None:
         spec = self.config.autoscale

@@ -163,6 +163,12 @@ def synthetic_requests(
         raise UserError("must be >= 1", field="--output-tokens")
     if prefix_groups is not None and prefix_groups < 1:
         raise UserError("must be >= 1", field="--prefix-groups")
+    if not 0.0 <= range_ratio < 1.0:
+        raise UserError("must be in [0, 1)", field="--range-ratio", fix="e.g. 0.5")
+    if prefix_tokens and not prefix_groups:
+        raise UserError(
+            "a shared prefix needs groups", field="--prefix-tokens", fix="add --prefix-groups G"
+        )
     if sessions is not None:
         if sessions < 1 or turns < 1:
             raise UserError("sessions and turns must be >= 1", field="--sessions")
