@@ -116,3 +116,10 @@ def test_benchmark_engine_mode_reports_both_closed_loops(tmp_path: Path) -> None
     assert report["overall"]["rows"] == 8 and report["analytic"]["overall"]["rows"] == 8
     assert report["leave_one_model_out"]["overall"]["rows"] == 8
     assert "TTFT engine %" in proc.stdout
+
+
+def test_the_iteration_cap_never_cuts_the_warm_up_short() -> None:
+    model = LinearStepTimeModel(base_s=0.01, per_token_s=1e-5)
+    r = simulate_closed_loop(model, 1000, 100, 64, max_request_steps=50, first_wave=False)
+    assert r.tpot_s > 0 and r.ttft_s > 0
+    assert r.measured_requests >= 1

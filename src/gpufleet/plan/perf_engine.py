@@ -19,8 +19,10 @@ Two measurements, both cheap in engine iterations:
 * First wave. All clients send their first prompt at once (what a benchmark run starts
   with): the mean TTFT of that wave, which the benchmark's mean mixes in.
 
-Simulated work is bounded by `max_request_steps` (sum over iterations of the requests in
-the batch), so a row costs at most a fraction of a second of CPU however long its outputs.
+Simulated work after the warm-up is bounded by `max_request_steps` (sum over iterations of
+the requests in the batch), so a row costs at most a fraction of a second of CPU however
+long its outputs; the warm-up burst costs about concurrency x (input + output / 2) tokens
+of prefill.
 """
 
 from __future__ import annotations
@@ -176,6 +178,7 @@ def _steady_state(
     arrivals_measured = 0
     steps = 0
     request_steps = 0
+    warm_steps = -1
 
     while True:
         while pending and pending[0][0] <= engine.now_s:
@@ -216,8 +219,12 @@ def _steady_state(
             client = client_of.pop(req.request_id)
             heapq.heappush(pending, (now + think_s, seq, client))
             seq += 1
+        if warm_end_s is None or warm_steps < 0:
+            # The warm-up always runs to its end; the cap counts from the step after it.
+            warm_steps = request_steps if warm_end_s is not None else -1
+            continue
         done = arrivals_measured >= target_arrivals and not open_measured
-        if done or request_steps >= max_request_steps:
+        if done or request_steps - warm_steps >= max_request_steps:
             break
     if not measured_ttft:
         # The cap came before any steady-state arrival got its first token: count what is
