@@ -39,6 +39,7 @@ from gpufleet.tokenizer import default_tokenizer
 RESULTS = Path(__file__).resolve().parent / "results"
 MODEL = "meta-llama/Llama-3.1-8B"  # the ceiling runs (explicit step times)
 LAYOUT_MODEL = "meta-llama/Llama-3.1-70B"  # the fidelity runs: 70B on 4 x H100 (TP=4)
+# GPUFLEET_BENCH_PIN=0 lets the OS place both processes (pinned by default).
 PIN = os.environ.get("GPUFLEET_BENCH_PIN", "1") == "1"
 # On a shared machine, a higher priority keeps other processes' time slices out of the
 # measured latencies (root only; 0 turns it off).
@@ -426,7 +427,7 @@ def main() -> None:
     ap.add_argument("--ceiling", type=int, nargs="*", default=[256, 512, 640, 768, 1024])
     ap.add_argument("--tolerance", type=float, default=0.05)
     args = ap.parse_args()
-    if (os.cpu_count() or 1) > 1:
+    if PIN and (os.cpu_count() or 1) > 1:
         os.sched_setaffinity(0, {1})  # the client on core 1, the replica on core 0
     if NICE:
         os.nice(NICE)

@@ -146,7 +146,8 @@ class EngineRunner:
             if not engine.has_work:
                 self._wake.clear()
                 await self._wake.wait()
-                self._sync_idle_clock(clock())
+                # No clock sync here: `submit` synced at the arrival, and the step starts
+                # then (a real engine polls; this loop may wake a little later).
             outcome = engine.step()
             if outcome.duration_s <= 0.0 and not outcome.emitted:
                 await asyncio.sleep(0.001)  # nothing schedulable right now; never spin

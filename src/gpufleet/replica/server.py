@@ -43,6 +43,7 @@ from gpufleet.replica.config import ReplicaConfig
 from gpufleet.replica.metrics import ReplicaMetrics
 from gpufleet.replica.protocol import GenerationParams, RequestError, parse_generation_request
 from gpufleet.replica.runner import EngineRunner, RequestStream
+from gpufleet.replica.sse import ChunkTemplates, error_event, escape
 from gpufleet.replica.stops import StopScanner
 from gpufleet.tokenizer import Tokenizer, apply_chat_template, default_tokenizer
 
@@ -415,7 +416,24 @@ class ReplicaServer:
         req = stream.req
         pieces: list[str] = []
         scanner = StopScanner(params.stop, params.include_stop_str_in_output)
-        while scanner.matched is None:
+        if not params.stop:
+            # Nothing to look at per token: the runner only counts tokens (for the latency
+            # histograms) and this handler wakes once, at the end.
+            def count(_: RequestStream) -> None:
+                n = stream.available - stream.sent
+                if n > 0:
+                    stream.sent = stream.available
+                    self._observe_tokens(stream, n)
+
+            stream.on_tokens = count
+            while not stream.ended:
+                await stream.wait()
+                if self.runner is not None and self.runner.failed is not None:
+                    return _error("the engine died", 500)
+            count(stream)
+            ids = req.all_token_ids[req.num_prompt_tokens : req.num_prompt_tokens + stream.sent]
+            pieces.append(self.tokenizer.decode(ids))
+        while params.stop and scanner.matched is None:
             await stream.wait()
             if self.runner is not None and self.runner.failed is not None:
                 return _error("the engine died", 500)
@@ -505,54 +523,25 @@ class ReplicaServer:
         if chunked:
             resp.enable_chunked_encoding()
         await resp.prepare(request)
-        created = int(time.time())
-        model_json = json.dumps(params.model)
         chat = params.kind == "chat"
-        # Pre-serialized pieces of every chunk: only the text (and usage) change per step.
-        if chat:
-            head = (
-                f'data: {{"id":"{req.request_id}","object":"chat.completion.chunk",'
-                f'"created":{created},"model":{model_json},"choices":[{{"index":0,'
-            ).encode()
-            text_open = b'"delta":{"content":"'
-            text_close = b'"},"logprobs":null,"finish_reason":'
-        else:
-            head = (
-                f'data: {{"id":"{req.request_id}","object":"text_completion",'
-                f'"created":{created},"model":{model_json},"choices":[{{"index":0,'
-            ).encode()
-            text_open = b'"text":"'
-            text_close = b'","logprobs":null,"finish_reason":'
-        mid_tail = b'null,"stop_reason":null}]'
         continuous = params.continuous_usage_stats and params.include_usage
-        prompt_tokens = req.num_prompt_tokens
-
-        def usage_tail(completion: int) -> bytes:
-            if not continuous:
-                return b"}\n\n"
-            return (
-                f',"usage":{{"prompt_tokens":{prompt_tokens},'
-                f'"total_tokens":{prompt_tokens + completion},"completion_tokens":{completion}}}}}\n\n'
-            ).encode()
-
-        if chat:
-            # vLLM's first chat chunk carries the role.
-            first = (
-                head + b'"delta":{"role":"assistant","content":""},"logprobs":null,'
-                b'"finish_reason":null}]' + usage_tail(0)
-            )
-        else:
-            first = b""
+        t = ChunkTemplates(
+            chat=chat,
+            request_id=req.request_id,
+            created=int(time.time()),
+            model=params.model,
+            prompt_tokens=req.num_prompt_tokens,
+            continuous_usage=continuous,
+        )
+        first = t.role_chunk() if chat else b""
         if not chat and params.echo_prompt is not None:
-            first = head + text_open + _escape(params.echo_prompt) + text_close + mid_tail
-            first += usage_tail(0)
+            first = t.text_chunk(escape(params.echo_prompt), 0)
         state: dict[str, Any] = {"first": first, "finish": None, "stop": None}
         scanner = StopScanner(params.stop, params.include_stop_str_in_output)
 
         # The common chunk (one token, no stop strings, no per-chunk usage), pre-split.
         plain = not params.stop and not continuous
-        token_open = head + text_open
-        token_close = text_close + mid_tail + b"}\n\n"
+        token_open, token_close = t.token_open, t.token_close
         token_bytes = self._token_bytes
         all_ids = req.all_token_ids
         base = req.num_prompt_tokens
@@ -582,15 +571,10 @@ class ReplicaServer:
                     state["finish"] = str(req.finish_reason)
                 if not text and state["finish"] is None:
                     return out  # everything new is held back (it may start a stop string)
-                body = text.encode() if not params.stop else _escape(text)
+                body = text.encode() if not params.stop else escape(text)
             else:
                 return out
-            finish = state["finish"]
-            out += head + text_open + body + text_close
-            if finish is None:
-                return out + mid_tail + usage_tail(stream.sent)
-            end = f'"{finish}","stop_reason":{json.dumps(state["stop"])}}}]'.encode()
-            return out + end + usage_tail(stream.sent)
+            return out + t.text_chunk(body, stream.sent, state["finish"], state["stop"])
 
         transport = request.transport
         if chunked and not params.stop and transport is not None:
@@ -635,7 +619,7 @@ class ReplicaServer:
         while state["finish"] is None:
             await stream.wait()
             if self.runner is not None and self.runner.failed is not None:
-                await resp.write(_sse_error("the engine died", 500))
+                await resp.write(error_event("the engine died", 500))
                 return resp
             data = produce()
             if data:
@@ -643,26 +627,11 @@ class ReplicaServer:
         self._observe_finished(stream, stream.sent)
         tail = b""
         if params.include_usage:
-            usage = self._usage(req, stream.sent, details=True)
-            tail += (
-                f'data: {{"id":"{req.request_id}","object":'
-                f'"{"chat.completion.chunk" if chat else "text_completion"}",'
-                f'"created":{created},"model":{model_json},"choices":[],'
-                f'"usage":{json.dumps(usage)}}}\n\n'
-            ).encode()
+            tail += t.usage_chunk(self._usage(req, stream.sent, details=True))
         tail += b"data: [DONE]\n\n"
         await resp.write(tail)
         await resp.write_eof()
         return resp
-
-
-def _escape(text: str) -> bytes:
-    """JSON string contents (without quotes) for text that may hold any character."""
-    return json.dumps(text)[1:-1].encode()
-
-
-def _sse_error(message: str, status: int) -> bytes:
-    return b"data: " + error_json_bytes(message, status) + b"\n\ndata: [DONE]\n\n"
 
 
 def _raise_open_files_limit() -> None:
