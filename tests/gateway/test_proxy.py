@@ -347,3 +347,17 @@ async def test_slow_body_gets_408(stubs: list[StubBackend], make_gateway: Gatewa
     data = await _raw_exchange(gw.port, head)  # the rest of the body never comes
     assert data.startswith(b"HTTP/1.1 408")
     assert json.loads(data.split(b"\r\n\r\n", 1)[1])["error"]["code"] == 408
+
+
+async def test_http10_stream_is_delimited_by_close(
+    stubs: list[StubBackend], make_gateway: GatewayFactory
+) -> None:
+    gw = await make_gateway([stubs[0].url])
+    assert gw.port is not None
+    body = json.dumps({"model": "stub-model", "messages": MSG, "stream": True}).encode()
+    head = b"POST /v1/chat/completions HTTP/1.0\r\nContent-Length: %d\r\n\r\n" % len(body)
+    data = await _raw_exchange(gw.port, head + body)
+    head_part, _, payload = data.partition(b"\r\n\r\n")
+    assert head_part.startswith(b"HTTP/1.1 200")
+    assert b"chunked" not in head_part.lower()
+    assert payload.startswith(b"data: {") and payload.endswith(b"data: [DONE]\n\n")
