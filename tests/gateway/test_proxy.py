@@ -361,3 +361,23 @@ async def test_http10_stream_is_delimited_by_close(
     assert head_part.startswith(b"HTTP/1.1 200")
     assert b"chunked" not in head_part.lower()
     assert payload.startswith(b"data: {") and payload.endswith(b"data: [DONE]\n\n")
+
+
+async def test_each_chunk_leaves_as_it_arrives(
+    stubs: list[StubBackend], make_gateway: GatewayFactory, fast_front: bool
+) -> None:
+    """The first chunk reaches the client while the replica holds the rest back, on a
+    fresh upstream connection and then on a reused one."""
+    gw = await make_gateway([stubs[0].url], fast_front=fast_front)
+    body = {"model": "stub-model", "messages": MSG, "stream": True}
+    async with aiohttp.ClientSession() as s:
+        for _ in range(2):  # the second request reuses the kept-alive upstream connection
+            stubs[0].gate = asyncio.Event()
+            async with s.post(gw.url + "/v1/chat/completions", json=body) as resp:
+                first = await asyncio.wait_for(resp.content.readuntil(b"\n\n"), 20)
+                assert b'"w0"' in first or b" w0" in first
+                stubs[0].gate.set()  # only now does the replica send the rest
+                rest = await resp.read()
+            assert rest.endswith(b"data: [DONE]\n\n") and b" w4" in rest
+    assert len(stubs[0].peer_ports) == 2
+    assert stubs[0].peer_ports[0] == stubs[0].peer_ports[1]  # one upstream connection, reused
