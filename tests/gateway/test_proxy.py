@@ -381,3 +381,23 @@ async def test_each_chunk_leaves_as_it_arrives(
             assert rest.endswith(b"data: [DONE]\n\n") and b" w4" in rest
     assert len(stubs[0].peer_ports) == 2
     assert stubs[0].peer_ports[0] == stubs[0].peer_ports[1]  # one upstream connection, reused
+
+
+async def test_silent_replica_gets_504_without_retry(
+    stubs: list[StubBackend], make_gateway: GatewayFactory
+) -> None:
+    gw = await make_gateway([s.url for s in stubs], limits={"read_timeout_s": 0.3})
+    for s in stubs:
+        s.hold = asyncio.Event()  # accept the request, never answer
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            gw.url + "/v1/chat/completions", json={"model": "stub-model", "messages": MSG}
+        ) as resp,
+    ):
+        assert resp.status == 504
+        assert_openai_error(await resp.json(), 504)
+    # Not retried: the request may still be running on the silent replica.
+    assert len(stubs[0].received) + len(stubs[1].received) == 1
+    for s in stubs:
+        s.hold.set()
