@@ -127,8 +127,9 @@ def command(
 ) -> None:
     """Run a simulated vLLM-compatible replica (OpenAI API, /health, /metrics)."""
     from gpufleet.engine import EngineConfig
+    from gpufleet.replica.config import Faults, ReplicaConfig
     from gpufleet.replica.profile import load_replica_profile
-    from gpufleet.replica.server import Faults, ReplicaConfig, serve
+    from gpufleet.replica.server import serve
 
     if time_scale <= 0:
         raise UserError("must be > 0", field="--time-scale")

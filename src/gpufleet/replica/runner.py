@@ -172,7 +172,7 @@ class EngineRunner:
                 if stream is None:
                     continue
                 stream.available = req.num_output_tokens
-                if req.is_finished:
+                if req.finish_reason is not None:  # finished this step
                     stream.ended = True
                 if stream.on_tokens is None:
                     stream.wake()

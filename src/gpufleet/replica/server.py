@@ -30,57 +30,24 @@ import os
 import time
 import uuid
 import zlib
-from dataclasses import dataclass, field
+from bisect import bisect_left
 from typing import Any
 
 from aiohttp import web
 
 from gpufleet import __version__
-from gpufleet.engine import Engine, EngineConfig, EngineRequest, FinishReason
+from gpufleet.engine import Engine, EngineRequest, FinishReason
 from gpufleet.openai_errors import error_json_bytes
-from gpufleet.plan.step_time import StepTimeModel
+from gpufleet.replica import info
+from gpufleet.replica.config import ReplicaConfig
 from gpufleet.replica.metrics import ReplicaMetrics
 from gpufleet.replica.protocol import GenerationParams, RequestError, parse_generation_request
 from gpufleet.replica.runner import EngineRunner, RequestStream
 from gpufleet.replica.stops import StopScanner
 from gpufleet.tokenizer import Tokenizer, apply_chat_template, default_tokenizer
 
-VLLM_API_VERSION = "0.10.2"
-_MAX_UNSENT_BYTES = (
-    1 << 20
-)  # per stream, before writes go through aiohttp's flow control  # the vLLM release whose API and metrics this replica mimics
-
-
-@dataclass
-class Faults:
-    fail_next: int = 0
-    fail_status: int = 503
-    slow_factor: float = 1.0
-    unhealthy: bool = False
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "fail_next": self.fail_next,
-            "fail_status": self.fail_status,
-            "slow_factor": self.slow_factor,
-            "unhealthy": self.unhealthy,
-        }
-
-
-@dataclass
-class ReplicaConfig:
-    served_model_names: list[str]
-    engine_config: EngineConfig
-    step_time_model: StepTimeModel
-    host: str = "127.0.0.1"
-    port: int = 8001
-    time_scale: float = 1.0
-    startup_s: float = 0.0
-    seed: int = 0
-    faults: Faults = field(default_factory=Faults)
-    exit_after_s: float | None = None  # fault: exit abruptly this long after start
-    access_log: bool = False  # log every HTTP request to stderr
-    tp: int = 1  # reported by the SGLang-style /server_info only
+# per stream: unsent bytes past this go through aiohttp's flow control instead
+_MAX_UNSENT_BYTES = 1 << 20
 
 
 def _json(data: Any, status: int = 200) -> web.Response:
@@ -123,7 +90,6 @@ class ReplicaServer:
         self._ready_at = 0.0
         self._in_flight = 0
         self._site_runner: web.AppRunner | None = None
-        self._tokenizer_dir: str | None = None
         # Token id -> its JSON-ready bytes (vocabulary words need no escaping).
         self._token_bytes = [(" " + w).encode() for w in self.tokenizer.vocab]
         self.app = self._build_app()
@@ -215,94 +181,30 @@ class ReplicaServer:
         )
 
     async def version(self, request: web.Request) -> web.Response:
-        return _json({"version": VLLM_API_VERSION, "gpufleet_version": __version__})
-
-    def tokenizer_dir(self) -> str:
-        """This replica's tokenizer as a Hugging Face directory (written once, on demand), so
-        that routers which load a worker's tokenizer read it locally instead of a hub."""
-        if self._tokenizer_dir is None:
-            import tempfile
-
-            spec = json.dumps(self.tokenizer.to_hf_tokenizer_json(), sort_keys=True).encode()
-            name = f"gpufleet-tokenizer-{zlib.crc32(spec):08x}"  # changes with the tokenizer
-            path = os.path.join(tempfile.gettempdir(), name)
-            if not os.path.exists(os.path.join(path, "tokenizer.json")):
-                # written aside and renamed, so a reader never sees half a directory
-                tmp = tempfile.mkdtemp(prefix="gpufleet-tokenizer-")
-                self.tokenizer.save_hf_directory(tmp)
-                try:
-                    os.rename(tmp, path)
-                except OSError:  # another replica was first
-                    import shutil
-
-                    shutil.rmtree(tmp, ignore_errors=True)
-            self._tokenizer_dir = path
-        return self._tokenizer_dir
+        return _json({"version": info.VLLM_API_VERSION, "gpufleet_version": __version__})
 
     async def model_info(self, request: web.Request) -> web.Response:
-        return _json(
-            {
-                "model_path": self.tokenizer_dir(),
-                "tokenizer_path": self.tokenizer_dir(),
-                "is_generation": True,
-                "served_model_name": self.model_name,
-            }
-        )
+        return _json(info.sglang_model_info(self.model_name, self.tokenizer))
 
     async def server_info(self, request: web.Request) -> web.Response:
-        cfg = self.config.engine_config
         return _json(
-            {
-                "model_path": self.tokenizer_dir(),
-                "tokenizer_path": self.tokenizer_dir(),
-                "served_model_name": self.model_name,
-                "tp_size": self.config.tp,
-                "pp_size": cfg.pipeline_stages,
-                "dp_size": 1,
-                "context_length": cfg.max_model_len,
-                "max_total_num_tokens": cfg.num_gpu_blocks * cfg.block_size,
-                "max_running_requests": cfg.max_num_seqs,
-                "chunked_prefill_size": cfg.max_num_batched_tokens,
-                "page_size": cfg.block_size,
-                "version": VLLM_API_VERSION,
-            }
+            info.sglang_server_info(
+                self.model_name, self.tokenizer, self.config.engine_config, tp=self.config.tp
+            )
         )
 
     async def load(self, request: web.Request) -> web.Response:
         return _json({"server_load": self._in_flight})
 
     async def models(self, request: web.Request) -> web.Response:
-        max_len = self.config.engine_config.max_model_len
-        data = []
-        for name in self.config.served_model_names:
-            data.append(
-                {
-                    "id": name,
-                    "object": "model",
-                    "created": self.created,
-                    "owned_by": "vllm",
-                    "root": self.model_name,
-                    "parent": None,
-                    "max_model_len": max_len,
-                    "permission": [
-                        {
-                            "id": f"modelperm-{uuid.uuid4().hex}",
-                            "object": "model_permission",
-                            "created": self.created,
-                            "allow_create_engine": False,
-                            "allow_sampling": True,
-                            "allow_logprobs": True,
-                            "allow_search_indices": False,
-                            "allow_view": True,
-                            "allow_fine_tuning": False,
-                            "organization": "*",
-                            "group": None,
-                            "is_blocking": False,
-                        }
-                    ],
-                }
+        return _json(
+            info.model_list(
+                self.config.served_model_names,
+                root=self.model_name,
+                max_model_len=self.config.engine_config.max_model_len,
+                created=self.created,
             )
-        return _json({"object": "list", "data": data})
+        )
 
     async def _read_json(self, request: web.Request) -> Any:
         try:
@@ -695,6 +597,11 @@ class ReplicaServer:
             # Fast path: the runner writes each step's chunk straight to the socket (HTTP
             # chunked framing done here), so a token costs no task switch; this handler
             # only wakes at the end to write the usage chunk and [DONE].
+            runner = self.runner
+            assert runner is not None
+            itl = self.metrics.itl
+            itl_bounds, itl_counts = itl.bounds, itl.counts
+
             def push(_: RequestStream) -> None:
                 if transport.is_closing():
                     return
@@ -702,6 +609,23 @@ class ReplicaServer:
                     # A slow reader: hand back to the handler, whose writes wait for drain.
                     stream.on_tokens = None
                     stream.wake()
+                    return
+                sent = stream.sent
+                last_s = stream.last_token_wall_s
+                if (
+                    plain
+                    and stream.available == sent + 1
+                    and last_s is not None
+                    and not stream.ended
+                ):
+                    # the hot path, one token mid-stream, inlined: ITL, chunk, write
+                    now = runner.step_wall_s
+                    itl_counts[bisect_left(itl_bounds, now - last_s)] += 1
+                    itl.sum += now - last_s
+                    stream.last_token_wall_s = now
+                    stream.sent = sent + 1
+                    data = token_open + token_bytes[all_ids[base + sent]] + token_close
+                    transport.write(b"%x\r\n%b\r\n" % (len(data), data))
                     return
                 data = produce()
                 if data:

@@ -100,17 +100,25 @@ class DefaultPolicy:
         saturation = self._saturation(signals)
         if saturation:
             self._last_saturated_s = now_s
+        # Starting replicas are capacity arriving at their expected ready time: those due
+        # before a replica started now would be count; one due later (a crash in backoff)
+        # does not, though it stays in the fleet.
+        late = sum(
+            1
+            for r in signals.starting
+            if r.expected_ready_s is not None and r.expected_ready_s > now_s + cold_start_s
+        )
+        arriving = current - late
         head = (
             f"demand {demand}, forecast {expected:.1f} in {cold_start_s:.0f} s; "
             f"capacity {cap}/replica; {len(ready)} ready + {len(signals.starting)} starting"
+            + (f" ({late} due after a new one)" if late else "")
         )
 
         # Scale out: saturated now, or saturated one cold start ahead (with headroom).
-        # Starting replicas are counted in `current`: their capacity arrives before any
-        # replica started now would.
         desired = current
-        if needed > current:
-            desired = needed
+        if needed > arriving:
+            desired = needed + late
             why = f"{head}; needs {needed} with {self.headroom_fraction:.0%} headroom"
             if saturation:
                 why += f"; saturated: {saturation}"
@@ -121,8 +129,8 @@ class DefaultPolicy:
             batched = [r.running for r in ready if r.waiting > 0 and r.running > 0]
             effective = max(batched) if batched else cap
             by_observed = math.ceil(expected * (1.0 + self.headroom_fraction) / effective)
-            floor = current if signals.starting else current + 1
-            desired = max(floor, by_observed)
+            floor = current if len(signals.starting) > late else current + 1
+            desired = max(floor, by_observed + late)
             if desired > current:
                 why = (
                     f"{head}; saturated: {saturation}; replicas batch {effective} when "
