@@ -45,6 +45,9 @@ class DefaultPolicy:
     # Waiting requests mean saturation only when seen on this many ticks in a row: a
     # request that arrived just before the scrape waits for the next engine step anyway.
     waiting_ticks: int = 2
+    # Likewise a forecast alone (nothing saturated yet) must call for more replicas on
+    # this many ticks in a row: at low rates one noisy sample bends a short trend.
+    forecast_ticks: int = 2
     name: str = "default"
     _trend: LinearTrend = field(default_factory=LinearTrend)
     _trend_short: LinearTrend = field(default_factory=LinearTrend)
@@ -54,6 +57,7 @@ class DefaultPolicy:
     _n1_ok_since_s: float | None = None
     _last_saturated_s: float | None = None
     _waiting_streak: int = 0
+    _forecast_streak: int = 0
     _last_change_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -117,7 +121,12 @@ class DefaultPolicy:
 
         # Scale out: saturated now, or saturated one cold start ahead (with headroom).
         desired = current
-        if needed > arriving:
+        self._forecast_streak = self._forecast_streak + 1 if needed > arriving else 0
+        needed_now = math.ceil(demand * (1.0 + self.headroom_fraction) / cap)
+        confirmed = (
+            saturation or needed_now > arriving or self._forecast_streak >= self.forecast_ticks
+        )
+        if needed > arriving and confirmed:
             desired = needed + late
             why = f"{head}; needs {needed} with {self.headroom_fraction:.0%} headroom"
             if saturation:
@@ -138,6 +147,12 @@ class DefaultPolicy:
                 )
             else:
                 why = f"{head}; saturated: {saturation}, capacity already starting"
+        elif needed > arriving:
+            self._n1_ok_since_s = None
+            why = (
+                f"{head}; forecast needs {needed}, confirming "
+                f"({self._forecast_streak}/{self.forecast_ticks} ticks)"
+            )
         else:
             desired, why = self._maybe_scale_in(now_s, signals, cap, cold_start_s, head)
 
