@@ -97,6 +97,7 @@ def test_bad_input_names_the_flag() -> None:
         ([*SMALL, "--autoscale", "hpa", "--autoscale-param", "bogus=1"], "bogus"),
         ([*SMALL, "--prefix-tokens", "100"], "--prefix-groups"),
         (["sim", "--concurrency", "4"], "--num-requests"),
+        ([*SMALL, "--concurrency", "4"], "--concurrency"),
     ],
 )
 def test_more_bad_input_in_process(
