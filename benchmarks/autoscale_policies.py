@@ -32,7 +32,7 @@ from typing import Any
 from rich.console import Console
 
 from gpufleet.fleet.config import validate_fleet
-from gpufleet.fleet.demo import DEMO_BATCH, DEMO_POLICY_PARAMS, demo_fleet_data
+from gpufleet.fleet.demo import demo_fleet_data
 from gpufleet.fleet.run import run_up
 from gpufleet.fleet.traffic import Phase
 
@@ -42,23 +42,11 @@ PHASES = (
     Phase("burst", 20.0, 15.0, 15.0),
     Phase("quiet", 60.0, 1.0, 1.0),
 )
-TARGET = 0.7 * DEMO_BATCH
-
-PARAMS: dict[str, dict[str, Any]] = {
-    "default": dict(DEMO_POLICY_PARAMS),
-    "queue_depth": {"capacity_per_replica": DEMO_BATCH},
-    "hpa": {"target_per_replica": TARGET},
-    "kpa": {"target_per_replica": float(DEMO_BATCH)},
-    "ray_serve": {"target_ongoing_requests": TARGET},
-}
-
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def fleet_for(policy: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(json.dumps(demo_fleet_data()))
-    data["autoscale"]["policy"] = policy
-    data["autoscale"]["params"] = PARAMS[policy]
+    data: dict[str, Any] = json.loads(json.dumps(demo_fleet_data(policy)))
     data["gateway"] = {"port": 0}
     return data
 

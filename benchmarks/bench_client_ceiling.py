@@ -174,6 +174,9 @@ def run_client(
         "requests_per_s": m["request_throughput"],
         "token_events_per_s": m["output_throughput"],
         "client_cpu_cores": c["cpu_util"],
+        # CPU efficiency, which a busy shared machine does not distort: what one fully
+        # available core would sustain.
+        "requests_per_cpu_s": m["completed"] / max(c["cpu_util"] * m["duration"], 1e-9),
         "loop_lag_mean_ms": c["loop_lag_mean_ms"],
         "loop_lag_p99_ms": c["loop_lag_p99_ms"],
         "schedule_lag_mean_ms": c["schedule_lag_mean_ms"],
@@ -253,14 +256,16 @@ def main() -> None:
     (RESULTS / "client_ceiling.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         "| client (1 core) | load | stub event gap (ms) | requests | req/s | token events/s "
-        "| client CPU (cores) | loop lag mean / p99 (ms) | send lag mean / p99 (ms) | failed |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| client CPU (cores) | req per client CPU-s | loop lag mean / p99 (ms) "
+        "| send lag mean / p99 (ms) | failed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| gpufleet bench | {r['load']} | {r['stub_event_gap_ms']:g} | {r['completed']} "
             f"| {r['requests_per_s']:.0f} "
             f"| {r['token_events_per_s']:.0f} | {r['client_cpu_cores']:.2f} "
+            f"| {r['requests_per_cpu_s']:.0f} "
             f"| {r['loop_lag_mean_ms']:.2f} / {r['loop_lag_p99_ms']:.2f} "
             f"| {_ms(r['schedule_lag_mean_ms'])} / {_ms(r['schedule_lag_p99_ms'])} | {r['failed']} |"
         )
@@ -270,8 +275,11 @@ def main() -> None:
     for r in rows:
         print(f"command: {r['command']}")
     best = rows[0]["requests_per_s"]
+    per_cpu = min(r["requests_per_cpu_s"] for r in rows)
     verdict = "meets" if best >= 1000 else "MISSES"
-    print(f"{verdict} the 1,000 streamed requests/s target on one core ({best:.0f} req/s)")
+    print(f"{verdict} the 1,000 streamed requests/s target on one core ({best:.0f} req/s); "
+          f"CPU cost: at least {per_cpu:.0f} requests per client CPU-second in every scenario; "
+          f"load average {os.getloadavg()[0]:.1f} on {len(cpus)} CPUs")  # fmt: skip
 
 
 if __name__ == "__main__":

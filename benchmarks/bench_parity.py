@@ -85,6 +85,8 @@ def run_aiperf(
            "--request-rate", f"{rate:g}", "--arrival-pattern", "constant",
            "--request-count", str(n), "--random-seed", "0",
            "--use-legacy-max-tokens", "--use-server-token-count",
+           # one worker and one record processor: fewer processes competing for the CPU
+           "--workers-max", "1", "--record-processors", "1",
            "--ui-type", "none", "--output-artifact-dir", str(art)]  # fmt: skip
     # A tokenizer given by path loads from disk; these keep the hub client quiet.
     env = dict(os.environ, HF_HUB_DISABLE_TELEMETRY="1", DO_NOT_TRACK="1")
@@ -113,7 +115,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--rates", default="4,16", help="constant arrival rates (requests/s)")
-    ap.add_argument("--seconds", type=float, default=6.0, help="sending time per run")
+    ap.add_argument("--seconds", type=float, default=10.0, help="sending time per run")
     ap.add_argument("--input-tokens", type=int, default=256)
     ap.add_argument("--output-tokens", type=int, default=24)
     ap.add_argument("--step-time", default="base_s=0.02,per_token_s=1e-4")

@@ -1,6 +1,7 @@
 """How well the plan's performance model predicts measured serving (issue 2).
 
     python benchmarks/plan_accuracy.py [CSV] [--model-configs DIR] [--json FILE] [--no-lomo]
+                                       [--engine]
 
 Predicts every row of a measured-serving CSV (default:
 /work/shared/validation/measured_serving_dev.csv; any CSV with the same columns works) by
@@ -9,6 +10,10 @@ tokens — with the roofline step-time model and the closed-loop solver. Prints 
 and p90 absolute percentage error of TTFT and TPOT per backend, per model and overall as
 a markdown table, and writes the same as JSON (default benchmarks/results/plan_accuracy.json).
 Rows it cannot model (unknown GPU, model or quant mode) are counted and named.
+
+--engine plays each row's closed loop out on `gpufleet.engine` (plan.perf_engine:
+desynchronized clients, a warm-up, the benchmark's first wave, a capped number of
+iterations) instead of the analytic solver, and reports the analytic scores beside it.
 
 Guard against over-fitting: with --lomo (default on), it also refits the calibration with
 each model left out and scores that model's rows with constants that never saw it.
@@ -73,12 +78,14 @@ def group_by(preds: Sequence[RowPrediction], key: str) -> dict[str, dict[str, An
 
 
 def leave_one_model_out(
-    rows: Sequence[MeasuredRow], configs_dir: Path | None
+    rows: Sequence[MeasuredRow], configs_dir: Path | None, *, engine: bool = False
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Refit without each model's rows; score that model with the constants fitted on the rest.
 
     Models are held out by architecture, so that checkpoints of one architecture
-    (DeepSeek-V3 / R1, Llama-3.1-8B-Instruct / its FP8 copy) leave together."""
+    (DeepSeek-V3 / R1, Llama-3.1-8B-Instruct / its FP8 copy) leave together. The refit is
+    the analytic one (the engine path is too slow to fit through); with `engine` the held-out
+    rows are then predicted on the engine with those constants."""
     by_arch: dict[tuple[Any, ...], list[MeasuredRow]] = defaultdict(list)
     for r in rows:
         by_arch[_arch_key(r, configs_dir)].append(r)
@@ -91,7 +98,7 @@ def leave_one_model_out(
         if not rest:
             continue
         cal = fit(rest, default_calibration(), rounds=2)
-        preds, _ = predict_rows(held, cal, configs_dir)
+        preds, _ = predict_rows(held, cal, configs_dir, engine=engine)
         held_out_preds += preds
         per_model[name] = summarize(preds)
     return summarize(held_out_preds), per_model
@@ -163,7 +170,9 @@ def markdown(report: dict[str, Any]) -> str:
         add("**leave-one-model-out**", report["leave_one_model_out"]["overall"])
         for name, s in report["leave_one_model_out"]["per_model"].items():
             add(f"LOMO {name}", s)
-    out = "\n".join(lines)
+    out = f"Closed loop: {report.get('closed_loop', 'analytic')}\n\n" + "\n".join(lines)
+    if "analytic" in report:
+        out += "\n\n" + _comparison(report)
     if "model_speed" in report:
         out += "\n\n| model cost | value |\n| --- | ---: |\n"
         out += "\n".join(f"| {k} | {v} |" for k, v in report["model_speed"].items())
@@ -178,11 +187,41 @@ def markdown(report: dict[str, Any]) -> str:
     return out
 
 
-def run(csv_path: Path, configs_dir: Path | None = None, lomo: bool = True) -> dict[str, Any]:
+def _comparison(report: dict[str, Any]) -> str:
+    """Engine-driven vs analytic closed loop, median APE side by side."""
+    lines = [
+        "| group | TTFT analytic % | TTFT engine % | TPOT analytic % | TPOT engine % |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    ana = report["analytic"]
+    pairs = [("**overall**", ana["overall"], report["overall"])]
+    pairs += [
+        (f"backend {k}", v, report["per_backend"].get(k, {})) for k, v in ana["per_backend"].items()
+    ]
+    pairs += [
+        (f"model {k}", v, report["per_model"].get(k, {})) for k, v in ana["per_model"].items()
+    ]
+    for label, a, e in pairs:
+        if not a.get("rows") or not e.get("rows"):
+            continue
+        lines.append(
+            f"| {label} | {a['ttft_median_ape_pct']:.1f} | {e['ttft_median_ape_pct']:.1f}"
+            f" | {a['tpot_median_ape_pct']:.1f} | {e['tpot_median_ape_pct']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def run(
+    csv_path: Path, configs_dir: Path | None = None, lomo: bool = True, engine: bool = False
+) -> dict[str, Any]:
     rows = read_rows(csv_path)
-    preds, skipped = predict_rows(rows, default_calibration(), configs_dir)
+    t0 = time.perf_counter()
+    preds, skipped = predict_rows(rows, default_calibration(), configs_dir, engine=engine)
+    predict_s = time.perf_counter() - t0
     report: dict[str, Any] = {
         "csv": str(csv_path),
+        "closed_loop": "engine" if engine else "analytic",
+        "predict_all_rows_s": round(predict_s, 2),
         "rows_total": len(rows),
         "targets": {
             "ttft_median_ape_pct": TARGET_TTFT_MEDIAN_PCT,
@@ -196,10 +235,17 @@ def run(csv_path: Path, configs_dir: Path | None = None, lomo: bool = True) -> d
             "rows": [{"id": r.id, "model": r.model_path, "reason": why} for r, why in skipped],
         },
     }
+    if engine:
+        analytic, _ = predict_rows(rows, default_calibration(), configs_dir)
+        report["analytic"] = {
+            "overall": summarize(analytic),
+            "per_backend": group_by(analytic, "backend"),
+            "per_model": group_by(analytic, "model_path"),
+        }
     report["model_speed"] = model_speed()
     if lomo and preds:
         modelled = [p.row for p in preds]
-        overall, per_model = leave_one_model_out(modelled, configs_dir)
+        overall, per_model = leave_one_model_out(modelled, configs_dir, engine=engine)
         report["leave_one_model_out"] = {"overall": overall, "per_model": per_model}
     return report
 
@@ -216,11 +262,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--no-lomo", action="store_true", help="skip the leave-one-model-out refits"
     )
+    parser.add_argument(
+        "--engine",
+        action="store_true",
+        help="play each row's closed loop out on gpufleet.engine instead of the analytic solver",
+    )
     args = parser.parse_args(argv)
     if args.model_configs is not None and not args.model_configs.is_dir():
         parser.error(f"--model-configs {args.model_configs} is not a directory")
     try:
-        report = run(args.csv, args.model_configs, lomo=not args.no_lomo)
+        report = run(args.csv, args.model_configs, lomo=not args.no_lomo, engine=args.engine)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -355,10 +355,10 @@ def router_argv(kind: str, setup: Setup, urls: list[str], port: int, workdir: Pa
         policy = kind.split(":", 1)[1]
         options: dict[str, Any] = {}
         if policy == "prefix_aware" and setup.cache_tokens:
-            # What the replicas report (vllm:cache_config_info) sizes the index.
+            # What the replicas report (vllm:cache_config_info) sizes the index, as the
+            # gateway's own scrape does; bytes per token stays the policy's default.
             options = {
                 "capacity_tokens": setup.cache_tokens,
-                "bytes_per_token": setup.bytes_per_token,
                 **json.loads(setup.args.prefix_options),
             }
         config = {
@@ -569,6 +569,7 @@ async def main_async(args: argparse.Namespace) -> list[RunResult]:
         "args": vars(args),
         "ideal_hit_rate": setup.ideal,
         "cache_tokens_per_replica": setup.cache_tokens,
+        "prompt_bytes_per_token": setup.bytes_per_token,
         "results": [asdict(r) for r in results],
     }
     out.with_suffix(".json").write_text(json.dumps(payload, indent=2))

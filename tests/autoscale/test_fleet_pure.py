@@ -148,3 +148,15 @@ def test_histogram_quantile_and_windowed_ttft() -> None:
     assert w.p90_s()["r1"] == pytest.approx(0.5 + 0.5 * (13.5 - 10) / 5)
     w.forget_except(set())
     assert w.p90_s() == {}
+
+
+def test_demo_fleet_gives_every_policy_targets_alike() -> None:
+    from gpufleet.autoscale.policies import POLICIES
+    from gpufleet.fleet.demo import DEMO_BATCH
+
+    for name in POLICIES:
+        cfg = demo_fleet(name)
+        assert cfg.autoscale.policy == name
+    assert demo_fleet("hpa").autoscale.params == {"target_per_replica": 0.7 * DEMO_BATCH}
+    with pytest.raises(UserError, match=r"autoscale\.policy"):
+        demo_fleet("nope")

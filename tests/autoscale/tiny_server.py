@@ -1,6 +1,6 @@
 """A minimal OpenAI-ish server process for actuator tests: any command must work.
 
-/health is 503 for --startup-s, then 200; /metrics reports the requests it is serving
+/health is 503 for --startup-s, then 200; /v1/models lists "tiny"; /metrics reports the requests it is serving
 under vLLM's names; POST /v1/completions holds a request for `hold_s` seconds (body field)
 and answers; POST /exit makes the process exit at once with status 3 (a crash).
 """
@@ -45,12 +45,16 @@ def main() -> None:
             running -= 1
         return web.json_response({"choices": [{"text": "ok"}], "pid": os.getpid()})
 
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "tiny", "object": "model"}]})
+
     async def crash(_: web.Request) -> web.Response:
         os._exit(3)
 
     app = web.Application()
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/exit", crash)
     web.run_app(app, host="127.0.0.1", port=args.port, print=None, handle_signals=True)

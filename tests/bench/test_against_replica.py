@@ -46,7 +46,9 @@ def test_mooncake_hash_ids_become_prefix_cache_hits(tmp_path: Path) -> None:
         if (p / "shared" / "traces").is_dir()
     )
     out = tmp_path / "m.json"
-    with ReplicaProcess("--step-time", "base_s=0.001,per_token_s=1e-7") as replica:
+    with ReplicaProcess(
+        "--step-time", "base_s=0.001,per_token_s=1e-7", "--time-scale", "0.2"
+    ) as replica:
         # The first 5 records share only hash id 0 (one 512-token block); closed loop at
         # concurrency 1 so each prefill lands in the cache before the next request.
         r = subprocess.run(

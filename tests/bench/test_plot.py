@@ -51,13 +51,3 @@ def test_missing_matplotlib_is_a_clear_user_error(
     with pytest.raises(UserError) as e:
         plot.plot_report(_report(1.0), tmp_path / "x.png")
     assert e.value.field == "--plot" and "gpufleet[plot]" in str(e.value)
-
-
-def test_overhead_tells_a_busy_client_from_a_busy_machine() -> None:
-    busy = ClientOverhead(5.0, 30.0, 40.0, 0.97, None, None)
-    assert busy.saturated and not busy.starved
-    starved = ClientOverhead(5.0, 30.0, 40.0, 0.2, None, None)
-    assert starved.starved and not starved.saturated
-    fine = ClientOverhead(0.2, 1.0, 2.0, 0.3, 0.1, 0.5)
-    assert not fine.saturated and not fine.starved
-    assert fine.to_dict()["schedule_lag_p99_ms"] == 0.5

@@ -20,9 +20,11 @@ class StubBackend:
         self.models = models
         self.received: list[bytes] = []
         self.received_headers: list[dict[str, str]] = []
+        self.peer_ports: list[int] = []  # the client port of each request (connection reuse)
         self.fail_status: int | None = None  # answer every completion with this status
         self.break_after_chunks: int | None = None  # drop the connection mid-stream
         self.hold: asyncio.Event | None = None  # completions wait for this before answering
+        self.gate: asyncio.Event | None = None  # streams pause after their first chunk
         self.disconnected = asyncio.Event()  # set when a held request's client went away
         self.healthy = True
         self.chunks = 5
@@ -76,6 +78,8 @@ class StubBackend:
         raw = await request.read()
         self.received.append(raw)
         self.received_headers.append(dict(request.headers))
+        assert request.transport is not None
+        self.peer_ports.append(request.transport.get_extra_info("peername")[1])
         if self.fail_status is not None:
             return web.json_response(
                 {"error": {"message": "stub failure", "type": "x", "param": None, "code": 1}},
@@ -102,6 +106,8 @@ class StubBackend:
                     request.transport.close()  # the replica "dies" mid-stream
                     return resp
                 await resp.write(f"data: {json.dumps(self._chunk(body, chat, i))}\n\n".encode())
+                if i == 0 and self.gate is not None:
+                    await self.gate.wait()
                 if self.hold is not None or self.chunk_delay_s:
                     await asyncio.sleep(self.chunk_delay_s or 0.01)
             await resp.write(b"data: [DONE]\n\n")

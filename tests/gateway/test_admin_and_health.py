@@ -233,3 +233,31 @@ def test_lean_histogram_exposes_cumulative_le_buckets() -> None:
     assert samples[("gpufleet_gateway_time_to_first_token_seconds_count", None)] == 4
     assert samples[("gpufleet_gateway_time_to_first_token_seconds_sum", None)] == 100.052
     assert 'gpufleet_gateway_requests_total{code="200",model="m",tenant="t"} 1.0' in text
+
+
+async def test_drain_and_delete_let_requests_in_flight_finish(
+    stubs: list[StubBackend], make_gateway: GatewayFactory
+) -> None:
+    gw = await make_gateway([stubs[0].url, stubs[1].url])
+    rid = next(r.replica_id for r in gw.replicas if r.url == stubs[0].url)
+    stubs[0].hold = asyncio.Event()
+    stubs[1].hold = asyncio.Event()
+    async with aiohttp.ClientSession() as s:
+        body = {"model": "stub-model", "messages": MSG, "stream": True}
+        tasks = [
+            asyncio.create_task(s.post(gw.url + "/v1/chat/completions", json=body))
+            for _ in range(4)
+        ]
+        await wait_until(lambda: gw.replicas.by_id[rid].in_flight == 2)
+        assert gw.drain_replica(rid)["in_flight"] == 2
+        assert gw.remove_replica(rid)["id"] == rid  # requests in flight still finish
+        stubs[0].hold.set()
+        stubs[1].hold.set()
+        for task in tasks:
+            resp = await task
+            assert resp.status == 200
+            assert (await resp.text()).endswith("data: [DONE]\n\n")
+        async with s.get(gw.url + "/metrics") as resp:
+            text = await resp.text()
+    # The removed replica's counters stay in the exposition (counters never go back).
+    assert f'gpufleet_gateway_replica_requests_total{{replica="{rid}"}} 2.0' in text

@@ -347,3 +347,57 @@ async def test_slow_body_gets_408(stubs: list[StubBackend], make_gateway: Gatewa
     data = await _raw_exchange(gw.port, head)  # the rest of the body never comes
     assert data.startswith(b"HTTP/1.1 408")
     assert json.loads(data.split(b"\r\n\r\n", 1)[1])["error"]["code"] == 408
+
+
+async def test_http10_stream_is_delimited_by_close(
+    stubs: list[StubBackend], make_gateway: GatewayFactory
+) -> None:
+    gw = await make_gateway([stubs[0].url])
+    assert gw.port is not None
+    body = json.dumps({"model": "stub-model", "messages": MSG, "stream": True}).encode()
+    head = b"POST /v1/chat/completions HTTP/1.0\r\nContent-Length: %d\r\n\r\n" % len(body)
+    data = await _raw_exchange(gw.port, head + body)
+    head_part, _, payload = data.partition(b"\r\n\r\n")
+    assert head_part.startswith(b"HTTP/1.1 200")
+    assert b"chunked" not in head_part.lower()
+    assert payload.startswith(b"data: {") and payload.endswith(b"data: [DONE]\n\n")
+
+
+async def test_each_chunk_leaves_as_it_arrives(
+    stubs: list[StubBackend], make_gateway: GatewayFactory, fast_front: bool
+) -> None:
+    """The first chunk reaches the client while the replica holds the rest back, on a
+    fresh upstream connection and then on a reused one."""
+    gw = await make_gateway([stubs[0].url], fast_front=fast_front)
+    body = {"model": "stub-model", "messages": MSG, "stream": True}
+    async with aiohttp.ClientSession() as s:
+        for _ in range(2):  # the second request reuses the kept-alive upstream connection
+            stubs[0].gate = asyncio.Event()
+            async with s.post(gw.url + "/v1/chat/completions", json=body) as resp:
+                first = await asyncio.wait_for(resp.content.readuntil(b"\n\n"), 20)
+                assert b'"w0"' in first or b" w0" in first
+                stubs[0].gate.set()  # only now does the replica send the rest
+                rest = await resp.read()
+            assert rest.endswith(b"data: [DONE]\n\n") and b" w4" in rest
+    assert len(stubs[0].peer_ports) == 2
+    assert stubs[0].peer_ports[0] == stubs[0].peer_ports[1]  # one upstream connection, reused
+
+
+async def test_silent_replica_gets_504_without_retry(
+    stubs: list[StubBackend], make_gateway: GatewayFactory
+) -> None:
+    gw = await make_gateway([s.url for s in stubs], limits={"read_timeout_s": 0.3})
+    for s in stubs:
+        s.hold = asyncio.Event()  # accept the request, never answer
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            gw.url + "/v1/chat/completions", json={"model": "stub-model", "messages": MSG}
+        ) as resp,
+    ):
+        assert resp.status == 504
+        assert_openai_error(await resp.json(), 504)
+    # Not retried: the request may still be running on the silent replica.
+    assert len(stubs[0].received) + len(stubs[1].received) == 1
+    for s in stubs:
+        s.hold.set()

@@ -247,3 +247,25 @@ def test_roofline_pp_layout_serves_more_at_the_same_latency() -> None:
     # A lone request pays the whole pipeline; a second fills the bubble at no TPOT cost.
     assert many.tpot_s == pytest.approx(one.tpot_s, rel=0.01)
     assert many.output_tokens_per_s == pytest.approx(2 * one.output_tokens_per_s, rel=0.02)
+
+
+def test_moe_gemm_efficiency_slows_prefill_not_decode() -> None:
+    import dataclasses
+    from types import MappingProxyType
+
+    from gpufleet.plan.calibration import default_calibration
+
+    cal = default_calibration()
+    base = dataclasses.replace(cal.backend("trtllm"), moe_gemm_efficiency=1.0)
+    slow = dataclasses.replace(base, moe_gemm_efficiency=0.1)
+    fast_cal = dataclasses.replace(cal, backends=MappingProxyType({"x": base}))
+    slow_cal = dataclasses.replace(cal, backends=MappingProxyType({"x": slow}))
+    model, gpu = load_model("Qwen/Qwen3-235B-A22B"), load_gpu("h200")
+    layout = Layout(tp=4, weight_dtype="fp8")
+    fast_m = RooflineStepTimeModel(model, gpu, layout, calibration=fast_cal, backend="x")
+    slow_m = RooflineStepTimeModel(model, gpu, layout, calibration=slow_cal, backend="x")
+    prefill = StepBatch(prefill_tokens=(4096,), prefill_context_tokens=(0,))
+    decode = StepBatch(num_decode=8, decode_context_tokens=8 * 2048)
+    # Compute-bound grouped GEMMs (prefill) pay the kernel's FLOP/s; decode reads weights.
+    assert slow_m.step_time_s(prefill) > 1.3 * fast_m.step_time_s(prefill)
+    assert slow_m.step_time_s(decode) == pytest.approx(fast_m.step_time_s(decode))

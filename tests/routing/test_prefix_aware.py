@@ -134,7 +134,7 @@ def test_removed_replica_takes_its_index_entries_and_is_not_chosen_from_memory()
 
 
 def test_index_memory_stays_bounded_under_endless_unique_prompts() -> None:
-    p = make_policy("prefix_aware", seed=0, capacity_tokens=64 * 50)  # 50 blocks a replica
+    p = make_policy("prefix_aware", seed=0, capacity_tokens=50 * 256 // 8, bytes_per_token=8.0)
     assert isinstance(p, PrefixAware)
     rs = views(4)
     for i in range(2000):
@@ -157,7 +157,7 @@ def _hot_run(policy_name: str, **options: object):  # type: ignore[no-untyped-de
     timing = ReplicaTiming(cache_blocks=600)
     opts = dict(options)
     if policy_name == "prefix_aware":
-        opts.setdefault("capacity_tokens", 600 * 64)  # the index knows the cache size
+        opts.setdefault("capacity_tokens", 600 * 32)  # the index knows the cache size
     report = replay(make_policy(policy_name, seed=1, **opts), reqs, replicas=4, timing=timing)
     return report, single_cache_hit_rate(reqs, 4 * timing.cache_blocks)
 

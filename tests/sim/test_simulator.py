@@ -8,9 +8,10 @@ from collections.abc import Sequence
 import pytest
 
 from gpufleet.autoscale import controller, gateway_link
-from gpufleet.autoscale.decision import ReplicaBounds
+from gpufleet.autoscale.decision import ReplicaBounds, ScalingDecision
 from gpufleet.autoscale.policies import DefaultPolicy
 from gpufleet.autoscale.policies import make_policy as make_scaling_policy
+from gpufleet.autoscale.signals import FleetSignals
 from gpufleet.engine import Engine, EngineConfig, EngineRequest
 from gpufleet.gateway import signals as gateway_signals_module
 from gpufleet.plan.perf_serving import SchedulerShape, predict_closed_loop
@@ -310,3 +311,39 @@ def test_a_failed_turn_ends_its_session_and_the_rest_is_counted() -> None:
     # Turn 4 (3 x 210 + 150 + 60 tokens) is past max_model_len: refused; turn 5 not sent.
     assert s["failures"] == {"context_length_exceeded": 10, "previous_turn_failed": 10}
     assert s["completed"] == 30 and s["requests"] == 50
+
+
+class ScriptedScaling:
+    """A scaling policy that follows a fixed schedule (a test input, so the driver's
+    drain path is exercised at known times)."""
+
+    name = "scripted"
+
+    def __init__(self, schedule: list[tuple[float, int]]) -> None:
+        self.schedule = schedule
+
+    def decide(self, now_s: float, signals: FleetSignals) -> ScalingDecision:
+        desired = next(n for t, n in reversed(self.schedule) if now_s >= t)
+        return ScalingDecision(desired, f"scripted: {desired}", self.name, now_s,
+                               signals.current_replicas)  # fmt: skip
+
+
+def test_scale_in_drains_then_cuts_at_the_deadline() -> None:
+    reqs = synthetic_requests(num_requests=60, rate=10.0, input_tokens=100, output_tokens=400)
+    spec = AutoscaleSpec(ScriptedScaling([(0.0, 3), (3.0, 1)]), startup_s=0.0,
+                         drain_deadline_s=1.0)  # fmt: skip
+    cfg = config(replicas=3, autoscale=spec, engine=EngineConfig(
+        num_gpu_blocks=4096, block_size=16, max_num_seqs=4, max_num_batched_tokens=2048,
+        max_model_len=4096,
+    ))  # fmt: skip
+    result = run(cfg, reqs, "least_outstanding")
+    s = summarize(result)
+    assert s["completed"] + s["failed"] == len(reqs)
+    assert s["failures"].get("drain_deadline", 0) > 0
+    stopped = [r for r in result.replicas if r.stopped_s is not None]
+    assert len(stopped) == 2 and all(3.0 <= r.stopped_s <= 4.0 + 1e-9 for r in stopped)
+    by_replica = {r.replica_id: r for r in result.replicas}
+    for r in result.requests:
+        if r.dispatched_s is not None and r.dispatched_s > 3.0:
+            assert by_replica[r.replica_id or ""].stopped_s is None  # none sent to a drainer
+    assert [c.desired_replicas for c in result.scaling_changes] == [1]

@@ -293,12 +293,18 @@ class LocalProcessActuator:
                 )
                 await self._terminate(proc)
             return
+        if proc.stopping:
+            return  # stopped while it was loading: never registered
         now = self.clock()
         replica = proc.replica
         self._cold_starts_s.append(now - replica.started_at_s)
         replica.ready_at_s = now
         replica.state = ReplicaState.READY
-        await self.registry.add(replica.replica_id, replica.url)
+        try:
+            await self.registry.add(replica.replica_id, replica.url)
+        except Exception:  # the gateway refused or is unreachable: say so, keep the replica
+            log.exception("could not register %s with the gateway", replica.replica_id)
+            return
         log.info("%s ready after %.1f s", replica.replica_id, now - replica.started_at_s)
 
     async def _watch_exit(self, proc: _Proc, process: asyncio.subprocess.Process) -> None:

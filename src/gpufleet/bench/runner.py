@@ -36,6 +36,9 @@ from gpufleet.workload import (
     trace_conversations,
 )
 
+# Gaps shorter than this are slept plainly (stop is checked after); longer ones wake on stop.
+STOP_POLL_S = 0.05
+
 # (requests done, of which failed, total requests or None when the run is timed)
 ProgressFn = Callable[[int, int, int | None], None]
 
@@ -230,6 +233,9 @@ class _Run:
 
     async def _sleep_or_stop(self, delay_s: float) -> bool:
         """Sleep `delay_s`; True if the run was stopped meanwhile."""
+        if delay_s < STOP_POLL_S:  # a plain sleep is cheaper; stop is seen right after
+            await asyncio.sleep(delay_s)
+            return self.stop.is_set()
         try:
             await asyncio.wait_for(self.stop.wait(), delay_s)
         except TimeoutError:

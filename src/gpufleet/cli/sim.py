@@ -143,6 +143,10 @@ def command(**kw: Any) -> None:
                 )
     if kw["rate"] is not None and kw["rate_steps"]:
         raise UserError("give one rate", field="--rate-steps", fix="drop --rate or --rate-steps")
+    if kw["concurrency"] is not None and (kw["rate"] is not None or kw["rate_steps"]):
+        raise UserError(
+            "a closed loop sets its own pace", field="--concurrency", fix="drop --rate or it"
+        )
     if kw["trace"] is None and kw["rate"] is None and not kw["rate_steps"]:
         if kw["concurrency"] is None:
             raise UserError(

@@ -52,8 +52,9 @@ def command(
     from gpufleet.fleet.demo import demo_fleet
     from gpufleet.fleet.run import run_up
 
-    cfg = load_fleet(fleet_yaml) if fleet_yaml else (demo_fleet() if demo else load_fleet(None))
-    if policy is not None:
+    # The demo fleet gives each policy targets set alike (fleet/demo.py).
+    cfg = demo_fleet(policy or "default") if fleet_yaml is None and demo else load_fleet(fleet_yaml)
+    if policy is not None and policy != cfg.autoscale.policy:
         data = cfg.model_dump()
         data["autoscale"]["policy"] = policy
         data["autoscale"]["params"] = (

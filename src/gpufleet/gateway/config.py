@@ -51,6 +51,7 @@ class TenantConfig(_Strict):
     api_keys: list[str] = Field(min_length=1)
     pool: str | None = None  # pin: this tenant's traffic reaches only replicas of this pool
     policy: str | None = None  # overrides the gateway's policy for this tenant
+    policy_options: dict[str, Any] | None = None  # default: the gateway's, same policy only
     requests_per_s: float | None = Field(default=None, gt=0)
     burst: int | None = Field(default=None, ge=1)  # token-bucket size; default max(1, rate)
     max_concurrency: int | None = Field(default=None, ge=1)

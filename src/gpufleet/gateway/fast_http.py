@@ -58,17 +58,19 @@ class FastRequest:
 class _Pending:
     """A fully read request waiting for its turn (HTTP/1.1 answers in order)."""
 
-    __slots__ = ("keep_alive", "reject", "request", "target")
+    __slots__ = ("http11", "keep_alive", "reject", "request", "target")
 
     def __init__(
         self,
         request: FastRequest,
         keep_alive: bool,
+        http11: bool,
         target: tuple[str, str] | None,
         reject: tuple[int, str] | None,
     ) -> None:
         self.request = request
         self.keep_alive = keep_alive
+        self.http11 = http11
         self.target = target
         self.reject = reject
 
@@ -76,11 +78,13 @@ class _Pending:
 class FastResponder:
     """Writes one response. `send` for a whole one; `start_stream`/`write`/`end` for SSE."""
 
-    __slots__ = ("_conn", "_head", "_keep_alive", "status")
+    __slots__ = ("_chunked", "_conn", "_head", "_keep_alive", "status")
 
-    def __init__(self, conn: FastConnection, keep_alive: bool) -> None:
+    def __init__(self, conn: FastConnection, keep_alive: bool, http11: bool = True) -> None:
         self._conn = conn
         self._keep_alive = keep_alive
+        # HTTP/1.0 has no chunked framing: a stream is delimited by closing the connection.
+        self._chunked = http11
         self._head: bytes | None = None
         self.status = 0
 
@@ -106,27 +110,33 @@ class FastResponder:
     async def start_stream(self, status: int, content_type: str) -> None:
         self.status = status
         head = self._status_line(status) + (
-            b"Content-Type: %s\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n"
-            % content_type.encode("latin-1")
+            b"Content-Type: %s\r\nCache-Control: no-cache\r\n" % content_type.encode("latin-1")
         )
+        if self._chunked:
+            head += b"Transfer-Encoding: chunked\r\n"
+        else:
+            self._keep_alive = False
         if not self._keep_alive:
             head += b"Connection: close\r\n"
         self._head = head + b"\r\n"  # goes out with the first chunk: one write, not two
 
     async def write(self, chunk: bytes) -> None:
-        data = b"%x\r\n%s\r\n" % (len(chunk), chunk)
+        data = b"%x\r\n%s\r\n" % (len(chunk), chunk) if self._chunked else chunk
         if self._head is not None:
             data = self._head + data
             self._head = None
         await self._conn.write_and_drain(data)
 
     async def end(self) -> None:
-        data = b"0\r\n\r\n"
+        data = b"0\r\n\r\n" if self._chunked else b""
         if self._head is not None:
             data = self._head + data
             self._head = None
-        self._conn.write(data)
+        if data:
+            self._conn.write(data)
         self._conn.response_done = True
+        if not self._keep_alive:
+            self._conn.close()  # also how an HTTP/1.0 stream ends
 
 
 Handler = Callable[[FastRequest, FastResponder, str, str], Awaitable[None]]
@@ -172,7 +182,7 @@ class FastConnection(asyncio.Protocol):
         self.front.connections.discard(self)
         self._disarm()
         self._queue.clear()
-        if self._task is not None:
+        if self._task is not None and not self.response_done:
             self._task.cancel()  # the client is gone: stop its request (and the upstream)
         if self._drain is not None and not self._drain.done():
             self._drain.set_exception(ConnectionResetError("the client disconnected"))
@@ -274,7 +284,8 @@ class FastConnection(asyncio.Protocol):
         keep_alive = self.parser.should_keep_alive()
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         request = FastRequest(self._url, self._headers, body)
-        self._queue.append(_Pending(request, keep_alive, self._target, self._reject))
+        http11 = self.parser.get_http_version() != "1.0"
+        self._queue.append(_Pending(request, keep_alive, http11, self._target, self._reject))
         self._body = []
         if self._task is None:
             self._next()
@@ -289,7 +300,7 @@ class FastConnection(asyncio.Protocol):
 
     async def _run(self, pending: _Pending) -> None:
         keep_alive = pending.keep_alive and pending.reject is None
-        out = FastResponder(self, keep_alive)
+        out = FastResponder(self, keep_alive, pending.http11)
         try:
             if pending.reject is not None:
                 status, message = pending.reject

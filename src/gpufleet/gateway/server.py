@@ -29,7 +29,7 @@ from gpufleet.gateway import probes
 from gpufleet.gateway.config import GatewayConfig, load_config
 from gpufleet.gateway.fast_http import FastFront, FastRequest, FastResponder
 from gpufleet.gateway.metrics import GatewayMetrics
-from gpufleet.gateway.policies import build_policy, policy_needs_prefix, prefix_hashes
+from gpufleet.gateway.policies import build_policy, policy_needs_prefix
 from gpufleet.gateway.replicas import Replica, ReplicaSet
 from gpufleet.gateway.request_meta import BadRequest, parse_body
 from gpufleet.gateway.signals import gateway_signals
@@ -42,6 +42,7 @@ from gpufleet.gateway.upstream import (
     request_head,
 )
 from gpufleet.openai_errors import error_json_bytes, sse_error_event
+from gpufleet.routing.prefix import request_prefix_hashes
 from gpufleet.routing.types import ReplicaState, RequestInfo, RoutingPolicy
 
 log = logging.getLogger("gpufleet.gateway")
@@ -135,13 +136,11 @@ class Gateway:
         )
         self.tenants = TenantTable(cfg.tenants)
         self.policy: RoutingPolicy = build_policy(cfg.policy, cfg.seed, **cfg.policy_options)
-        self._tenant_policies: dict[str, RoutingPolicy] = {
-            t.name: build_policy(t.policy, cfg.seed, **cfg.policy_options)
-            if t.policy == cfg.policy
-            else build_policy(t.policy, cfg.seed)
-            for t in cfg.tenants
-            if t.policy
-        }
+        self._tenant_policies: dict[str, RoutingPolicy] = {}
+        for t in cfg.tenants:
+            if t.policy:
+                options = self._tenant_policy_options(t.policy, t.policy_options)
+                self._tenant_policies[t.name] = build_policy(t.policy, cfg.seed, **options)
         self._needs_prefix = any(
             policy_needs_prefix(p) for p in (self.policy, *self._tenant_policies.values())
         )
@@ -165,6 +164,11 @@ class Gateway:
         for rc in cfg.replicas:
             self._add(rc.url, rc.id, rc.pool, rc.models, source="config")
         self.app = self._build_app()
+
+    def _tenant_policy_options(self, policy: str, options: dict[str, Any] | None) -> dict[str, Any]:
+        if options is not None:
+            return options
+        return self.config.policy_options if policy == self.config.policy else {}
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self, host: str | None = None, port: int | None = None) -> int:
@@ -719,14 +723,12 @@ class Gateway:
             else self.policy
         )
         hashes: tuple[int, ...] = ()
-        prompt_tokens = 0
         if self._needs_prefix and policy_needs_prefix(policy):
-            hashes, prompt_tokens = prefix_hashes(body, endpoint)
+            hashes = request_prefix_hashes(body, endpoint)
         session = request.header(b"x-session-id")
         info = RequestInfo(
             request_id=f"gw-{next(self._request_ids)}",
             model=model,
-            prompt_tokens=prompt_tokens,
             tenant=tenant.name,
             session_key=session.decode("latin-1") if session is not None else user,
             prefix_hashes=hashes,

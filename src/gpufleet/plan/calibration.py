@@ -35,8 +35,11 @@ class BackendCalibration:
     mixed_prefill: prefill chunks share iterations with decodes (vLLM, TRT-LLM) or run as
         iterations of their own (SGLang).
     max_num_batched_tokens: default token budget per iteration on 80+ GB GPUs.
-    moe_efficiency: the backend's fused-MoE kernels' speed relative to its dense GEMMs
-        (grouped GEMMs over many small experts rarely reach dense-GEMM efficiency).
+    moe_efficiency: the backend's fused-MoE kernels' achieved HBM bandwidth relative to its
+        dense GEMMs when reading expert weights (decode: bandwidth-bound).
+    moe_gemm_efficiency: the same kernels' achieved tensor FLOP/s relative to its dense GEMMs
+        when compute-bound (prefill: every expert sees many tokens). Grouped GEMMs over many
+        small experts with block-scaled fp8 reach far less than a dense GEMM in some engines.
     benchmark_requests_per_client: the measured benchmarks ran a finite number of
         requests per client, all clients starting at once; the first wave's queueing
         weighs 1/this in their mean TTFT (a property of each backend's benchmark harness,
@@ -46,6 +49,7 @@ class BackendCalibration:
     step_overhead_s: float = 0.003
     ttft_overhead_s: float = 0.02
     moe_efficiency: float = 1.0
+    moe_gemm_efficiency: float = 1.0
     benchmark_requests_per_client: float = 8.0
     mixed_prefill: bool = True
     max_num_batched_tokens: int = 8192
@@ -133,6 +137,7 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "step_overhead_s": (0.0, 0.02),
     "ttft_overhead_s": (0.0, 0.3),
     "moe_efficiency": (0.1, 1.5),
+    "moe_gemm_efficiency": (0.02, 1.0),  # no faster than dense GEMMs
 }
 
 
@@ -153,6 +158,7 @@ def fit(rows: Sequence[Any], start: Calibration, rounds: int = 3) -> Calibration
     backends = sorted({r.backend for r in rows} & set(cal.backends))
     for b in backends:
         knobs += [("step_overhead_s", b), ("ttft_overhead_s", b), ("moe_efficiency", b)]
+        knobs += [("moe_gemm_efficiency", b)]
         knobs += [("benchmark_requests_per_client", b)]
     for step in [1.5, 1.2, 1.07][:rounds]:
         for key, backend in knobs:

@@ -117,7 +117,7 @@ class RooflineStepTimeModel:
         peak = gpu.tflops(compute_dtype_for(dense_dtype, gpu)) * 1e12
         moe_peak = gpu.tflops(compute_dtype_for(moe_dtype, gpu)) * 1e12
         self._gemm_flops_s = peak * cal.gemm_efficiency
-        self._moe_flops_s = moe_peak * cal.gemm_efficiency * backend_cal.moe_efficiency
+        self._moe_flops_s = moe_peak * cal.gemm_efficiency * backend_cal.moe_gemm_efficiency
         self._moe_hbm_bytes_s = (
             gpu.hbm_gbps * 1e9 * cal.memory_efficiency * backend_cal.moe_efficiency
         )

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.errors import UserError
-from gpufleet.plan.calibration import Calibration, default_calibration
+from gpufleet.plan.calibration import BackendCalibration, Calibration, default_calibration
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.memory import memory_breakdown
 from gpufleet.plan.perf import RooflineStepTimeModel
+from gpufleet.plan.perf_engine import EngineLoopResult, simulate_closed_loop
 from gpufleet.plan.perf_serving import SchedulerShape, ServingPrediction, predict_closed_loop
 from gpufleet.specs.gpus import GpuSpec, load_gpu
 from gpufleet.specs.models import ModelSpec, load_model, parse_config
@@ -157,12 +158,20 @@ class RowPrediction:
     ttft_s: float
     tpot_s: float
     serving: ServingPrediction
+    engine: EngineLoopResult | None = None  # what the engine measured (engine mode only)
 
 
 def model_row(
-    row: MeasuredRow, cal: Calibration | None = None, configs_dir: Path | None = None
+    row: MeasuredRow,
+    cal: Calibration | None = None,
+    configs_dir: Path | None = None,
+    *,
+    engine: bool = False,
 ) -> RowPrediction:
-    """Predict one row; raises UserError (with the reason) when the row cannot be modelled."""
+    """Predict one row; raises UserError (with the reason) when the row cannot be modelled.
+
+    engine: play the closed loop out on `gpufleet.engine` (perf_engine) instead of the
+    analytic mean-value solver; the same step-time model and constants either way."""
     cal = cal or default_calibration()
     model = resolve_model(row.model_path, configs_dir)
     gpu = load_gpu(row.system)
@@ -204,6 +213,8 @@ def model_row(
     )
     b = cal.backend(row.backend)
     max_running = _kv_limited_running(model, gpu, row, weight_dtype, dp_eff)
+    if engine:
+        return _engine_row(row, step, b, max_running)
     serving = predict_closed_loop(
         step,
         row.isl,
@@ -220,6 +231,40 @@ def model_row(
         lockstep_ranks=1,
     )
     return RowPrediction(row=row, ttft_s=serving.ttft_s, tpot_s=serving.tpot_s, serving=serving)
+
+
+def _engine_row(
+    row: MeasuredRow, step: RooflineStepTimeModel, b: BackendCalibration, max_running: int
+) -> RowPrediction:
+    """The row's closed loop on the engine. The per-request overhead outside the engine is
+    the clients' think time and adds to TTFT; the benchmark's first wave (all clients at
+    once) weighs 1/requests_per_client in the mean TTFT, as in the analytic path."""
+    sim = simulate_closed_loop(
+        step,
+        row.isl,
+        row.osl,
+        row.batch_size,
+        max_num_batched_tokens=b.max_num_batched_tokens,
+        max_running=max_running,
+        mixed_prefill=b.mixed_prefill,
+        think_s=b.ttft_overhead_s,
+    )
+    k = max(1.0, b.benchmark_requests_per_client)
+    ttft_s = b.ttft_overhead_s + sim.ttft_s + (sim.first_wave_ttft_s - sim.ttft_s) / k
+    tpot_s = sim.tpot_s
+    rate = row.batch_size / (ttft_s + (row.osl - 1) * tpot_s)
+    serving = ServingPrediction(
+        concurrency=row.batch_size,
+        ttft_s=ttft_s,
+        tpot_s=tpot_s,
+        requests_per_s=rate,
+        output_tokens_per_s=rate * row.osl,
+        e2e_latency_s=ttft_s + (row.osl - 1) * tpot_s,
+        running_decodes=float("nan"),
+        prefill_share=float("nan"),
+        prefill_s=float("nan"),
+    )
+    return RowPrediction(row=row, ttft_s=ttft_s, tpot_s=tpot_s, serving=serving, engine=sim)
 
 
 def _kv_limited_running(
@@ -247,23 +292,29 @@ _KV_CACHE: dict[tuple[ModelSpec, str, Layout, int], int] = {}
 _NO_CAP = 4096
 
 
-def predict_row(row: MeasuredRow, cal: Calibration | None = None) -> RowPrediction | None:
+def predict_row(
+    row: MeasuredRow, cal: Calibration | None = None, *, engine: bool = False
+) -> RowPrediction | None:
     """Like model_row, but None for a row that cannot be modelled."""
     try:
-        return model_row(row, cal)
+        return model_row(row, cal, engine=engine)
     except UserError:
         return None
 
 
 def predict_rows(
-    rows: Sequence[MeasuredRow], cal: Calibration | None = None, configs_dir: Path | None = None
+    rows: Sequence[MeasuredRow],
+    cal: Calibration | None = None,
+    configs_dir: Path | None = None,
+    *,
+    engine: bool = False,
 ) -> tuple[list[RowPrediction], list[tuple[MeasuredRow, str]]]:
     """Predictions for the rows it can model, and (row, reason) for those it cannot."""
     done: list[RowPrediction] = []
     skipped: list[tuple[MeasuredRow, str]] = []
     for row in rows:
         try:
-            done.append(model_row(row, cal, configs_dir))
+            done.append(model_row(row, cal, configs_dir, engine=engine))
         except UserError as e:
             skipped.append((row, str(e)))
     return done, skipped

@@ -1,1 +1,24 @@
-"""gpufleet.sim (see DESIGN.md)."""
+"""gpufleet.sim: the discrete-event fleet simulator (see DESIGN.md and README `gpufleet sim`).
+
+`Scenario` + `run_scenario` for plain-value runs (the CLI's path); `FleetSimulator` with a
+`SimConfig` and policy objects for programmatic control; `summarize` for the report.
+"""
+
+from gpufleet.sim.report import summarize
+from gpufleet.sim.scenario import Scenario, run_many, run_scenario
+from gpufleet.sim.simulator import AutoscaleSpec, FleetSimulator, SimConfig, SimResult
+from gpufleet.sim.workload import SimRequest, synthetic_requests, trace_requests
+
+__all__ = [
+    "AutoscaleSpec",
+    "FleetSimulator",
+    "Scenario",
+    "SimConfig",
+    "SimRequest",
+    "SimResult",
+    "run_many",
+    "run_scenario",
+    "summarize",
+    "synthetic_requests",
+    "trace_requests",
+]

@@ -45,6 +45,9 @@ class DefaultPolicy:
     # Waiting requests mean saturation only when seen on this many ticks in a row: a
     # request that arrived just before the scrape waits for the next engine step anyway.
     waiting_ticks: int = 2
+    # Likewise a forecast alone (nothing saturated yet) must call for more replicas on
+    # this many ticks in a row: at low rates one noisy sample bends a short trend.
+    forecast_ticks: int = 2
     name: str = "default"
     _trend: LinearTrend = field(default_factory=LinearTrend)
     _trend_short: LinearTrend = field(default_factory=LinearTrend)
@@ -54,6 +57,7 @@ class DefaultPolicy:
     _n1_ok_since_s: float | None = None
     _last_saturated_s: float | None = None
     _waiting_streak: int = 0
+    _forecast_streak: int = 0
     _last_change_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -100,17 +104,30 @@ class DefaultPolicy:
         saturation = self._saturation(signals)
         if saturation:
             self._last_saturated_s = now_s
+        # Starting replicas are capacity arriving at their expected ready time: those due
+        # before a replica started now would be count; one due later (a crash in backoff)
+        # does not, though it stays in the fleet.
+        late = sum(
+            1
+            for r in signals.starting
+            if r.expected_ready_s is not None and r.expected_ready_s > now_s + cold_start_s
+        )
+        arriving = current - late
         head = (
             f"demand {demand}, forecast {expected:.1f} in {cold_start_s:.0f} s; "
             f"capacity {cap}/replica; {len(ready)} ready + {len(signals.starting)} starting"
+            + (f" ({late} due after a new one)" if late else "")
         )
 
         # Scale out: saturated now, or saturated one cold start ahead (with headroom).
-        # Starting replicas are counted in `current`: their capacity arrives before any
-        # replica started now would.
         desired = current
-        if needed > current:
-            desired = needed
+        self._forecast_streak = self._forecast_streak + 1 if needed > arriving else 0
+        needed_now = math.ceil(demand * (1.0 + self.headroom_fraction) / cap)
+        confirmed = (
+            saturation or needed_now > arriving or self._forecast_streak >= self.forecast_ticks
+        )
+        if needed > arriving and confirmed:
+            desired = needed + late
             why = f"{head}; needs {needed} with {self.headroom_fraction:.0%} headroom"
             if saturation:
                 why += f"; saturated: {saturation}"
@@ -121,8 +138,8 @@ class DefaultPolicy:
             batched = [r.running for r in ready if r.waiting > 0 and r.running > 0]
             effective = max(batched) if batched else cap
             by_observed = math.ceil(expected * (1.0 + self.headroom_fraction) / effective)
-            floor = current if signals.starting else current + 1
-            desired = max(floor, by_observed)
+            floor = current if len(signals.starting) > late else current + 1
+            desired = max(floor, by_observed + late)
             if desired > current:
                 why = (
                     f"{head}; saturated: {saturation}; replicas batch {effective} when "
@@ -130,6 +147,12 @@ class DefaultPolicy:
                 )
             else:
                 why = f"{head}; saturated: {saturation}, capacity already starting"
+        elif needed > arriving:
+            self._n1_ok_since_s = None
+            why = (
+                f"{head}; forecast needs {needed}, confirming "
+                f"({self._forecast_streak}/{self.forecast_ticks} ticks)"
+            )
         else:
             desired, why = self._maybe_scale_in(now_s, signals, cap, cold_start_s, head)
 
