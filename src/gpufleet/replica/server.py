@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import time
@@ -653,6 +654,11 @@ async def serve(config: ReplicaConfig, *, ready_message: bool = True) -> None:
     _raise_open_files_limit()
     server = ReplicaServer(config)
     await server.start()
+    # Everything alive now (modules, tokenizer, engine, KV block tables) lives as long as
+    # the process: keep it out of the garbage collector's full passes, which otherwise
+    # stall a request for milliseconds now and then (vLLM freezes its startup heap too).
+    gc.collect()
+    gc.freeze()
     if ready_message:
         print(
             f"gpufleet replica: serving {server.model_name} on {server.url}"
