@@ -103,12 +103,19 @@ class EngineRunner:
     def alive(self) -> bool:
         return self._task is not None and not self._task.done()
 
-    def submit(self, req: EngineRequest) -> RequestStream:
+    def submit(self, req: EngineRequest, received_wall_s: float | None = None) -> RequestStream:
+        """Add a request that arrived at `received_wall_s` (default: now).
+
+        An idle engine starts its clock at the arrival, not at this call, so the time the
+        server spent parsing and tokenizing overlaps the simulated step instead of adding
+        to every TTFT.
+        """
         now = time.monotonic()
+        arrival = now if received_wall_s is None else min(received_wall_s, now)
         if not self.engine.has_work:
-            self._sync_idle_clock(now)
+            self._sync_idle_clock(arrival)
         self.engine.add(req)
-        stream = RequestStream(req, now)
+        stream = RequestStream(req, arrival)
         self.streams[req.request_id] = stream
         self._wake.set()
         return stream

@@ -317,6 +317,9 @@ class ReplicaServer:
         return await self._generate(request, "chat")
 
     async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
+        # The simulated GPU starts from the request's arrival: the replica's own Python
+        # work (reading JSON, tokenizing) is simulation overhead, not modelled time.
+        received_wall_s = time.monotonic()
         if self._starting():
             return _error("the model is still loading", 503)
         if self._dead():
@@ -350,7 +353,7 @@ class ReplicaServer:
             seed=seed,
             stop_after_tokens=params.stop_after_tokens,
         )
-        stream = self.runner.submit(req)
+        stream = self.runner.submit(req, received_wall_s=received_wall_s)
         self._in_flight += 1
         done = False
         try:
