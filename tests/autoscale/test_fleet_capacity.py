@@ -53,7 +53,8 @@ def test_tokens_per_request_lowers_capacity_when_the_kv_cache_binds() -> None:
     cap = cfg.capacity()
     assert cap is not None and cap.kv_capacity_tokens is not None
     assert cap.sequences == cap.kv_capacity_tokens // 32_000 < 1024
-    assert "autoscale.tokens_per_request" in cap.source
+    assert "32000 per request" in cap.source
+    assert "autoscale.tokens_per_request" in cap.describe()
 
 
 def test_the_users_value_wins() -> None:
@@ -62,8 +63,7 @@ def test_the_users_value_wins() -> None:
     )
     value, source = built_capacity(cfg)
     assert value == 5 and "set in autoscale.params" in source
-    assert demo_fleet("queue_depth").capacity() is not None
-    assert built_capacity(demo_fleet("default"))[0] == 8  # the demo sets its own batch
+    assert built_capacity(demo_fleet("default"))[0] == 8  # the demo's --max-num-seqs 8
 
 
 def test_another_command_keeps_the_default_and_says_so() -> None:

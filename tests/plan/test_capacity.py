@@ -54,7 +54,8 @@ def test_replica_capacity_is_bounded_by_max_num_seqs() -> None:
     cap = replica_capacity(LLAMA, "h100-sxm", max_num_seqs=8)
     assert cap.sequences == 8
     assert cap.kv_capacity_tokens is not None and cap.kv_capacity_tokens > 100_000
-    assert "max_num_seqs 8" in cap.source and "1280 tokens per request" in cap.source
+    assert "max_num_seqs 8" in cap.source and "1280 per request" in cap.source
+    assert "default request 1024 in + 256 out" in cap.describe()
 
 
 def test_replica_capacity_is_bounded_by_kv_for_long_requests() -> None:

@@ -245,7 +245,7 @@ async def run_up(
         if cap is not None:
             console.print(
                 f"{cfg.autoscale.policy} policy: capacity_per_replica {cap.sequences} "
-                f"({cap.source})",
+                f"({cap.describe()})",
                 markup=False,
                 highlight=False,
             )

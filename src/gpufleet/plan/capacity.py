@@ -49,6 +49,13 @@ class ReplicaCapacity:
     max_num_seqs: int | None = None
     kv_capacity_tokens: int | None = None
     tokens_per_request: int | None = None
+    tokens_per_request_source: str | None = None
+
+    def describe(self) -> str:
+        """The source, plus where tokens per request came from (for the startup line)."""
+        if self.tokens_per_request_source:
+            return f"{self.source}; tokens per request: {self.tokens_per_request_source}"
+        return self.source
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -74,6 +81,8 @@ def replica_capacity(
     seqs = concurrent_sequences(profile.max_num_seqs, kv_tokens, tokens_per_request)
     source = (
         f"plan: min(max_num_seqs {profile.max_num_seqs}, {kv_tokens} KV tokens / "
-        f"{tokens_per_request} tokens per request ({tokens_source}))"
+        f"{tokens_per_request} per request)"
     )
-    return ReplicaCapacity(seqs, source, profile.max_num_seqs, kv_tokens, tokens_per_request)
+    return ReplicaCapacity(
+        seqs, source, profile.max_num_seqs, kv_tokens, tokens_per_request, tokens_source
+    )

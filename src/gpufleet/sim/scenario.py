@@ -187,7 +187,7 @@ def _policy_params(sc: Scenario, engine: EngineConfig) -> dict[str, Any]:
     params.setdefault(
         "capacity_source",
         f"plan: min(max_num_seqs {engine.max_num_seqs}, {kv_tokens} KV tokens / "
-        f"{tokens} tokens per request ({where}))",
+        f"{tokens} per request = {where})",
     )
     return params
 
