@@ -33,7 +33,9 @@ def test_default_fleet_is_what_the_issue_says() -> None:
     gw = cfg.gateway_settings()
     assert (gw["host"], gw["port"], gw["policy"]) == ("127.0.0.1", 8000, "prefix_aware")
     assert "--port {port}" in cfg.replicas.full_command()
-    assert demo_fleet().autoscale.params["capacity_per_replica"] == 8
+    demo_cap = demo_fleet().capacity()
+    assert demo_cap is not None and demo_cap.sequences == 8
+    assert demo_cap.source.startswith("plan: min(max_num_seqs 8,")
 
 
 @pytest.mark.parametrize(

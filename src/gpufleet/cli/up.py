@@ -80,4 +80,7 @@ def command(
     except OSError as e:
         raise UserError(str(e), field="--port", fix="pick a free port, e.g. --port 0") from None
     if as_json and summary is not None:
-        click.echo(json.dumps(summary.to_json(), indent=2))  # type: ignore[attr-defined]
+        out = summary.to_json()  # type: ignore[attr-defined]
+        cap = cfg.capacity()
+        out["capacity_per_replica"] = cap.to_json() if cap is not None else None
+        click.echo(json.dumps(out, indent=2))

@@ -13,6 +13,10 @@ autoscale:
   min_replicas: 1
   max_replicas: 8
   params: {kv_usage_threshold: 0.9, headroom_fraction: 0.1}
+  # capacity_per_replica (queue_depth, default): unset, it is derived from the plan for
+  # `gpufleet replica` (plan/capacity.py), from tokens_per_request (default 1280 = the
+  # plan's 1024 in + 256 out) and --max-num-seqs / --max-model-len in replicas.args.
+  tokens_per_request: 1280
 gateway:                   # the gateway's own config keys (gpufleet gateway --config)
   port: 8000
   policy: prefix_aware
@@ -21,6 +25,7 @@ gateway:                   # the gateway's own config keys (gpufleet gateway --c
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +36,11 @@ from gpufleet.autoscale.decision import ReplicaBounds
 from gpufleet.autoscale.local import DEFAULT_COMMAND, check_template
 from gpufleet.autoscale.policies import make_policy
 from gpufleet.errors import UserError
+from gpufleet.plan.capacity import DEFAULT_TOKENS_PER_REQUEST, ReplicaCapacity, replica_capacity
+
+# Policies whose capacity_per_replica the fleet derives when the user did not set it.
+CAPACITY_POLICIES = ("default", "queue_depth")
+_POLICY_DEFAULT_CAPACITY = 256  # the policies' own default (vLLM's max_num_seqs)
 
 
 class _Strict(BaseModel):
@@ -54,6 +64,32 @@ class ReplicaSpec(_Strict):
     def full_command(self) -> str:
         return f"{self.command} {self.args}".strip()
 
+    def is_simulated(self) -> bool:
+        """Replicas are `gpufleet replica` (whose layout the plan can size)."""
+        head = self.command.split()[:2]
+        return len(head) == 2 and head[0] in ("{gpufleet}", "gpufleet") and head[1] == "replica"
+
+    def arg_int(self, flag: str) -> int | None:
+        """The integer value of `flag` (e.g. --max-num-seqs) in `args`, if given."""
+        try:
+            words = shlex.split(self.args)
+        except ValueError as e:
+            raise UserError(str(e), field="replicas.args", fix="fix the quoting") from None
+        value: str | None = None
+        for i, w in enumerate(words):
+            if w == flag and i + 1 < len(words):
+                value = words[i + 1]
+            elif w.startswith(flag + "="):
+                value = w.split("=", 1)[1]
+        if value is None:
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            raise UserError(
+                f"{flag} {value!r} is not an integer", field="replicas.args", fix=f"{flag} 64"
+            ) from None
+
     def values(self) -> dict[str, object]:
         return {
             "model": self.model,
@@ -72,6 +108,8 @@ class AutoscaleSpec(_Strict):
     initial_replicas: int | None = Field(default=None, ge=0)
     interval_s: float = Field(default=1.0, gt=0)
     params: dict[str, Any] = Field(default_factory=dict)
+    # Expected input + output tokens of one request, to derive capacity_per_replica.
+    tokens_per_request: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoscaleSpec:
@@ -105,6 +143,52 @@ class FleetConfig(_Strict):
         out.setdefault("models", [self.replicas.model])
         return out
 
+    def capacity(self) -> ReplicaCapacity | None:
+        """capacity_per_replica for the policy, and where it came from; None when the
+        policy takes none. The user's value wins; else the plan's concurrent sequences for
+        `gpufleet replica`; else (another command) the policy's default."""
+        a, rs = self.autoscale, self.replicas
+        if a.policy not in CAPACITY_POLICIES:
+            return None
+        if "capacity_per_replica" in a.params:
+            value = a.params["capacity_per_replica"]
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise UserError(
+                    f"{value!r} is not an integer",
+                    field="autoscale.params.capacity_per_replica",
+                    fix="e.g. 64",
+                )
+            return ReplicaCapacity(value, "set in autoscale.params.capacity_per_replica")
+        if not rs.is_simulated():
+            return ReplicaCapacity(
+                _POLICY_DEFAULT_CAPACITY,
+                f"default {_POLICY_DEFAULT_CAPACITY}: the plan cannot size replicas of a "
+                "custom command; set autoscale.params.capacity_per_replica",
+            )
+        tokens = a.tokens_per_request or DEFAULT_TOKENS_PER_REQUEST
+        return replica_capacity(
+            rs.model,
+            rs.gpu,
+            tp=rs.tp,
+            max_num_seqs=rs.arg_int("--max-num-seqs") or _POLICY_DEFAULT_CAPACITY,
+            max_model_len=rs.arg_int("--max-model-len"),
+            tokens_per_request=tokens,
+            tokens_source=(
+                "autoscale.tokens_per_request"
+                if a.tokens_per_request
+                else "default request 1024 in + 256 out"
+            ),
+        )
+
+    def policy_params(self) -> dict[str, Any]:
+        """The policy's parameters, with the derived capacity_per_replica filled in."""
+        params = dict(self.autoscale.params)
+        cap = self.capacity()
+        if cap is not None:
+            params["capacity_per_replica"] = cap.sequences
+            params.setdefault("capacity_source", cap.source)
+        return params
+
 
 def validate_fleet(data: Any, source: str = "fleet config") -> FleetConfig:
     if not isinstance(data, dict):
@@ -124,7 +208,7 @@ def validate_fleet(data: Any, source: str = "fleet config") -> FleetConfig:
         raise UserError(err["msg"], field=field, fix=fix) from None
     check_template(cfg.replicas.full_command())
     # Build the policy once now so a bad parameter fails before any process starts.
-    make_policy(cfg.autoscale.policy, cfg.autoscale.bounds(), cfg.autoscale.params)
+    make_policy(cfg.autoscale.policy, cfg.autoscale.bounds(), cfg.policy_params())
     return cfg
 
 

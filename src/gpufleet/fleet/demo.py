@@ -10,8 +10,9 @@ from __future__ import annotations
 from gpufleet.fleet.config import FleetConfig, validate_fleet
 
 DEMO_BATCH = 8
+# capacity_per_replica is left to the fleet, which derives it from the plan:
+# min(--max-num-seqs 8, KV tokens / 1280) = 8 (fleet/config.py, plan/capacity.py).
 DEMO_POLICY_PARAMS: dict[str, float] = {
-    "capacity_per_replica": DEMO_BATCH,
     "cold_start_s": 10.0,
     "headroom_fraction": 0.2,
     "trend_window_s": 15.0,
@@ -26,7 +27,7 @@ DEMO_POLICY_PARAMS: dict[str, float] = {
 _TARGET = 0.7 * DEMO_BATCH
 DEMO_PARAMS_BY_POLICY: dict[str, dict[str, float]] = {
     "default": DEMO_POLICY_PARAMS,
-    "queue_depth": {"capacity_per_replica": DEMO_BATCH},
+    "queue_depth": {},
     "hpa": {"target_per_replica": _TARGET},
     "kpa": {"target_per_replica": float(DEMO_BATCH)},
     "ray_serve": {"target_ongoing_requests": _TARGET},

@@ -44,6 +44,7 @@ from gpufleet.fleet.traffic import (
     total_duration_s,
 )
 from gpufleet.fleet.view import Snapshot, render
+from gpufleet.plan.capacity import ReplicaCapacity
 from gpufleet.routing.types import ReplicaState
 
 log = logging.getLogger("gpufleet.up")
@@ -89,7 +90,7 @@ def _build_gateway(cfg: FleetConfig, port: int | None, host: str | None) -> Any:
     return Gateway(validate_config(settings, source="gateway"))
 
 
-def _admin_route(gateway: Any, controller: Controller) -> None:
+def _admin_route(gateway: Any, controller: Controller, capacity: ReplicaCapacity | None) -> None:
     key = getattr(gateway.config, "admin_key", None)
 
     async def autoscale(request: web.Request) -> web.Response:
@@ -107,7 +108,9 @@ def _admin_route(gateway: Any, controller: Controller) -> None:
                     },
                     status=401,
                 )
-        return web.json_response(controller.to_json(), dumps=lambda o: json.dumps(o, default=str))
+        body = controller.to_json()
+        body["capacity_per_replica"] = capacity.to_json() if capacity is not None else None
+        return web.json_response(body, dumps=lambda o: json.dumps(o, default=str))
 
     gateway.app.router.add_get("/admin/autoscale", autoscale)
 
@@ -143,11 +146,11 @@ async def fleet_up(
         log_dir=log_dir,
         clock=clock,
     )
-    policy = make_policy(cfg.autoscale.policy, cfg.autoscale.bounds(), cfg.autoscale.params)
+    policy = make_policy(cfg.autoscale.policy, cfg.autoscale.bounds(), cfg.policy_params())
     controller = Controller(
         policy, actuator, link.read_signals, interval_s=cfg.autoscale.interval_s, clock=clock
     )
-    _admin_route(gateway, controller)
+    _admin_route(gateway, controller, cfg.capacity())
     run: FleetRun | None = None
     sampler: asyncio.Task[None] | None = None
     try:
@@ -238,6 +241,14 @@ async def run_up(
             f"gateway on {run.url} — OpenAI API at {run.url}/v1, decisions at "
             f"{run.url}/admin/autoscale; Ctrl-C stops everything"
         )
+        cap = cfg.capacity()
+        if cap is not None:
+            console.print(
+                f"{cfg.autoscale.policy} policy: capacity_per_replica {cap.sequences} "
+                f"({cap.describe()})",
+                markup=False,
+                highlight=False,
+            )
         traffic: TrafficLog | None = None
         driver: asyncio.Task[TrafficLog] | None = None
         if demo:

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 
 from gpufleet.plan.calibration import Calibration, default_calibration
+from gpufleet.plan.capacity import concurrent_sequences
 from gpufleet.plan.perf import LayoutLike, RooflineStepTimeModel
 from gpufleet.plan.step_time import StepBatch, StepTimeModel
 from gpufleet.specs.gpus import GpuSpec
@@ -350,7 +351,7 @@ def scheduler_for(
     budget = max_num_batched_tokens or (8192 if gpu.memory_bytes >= 70 * (1 << 30) else 2048)
     running = max_num_seqs
     if kv_capacity_tokens is not None and tokens_per_request > 0:
-        running = max(1, min(running, kv_capacity_tokens // tokens_per_request))
+        running = concurrent_sequences(max_num_seqs, kv_capacity_tokens, tokens_per_request)
     return SchedulerShape(
         max_num_batched_tokens=budget, max_running=running, mixed_prefill=cal.mixed_prefill
     )

@@ -18,6 +18,7 @@ from gpufleet.autoscale.decision import ReplicaBounds
 from gpufleet.autoscale.policies import make_policy as make_scaling_policy
 from gpufleet.engine import EngineConfig
 from gpufleet.errors import UserError
+from gpufleet.plan.capacity import DEFAULT_TOKENS_PER_REQUEST, concurrent_sequences
 from gpufleet.plan.profile import replica_profile
 from gpufleet.routing import make_policy as make_routing_policy
 from gpufleet.sim.report import summarize
@@ -137,7 +138,7 @@ def build_config(sc: Scenario) -> SimConfig:
     if sc.autoscale:
         bounds = ReplicaBounds(sc.min_replicas, sc.max_replicas)
         autoscale = AutoscaleSpec(
-            policy=make_scaling_policy(sc.autoscale, bounds, dict(sc.autoscale_params)),
+            policy=make_scaling_policy(sc.autoscale, bounds, _policy_params(sc, engine)),
             interval_s=sc.autoscale_interval_s,
             startup_s=sc.startup_s,
             drain_deadline_s=sc.drain_deadline_s,
@@ -168,6 +169,27 @@ def build_config(sc: Scenario) -> SimConfig:
         tail_s=sc.tail_s,
         seed=sc.seed,
     )
+
+
+def _policy_params(sc: Scenario, engine: EngineConfig) -> dict[str, Any]:
+    """The scaling policy's parameters; capacity_per_replica, when the policy takes one
+    and the user did not set it, is the plan's concurrent sequences of this replica."""
+    params = dict(sc.autoscale_params)
+    if sc.autoscale not in ("default", "queue_depth") or "capacity_per_replica" in params:
+        return params
+    if sc.trace:  # the trace is read later; assume the plan's default request
+        tokens, where = DEFAULT_TOKENS_PER_REQUEST, "default request 1024 in + 256 out"
+    else:
+        tokens = sc.input_tokens + sc.output_tokens
+        where = f"workload {sc.input_tokens} in + {sc.output_tokens} out"
+    kv_tokens = engine.num_gpu_blocks * engine.block_size
+    params["capacity_per_replica"] = concurrent_sequences(engine.max_num_seqs, kv_tokens, tokens)
+    params.setdefault(
+        "capacity_source",
+        f"plan: min(max_num_seqs {engine.max_num_seqs}, {kv_tokens} KV tokens / "
+        f"{tokens} per request = {where})",
+    )
+    return params
 
 
 def run_scenario_result(sc: Scenario) -> SimResult:

@@ -30,6 +30,8 @@ class DefaultPolicy:
     # Sequences one replica batches at once (the plan's concurrent sequences, or
     # max_num_seqs). Lowered automatically when a replica queues requests below it.
     capacity_per_replica: int = 256
+    # Where capacity_per_replica came from, in words (shown in every reason).
+    capacity_source: str = ""
     kv_usage_threshold: float = 0.9
     ttft_p90_slo_s: float | None = None
     cold_start_s: float = 30.0  # used until the actuator reports observed cold starts
@@ -84,6 +86,11 @@ class DefaultPolicy:
             return self.capacity_per_replica
         return min(self.capacity_per_replica, max(seen))
 
+    def _capacity_note(self, cap: int) -> str:
+        if cap < self.capacity_per_replica:
+            return f" [learned; configured {self.capacity_per_replica}]"
+        return f" [{self.capacity_source}]" if self.capacity_source else ""
+
     def decide(self, now_s: float, signals: FleetSignals) -> ScalingDecision:
         ready = signals.ready
         current = signals.current_replicas
@@ -115,7 +122,8 @@ class DefaultPolicy:
         arriving = current - late
         head = (
             f"demand {demand}, forecast {expected:.1f} in {cold_start_s:.0f} s; "
-            f"capacity {cap}/replica; {len(ready)} ready + {len(signals.starting)} starting"
+            f"capacity {cap}/replica{self._capacity_note(cap)}; "
+            f"{len(ready)} ready + {len(signals.starting)} starting"
             + (f" ({late} due after a new one)" if late else "")
         )
 

@@ -19,6 +19,8 @@ from gpufleet.errors import UserError
 class QueueDepthPolicy:
     bounds: ReplicaBounds = field(default_factory=ReplicaBounds)
     capacity_per_replica: int = 256
+    # Where capacity_per_replica came from, in words (shown in every reason).
+    capacity_source: str = ""
     name: str = "queue_depth"
 
     def __post_init__(self) -> None:
@@ -34,7 +36,8 @@ class QueueDepthPolicy:
         raw = math.ceil(pending / self.capacity_per_replica)
         desired = self.bounds.clamp(raw)
         reason = (
-            f"pending {pending} / capacity {self.capacity_per_replica} per replica "
-            f"→ {raw}, within [{self.bounds.min_replicas}, {self.bounds.max_replicas}] → {desired}"
+            f"pending {pending} / capacity {self.capacity_per_replica} per replica"
+            + (f" [{self.capacity_source}]" if self.capacity_source else "")
+            + f" → {raw}, within [{self.bounds.min_replicas}, {self.bounds.max_replicas}] → {desired}"
         )
         return ScalingDecision(desired, reason, self.name, now_s, signals.current_replicas)
