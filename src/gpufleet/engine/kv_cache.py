@@ -28,6 +28,11 @@ class BlockPool:
         return len(self._free)
 
     @property
+    def free_list(self) -> OrderedDict[int, None]:
+        """The free blocks themselves (read-only for callers; its len() is num_free)."""
+        return self._free
+
+    @property
     def usage(self) -> float:
         """Fraction of blocks held by requests (vLLM's kv_cache_usage_perc)."""
         return 1.0 - len(self._free) / self.num_blocks
