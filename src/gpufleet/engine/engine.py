@@ -427,11 +427,7 @@ class Engine:
             return
         if len(req.block_hashes) < full:
             self._extend_hashes(req)
-        pool = self._pool
-        blocks = req.blocks
-        hashes = req.block_hashes
-        for k in range(req.num_cached_blocks, full):
-            pool.cache(blocks[k], hashes[k])
+        self._pool.cache_range(req.blocks, req.block_hashes, req.num_cached_blocks, full)
         req.num_cached_blocks = full
 
     def _complete(self, mb: _MicroBatch, outcome: StepOutcome) -> None:
