@@ -251,6 +251,8 @@ class Engine:
         running = self._running
         budget = cfg.max_num_batched_tokens
         threshold = cfg.long_prefill_token_threshold
+        caching = pool.enable_caching
+        free_list = pool.free_list  # its len() is the free block count
         entries: list[tuple[EngineRequest, int]] = []
         prefill_tokens: list[int] = []
         prefill_context: list[int] = []
@@ -271,9 +273,10 @@ class Engine:
                 n = budget
             if threshold and n > threshold:
                 n = threshold
-            need = -(-(computed + n) // bs) - len(req.blocks)
+            end = computed + n
+            need = -(-end // bs) - len(req.blocks)
             scheduled = True
-            while need > pool.num_free:
+            while need > len(free_list):
                 victim = self._pick_victim()
                 if victim is None:
                     scheduled = False
@@ -287,11 +290,12 @@ class Engine:
                 break
             if need > 0:
                 req.blocks.extend(pool.allocate(need))
-            req.num_computed_tokens = computed + n
-            if pool.enable_caching:
+            req.num_computed_tokens = end
+            # (most steps are decodes that fill no new block: skip the call then)
+            if caching and end // bs > req.num_cached_blocks:
                 self._cache_full_blocks(req)
             req.in_flight += 1  # also keeps it from being chosen as a victim below
-            entries.append((req, computed + n))
+            entries.append((req, end))
             budget -= n
             if n == 1:
                 num_decode += 1
@@ -423,11 +427,7 @@ class Engine:
             return
         if len(req.block_hashes) < full:
             self._extend_hashes(req)
-        pool = self._pool
-        blocks = req.blocks
-        hashes = req.block_hashes
-        for k in range(req.num_cached_blocks, full):
-            pool.cache(blocks[k], hashes[k])
+        self._pool.cache_range(req.blocks, req.block_hashes, req.num_cached_blocks, full)
         req.num_cached_blocks = full
 
     def _complete(self, mb: _MicroBatch, outcome: StepOutcome) -> None:
@@ -435,19 +435,20 @@ class Engine:
         max_len = self.config.max_model_len
         emitted = outcome.emitted
         finished = outcome.finished
+        running_status = RequestStatus.RUNNING
         for req, ends_at in mb.entries:
             req.in_flight -= 1
-            if req.status is not RequestStatus.RUNNING or ends_at != len(req.all_token_ids):
+            tokens = req.all_token_ids
+            if req.status is not running_status or ends_at != len(tokens):
                 continue  # aborted meanwhile, or a prefill chunk short of the last token
-            req.all_token_ids.append(req.next_token_id())
+            tokens.append(req.next_token_id())
             req.num_output_tokens += 1
-            self._generation_tokens += 1
             if req.first_token_s is None:
                 req.first_token_s = now
                 self._prompt_tokens += req.num_prompt_tokens
             emitted.append(req)
             reason = None
-            if req.num_output_tokens >= req.max_tokens or len(req.all_token_ids) >= max_len:
+            if req.num_output_tokens >= req.max_tokens or len(tokens) >= max_len:
                 reason = FinishReason.LENGTH
             elif (
                 req.stop_after_tokens is not None and req.num_output_tokens >= req.stop_after_tokens
@@ -462,5 +463,6 @@ class Engine:
                 req.blocks = []
                 del self._requests[req.request_id]
                 finished.append(req)
+        self._generation_tokens += len(emitted)
         if finished:
-            self._running = [r for r in self._running if r.status is RequestStatus.RUNNING]
+            self._running = [r for r in self._running if r.status is running_status]

@@ -28,6 +28,11 @@ class BlockPool:
         return len(self._free)
 
     @property
+    def free_list(self) -> OrderedDict[int, None]:
+        """The free blocks themselves (read-only for callers; its len() is num_free)."""
+        return self._free
+
+    @property
     def usage(self) -> float:
         """Fraction of blocks held by requests (vLLM's kv_cache_usage_perc)."""
         return 1.0 - len(self._free) / self.num_blocks
@@ -55,17 +60,18 @@ class BlockPool:
 
     def allocate(self, n: int) -> list[int]:
         """Hand out n free blocks (caller checked num_free), evicting their cached hashes."""
-        free = self._free
+        popitem = self._free.popitem
         ref = self._ref_cnt
         hash_of = self._hash_of
+        cached = self._cached
         out = []
         for _ in range(n):
-            b, _none = free.popitem(last=False)
+            b, _none = popitem(False)  # the head: least recently freed
             h = hash_of[b]
             if h is not None:
                 hash_of[b] = None
-                if self._cached.get(h) == b:
-                    del self._cached[h]
+                if cached.get(h) == b:
+                    del cached[h]
             ref[b] = 1
             out.append(b)
         return out
@@ -84,3 +90,16 @@ class BlockPool:
         if self.enable_caching and block_hash not in self._cached:
             self._cached[block_hash] = block
             self._hash_of[block] = block_hash
+
+    def cache_range(self, blocks: list[int], hashes: list[int], start: int, stop: int) -> None:
+        """`cache(blocks[k], hashes[k])` for k in [start, stop), in one call (hot path)."""
+        if not self.enable_caching:
+            return
+        cached = self._cached
+        hash_of = self._hash_of
+        for k in range(start, stop):
+            h = hashes[k]
+            if h not in cached:
+                b = blocks[k]
+                cached[h] = b
+                hash_of[b] = h

@@ -199,42 +199,48 @@ class RooflineStepTimeModel:
     # ---------------------------------------------------------------------------------
 
     def step_time_s(self, batch: StepBatch) -> float:
-        n_seqs = batch.num_seqs
+        # Hot path (called every simulated engine step): attributes are read into locals
+        # and max() is spelled out, but every float is computed in the same order as the
+        # plain formulas, so results are bit-identical.
+        prefill_tokens = batch.prefill_tokens
+        prefill_ctx = batch.prefill_context_tokens
+        n_dec = batch.num_decode
+        n_seqs = len(prefill_tokens) + n_dec
         if n_seqs == 0:
             return 0.0
-        tokens = batch.num_tokens
-        n_dec = batch.num_decode
+        tokens = sum(prefill_tokens) + n_dec
         dec_ctx_mean = batch.decode_context_tokens / n_dec if n_dec else 0.0
 
         full_pairs = 0.0
-        for n, ctx in zip(batch.prefill_tokens, batch.prefill_context_tokens, strict=True):
+        for n, ctx in zip(prefill_tokens, prefill_ctx, strict=True):
             full_pairs += n * (ctx + (n + 1) / 2.0)
         moe_s = self._moe_s(tokens) if self._num_experts else 0.0
 
+        gemm_flops_s = self._gemm_flops_s
+        hbm_bytes_s = self._hbm_bytes_s
+        act_io = tokens * self._act_io_bytes_per_token
+        prefill_pair_flops = self._prefill_attn_flops_per_pair
+        decode_pair_flops = self._decode_attn_flops_per_pair
+        attn_flops_s = self._attn_flops_s
+        kv_bytes_layer = self._kv_bytes_per_token_layer
         total = 0.0
         for cls in self._classes:
             # Dense GEMMs.
-            gemm_s = max(
-                tokens * cls.dense_flops_per_token / self._gemm_flops_s,
-                (cls.dense_weight_bytes + tokens * self._act_io_bytes_per_token)
-                / self._hbm_bytes_s,
-            )
+            compute_s = tokens * cls.dense_flops_per_token / gemm_flops_s
+            memory_s = (cls.dense_weight_bytes + act_io) / hbm_bytes_s
+            gemm_s = memory_s if memory_s > compute_s else compute_s
             # Attention: prefill pairs (query token, key token), causal, window-capped.
-            if cls.window is None:
+            window = cls.window
+            if window is None:
                 pairs, dec_pairs = full_pairs, n_dec * dec_ctx_mean
             else:
                 pairs = 0.0
-                for n, ctx in zip(batch.prefill_tokens, batch.prefill_context_tokens, strict=True):
-                    pairs += n * min(ctx + (n + 1) / 2.0, cls.window)
-                dec_pairs = n_dec * min(dec_ctx_mean, cls.window)
-            attn_s = max(
-                (
-                    pairs * self._prefill_attn_flops_per_pair
-                    + dec_pairs * self._decode_attn_flops_per_pair
-                )
-                / self._attn_flops_s,
-                dec_pairs * self._kv_bytes_per_token_layer / self._hbm_bytes_s,
-            )
+                for n, ctx in zip(prefill_tokens, prefill_ctx, strict=True):
+                    pairs += n * min(ctx + (n + 1) / 2.0, window)
+                dec_pairs = n_dec * min(dec_ctx_mean, window)
+            compute_s = (pairs * prefill_pair_flops + dec_pairs * decode_pair_flops) / attn_flops_s
+            memory_s = dec_pairs * kv_bytes_layer / hbm_bytes_s
+            attn_s = memory_s if memory_s > compute_s else compute_s
             layer_s = gemm_s + attn_s
             if cls.is_moe:
                 layer_s += moe_s
@@ -245,9 +251,9 @@ class RooflineStepTimeModel:
             ar = self._curve.all_reduce_s(tokens * self._h * ACT_BYTES, self._tp)
             total += self.model.num_layers * self._allreduces_per_layer * ar
         # lm_head on the sequences that sample this iteration.
-        total += max(
-            n_seqs * self._lm_flops_per_seq / self._bf16_flops_s, self._lm_bytes / self._hbm_bytes_s
-        )
+        compute_s = n_seqs * self._lm_flops_per_seq / self._bf16_flops_s
+        memory_s = self._lm_bytes / hbm_bytes_s
+        total += memory_s if memory_s > compute_s else compute_s
         if self.pipeline_stages > 1:
             hop = send_recv_s(tokens * self._h * ACT_BYTES, self._pp_link_gbps, 5e-6)
             total += (self.pipeline_stages - 1) * hop

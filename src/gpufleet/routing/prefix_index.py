@@ -64,9 +64,14 @@ class PrefixIndex:
         if lru is None:
             return
         cap = self.capacity_of(replica_id)
+        holders = self._holders
         while len(lru) > cap:
             h, _ = lru.popitem(last=False)
-            self._drop_holder(h, replica_id)
+            owners = holders.get(h)  # (inlined _drop_holder: this loop is hot)
+            if owners is not None:
+                owners.discard(replica_id)
+                if not owners:
+                    del holders[h]
 
     def _drop_holder(self, h: int, replica_id: str) -> None:
         owners = self._holders.get(h)
