@@ -357,6 +357,33 @@ def scheduler_for(
     )
 
 
+def _serving_setup(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    layout: LayoutLike,
+    tokens_per_request: int,
+    backend: str,
+    max_num_seqs: int,
+    max_num_batched_tokens: int | None,
+    kv_capacity_tokens: int | None,
+    calibration: Calibration | None,
+    step_model: StepTimeModel | None,
+) -> tuple[Calibration, StepTimeModel, SchedulerShape]:
+    """Calibration, step-time model and scheduler limits of one layout's serving setup."""
+    cal = calibration or default_calibration()
+    step = step_model or layout_step_model(model, gpu, layout, backend=backend, calibration=cal)
+    sched = scheduler_for(
+        gpu,
+        backend=backend,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        kv_capacity_tokens=kv_capacity_tokens,
+        tokens_per_request=tokens_per_request,
+        calibration=cal,
+    )
+    return cal, step, sched
+
+
 def predict_serving(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -376,17 +403,10 @@ def predict_serving(
     `concurrency` clients of `input_tokens` in and `output_tokens` out. Pass
     `kv_capacity_tokens` (from plan.memory) to cap the running requests by the KV cache,
     and a prebuilt `step_model` to save its construction when sweeping concurrency."""
-    cal = calibration or default_calibration()
-    step = step_model or layout_step_model(model, gpu, layout, backend=backend, calibration=cal)
-    sched = scheduler_for(
-        gpu,
-        backend=backend,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        kv_capacity_tokens=kv_capacity_tokens,
-        tokens_per_request=input_tokens + output_tokens,
-        calibration=cal,
-    )
+    cal, step, sched = _serving_setup(
+        model, gpu, layout, input_tokens + output_tokens, backend, max_num_seqs,
+        max_num_batched_tokens, kv_capacity_tokens, calibration, step_model,
+    )  # fmt: skip
     return predict_closed_loop(
         step,
         input_tokens,
@@ -415,17 +435,10 @@ def max_serving_concurrency_within_slo(
     step_model: StepTimeModel | None = None,
 ) -> ServingPrediction | None:
     """The layout's best steady state within the SLOs (highest concurrency), or None."""
-    cal = calibration or default_calibration()
-    step = step_model or layout_step_model(model, gpu, layout, backend=backend, calibration=cal)
-    sched = scheduler_for(
-        gpu,
-        backend=backend,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        kv_capacity_tokens=kv_capacity_tokens,
-        tokens_per_request=input_tokens + output_tokens,
-        calibration=cal,
-    )
+    cal, step, sched = _serving_setup(
+        model, gpu, layout, input_tokens + output_tokens, backend, max_num_seqs,
+        max_num_batched_tokens, kv_capacity_tokens, calibration, step_model,
+    )  # fmt: skip
     return max_concurrency_within_slo(
         step,
         input_tokens,
