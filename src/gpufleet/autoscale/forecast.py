@@ -12,14 +12,21 @@ from dataclasses import dataclass, field
 
 
 @dataclass(slots=True)
-class LinearTrend:
-    window_s: float = 30.0
+class _Window:
+    """Samples (time, value) of the last `window_s`; older ones drop out as new ones come."""
+
+    window_s: float = 60.0
     _samples: deque[tuple[float, float]] = field(default_factory=deque)
 
     def add(self, now_s: float, value: float) -> None:
         self._samples.append((now_s, value))
         while self._samples and self._samples[0][0] < now_s - self.window_s:
             self._samples.popleft()
+
+
+@dataclass(slots=True)
+class LinearTrend(_Window):
+    window_s: float = 30.0
 
     def slope_per_s(self) -> float | None:
         fit = self._fit()
@@ -47,32 +54,16 @@ class LinearTrend:
 
 
 @dataclass(slots=True)
-class WindowMax:
+class WindowMax(_Window):
     """The largest value seen over the last `window_s` (the recent peak)."""
-
-    window_s: float = 60.0
-    _samples: deque[tuple[float, float]] = field(default_factory=deque)
-
-    def add(self, now_s: float, value: float) -> None:
-        self._samples.append((now_s, value))
-        while self._samples and self._samples[0][0] < now_s - self.window_s:
-            self._samples.popleft()
 
     def peak(self) -> float:
         return max((v for _, v in self._samples), default=0.0)
 
 
 @dataclass(slots=True)
-class WindowMean:
+class WindowMean(_Window):
     """The mean of samples over the last `window_s` (Knative's and Ray Serve's averaging)."""
-
-    window_s: float = 60.0
-    _samples: deque[tuple[float, float]] = field(default_factory=deque)
-
-    def add(self, now_s: float, value: float) -> None:
-        self._samples.append((now_s, value))
-        while self._samples and self._samples[0][0] < now_s - self.window_s:
-            self._samples.popleft()
 
     def mean(self, since_s: float | None = None) -> float | None:
         vals = [v for t, v in self._samples if since_s is None or t >= since_s]

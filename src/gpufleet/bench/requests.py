@@ -32,18 +32,8 @@ def completions_body(
     ignore_eos: bool = False,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    if ignore_eos:
-        body["ignore_eos"] = True
-    if extra:
-        body.update(extra)
-    return body
+    body: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": max_tokens}
+    return _streamed(body, ignore_eos, extra)
 
 
 def chat_body(
@@ -58,9 +48,16 @@ def chat_body(
         "model": model,
         "messages": messages,
         "max_completion_tokens": max_tokens,
-        "stream": True,
-        "stream_options": {"include_usage": True},
     }
+    return _streamed(body, ignore_eos, extra)
+
+
+def _streamed(
+    body: dict[str, Any], ignore_eos: bool, extra: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Ask for a stream with usage in its last event (vLLM's benchmark does the same)."""
+    body["stream"] = True
+    body["stream_options"] = {"include_usage": True}
     if ignore_eos:
         body["ignore_eos"] = True
     if extra:
