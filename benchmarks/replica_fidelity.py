@@ -32,8 +32,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gpufleet.engine import Engine, EngineConfig, EngineRequest
+from gpufleet.plan.profile import replica_profile
 from gpufleet.plan.step_time import LinearStepTimeModel, StepTimeModel
-from gpufleet.replica.profile import load_replica_profile
 from gpufleet.tokenizer import default_tokenizer
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -369,7 +369,9 @@ def run(sc: Scenario, tolerance: float) -> Row:
 
 def layout_scenario(c: int, quick: bool) -> Scenario:
     max_num_seqs = 256
-    profile = load_replica_profile(LAYOUT_MODEL, "h100-sxm", tp=4, max_num_seqs=max_num_seqs)
+    profile = replica_profile(
+        LAYOUT_MODEL, "h100-sxm", tp=4, max_num_seqs=max_num_seqs, max_model_len=8192
+    )
     cfg = EngineConfig(
         num_gpu_blocks=profile.num_gpu_blocks,
         block_size=profile.block_size,

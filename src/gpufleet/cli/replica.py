@@ -127,8 +127,8 @@ def command(
 ) -> None:
     """Run a simulated vLLM-compatible replica (OpenAI API, /health, /metrics)."""
     from gpufleet.engine import EngineConfig
+    from gpufleet.plan.profile import replica_profile
     from gpufleet.replica.config import Faults, ReplicaConfig
-    from gpufleet.replica.profile import load_replica_profile
     from gpufleet.replica.server import serve
 
     if time_scale <= 0:
@@ -139,7 +139,7 @@ def command(
         raise UserError("must be >= 0", field="--startup-s")
     if not 0 < gpu_memory_utilization <= 1:
         raise UserError("must be in (0, 1]", field="--gpu-memory-utilization")
-    profile = load_replica_profile(
+    profile = replica_profile(
         model,
         gpu,
         tp=tp,
