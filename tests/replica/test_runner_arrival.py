@@ -29,3 +29,28 @@ async def test_idle_engine_clock_starts_at_arrival_not_at_submit() -> None:
         assert abs(runner._target_wall_s - (received + step_s)) < 1e-9
     finally:
         await runner.stop()
+
+
+async def test_requests_arriving_together_share_the_first_step() -> None:
+    """vLLM's engine drains its whole input queue before a step; so does the runner after an
+    idle spell, instead of stepping with whichever request happened to be parsed first."""
+    engine = Engine(
+        EngineConfig(num_gpu_blocks=64, max_model_len=1024),
+        LinearStepTimeModel(base_s=0.02),
+        seed=0,
+    )
+    steps: list[list[str]] = []
+    runner = EngineRunner(
+        engine, on_step=lambda out: steps.append(sorted(r.request_id for r in out.emitted))
+    )
+    runner.start()
+    await asyncio.sleep(0)  # the loop is running and idle
+    try:
+        first = runner.submit(EngineRequest("r1", [11, 12, 13], 1))
+        await asyncio.sleep(0)  # a second handler finishes parsing one loop turn later
+        second = runner.submit(EngineRequest("r2", [21, 22, 23], 1))
+        await first.wait()
+        await second.wait()
+        assert steps[0] == ["r1", "r2"]
+    finally:
+        await runner.stop()

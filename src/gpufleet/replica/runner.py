@@ -18,6 +18,8 @@ from gpufleet.engine import Engine, EngineRequest, FinishReason, StepOutcome
 # Steps at least this long (wall) end to the sub-millisecond; shorter ones within the
 # event loop's timer tick, which spares the CPU of replicas stepping every few ms.
 _PRECISE_STEP_S = 0.008
+# After an idle spell, how long the loop lets other arrivals be parsed before stepping.
+_GATHER_ARRIVALS_S = 0.001
 
 
 class RequestStream:
@@ -153,8 +155,11 @@ class EngineRunner:
             if not engine.has_work:
                 self._wake.clear()
                 await self._wake.wait()
-                # No clock sync here: `submit` synced at the arrival, and the step starts
-                # then (a real engine polls; this loop may wake a little later).
+                # No clock sync here: `submit` synced the engine clock at the arrival, so
+                # the first step ends one step time after it however late we start. Let
+                # requests that arrived together finish parsing first, so they share the
+                # step as in vLLM, whose engine drains its whole input queue before a step.
+                await asyncio.sleep(_GATHER_ARRIVALS_S)
             outcome = engine.step()
             if outcome.duration_s <= 0.0 and not outcome.emitted:
                 await asyncio.sleep(0.001)  # nothing schedulable right now; never spin
