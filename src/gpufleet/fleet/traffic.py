@@ -3,7 +3,8 @@
 The schedule is pure (seeded, no clock); `drive` plays it in real time with streaming chat
 requests and records what each client saw (TTFT, TPOT, errors). Chats share a few long
 system prompts so that prefix-aware routing and the replicas' prefix caches have work.
-It stands in for gpufleet.bench behind one function until both can share a load loop.
+Each request is sent and measured by gpufleet.bench's streaming client (vLLM's metric
+definitions), so the demo and `gpufleet bench` read streams the same way.
 """
 
 from __future__ import annotations
@@ -18,6 +19,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import aiohttp
+
+from gpufleet.bench.client import stream_request
+from gpufleet.bench.metrics import request_metrics
+from gpufleet.bench.records import RequestRecord
+from gpufleet.bench.requests import chat_body
+
+_JSON = {"Content-Type": "application/json"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,53 +126,19 @@ async def _one_request(
     messages: list[dict[str, str]],
     max_tokens: int,
     sent_s: float,
-    clock: Callable[[], float],
 ) -> RequestResult:
-    body = {
-        "model": model,
-        "messages": messages,
-        "max_tokens": max_tokens,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    start = clock()
-    first: float | None = None
-    tokens = 0
-    done = False
-    try:
-        async with session.post(f"{url}/v1/chat/completions", json=body) as resp:
-            if resp.status != 200:
-                text = (await resp.text())[:200]
-                return RequestResult(sent_s, False, resp.status, error=text)
-            async for raw in resp.content:
-                line = raw.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    done = True  # read on to the end so the connection closes cleanly
-                    continue
-                event = json.loads(data)
-                if "error" in event:
-                    return RequestResult(
-                        sent_s, False, resp.status, error=str(event["error"])[:200]
-                    )
-                for choice in event.get("choices") or []:
-                    if first is None and (choice.get("delta") or {}).get("content"):
-                        first = clock()
-                usage = event.get("usage")
-                if usage:
-                    tokens = int(usage.get("completion_tokens") or 0)
-    except (aiohttp.ClientError, TimeoutError, OSError, json.JSONDecodeError) as e:
-        return RequestResult(sent_s, False, 0, error=f"{type(e).__name__}: {e}"[:200])
-    end = clock()
-    if not done:
-        return RequestResult(sent_s, False, 200, error="stream ended without [DONE]")
-    ttft = None if first is None else first - start
-    tpot = None
-    if first is not None and tokens > 1:
-        tpot = (end - first) / (tokens - 1)
-    return RequestResult(sent_s, True, 200, ttft, tpot, end - start, tokens)
+    """One streamed chat request, read and measured by gpufleet.bench's client."""
+    body = json.dumps(chat_body(model, messages, max_tokens)).encode()
+    rec = await stream_request(
+        session, f"{url}/v1/chat/completions", body, _JSON, RequestRecord(max_tokens=max_tokens)
+    )
+    m = request_metrics(rec)
+    if m is None:
+        error = f"{rec.error_type}: {rec.error}"[:200]
+        return RequestResult(sent_s, False, rec.status or 0, error=error)
+    return RequestResult(
+        sent_s, True, rec.status or 200, m.ttft_s, m.tpot_s, m.e2e_s, m.output_tokens
+    )
 
 
 async def drive(
@@ -191,9 +165,7 @@ async def drive(
         async def run_one(sent_s: float, messages: list[dict[str, str]]) -> None:
             log.in_flight += 1
             try:
-                result = await _one_request(
-                    session, url, model, messages, max_tokens, sent_s, clock
-                )
+                result = await _one_request(session, url, model, messages, max_tokens, sent_s)
             finally:
                 log.in_flight -= 1
             log.results.append(result)
