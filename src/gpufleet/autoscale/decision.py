@@ -52,3 +52,16 @@ class ScalingPolicy(Protocol):
     name: str
 
     def decide(self, now_s: float, signals: FleetSignals) -> ScalingDecision: ...
+
+
+def check_capacity_per_replica(capacity_per_replica: int) -> None:
+    """The per-replica batch capacity a capacity-based policy divides demand by."""
+    if capacity_per_replica < 1:
+        raise UserError(
+            "must be ≥ 1", field="capacity_per_replica", fix="use the plan's concurrent sequences"
+        )
+
+
+def capacity_note(capacity_source: str) -> str:
+    """Where the capacity came from, as a suffix for a decision's reason."""
+    return f" [{capacity_source}]" if capacity_source else ""

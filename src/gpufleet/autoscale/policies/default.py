@@ -18,7 +18,12 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from gpufleet.autoscale.decision import ReplicaBounds, ScalingDecision
+from gpufleet.autoscale.decision import (
+    ReplicaBounds,
+    ScalingDecision,
+    capacity_note,
+    check_capacity_per_replica,
+)
 from gpufleet.autoscale.forecast import LinearTrend, WindowMax
 from gpufleet.autoscale.signals import FleetSignals
 from gpufleet.errors import UserError
@@ -63,12 +68,7 @@ class DefaultPolicy:
     _last_change_s: float | None = None
 
     def __post_init__(self) -> None:
-        if self.capacity_per_replica < 1:
-            raise UserError(
-                "must be ≥ 1",
-                field="capacity_per_replica",
-                fix="use the plan's concurrent sequences",
-            )
+        check_capacity_per_replica(self.capacity_per_replica)
         if not 0 < self.kv_usage_threshold <= 1:
             raise UserError("must be in (0, 1]", field="kv_usage_threshold", fix="e.g. 0.9")
         if self.headroom_fraction < 0:
@@ -89,7 +89,7 @@ class DefaultPolicy:
     def _capacity_note(self, cap: int) -> str:
         if cap < self.capacity_per_replica:
             return f" [learned; configured {self.capacity_per_replica}]"
-        return f" [{self.capacity_source}]" if self.capacity_source else ""
+        return capacity_note(self.capacity_source)
 
     def decide(self, now_s: float, signals: FleetSignals) -> ScalingDecision:
         ready = signals.ready

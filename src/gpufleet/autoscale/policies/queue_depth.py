@@ -10,9 +10,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from gpufleet.autoscale.decision import ReplicaBounds, ScalingDecision
+from gpufleet.autoscale.decision import (
+    ReplicaBounds,
+    ScalingDecision,
+    capacity_note,
+    check_capacity_per_replica,
+)
 from gpufleet.autoscale.signals import FleetSignals
-from gpufleet.errors import UserError
 
 
 @dataclass(slots=True)
@@ -24,12 +28,7 @@ class QueueDepthPolicy:
     name: str = "queue_depth"
 
     def __post_init__(self) -> None:
-        if self.capacity_per_replica < 1:
-            raise UserError(
-                "must be ≥ 1",
-                field="capacity_per_replica",
-                fix="use the plan's concurrent sequences",
-            )
+        check_capacity_per_replica(self.capacity_per_replica)
 
     def decide(self, now_s: float, signals: FleetSignals) -> ScalingDecision:
         pending = signals.demand
@@ -37,7 +36,7 @@ class QueueDepthPolicy:
         desired = self.bounds.clamp(raw)
         reason = (
             f"pending {pending} / capacity {self.capacity_per_replica} per replica"
-            + (f" [{self.capacity_source}]" if self.capacity_source else "")
+            + capacity_note(self.capacity_source)
             + f" → {raw}, within [{self.bounds.min_replicas}, {self.bounds.max_replicas}] → {desired}"
         )
         return ScalingDecision(desired, reason, self.name, now_s, signals.current_replicas)
