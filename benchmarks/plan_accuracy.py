@@ -11,7 +11,7 @@ and p90 absolute percentage error of TTFT and TPOT per backend, per model and ov
 a markdown table, and writes the same as JSON (default benchmarks/results/plan_accuracy.json).
 Rows it cannot model (unknown GPU, model or quant mode) are counted and named.
 
---engine plays each row's closed loop out on `gpufleet.engine` (plan.perf_engine:
+--engine plays each row's closed loop out on `gpufleet.engine` (validation.engine_loop:
 desynchronized clients, a warm-up, the benchmark's first wave, a capped number of
 iterations) instead of the analytic solver, and reports the analytic scores beside it.
 
@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import UserError
-from gpufleet.plan.calibration import default_calibration, fit
-from gpufleet.plan.perf_validation import (
+from gpufleet.perf.calibration import default_calibration
+from gpufleet.validation.fit import fit
+from gpufleet.validation.measured import (
     DEFAULT_CSV,
     MeasuredRow,
     RowPrediction,
@@ -113,10 +114,10 @@ def _arch_key(row: MeasuredRow, configs_dir: Path | None) -> tuple[Any, ...]:
 def model_speed() -> dict[str, float]:
     """What the model costs its callers: one step_time_s (the engine calls it every
     iteration) and one closed-loop prediction (the planner makes a few hundred)."""
+    from gpufleet.perf.roofline import RooflineStepTimeModel
+    from gpufleet.perf.step_time import StepBatch
     from gpufleet.plan.layout import Layout
-    from gpufleet.plan.perf import RooflineStepTimeModel
     from gpufleet.plan.perf_serving import predict_serving
-    from gpufleet.plan.step_time import StepBatch
     from gpufleet.specs.gpus import load_gpu
     from gpufleet.specs.models import load_model
 

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.engine import Engine, EngineConfig, EngineRequest
+from gpufleet.perf.step_time import LinearStepTimeModel, StepTimeModel
 from gpufleet.plan.profile import replica_profile
-from gpufleet.plan.step_time import LinearStepTimeModel, StepTimeModel
 from gpufleet.tokenizer import default_tokenizer
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -1,4 +1,4 @@
-from gpufleet.plan.step_time import LinearStepTimeModel, StepBatch
+from gpufleet.perf.step_time import LinearStepTimeModel, StepBatch
 from gpufleet.tokenizer import Tokenizer, apply_chat_template, block_hashes
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.engine import Engine, EngineConfig, EngineRequest, FinishReason, RequestStatus
-from gpufleet.plan.step_time import LinearStepTimeModel
+from gpufleet.perf.step_time import LinearStepTimeModel
 from gpufleet.tokenizer import default_tokenizer
 
 MODEL = LinearStepTimeModel(base_s=0.01, per_token_s=1e-4, per_context_token_s=1e-6)

@@ -7,16 +7,16 @@ from dataclasses import dataclass
 
 import pytest
 
+from gpufleet.perf.comm import MIB, AllReduceCurve
+from gpufleet.perf.roofline import RooflineStepTimeModel
+from gpufleet.perf.step_time import LinearStepTimeModel, StepBatch, StepTimeModel
 from gpufleet.plan.layout import Layout
-from gpufleet.plan.perf import RooflineStepTimeModel
-from gpufleet.plan.perf_comm import MIB, AllReduceCurve
 from gpufleet.plan.perf_serving import (
     SchedulerShape,
     max_concurrency_within_slo,
     predict_closed_loop,
     predict_serving,
 )
-from gpufleet.plan.step_time import LinearStepTimeModel, StepBatch, StepTimeModel
 from gpufleet.specs.gpus import load_gpu
 from gpufleet.specs.models import load_model
 
@@ -253,7 +253,7 @@ def test_moe_gemm_efficiency_slows_prefill_not_decode() -> None:
     import dataclasses
     from types import MappingProxyType
 
-    from gpufleet.plan.calibration import default_calibration
+    from gpufleet.perf.calibration import default_calibration
 
     cal = default_calibration()
     base = dataclasses.replace(cal.backend("trtllm"), moe_gemm_efficiency=1.0)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.errors import UserError
+from gpufleet.perf.step_time import StepBatch, StepTimeModel
 from gpufleet.plan.profile import ReplicaProfile, replica_profile
-from gpufleet.plan.step_time import StepBatch, StepTimeModel
 
 
 def test_llama_8b_on_one_h100_with_vllm_defaults() -> None:

@@ -4,7 +4,7 @@ import asyncio
 import time
 
 from gpufleet.engine import Engine, EngineConfig, EngineRequest
-from gpufleet.plan.step_time import LinearStepTimeModel
+from gpufleet.perf.step_time import LinearStepTimeModel
 from gpufleet.replica.runner import EngineRunner
 
 

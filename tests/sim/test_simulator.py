@@ -14,8 +14,8 @@ from gpufleet.autoscale.policies import make_policy as make_scaling_policy
 from gpufleet.autoscale.signals import FleetSignals
 from gpufleet.engine import Engine, EngineConfig, EngineRequest
 from gpufleet.gateway import signals as gateway_signals_module
+from gpufleet.perf.step_time import LinearStepTimeModel
 from gpufleet.plan.perf_serving import SchedulerShape, predict_closed_loop
-from gpufleet.plan.step_time import LinearStepTimeModel
 from gpufleet.routing import make_policy
 from gpufleet.routing.prefix_aware import PrefixAware
 from gpufleet.routing.types import ReplicaView, RequestInfo

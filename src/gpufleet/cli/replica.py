@@ -11,7 +11,7 @@ from collections.abc import Callable
 import click
 
 from gpufleet.errors import UserError
-from gpufleet.plan.step_time import LinearStepTimeModel
+from gpufleet.perf.step_time import LinearStepTimeModel
 
 
 def _parse_step_time(spec: str) -> LinearStepTimeModel:

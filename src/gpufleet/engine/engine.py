@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from gpufleet.engine.kv_cache import BlockPool
 from gpufleet.engine.request import EngineRequest, FinishReason, RequestStatus
-from gpufleet.plan.step_time import StepBatch, StepTimeModel
+from gpufleet.perf.step_time import StepBatch, StepTimeModel
 from gpufleet.tokenizer import block_hashes
 
 

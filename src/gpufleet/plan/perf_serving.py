@@ -24,10 +24,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpufleet.plan.calibration import Calibration, default_calibration
+from gpufleet.perf.calibration import Calibration, default_calibration
+from gpufleet.perf.roofline import LayoutLike, RooflineStepTimeModel
+from gpufleet.perf.step_time import StepBatch, StepTimeModel
 from gpufleet.plan.capacity import concurrent_sequences
-from gpufleet.plan.perf import LayoutLike, RooflineStepTimeModel
-from gpufleet.plan.step_time import StepBatch, StepTimeModel
 from gpufleet.specs.gpus import GpuSpec
 from gpufleet.specs.models import ModelSpec
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpufleet.errors import UserError
+from gpufleet.perf.roofline import RooflineStepTimeModel
+from gpufleet.perf.step_time import StepTimeModel
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.memory import (
     DEFAULT_BLOCK_TOKENS,
     default_max_num_batched_tokens,
     memory_breakdown,
 )
-from gpufleet.plan.perf import RooflineStepTimeModel
-from gpufleet.plan.step_time import StepTimeModel
 from gpufleet.specs.dtypes import KV_DTYPES, WEIGHT_DTYPES
 from gpufleet.specs.gpus import load_gpu
 from gpufleet.specs.models import load_model

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpufleet.errors import UserError
+from gpufleet.perf.roofline import RooflineStepTimeModel
+from gpufleet.perf.step_time import StepBatch
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.memory import (
     GIB,
@@ -30,7 +32,6 @@ from gpufleet.plan.memory import (
     memory_breakdown,
     sequences_that_fit,
 )
-from gpufleet.plan.perf import RooflineStepTimeModel
 from gpufleet.plan.perf_serving import (
     ServingPrediction,
     layout_step_model,
@@ -38,7 +39,6 @@ from gpufleet.plan.perf_serving import (
     predict_serving,
 )
 from gpufleet.plan.render import LaunchCommands, render_launch_commands
-from gpufleet.plan.step_time import StepBatch
 from gpufleet.specs.gpus import GpuSpec
 from gpufleet.specs.models import ModelSpec
 
@@ -181,7 +181,7 @@ def _candidate_dict(c: Candidate) -> dict[str, Any]:
 
 
 def _serving(req: PlanRequest, layout: Layout, kv_concurrent_requests: int) -> LayoutPerformance:
-    """TTFT / TPOT / SLO-meeting throughput of one replica, from gpufleet.plan.perf
+    """TTFT / TPOT / SLO-meeting throughput of one replica, from gpufleet.perf.roofline
     (vLLM's scheduler limits; running requests capped by what the KV cache holds)."""
     isl, osl = req.input_tokens, req.output_tokens
     common: dict[str, Any] = dict(

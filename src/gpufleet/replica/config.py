@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.engine import EngineConfig
-from gpufleet.plan.step_time import StepTimeModel
+from gpufleet.perf.step_time import StepTimeModel
 
 
 @dataclass

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from gpufleet.autoscale.actuator import ManagedReplica
 from gpufleet.engine import Engine, EngineConfig
-from gpufleet.plan.step_time import StepTimeModel
+from gpufleet.perf.step_time import StepTimeModel
 from gpufleet.routing.types import ReplicaState, ReplicaView
 
 

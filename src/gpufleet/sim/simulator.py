@@ -36,7 +36,7 @@ from gpufleet.engine import Engine, EngineConfig, EngineRequest
 from gpufleet.gateway.metrics import RecentWindow
 from gpufleet.gateway.policies import policy_needs_prefix
 from gpufleet.gateway.signals import gateway_signals, latency_signals
-from gpufleet.plan.step_time import StepTimeModel
+from gpufleet.perf.step_time import StepTimeModel
 from gpufleet.routing.prefix import DEFAULT_BYTES_PER_TOKEN, ROUTING_BLOCK_BYTES
 from gpufleet.routing.types import (
     EngineStats,

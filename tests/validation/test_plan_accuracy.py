@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from gpufleet.errors import UserError
-from gpufleet.plan.calibration import calibration_from_dict
-from gpufleet.plan.calibration import main as calibration_main
-from gpufleet.plan.perf_validation import MeasuredRow, model_row, read_rows
+from gpufleet.perf.calibration import calibration_from_dict
+from gpufleet.validation.fit import main as calibration_main
+from gpufleet.validation.measured import MeasuredRow, model_row, read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "plan_accuracy.py"

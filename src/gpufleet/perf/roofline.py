@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from gpufleet.plan.calibration import Calibration, default_calibration
-from gpufleet.plan.perf_comm import AllReduceCurve, all_to_all_s, send_recv_s
-from gpufleet.plan.step_time import StepBatch
+from gpufleet.perf.calibration import Calibration, default_calibration
+from gpufleet.perf.comm import AllReduceCurve, all_to_all_s, send_recv_s
+from gpufleet.perf.step_time import StepBatch
 from gpufleet.specs.dtypes import BYTES_PER_PARAM, weight_bytes_per_param
 from gpufleet.specs.gpus import GpuSpec
 from gpufleet.specs.models import ModelSpec

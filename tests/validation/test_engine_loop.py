@@ -1,4 +1,4 @@
-"""The engine-driven closed loop (plan.perf_engine): the real Engine on virtual time."""
+"""The engine-driven closed loop (validation.engine_loop): the real Engine on virtual time."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.perf.roofline import RooflineStepTimeModel
+from gpufleet.perf.step_time import LinearStepTimeModel, StepBatch
 from gpufleet.plan.layout import Layout
-from gpufleet.plan.perf import RooflineStepTimeModel
-from gpufleet.plan.perf_engine import SeparatePrefillStepModel, simulate_closed_loop
 from gpufleet.plan.perf_serving import predict_closed_loop
-from gpufleet.plan.perf_validation import model_row, read_rows
-from gpufleet.plan.step_time import LinearStepTimeModel, StepBatch
 from gpufleet.specs.gpus import load_gpu
 from gpufleet.specs.models import load_model
+from gpufleet.validation.engine_loop import SeparatePrefillStepModel, simulate_closed_loop
+from gpufleet.validation.measured import model_row, read_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = Path(__file__).parent / "data" / "measured_serving_sample.csv"

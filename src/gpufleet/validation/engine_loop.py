@@ -33,7 +33,7 @@ import random
 from dataclasses import dataclass
 
 from gpufleet.engine import Engine, EngineConfig, EngineRequest
-from gpufleet.plan.step_time import StepBatch, StepTimeModel
+from gpufleet.perf.step_time import StepBatch, StepTimeModel
 
 _BLOCK_SIZE = 16
 _TOKEN_ID = 7  # prompt content is irrelevant with the prefix cache off

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.errors import UserError
-from gpufleet.plan.calibration import BackendCalibration, Calibration, default_calibration
+from gpufleet.perf.calibration import BackendCalibration, Calibration, default_calibration
+from gpufleet.perf.roofline import RooflineStepTimeModel
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.memory import memory_breakdown
-from gpufleet.plan.perf import RooflineStepTimeModel
-from gpufleet.plan.perf_engine import EngineLoopResult, simulate_closed_loop
 from gpufleet.plan.perf_serving import SchedulerShape, ServingPrediction, predict_closed_loop
 from gpufleet.specs.gpus import GpuSpec, load_gpu
 from gpufleet.specs.models import ModelSpec, load_model, parse_config
+from gpufleet.validation.engine_loop import EngineLoopResult, simulate_closed_loop
 
 _CSV_NAME = "measured_serving_dev.csv"
 # ../shared/validation next to the repository (as the issue names it), else the shared
@@ -170,7 +170,7 @@ def model_row(
 ) -> RowPrediction:
     """Predict one row; raises UserError (with the reason) when the row cannot be modelled.
 
-    engine: play the closed loop out on `gpufleet.engine` (perf_engine) instead of the
+    engine: play the closed loop out on `gpufleet.engine` (engine_loop) instead of the
     analytic mean-value solver; the same step-time model and constants either way."""
     cal = cal or default_calibration()
     model = resolve_model(row.model_path, configs_dir)

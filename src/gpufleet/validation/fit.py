@@ -1,0 +1,127 @@
+"""Refit the step-time model's constants on measured serving rows.
+
+`python -m gpufleet.validation.fit [CSV]` (default: the measured-serving CSV found by
+`gpufleet.validation.measured.DEFAULT_CSV`) runs a coordinate search minimising the
+median absolute log-errors of TTFT and TPOT, each scaled by its accuracy target, and
+writes `gpufleet/perf/data/calibration.yaml`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from gpufleet.perf.calibration import (
+    SCALAR_CONSTANTS,
+    Calibration,
+    calibration_to_dict,
+    default_calibration,
+)
+from gpufleet.validation.measured import DEFAULT_CSV, predict_row, read_rows
+
+
+def _score(cal: Calibration, rows: Sequence[Any]) -> float:
+    """The acceptance metrics themselves: median |log(predicted / measured)| of TTFT and of
+    TPOT, each scaled by its target (20% and 10%), summed. Medians keep the fit robust to
+    the few rows no engine-level model explains."""
+    ttft: list[float] = []
+    tpot: list[float] = []
+    for row in rows:
+        pred = predict_row(row, cal)
+        if pred is None:
+            continue
+        ttft.append(abs(math.log(pred.ttft_s / row.ttft_s)))
+        tpot.append(abs(math.log(pred.tpot_s / row.tpot_s)))
+    if not ttft:
+        return math.inf
+    return statistics.median(ttft) / 0.2 + statistics.median(tpot) / 0.1
+
+
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "gemm_efficiency": (0.2, 0.95),
+    "attention_efficiency": (0.1, 0.95),
+    "memory_efficiency": (0.4, 0.95),
+    "allreduce_latency_s": (2e-6, 40e-6),
+    "queue_scale": (0.05, 4.0),
+    "benchmark_requests_per_client": (1.0, 50.0),
+    "step_overhead_s": (0.0, 0.02),
+    "ttft_overhead_s": (0.0, 0.3),
+    "moe_efficiency": (0.1, 1.5),
+    "moe_gemm_efficiency": (0.02, 1.0),  # no faster than dense GEMMs
+}
+
+
+def _replace(cal: Calibration, key: str, value: float, backend: str | None) -> Calibration:
+    changes: dict[str, Any] = {key: value}
+    if backend is None:
+        return dataclasses.replace(cal, **changes)
+    backends = dict(cal.backends)
+    backends[backend] = dataclasses.replace(cal.backend(backend), **changes)
+    return dataclasses.replace(cal, backends=MappingProxyType(backends))
+
+
+def fit(rows: Sequence[Any], start: Calibration, rounds: int = 3) -> Calibration:
+    """Coordinate search: each constant in turn, multiplicative steps that shrink."""
+    cal = start
+    best = _score(cal, rows)
+    knobs: list[tuple[str, str | None]] = [(k, None) for k in SCALAR_CONSTANTS]
+    backends = sorted({r.backend for r in rows} & set(cal.backends))
+    for b in backends:
+        knobs += [("step_overhead_s", b), ("ttft_overhead_s", b), ("moe_efficiency", b)]
+        knobs += [("moe_gemm_efficiency", b)]
+        knobs += [("benchmark_requests_per_client", b)]
+    for step in [1.5, 1.2, 1.07][:rounds]:
+        for key, backend in knobs:
+            improved = True
+            while improved:
+                improved = False
+                owner: Any = cal if backend is None else cal.backend(backend)
+                current = float(getattr(owner, key))
+                lo, hi = _BOUNDS[key]
+                seed = current if current > 0 else hi * 0.05
+                for raw in (seed * step, seed / step):
+                    cand = min(hi, max(lo, raw))
+                    if cand == current:
+                        continue
+                    trial = _replace(cal, key, cand, backend)
+                    s = _score(trial, rows)
+                    if s < best - 1e-6:
+                        cal, best, improved = trial, s, True
+                        break
+    return cal
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Refit the step-time model's constants.")
+    parser.add_argument("csv", nargs="?", type=Path, default=DEFAULT_CSV)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(__file__).parents[1] / "perf" / "data" / "calibration.yaml",
+        help="where to write the constants (default: the shipped calibration.yaml)",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="coordinate-search rounds (1-3)")
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    rows = read_rows(args.csv)
+    cal = fit(rows, default_calibration(), rounds=args.rounds)
+    header = (
+        "# Fitted by `python -m gpufleet.validation.fit` on "
+        f"{args.csv.name} ({len(rows)} rows). Few, physical constants: see calibration.py.\n"
+    )
+    args.out.write_text(header + yaml.safe_dump(calibration_to_dict(cal), sort_keys=False))
+    print(f"wrote {args.out}: score {_score(cal, rows):.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
