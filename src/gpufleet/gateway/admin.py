@@ -6,6 +6,7 @@ The two completion endpoints are here too, for connections the lean front handed
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -125,22 +126,22 @@ class AdminApi:
         return web.json_response(out, status=201)
 
     async def drain(self, request: web.Request) -> web.Response:
-        denied = self._denied(request)
-        if denied:
-            return denied
-        rid = request.match_info["replica_id"]
-        try:
-            return web.json_response(self.gw.drain_replica(rid))
-        except KeyError:
-            return error_response(404, f"no replica {rid!r}", param="replica_id")
+        return self._on_replica(request, self.gw.drain_replica)
 
     async def delete(self, request: web.Request) -> web.Response:
+        return self._on_replica(
+            request, lambda rid: {"deleted": True, "replica": self.gw.remove_replica(rid)}
+        )
+
+    def _on_replica(
+        self, request: web.Request, act: Callable[[str], dict[str, Any]]
+    ) -> web.Response:
         denied = self._denied(request)
         if denied:
             return denied
         rid = request.match_info["replica_id"]
         try:
-            return web.json_response({"deleted": True, "replica": self.gw.remove_replica(rid)})
+            return web.json_response(act(rid))
         except KeyError:
             return error_response(404, f"no replica {rid!r}", param="replica_id")
 

@@ -135,8 +135,13 @@ class Proxy:
         self._request_ids = itertools.count(1)
 
     # -- admission steps ------------------------------------------------------------------
-    async def handle(self, request: In, out: Out, endpoint: str, path: str, t0_s: float) -> None:
-        """Authenticate, validate, admit, route and forward one completion request."""
+    async def handle(
+        self, request: In, out: Out, endpoint: str, path: str, t0_s: float | None = None
+    ) -> None:
+        """Authenticate, validate, admit, route and forward one completion request that
+        arrived at `t0_s` (default: now; the lean front calls this directly)."""
+        if t0_s is None:
+            t0_s = time.monotonic()
         limits = self.limits
         count = self.metrics.count_request
         header_bytes = 0

@@ -29,7 +29,7 @@ from gpufleet.fleet_state import AdmissionQueue, FleetState, GatewaySignals
 from gpufleet.gateway.admin import build_app
 from gpufleet.gateway.admission import TableChanges
 from gpufleet.gateway.config import GatewayConfig, ReplicaConfig, load_config
-from gpufleet.gateway.fast_http import FastFront, FastRequest, FastResponder
+from gpufleet.gateway.fast_http import FastFront
 from gpufleet.gateway.health import HealthChecks
 from gpufleet.gateway.metrics import GatewayMetrics
 from gpufleet.gateway.proxy import Proxy
@@ -116,7 +116,7 @@ class Gateway:
         # The lean front serves the completion endpoints; it hands every other
         # connection to aiohttp's protocol (the app above).
         self._front = FastFront(
-            self._fast_proxy,
+            self.proxy.handle,
             aiohttp_server,
             max_header_bytes=cfg.limits.max_header_bytes,
             max_body_bytes=cfg.limits.max_body_bytes,
@@ -167,11 +167,6 @@ class Gateway:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
-
-    async def _fast_proxy(
-        self, request: FastRequest, out: FastResponder, endpoint: str, path: str
-    ) -> None:
-        await self.proxy.handle(request, out, endpoint, path, time.monotonic())
 
     # -- replica management (admin API and in-process callers) --------------------------
     def _add(self, rc: ReplicaConfig, source: str) -> Replica:
