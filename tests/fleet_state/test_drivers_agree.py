@@ -138,7 +138,7 @@ def simulated_gateway(policy: RoutingPolicy) -> tuple[list[Outcome], FleetState[
     placed: dict[str, tuple[RequestInfo, FleetReplica]] = {}
 
     def dispatch(live: LiveRequest, replica: FleetReplica) -> None:
-        gateway.started(live.info, replica)  # as SimFleet.dispatch does
+        fleet.started(live.info, replica, policy)  # as SimFleet.dispatch does
         placed[live.info.request_id] = (live.info, replica)
         outcomes.append((clock.now_s, live.info.request_id, replica.replica_id))
 

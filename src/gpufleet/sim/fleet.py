@@ -28,7 +28,6 @@ from gpufleet.sim.events import (
     EventQueue,
     SimClock,
 )
-from gpufleet.sim.gateway import SimGateway
 from gpufleet.sim.replica import SimReplica
 from gpufleet.sim.results import ReplicaRecord
 
@@ -47,7 +46,9 @@ class SimFleet:
         self.clients = clients
         self.events = events
         self.clock = clock
-        self.gateway: SimGateway | None = None  # set by the simulator
+        # What the gateway tells the routing policy, through the fleet core.
+        self.policy = fleet.policy
+        self._live = clients.live
         self.replicas: dict[str, SimReplica] = {}
         self.decisions: list[ScalingDecision] = []
         self.fleet_size: list[tuple[float, int, int]] = []  # (t, ready, total)
@@ -57,11 +58,10 @@ class SimFleet:
     # -- requests on engines ------------------------------------------------------------
     def dispatch(self, live: LiveRequest, view: FleetReplica) -> None:
         """The gateway chose `view` for this request: it starts there now."""
-        assert self.gateway is not None
         now = self.clock.now_s
         replica = self.replicas[view.replica_id]
         replica.account(now)
-        self.gateway.started(live.info, view)
+        self.fleet.started(live.info, view, self.policy)
         replica.note_peak()
         replica.requests_routed += 1
         ereq = self.clients.engine_request(live, now)
@@ -99,27 +99,24 @@ class SimFleet:
         replica, outcome = payload
         now = self.clock.now_s
         view = replica.view
-        clients = self.clients
-        live_map = clients.live
-        gateway = self.gateway
-        assert gateway is not None
+        live_map = self._live
         for ereq in outcome.emitted:
             live = live_map.get(ereq.request_id)
             if live is None:
                 continue
             if live.result.first_token_s is None:
                 live.result.first_token_s = now
-                gateway.first_token(live.info, view)
+                self.fleet.first_token(live.info, view, self.policy)
         for ereq in outcome.finished:
             live = live_map.pop(ereq.request_id, None)
             if live is None:
                 continue
-            res = clients.finish(live, ereq, now)
+            res = self.clients.finish(live, ereq, now)
             replica.live_ids.discard(ereq.request_id)
             replica.account(now)
-            gateway.finished(live.info, view, True, res.first_token_s is not None)
+            self.fleet.finished(live.info, view, self.policy, True, res.first_token_s is not None)
             self.fleet.observe_latency(now, res.ttft_s, res.tpot_s)
-            clients.client_done(live.req.index)
+            self.clients.client_done(live.req.index)
         if replica.stopped_at_s is not None:
             replica.stepping = False
             return
@@ -187,15 +184,14 @@ class SimFleet:
     def on_drain_deadline(self, replica: SimReplica) -> None:
         if replica.stopped_at_s is not None:
             return
-        assert self.gateway is not None
         now = self.clock.now_s
         for rid in sorted(replica.live_ids):
-            live = self.clients.live.pop(rid, None)
+            live = self._live.pop(rid, None)
             replica.engine.abort(rid)
             if live is not None:
                 replica.account(now)
                 streamed = live.result.first_token_s is not None
-                self.gateway.finished(live.info, replica.view, False, streamed)
+                self.fleet.finished(live.info, replica.view, self.policy, False, streamed)
                 self.clients.fail(live, "drain_deadline")
         replica.live_ids.clear()
         self.stop(replica)

@@ -1,8 +1,7 @@
 """The simulated fleet's gateway: the fleet core driven on virtual time.
 
 The same `FleetState` the live gateway drives: admission (route now, wait in the bounded
-queue, or refuse with the gateway's 503), the routing policy and its notifications,
-in-flight counts, scraped engine metrics and the autoscaling signals. What the live
+queue, or refuse with the gateway's 503) and the routing policy's choice. What the live
 gateway does with sockets and asyncio events is done here with events on the virtual
 clock: a queued request's deadline is a QUEUE_TIMEOUT event, and a change of the replica
 table re-admits the queue in arrival order (as it wakes the live gateway's waiters).
@@ -14,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from gpufleet.fleet_state import AdmissionQueue, FleetReplica, FleetState, QueueTicket, Refusal
-from gpufleet.routing.types import RequestInfo, RoutingPolicy
+from gpufleet.routing.types import RoutingPolicy
 from gpufleet.sim.events import QUEUE_TIMEOUT, EventQueue
 
 if TYPE_CHECKING:
@@ -99,13 +98,3 @@ class SimGateway:
             self._refuse(live, admitted)
         else:
             self._route(live, admitted)
-
-    # -- notifications, as the live proxy sends them ----------------------------------------
-    def started(self, info: RequestInfo, replica: FleetReplica) -> None:
-        self.fleet.started(info, replica, self.policy)
-
-    def first_token(self, info: RequestInfo, replica: FleetReplica) -> None:
-        self.fleet.first_token(info, replica, self.policy)
-
-    def finished(self, info: RequestInfo, replica: FleetReplica, ok: bool, streamed: bool) -> None:
-        self.fleet.finished(info, replica, self.policy, ok, streamed)

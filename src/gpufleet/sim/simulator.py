@@ -6,11 +6,12 @@ that handle the events, each the live system's own objects driven on virtual tim
 - `clients`: requests arrive (open loop at their times, closed loop, multi-turn sessions)
   and end in a `RequestResult`;
 - `gateway`: the fleet core (`gpufleet.fleet_state`) as the live gateway drives it:
-  admission with the bounded queue and its 503s, the `RoutingPolicy` and its start /
-  first token / finish notifications, in-flight counts, engine metrics scraped every
-  `scrape_interval_s`, and the autoscaling signals;
+  admission with the bounded queue and its 503s, and the `RoutingPolicy`'s choice;
 - `fleet`: each replica an `Engine` driven by the engine-driver contract of the live
-  runner (step at start, deliver at end); cold starts, drains, and the `ScalingPolicy`
+  runner (step at start, deliver at end), reporting to the fleet core what the live
+  proxy reports (start / first token / finish, so in-flight counts and the policy's
+  notifications) and engine metrics every `scrape_interval_s`; cold starts, drains,
+  and the `ScalingPolicy`
   deciding on `FleetSignals` merged from the gateway's snapshot exactly as the live
   controller merges them (`fleet_signals`, `scale_in_order`).
 
@@ -86,7 +87,6 @@ class FleetSimulator:
         self.gateway = SimGateway(self.fleet_state, self.events, self.clock,
                                   self.fleet.dispatch, self.clients.refused)  # fmt: skip
         self.clients.gateway = self.gateway
-        self.fleet.gateway = self.gateway
 
     @property
     def now_s(self) -> float:
