@@ -96,7 +96,8 @@ def test_summary_counts_errors_and_replica_seconds() -> None:
     s = summarize(results, tl, scale_outs=1, scale_ins=2)
     assert (s.requests, s.ok, s.errors) == (3, 2, 1)
     assert s.error_kinds == {"HTTP 503": 1}
-    assert s.ttft_p50_s == 0.1 and s.ttft_p99_s == 0.3
+    # numpy's linear percentiles, as `gpufleet bench` reports them
+    assert s.ttft_p50_s == pytest.approx(0.2) and s.ttft_p99_s == pytest.approx(0.298)
     assert s.replica_seconds == pytest.approx(10 + 30 + 20)
     assert s.static_peak_replica_seconds == pytest.approx(3 * 40)
     assert s.saved_fraction == pytest.approx(0.5)
@@ -124,8 +125,9 @@ def test_view_renders_replicas_and_reasons() -> None:
 
 
 def test_histogram_quantile_and_windowed_ttft() -> None:
-    from gpufleet.autoscale.scrape import bucket_delta, histogram_quantile, parse_histogram
+    from gpufleet.autoscale.scrape import parse_histogram
     from gpufleet.fleet.replica_latency import ReplicaTtft
+    from gpufleet.stats import bucket_delta, histogram_quantile
 
     text = (
         "# TYPE vllm:time_to_first_token_seconds histogram\n"

@@ -5,7 +5,7 @@ import random
 import pytest
 
 from gpufleet.bench.arrivals import arrival_offsets, iter_arrival_offsets
-from gpufleet.bench.stats import mean
+from gpufleet.stats import mean
 
 
 def gaps(xs: list[float]) -> list[float]:

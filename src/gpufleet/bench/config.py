@@ -6,8 +6,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from gpufleet.bench.stats import DEFAULT_PERCENTILES
 from gpufleet.errors import UserError
+from gpufleet.stats import DEFAULT_PERCENTILES
 
 DEFAULT_NUM_REQUESTS = 1000
 # Cap on the requests of a timed run, so no loop is unbounded even at rate=inf.

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -132,6 +131,11 @@ async def _one_request(
     rec = await stream_request(
         session, f"{url}/v1/chat/completions", body, _JSON, RequestRecord(max_tokens=max_tokens)
     )
+    return result_from_record(rec, sent_s)
+
+
+def result_from_record(rec: RequestRecord, sent_s: float) -> RequestResult:
+    """What the summary keeps of one request, measured with `gpufleet bench`'s definitions."""
     m = request_metrics(rec)
     if m is None:
         error = f"{rec.error_type}: {rec.error}"[:200]
@@ -189,12 +193,3 @@ async def drive(
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
     return log
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, math.ceil(q / 100.0 * len(ordered)) - 1))
-    return ordered[k]

@@ -1,6 +1,6 @@
 """The gateway's Prometheus metrics and the recent-window latencies the autoscaler reads.
 
-The hot path only bumps plain Python numbers (`Count.inc`, `LeanHistogram.observe`: no lock,
+The hot path only bumps plain Python numbers (`Count.inc`, `Histogram.observe`: no lock,
 no label lookup); one collector turns them into Prometheus families when /metrics is read.
 A gateway is one event loop, so nothing here is shared across threads.
 """
@@ -8,7 +8,6 @@ A gateway is one event loop, so nothing here is shared across threads.
 from __future__ import annotations
 
 import time
-from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -18,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from gpufleet.gateway.replicas import Replica
 from gpufleet.gateway.signals import latency_signals
+from gpufleet.stats import Histogram, percentiles
 
 # Bucket edges in seconds, like vLLM's request-level histograms.
 TTFT_BUCKETS_S = (
@@ -98,31 +98,9 @@ class Count:
         self.value += amount
 
 
-class LeanHistogram:
-    """Cumulative-on-read histogram: observe is one bisect and two additions."""
-
-    __slots__ = ("bounds", "counts", "sum")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1  # le: value <= bound
-        self.sum += value
-
-    def buckets(self) -> list[tuple[str, float]]:
-        out: list[tuple[str, float]] = []
-        total = 0
-        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
-            total += count
-            out.append(("+Inf" if bound == float("inf") else repr(float(bound)), float(total)))
-        return out
-
-
 class RecentWindow:
-    """(time, value) samples of the last `window_s` seconds, bounded in count."""
+    """(time, value) samples of the last `window_s` seconds, bounded in count; its
+    percentiles are `gpufleet.stats`' (numpy's linear), keyed 'p50', 'p99', ..."""
 
     def __init__(self, window_s: float, max_samples: int = 20000) -> None:
         self.window_s = window_s
@@ -135,12 +113,10 @@ class RecentWindow:
         cutoff = now_s - self.window_s
         while self.samples and self.samples[0][0] < cutoff:
             self.samples.popleft()
-        values = sorted(v for _, v in self.samples)
-        out: dict[str, float | None] = {}
-        for q in qs:
-            key = f"p{round(q * 100)}"
-            out[key] = values[min(len(values) - 1, int(q * len(values)))] if values else None
-        return out
+        keys = [f"p{round(q * 100)}" for q in qs]
+        got = percentiles([v for _, v in self.samples], [q * 100.0 for q in qs])
+        values: list[float | None] = [*got] if got is not None else [None] * len(qs)
+        return dict(zip(keys, values, strict=True))
 
     def count(self) -> int:
         return len(self.samples)
@@ -180,7 +156,7 @@ class GatewayMetrics:
         self._queue_depth = queue_depth
         # Replicas removed from the table keep their counters in the exposition.
         self._gone: dict[str, Replica] = {}
-        self._latency: dict[tuple[str, str], tuple[LeanHistogram, ...]] = {}
+        self._latency: dict[tuple[str, str], tuple[Histogram, ...]] = {}
         self._requests: dict[tuple[str, str, str], Count] = {}
         self.ttft_window = RecentWindow(window_s)
         self.tpot_window = RecentWindow(window_s)
@@ -198,12 +174,12 @@ class GatewayMetrics:
         if len(self._gone) < _MAX_SERIES:
             self._gone[replica.replica_id] = replica
 
-    def latency(self, model: str, tenant: str) -> tuple[LeanHistogram, ...]:
+    def latency(self, model: str, tenant: str) -> tuple[Histogram, ...]:
         """(ttft, tpot, itl, e2e) histograms for this model and tenant."""
         key = (model, tenant)
         hists = self._latency.get(key)
         if hists is None:
-            hists = tuple(LeanHistogram(bounds) for _, _, bounds in _HISTOGRAMS)
+            hists = tuple(Histogram(bounds) for _, _, bounds in _HISTOGRAMS)
             if len(self._latency) < _MAX_SERIES:
                 self._latency[key] = hists
         return hists
@@ -274,5 +250,5 @@ class GatewayMetrics:
             hfam = HistogramMetricFamily(name, doc, labels=["model", "tenant"])
             for (model, tenant), hists in self._latency.items():
                 h = hists[i]
-                hfam.add_metric([model, tenant], h.buckets(), h.sum)
+                hfam.add_metric([model, tenant], h.cumulative(), h.sum)
             yield hfam

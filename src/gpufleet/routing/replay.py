@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from gpufleet.routing.prefix_index import PrefixIndex
 from gpufleet.routing.types import ReplicaView, RequestInfo, RoutingPolicy
+from gpufleet.stats import percentile
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +65,8 @@ class ReplayReport:
         return sum(self.ttft_s) / len(self.ttft_s) if self.ttft_s else 0.0
 
     def ttft_quantile_s(self, q: float) -> float:
-        if not self.ttft_s:
-            return 0.0
-        ordered = sorted(self.ttft_s)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+        """Quantile `q` (0..1) of the TTFTs, `gpufleet.stats`' definition; 0 when none."""
+        return percentile(self.ttft_s, q * 100.0) or 0.0
 
 
 _FIRST_TOKEN, _FINISH, _ARRIVAL = 0, 1, 2  # at equal times, completions before arrivals
