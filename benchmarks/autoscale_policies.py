@@ -34,13 +34,13 @@ from rich.console import Console
 from gpufleet.fleet.config import validate_fleet
 from gpufleet.fleet.demo import demo_fleet_data
 from gpufleet.fleet.run import run_up
-from gpufleet.fleet.traffic import Phase
+from gpufleet.workload import RatePhase
 
 PHASES = (
-    Phase("quiet", 10.0, 1.0, 1.0),
-    Phase("ramp", 30.0, 1.0, 12.0),
-    Phase("burst", 20.0, 15.0, 15.0),
-    Phase("quiet", 60.0, 1.0, 1.0),
+    RatePhase("quiet", 10.0, 1.0, 1.0),
+    RatePhase("ramp", 30.0, 1.0, 12.0),
+    RatePhase("burst", 20.0, 15.0, 15.0),
+    RatePhase("quiet", 60.0, 1.0, 1.0),
 )
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -4,7 +4,7 @@
                                        [--engine]
 
 Predicts every row of a measured-serving CSV (default:
-/work/shared/validation/measured_serving_dev.csv; any CSV with the same columns works) by
+$GPUFLEET_SHARED/validation/measured_serving_dev.csv; any CSV with the same columns works) by
 modelling its closed loop — batch_size concurrent clients of isl input and osl output
 tokens — with the roofline step-time model and the closed-loop solver. Prints the median
 and p90 absolute percentage error of TTFT and TPOT per backend, per model and overall as
@@ -35,9 +35,9 @@ from gpufleet.errors import UserError
 from gpufleet.perf.calibration import default_calibration
 from gpufleet.validation.fit import fit
 from gpufleet.validation.measured import (
-    DEFAULT_CSV,
     MeasuredRow,
     RowPrediction,
+    default_csv,
     predict_rows,
     read_rows,
     resolve_model,
@@ -253,7 +253,9 @@ def run(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("csv", nargs="?", type=Path, default=DEFAULT_CSV)
+    parser.add_argument(
+        "csv", nargs="?", type=Path, default=None, help="default: $GPUFLEET_SHARED/validation/"
+    )
     parser.add_argument("--model-configs", type=Path, default=None)
     parser.add_argument(
         "--json",
@@ -272,6 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.model_configs is not None and not args.model_configs.is_dir():
         parser.error(f"--model-configs {args.model_configs} is not a directory")
     try:
+        args.csv = args.csv or default_csv()
         report = run(args.csv, args.model_configs, lomo=not args.no_lomo, engine=args.engine)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

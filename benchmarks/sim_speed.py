@@ -24,14 +24,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpufleet.errors import UserError
 from gpufleet.routing import make_policy
 from gpufleet.routing.replay import ReplayRequest, ReplicaTiming, replay
-from gpufleet.sim.prompts import SegmentHasher
+from gpufleet.shared_data import shared_file
 from gpufleet.sim.report import summarize
 from gpufleet.sim.scenario import Scenario, build_config, build_requests
 from gpufleet.sim.simulator import FleetSimulator
-
-DEFAULT_TRACE = "/work/shared/traces/mooncake_conversation.jsonl"
+from gpufleet.workload import SegmentHasher
 
 
 def run_engine_sim(sc: Scenario) -> dict[str, Any]:
@@ -97,7 +97,11 @@ def run_replay(sc: Scenario) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trace", default=DEFAULT_TRACE)
+    parser.add_argument(
+        "--trace",
+        default=None,
+        help="default: $GPUFLEET_SHARED/traces/mooncake_conversation.jsonl (or sample:mooncake)",
+    )
     parser.add_argument("--requests", type=int, default=None, help="First N requests only.")
     parser.add_argument("--replicas", type=int, default=8)
     parser.add_argument("--model", default="meta-llama/Llama-3.1-8B")
@@ -105,6 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", default="round_robin,prefix_aware")
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/sim_speed.json"))
     args = parser.parse_args(argv)
+    if args.trace is None:
+        try:
+            args.trace = str(shared_file("traces", "mooncake_conversation.jsonl"))
+        except UserError as e:
+            parser.error(str(e))
 
     rows = []
     for policy in args.policies.split(","):

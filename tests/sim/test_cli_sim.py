@@ -131,3 +131,14 @@ def test_a_seed_fixes_the_run_across_processes(tmp_path: Path) -> None:
         figures.append({k: v for k, v in d.items() if not k.startswith("sim_")})
     assert figures[0] == figures[1]
     assert figures[0]["prefix_cache_hits_tokens"] > 0
+
+
+def test_the_sample_trace_replays_on_a_fresh_install(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--trace sample:mooncake` needs nothing beside the package (the README's example)."""
+    args = ["sim", "--trace", "sample:mooncake", "--duration", "60", "--replicas", "2",
+            "--policy", "prefix_aware", "--max-num-seqs", "32"]  # fmt: skip
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "argv", ["gpufleet", *args])
+        main()
+    out = capsys.readouterr().out
+    assert "gpufleet sim (prefix_aware)" in out and "Prefix cache hit rate" in out

@@ -45,10 +45,9 @@ from gpufleet.routing.types import (
     RequestInfo,
     RoutingPolicy,
 )
-from gpufleet.sim.prompts import SegmentHasher, placeholder_token_ids
 from gpufleet.sim.replica import SimReplica
-from gpufleet.sim.workload import SimRequest
 from gpufleet.tokenizer import block_hashes
+from gpufleet.workload import SegmentHasher, SimRequest, placeholder_token_ids
 
 # At equal times: hand out a step's tokens first, then new replicas, scrapes, arrivals,
 # idle engines waking for them (so requests arriving at one instant share a first step, as
