@@ -10,11 +10,15 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from gpufleet.fleet.config import validate_fleet
 from gpufleet.fleet.run import fleet_up
 from gpufleet.fleet.traffic import TrafficLog, drive
 from gpufleet.routing.types import ReplicaState
 from gpufleet.workload import RatePhase
+
+pytestmark = pytest.mark.process  # every test here starts processes or servers
 
 STEP = (
     RatePhase("low", 3.0, 1.0, 1.0),

@@ -248,6 +248,7 @@ def test_one_replica_agrees_with_a_bare_engine_and_the_planner(clients: int) -> 
         assert s["ttft_ms"]["mean"] == pytest.approx(pred.ttft_s * 1000, rel=0.2)
 
 
+@pytest.mark.process
 def test_sweep_over_autoscaling_policies_in_processes() -> None:
     from gpufleet.sim.scenario import run_many
 
