@@ -85,9 +85,9 @@ def _bad_line(path: Path, line_no: int, why: str) -> UserError:
 
 
 def _nonnegative_int(value: object, name: str) -> int:
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError(f"{name} must be an integer")
-    n = int(value)  # type: ignore[call-overload]
+    n = int(value)
     if n < 0:
         raise ValueError(f"{name} must be >= 0, got {n}")
     return n
