@@ -66,15 +66,6 @@ class BenchConfig:
     def closed_loop(self) -> bool:
         return self.concurrency is not None
 
-    def workload_kind(self) -> str:
-        if self.trace:
-            return "trace"
-        if self.sessions is not None:
-            return "sessions"
-        if self.prefix_groups is not None:
-            return "prefix-groups"
-        return "random"
-
     def validate(self) -> BenchConfig:
         """Raise UserError naming the flag for the first inconsistent setting."""
 
