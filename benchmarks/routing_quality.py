@@ -49,12 +49,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 
-RESULTS = REPO / "benchmarks" / "results"
-PEERS = {
-    # name: (pip packages, program, argv builder)
-    "sglang-router": (["sglang-router"], "sglang-router"),
-    "vllm-router": (["vllm-router"], "vllm-router"),
-}
+from gpufleet.stats import percentile  # noqa: E402
+from record import RESULTS, write_result  # noqa: E402
+
+PEERS = {"sglang-router": "sglang-router", "vllm-router": "vllm-router"}  # name: program
 
 
 # ---------------------------------------------------------------- processes
@@ -277,10 +275,9 @@ async def scrape(url: str) -> dict[str, Any]:
 
 
 def quantile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    """gpufleet.stats' percentile (numpy's linear, as every gpufleet figure); nan if none."""
+    got = percentile(values, q * 100.0)
+    return float("nan") if got is None else got
 
 
 def max_over_mean(values: Sequence[float]) -> float:
@@ -362,8 +359,7 @@ def router_argv(kind: str, setup: Setup, urls: list[str], port: int, workdir: Pa
         return gpufleet_argv("gateway", "--config", str(path), "--log-level", "WARNING")
     from peers import peer_bin
 
-    packages, program = PEERS[kind]
-    binary = str(peer_bin(kind, packages, program))
+    binary = str(peer_bin(kind, PEERS[kind]))
     if kind == "sglang-router":
         return [
             binary,
@@ -561,8 +557,6 @@ async def main_async(args: argparse.Namespace) -> list[RunResult]:
             f"[{time.perf_counter() - t:.0f}s]",
             flush=True,
         )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "args": vars(args),
         "ideal_hit_rate": setup.ideal,
@@ -570,8 +564,8 @@ async def main_async(args: argparse.Namespace) -> list[RunResult]:
         "prompt_bytes_per_token": setup.bytes_per_token,
         "results": [asdict(r) for r in results],
     }
-    out.with_suffix(".json").write_text(json.dumps(payload, indent=2))
-    out.with_suffix(".md").write_text(markdown(results, setup))
+    peers = [k for k in kinds if k in PEERS]
+    write_result(Path(args.out), payload, markdown(results, setup), peers=peers)
     print(markdown(results, setup))
     return results
 
