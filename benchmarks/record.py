@@ -84,7 +84,7 @@ def stamp(meta: dict[str, Any]) -> str:
     parts = [
         meta["date"][:10],
         f"commit {meta['commit'][:12] or 'unknown'}",
-        f"{m['cpus']} × {m['cpu']}, {m['memory_gib']} GiB",
+        f"{m['cpus']} × {m['cpu']}, {m['memory_gib']} GiB, load {m['load_1min_at_start']:.1f}",
         f"`{meta['command']}`",
     ]
     if peers:
