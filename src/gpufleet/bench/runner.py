@@ -33,7 +33,7 @@ from gpufleet.workload import (
     text_conversations,
     trace_shapes,
 )
-from gpufleet.workload.shapes import arrivals
+from gpufleet.workload.shapes import arrivals, spec_from_flags
 
 # Gaps shorter than this are slept plainly (stop is checked after); longer ones wake on stop.
 STOP_POLL_S = 0.05
@@ -63,21 +63,8 @@ def planned_requests(config: BenchConfig) -> int | None:
 def workload_spec(config: BenchConfig) -> WorkloadSpec:
     """The synthetic workload of `config` in the shared workload model (as `gpufleet sim`)."""
     planned = planned_requests(config)
-    return WorkloadSpec(
-        conversations=config.sessions if config.sessions is not None else planned,
-        rate=config.rate,
-        burstiness=config.burstiness,
-        ramp=config.ramp,
-        duration_s=config.duration_s,
-        input_tokens=config.input_tokens,
-        output_tokens=config.output_tokens,
-        range_ratio=config.range_ratio,
-        prefix_groups=config.prefix_groups,
-        prefix_tokens=config.prefix_tokens,
-        sessions=config.sessions is not None,
-        turns=config.turns,
-        seed=config.seed,
-    )
+    conversations = config.sessions if config.sessions is not None else planned
+    return spec_from_flags(config, conversations=conversations, rate=config.rate, ramp=config.ramp)
 
 
 def build_conversations(

@@ -31,6 +31,7 @@ from gpufleet.workload import (
     read_trace,
     sim_requests,
     slice_records,
+    spec_from_flags,
     synthetic_shapes,
     trace_shapes,
 )
@@ -138,21 +139,8 @@ def workload_spec(sc: Scenario) -> WorkloadSpec:
             )
     elif count is None:
         raise UserError("a closed-loop run needs a count", field="--num-requests")
-    return WorkloadSpec(
-        conversations=count,
-        rate=open_rate if open_rate is not None else math.inf,
-        burstiness=sc.burstiness,
-        schedule=sc.rate_steps,
-        duration_s=sc.duration_s,
-        input_tokens=sc.input_tokens,
-        output_tokens=sc.output_tokens,
-        range_ratio=sc.range_ratio,
-        prefix_groups=sc.prefix_groups,
-        prefix_tokens=sc.prefix_tokens,
-        sessions=sc.sessions is not None,
-        turns=sc.turns,
-        seed=sc.seed,
-    )
+    rate = open_rate if open_rate is not None else math.inf
+    return spec_from_flags(sc, conversations=count, rate=rate, schedule=sc.rate_steps)
 
 
 def build_config(sc: Scenario) -> SimConfig:

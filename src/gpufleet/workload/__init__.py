@@ -34,6 +34,7 @@ from gpufleet.workload.shapes import (
     LengthSampler,
     TurnShape,
     WorkloadSpec,
+    spec_from_flags,
     synthetic_shapes,
     trace_shapes,
 )
@@ -81,6 +82,7 @@ __all__ = [
     "segment_key",
     "sim_requests",
     "slice_records",
+    "spec_from_flags",
     "synthetic_shapes",
     "text_conversations",
     "total_duration_s",

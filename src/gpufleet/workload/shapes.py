@@ -17,6 +17,7 @@ import math
 import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from gpufleet.workload.arrivals import (
     RatePhase,
@@ -80,6 +81,19 @@ class WorkloadSpec:
     sessions: bool = False
     turns: int = 1
     seed: int = 0
+
+
+# The flags `gpufleet bench` and `gpufleet sim` share, spelled alike in both configs.
+_COMMON_FLAGS = ("burstiness", "duration_s", "input_tokens", "output_tokens", "range_ratio",
+                 "prefix_groups", "prefix_tokens", "turns", "seed")  # fmt: skip
+
+
+def spec_from_flags(flags: object, **arrivals: Any) -> WorkloadSpec:
+    """A `WorkloadSpec` from a CLI's parsed flags (`BenchConfig`, `Scenario`): the common
+    flags by name, `sessions` as a count, and the CLI's own arrival fields given here."""
+    sessions = getattr(flags, "sessions", None)
+    common = {name: getattr(flags, name) for name in _COMMON_FLAGS}
+    return WorkloadSpec(sessions=sessions is not None, **common, **arrivals)
 
 
 class LengthSampler:
