@@ -168,3 +168,18 @@ def test_render_keeps_a_sessions_turns_in_order() -> None:
     # turn 2 starts with all of turn 1 (its text and an answer of its length)
     assert common_prefix_tokens(reqs[0].segments, reqs[1].segments) == 5
     assert reqs[1].input_tokens == 5 + 128 + 5
+
+
+def test_bench_and_sim_replay_a_trace_with_the_same_shapes() -> None:
+    config = BenchConfig(url="http://127.0.0.1:1", trace="sample:mooncake", num_requests=30)
+    convs, planned = build_conversations(config.validate())
+    live = list(convs)
+    sim = build_requests(Scenario(trace="sample:mooncake", num_requests=30))
+    assert planned == len(live) == len(sim) == 30
+    assert live[0].turns[0].input_tokens == 6758  # the trace's first request
+    for conv, req in zip(live, sim, strict=True):
+        assert (conv.arrival_s, conv.turns[0].input_tokens, conv.turns[0].output_tokens) == (
+            req.arrival_s,
+            req.input_tokens,
+            req.output_tokens,
+        )
