@@ -54,20 +54,31 @@ def _memory_gib() -> float | None:
     return round(pages * size / 2**30, 1)
 
 
-def run_meta(peers: Iterable[str] = (), note: str = "") -> dict[str, Any]:
-    """Date, commit, machine and peer versions of a benchmark run."""
+def _snapshot() -> dict[str, Any]:
     commit = _git("rev-parse", "HEAD")
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
-    cpus = os.cpu_count()
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "commit": commit + ("-dirty" if dirty and commit else ""),
+        "load": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+    }
+
+
+# Taken when the benchmark starts (it imports this module first): the date, commit and
+# load of the run, not of the moment its results are written.
+_START = _snapshot()
+
+
+def run_meta(peers: Iterable[str] = (), note: str = "") -> dict[str, Any]:
+    """Date, commit, machine and peer versions of a benchmark run (as it started)."""
+    return {
+        "date": _START["date"],
+        "commit": _START["commit"],
         "machine": {
             "cpu": _cpu_model(),
-            "cpus": cpus,
+            "cpus": os.cpu_count(),
             "memory_gib": _memory_gib(),
-            "load_1min_at_start": load,
+            "load_1min_at_start": _START["load"],
             "os": platform.platform(),
             "python": platform.python_version(),
         },
@@ -83,7 +94,8 @@ def stamp(meta: dict[str, Any]) -> str:
     peers = ", ".join(f"{k} {v}" for k, v in meta["peers"].items())
     parts = [
         meta["date"][:10],
-        f"commit {meta['commit'][:12] or 'unknown'}",
+        f"commit {meta['commit'][:12] or 'unknown'}"
+        + (" (uncommitted changes)" if meta["commit"].endswith("-dirty") else ""),
         f"{m['cpus']} × {m['cpu']}, {m['memory_gib']} GiB, load {m['load_1min_at_start']:.1f}",
         f"`{meta['command']}`",
     ]
