@@ -12,6 +12,8 @@ import pytest
 from .conftest import Front, GatewayFactory, wait_until
 from .stub_backend import StubBackend
 
+pytestmark = pytest.mark.process  # every test here starts processes or servers
+
 MSG = [{"role": "user", "content": "hello there"}]
 
 

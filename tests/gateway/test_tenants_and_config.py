@@ -29,6 +29,7 @@ def _tenants() -> list[dict]:
     ]
 
 
+@pytest.mark.process
 async def test_keys_pools_and_limits(
     stubs: list[StubBackend], make_gateway: GatewayFactory
 ) -> None:
@@ -74,6 +75,7 @@ async def test_keys_pools_and_limits(
         resp.release()
 
 
+@pytest.mark.process
 async def test_per_tenant_policy(stubs: list[StubBackend], make_gateway: GatewayFactory) -> None:
     tenants = [
         {"name": "t", "api_keys": ["k"], "policy": "least_outstanding"},
@@ -131,6 +133,7 @@ def test_load_config_file_errors(tmp_path: Path) -> None:
         load_config(tmp_path / "missing.yaml")
 
 
+@pytest.mark.process
 async def test_replica_list_reloads_from_file(stubs: list[StubBackend], tmp_path: Path) -> None:
     path = tmp_path / "fleet.yaml"
     cfg = {"replicas": [{"url": stubs[0].url}], "reload_interval_s": 0.05,

@@ -83,7 +83,12 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
 @click.option("--gpu-memory-utilization", default=0.9, show_default=True, type=float)
 @click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=True)
 # workload
-@click.option("--trace", default=None, help="Azure LLM CSV or Mooncake JSONL trace to replay.")
+@click.option(
+    "--trace",
+    default=None,
+    help="Azure LLM CSV or Mooncake JSONL trace to replay (.gz too), or sample:mooncake / "
+    "sample:azure (shipped with the package).",
+)
 @click.option("--trace-format", default="auto", type=click.Choice(["auto", "azure", "mooncake"]))
 @click.option("--speedup", default=1.0, show_default=True, type=float, help="Trace pace ×.")
 @click.option("--trace-start-s", default=0.0, show_default=True, type=float, help="Slice start.")
@@ -131,7 +136,7 @@ def command(**kw: Any) -> None:
     """Simulate a fleet of replicas behind a router (and an autoscaler) on a virtual clock."""
     from gpufleet.sim.report import comparison_row, comparison_table, format_summary
     from gpufleet.sim.scenario import Scenario, run_many, run_scenario
-    from gpufleet.sim.workload import parse_rate_steps
+    from gpufleet.workload import parse_rate_steps
 
     if kw["autoscale"] is None and kw["replicas"] < 1:
         raise UserError("must be >= 1", field="--replicas", fix="or pass --autoscale POLICY")
@@ -182,7 +187,7 @@ def command(**kw: Any) -> None:
         duration_s=kw["duration"],
         num_requests=kw["num_requests"],
         rate=kw["rate"],
-        rate_steps=tuple(parse_rate_steps(kw["rate_steps"])) if kw["rate_steps"] else (),
+        rate_steps=parse_rate_steps(kw["rate_steps"]) if kw["rate_steps"] else (),
         concurrency=kw["concurrency"],
         burstiness=kw["burstiness"],
         input_tokens=kw["input_tokens"],
