@@ -90,6 +90,10 @@ class AdminApiGateway:
         data: dict[str, Any] = await self._call("GET", "/admin/signals")
         return data
 
+    async def list_replicas(self) -> list[dict[str, Any]]:
+        data = await self._call("GET", "/admin/replicas")
+        return list(data.get("replicas", []))
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()

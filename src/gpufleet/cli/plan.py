@@ -152,11 +152,11 @@ def command(
         gpu_price_per_hour_usd=gpu_price,
     )
     result = plan(req)
-    emitted = None
+    emitted, out_dir = None, emit[1] if emit is not None else ""
     if emit is not None:
         from gpufleet.k8s.emit import emit_plan
 
-        emitted = emit_plan(result, emit[1], namespace=namespace)
+        emitted = emit_plan(result, out_dir, namespace=namespace)
     if as_json:
         data = result.to_dict()
         if emitted is not None:
@@ -167,7 +167,7 @@ def command(
     if emitted is not None:
         from gpufleet.cli.deploy import print_emitted
 
-        print_emitted(emitted, emit[1], as_json=False)
+        print_emitted(emitted, out_dir, as_json=False)
 
 
 def _gib(x: float) -> str:
