@@ -88,16 +88,13 @@ def plan_for_fleet(fleet: FleetConfig, spec: KubernetesSpec) -> Plan:
 
 
 def fleet_for_plan(p: Plan) -> FleetConfig:
-    """`gpufleet plan --emit k8s`: the plan's replicas to start with, between 1 and twice that."""
+    """`gpufleet plan --emit k8s`: the default policy between 1 replica and twice the
+    plan's count (the plan sizes for --rps; the autoscaler follows the traffic there is)."""
     replicas = p.chosen.replicas or 1
     return parse_fleet(
         {
             "replicas": {"model": p.request.model.name, "gpu": p.request.gpu.name},
-            "autoscale": {
-                "min_replicas": 1,
-                "max_replicas": max(2, 2 * replicas),
-                "initial_replicas": replicas,
-            },
+            "autoscale": {"min_replicas": 1, "max_replicas": max(2, 2 * replicas)},
         }
     )
 
