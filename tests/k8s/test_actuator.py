@@ -4,8 +4,6 @@ drained pod, and adoption after a controller restart."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from gpufleet.k8s.actuator import LOWEST_DELETION_COST, KubernetesActuator
@@ -13,31 +11,8 @@ from gpufleet.k8s.objects import DELETION_COST, DRAINING_SINCE, GROUP_LABEL
 from gpufleet.routing.types import ReplicaState
 
 from .cluster import GROUP, NS, Cluster, wait_until
-from .fake_api import FakeApiServer
 
 SCALE_PATH = f"/apis/apps/v1/namespaces/{NS}/deployments/{GROUP}/scale"
-
-
-@pytest.fixture
-async def env() -> AsyncIterator[Cluster]:
-    with FakeApiServer() as server:
-        c = Cluster(server)
-        await c.start_gateways()
-        try:
-            yield c
-        finally:
-            await c.close()
-
-
-@pytest.fixture
-async def lws_env() -> AsyncIterator[Cluster]:
-    with FakeApiServer() as server:
-        c = Cluster(server, ordered=True)
-        await c.start_gateways()
-        try:
-            yield c
-        finally:
-            await c.close()
 
 
 def states(act: KubernetesActuator) -> dict[str, ReplicaState]:

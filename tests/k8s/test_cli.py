@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -113,17 +112,30 @@ def test_plan_emit_k8s_json(tmp_path: Path) -> None:
     }
 
 
-def test_config_errors_name_the_field_and_the_fix(tmp_path: Path) -> None:
-    fleet = tmp_path / "fleet.yaml"
-    fleet.write_text("replicas: {model: meta-llama/Llama-3.1-8B}\nkubernetes: {namspace: x}\n")
-    r = run("deploy", "k8s", str(fleet), "-o", str(tmp_path / "o"))
-    assert r.returncode == 2 and "kubernetes.namspace" in r.stderr and "fix:" in r.stderr
-    fleet.write_text("replicas: {model: meta-llama/Llama-3.1-70B, tp: 1}\n")
-    r = run("deploy", "k8s", str(fleet), "-o", str(tmp_path / "o"))
-    assert r.returncode == 2 and "replicas.tp" in r.stderr and "TP=2" in r.stderr
-    fleet.write_text("replicas: {model: meta-llama/Llama-3.1-8B}\nautoscale: {min_replicas: 0}\n")
-    r = run("deploy", "k8s", str(fleet), "-o", str(tmp_path / "o"), "--scaler", "hpa")
-    assert r.returncode == 2 and "autoscale.min_replicas" in r.stderr and "keda" in r.stderr
+@pytest.mark.parametrize(
+    ("fleet_yaml", "scaler", "field", "says"),
+    [
+        ("replicas: {model: meta-llama/Llama-3.1-8B}\nkubernetes: {namspace: x}\n", "gpufleet",
+         "kubernetes.namspace", "spelling"),
+        ("replicas: {model: meta-llama/Llama-3.1-70B, tp: 1}\n", "gpufleet", "replicas.tp", "TP=2"),
+        ("replicas: {model: meta-llama/Llama-3.1-8B}\nautoscale: {min_replicas: 0}\n", "hpa",
+         "autoscale.min_replicas", "keda"),
+        ("replicas: {model: meta-llama/Llama-3.1-8B}\nkubernetes: {gateway_replicas: 1}\n",
+         "gpufleet", "kubernetes.gateway_replicas", "greater than or equal to 2"),
+    ],
+)  # fmt: skip
+def test_config_errors_name_the_field_and_the_fix(
+    tmp_path: Path, fleet_yaml: str, scaler: str, field: str, says: str
+) -> None:
+    from gpufleet.fleet.config import load_fleet
+    from gpufleet.k8s.emit import deploy_fleet
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(fleet_yaml)
+    with pytest.raises(UserError) as caught:
+        deploy_fleet(load_fleet(path, derive=False), tmp_path / "o", scaler=scaler)
+    assert caught.value.field == field and caught.value.fix and says in str(caught.value)
+    assert not (tmp_path / "o").exists()  # nothing half-written
 
 
 def test_the_client_is_an_extra_with_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -140,7 +152,10 @@ def test_the_emitted_controller_config_loads_and_the_controller_needs_the_key(
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(FLEET)
     out = tmp_path / "m"
-    assert run("deploy", "k8s", str(fleet), "-o", str(out)).returncode == 0
+    from gpufleet.fleet.config import load_fleet
+    from gpufleet.k8s.emit import deploy_fleet
+
+    deploy_fleet(load_fleet(fleet, derive=False), out)
     config_map = docs(out / "30-controller.yaml")[3]
     path = tmp_path / "controller.yaml"
     path.write_text(config_map["data"]["controller.yaml"])
@@ -150,9 +165,11 @@ def test_the_emitted_controller_config_loads_and_the_controller_needs_the_key(
     cfg = load_controller_config(path)
     assert cfg.namespace == "llm" and cfg.scale and cfg.target.name == "vllm-meta-llama-3-1-70b"
     assert cfg.autoscale.params["cold_start_s"] == pytest.approx(cfg.expected_startup_s)
-    r = subprocess.run(
-        [*GPUFLEET, "controller", "k8s", "--config", str(path)],
-        capture_output=True, text=True, timeout=60, check=False,
-        env={k: v for k, v in os.environ.items() if k != "GPUFLEET_ADMIN_KEY"},
-    )  # fmt: skip
-    assert r.returncode == 2 and "GPUFLEET_ADMIN_KEY" in r.stderr
+    from click.testing import CliRunner
+
+    from gpufleet.cli import cli
+
+    result = CliRunner().invoke(
+        cli, ["controller", "k8s", "--config", str(path)], env={"GPUFLEET_ADMIN_KEY": None}
+    )
+    assert isinstance(result.exception, UserError) and "GPUFLEET_ADMIN_KEY" in str(result.exception)

@@ -4,27 +4,12 @@ one of two controllers acting, against the fake API and real gateways."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-
-import pytest
 
 from gpufleet.k8s.api import KubeApi
 from gpufleet.k8s.controller import ClusterController, run_controller
 from gpufleet.k8s.settings import LeaseTiming
 
 from .cluster import GROUP, KEY, NS, Cluster, wait_until
-from .fake_api import FakeApiServer
-
-
-@pytest.fixture
-async def env() -> AsyncIterator[Cluster]:
-    with FakeApiServer() as server:
-        c = Cluster(server)
-        await c.start_gateways()
-        try:
-            yield c
-        finally:
-            await c.close()
 
 
 def config(env: Cluster, **autoscale: object):  # type: ignore[no-untyped-def]

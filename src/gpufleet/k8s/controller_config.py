@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.errors import UserError
 from gpufleet.fleet.config import AutoscaleSpec
 from gpufleet.k8s.objects import CONTROLLER, GATEWAY_PEERS, GATEWAY_PORT
-from gpufleet.k8s.settings import LeaseTiming
+from gpufleet.k8s.settings import LeaseTiming, validated
 
 
 class _Strict(BaseModel):
@@ -57,16 +57,7 @@ class ControllerConfig(_Strict):
 
 
 def validate_controller_config(data: Any, source: str = "controller config") -> ControllerConfig:
-    if not isinstance(data, dict):
-        raise UserError("the top level must be a mapping", field=source, fix="write key: value")
-    try:
-        cfg = ControllerConfig.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        name = ".".join(str(p) for p in err["loc"]) or source
-        raise UserError(
-            err["msg"], field=f"{source}: {name}", fix="regenerate it with gpufleet deploy k8s"
-        ) from None
+    cfg = validated(ControllerConfig, data, source, "regenerate it with gpufleet deploy k8s")
     from gpufleet.autoscale.policies import make_policy
 
     make_policy(cfg.autoscale.policy, cfg.autoscale.bounds(), cfg.autoscale.params)

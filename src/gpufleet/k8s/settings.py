@@ -15,7 +15,7 @@ kubernetes:
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -120,22 +120,25 @@ def slug(text: str, max_len: int) -> str:
     return s[:max_len].rstrip("-")
 
 
-def validate_kubernetes(data: Any, source: str = "kubernetes") -> KubernetesSpec:
-    if data is None:
-        data = {}
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(model: type[M], data: Any, source: str, fix: str) -> M:
+    """`model` from plain data, or a UserError naming the first bad field and a fix."""
     if not isinstance(data, dict):
         raise UserError("must be a mapping", field=source, fix="write key: value pairs")
     try:
-        spec = KubernetesSpec.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         name = ".".join(str(p) for p in err["loc"])
-        fix = (
-            "remove it or check its spelling"
-            if err["type"] == "extra_forbidden"
-            else "see docs/kubernetes.md"
-        )
+        if err["type"] == "extra_forbidden":
+            fix = "remove it or check its spelling"
         raise UserError(err["msg"], field=f"{source}.{name}", fix=fix) from None
+
+
+def validate_kubernetes(data: Any, source: str = "kubernetes") -> KubernetesSpec:
+    spec = validated(KubernetesSpec, {} if data is None else data, source, "see docs/kubernetes.md")
     check_name(spec.namespace, f"{source}.namespace")
     if spec.name is not None:
         check_name(spec.name, f"{source}.name", max_len=40)
