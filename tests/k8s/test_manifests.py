@@ -224,6 +224,7 @@ def test_sglang_multi_node_runs_one_rank_per_pod() -> None:
         assert '--node-rank "${LWS_WORKER_INDEX}"' in script
         assert '--dist-init-addr "${LWS_LEADER_ADDRESS}:5000"' in script
         assert "--nnodes 2" in script and "--tp-size 8" in script
+        assert "--enable-metrics" in script  # SGLang serves /metrics only when asked
     validate_manifest(one(files, "LeaderWorkerSet"))
 
 

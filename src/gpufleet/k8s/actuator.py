@@ -136,7 +136,7 @@ class KubernetesActuator:
             return None
         if self._pending:
             return asked if asked in self._pending else self._pending[-1]
-        if self.cfg.target.ordered_scale_in:
+        if self._ordered:
             return self._highest_ordinal() or asked
         starting = [
             p.replica for p in self._pods.values() if p.replica.state == ReplicaState.STARTING
@@ -192,7 +192,7 @@ class KubernetesActuator:
         now = self.clock()
         # Pods beyond spec.replicas are being removed by the ReplicaSet, the cheapest first.
         surplus = len(view.live) - view.spec_replicas
-        ranked = sorted(view.live, key=lambda n: self._removal_rank(view.live[n]))
+        ranked = sorted(view.live, key=lambda n: self._removal_rank(view.live[n], self._ordered))
         self._leaving = set(ranked[: max(0, surplus)])
         for name in list(self._pods):
             if name not in view.live or name in self._leaving:
@@ -217,8 +217,8 @@ class KubernetesActuator:
         scale = await self.api.get_scale(self.cfg.namespace, self.cfg.target)
         view = _View(int(scale.get("spec", {}).get("replicas") or 0))
         selector = f"{GROUP_LABEL}={self.cfg.group}"
-        if self.cfg.target.ordered_scale_in:
-            selector += f",{ROLE_LABEL}=leader"
+        if self.cfg.target.kind == "LeaderWorkerSet":
+            selector += f",{ROLE_LABEL}=leader"  # a replica's address is its leader's
         for pod in await self.api.pods(self.cfg.namespace, selector):
             if not pod["metadata"].get("deletionTimestamp"):
                 view.live[pod["metadata"]["name"]] = pod
@@ -362,11 +362,20 @@ class KubernetesActuator:
                 if p.replica.state in (ReplicaState.READY, ReplicaState.STARTING)]  # fmt: skip
         return max(live, key=ordinal, default=None)
 
+    @property
+    def _ordered(self) -> bool:
+        return self.cfg.target.ordered_scale_in
+
     @staticmethod
-    def _removal_rank(pod: Obj) -> tuple[Any, ...]:
-        """The ReplicaSet's order of removal (pkg/controller/controller_utils.go
-        ActivePodsWithRanks), reduced to what a drain decides: not ready first, then the
-        lowest pod-deletion-cost, then the newest."""
+    def _removal_rank(pod: Obj, ordered: bool = False) -> tuple[Any, ...]:
+        """The workload controller's order of removal: a StatefulSet's highest ordinal
+        first; a ReplicaSet's (pkg/controller/controller_utils.go ActivePodsWithRanks,
+        reduced to what a drain decides) not ready first, then the lowest
+        pod-deletion-cost, then the newest."""
+        name = pod["metadata"]["name"]
+        if ordered:
+            tail = name.rsplit("-", 1)[-1]
+            return (-(int(tail) if tail.isdigit() else -1),)
         conditions = pod.get("status", {}).get("conditions") or []
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
         annotations = pod["metadata"].get("annotations") or {}

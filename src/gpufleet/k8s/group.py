@@ -77,6 +77,8 @@ def engine_argv(plan: Plan, engine: str, extra_args: str, multi_node: bool) -> l
         words = _words(plan.launch.sglang)
         if words[:1] == ["python"]:
             words[0] = "python3"  # the images ship python3; `python` is not always there
+        if "--enable-metrics" not in words:
+            words.append("--enable-metrics")  # /metrics: the gateways' and drain hook's load signal
         if multi_node:
             words = _set_flag(words, "--node-rank", "${LWS_WORKER_INDEX}")
             words = _set_flag(
