@@ -136,6 +136,8 @@ class FleetConfig(_Strict):
     # Passed to the gateway's own config (validated there); host/port/policy defaults below.
     gateway: dict[str, Any] = Field(default_factory=dict)
     log_dir: str | None = None  # replica logs; default: a temporary directory
+    # `gpufleet deploy k8s` reads it (gpufleet.k8s.settings validates it there); `up` ignores it.
+    kubernetes: dict[str, Any] = Field(default_factory=dict)
 
     def gateway_settings(self) -> dict[str, Any]:
         out: dict[str, Any] = {"host": "127.0.0.1", "port": 8000, "policy": "prefix_aware"}
@@ -191,6 +193,16 @@ class FleetConfig(_Strict):
 
 
 def validate_fleet(data: Any, source: str = "fleet config") -> FleetConfig:
+    cfg = parse_fleet(data, source)
+    check_template(cfg.replicas.full_command())
+    # Build the policy once now so a bad parameter fails before any process starts.
+    make_policy(cfg.autoscale.policy, cfg.autoscale.bounds(), cfg.policy_params())
+    return cfg
+
+
+def parse_fleet(data: Any, source: str = "fleet config") -> FleetConfig:
+    """The fleet config's fields, checked; nothing derived yet (`gpufleet deploy k8s`
+    sizes replicas from the plan, not from the local replica command)."""
     if not isinstance(data, dict):
         raise UserError(
             "the top level must be a mapping", field=source, fix="see `gpufleet up --help`"
@@ -206,15 +218,14 @@ def validate_fleet(data: Any, source: str = "fleet config") -> FleetConfig:
             else "see the example in `gpufleet up --help`"
         )
         raise UserError(err["msg"], field=field, fix=fix) from None
-    check_template(cfg.replicas.full_command())
-    # Build the policy once now so a bad parameter fails before any process starts.
-    make_policy(cfg.autoscale.policy, cfg.autoscale.bounds(), cfg.policy_params())
     return cfg
 
 
-def load_fleet(path: str | Path | None) -> FleetConfig:
+def load_fleet(path: str | Path | None, *, derive: bool = True) -> FleetConfig:
+    """derive=False: `parse_fleet` only (for `gpufleet deploy k8s`)."""
+    check = validate_fleet if derive else parse_fleet
     if path is None:
-        return validate_fleet({})
+        return check({})
     p = Path(path)
     try:
         data = yaml.safe_load(p.read_text())
@@ -222,4 +233,4 @@ def load_fleet(path: str | Path | None) -> FleetConfig:
         raise UserError(str(exc), field="FLEET_YAML", fix="pass an existing YAML file") from None
     except yaml.YAMLError as exc:
         raise UserError(f"not valid YAML: {exc}", field=str(p), fix="fix the YAML syntax") from None
-    return validate_fleet(data or {}, source=str(p))
+    return check(data or {}, source=str(p))
