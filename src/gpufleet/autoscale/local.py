@@ -38,7 +38,7 @@ from gpufleet.routing.types import ReplicaState
 log = logging.getLogger("gpufleet.autoscale")
 
 DEFAULT_COMMAND = (
-    "{gpufleet} replica --model {model} --gpu {gpu} --tp {tp} --host {host} --port {port} "
+    "{gpufleet} replica --model {model} --gpu {gpu} --tp {tp} --pp {pp} --host {host} --port {port} "
     "--startup-s {startup_s} --time-scale {time_scale}"
 )
 TEMPLATE_FIELDS = frozenset(
@@ -48,6 +48,7 @@ TEMPLATE_FIELDS = frozenset(
         "model",
         "gpu",
         "tp",
+        "pp",
         "host",
         "port",
         "replica_id",
@@ -84,7 +85,7 @@ def check_template(command: str) -> None:
         )
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec (Linux): get SIGTERM if the controller dies, even by SIGKILL.
 
     A clean stop goes through process groups; this covers the unclean one.
@@ -139,6 +140,7 @@ class LocalProcessActuator:
             "model": "meta-llama/Llama-3.1-8B",
             "gpu": "h100-sxm",
             "tp": 1,
+            "pp": 1,
             "startup_s": 0,
             "time_scale": 1.0,
         }
@@ -251,7 +253,7 @@ class LocalProcessActuator:
                 stdout=out,  # type: ignore[arg-type]
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,  # own process group: stop() kills all it spawned
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=die_with_parent if sys.platform == "linux" else None,
             )
         except FileNotFoundError as e:
             raise UserError(
