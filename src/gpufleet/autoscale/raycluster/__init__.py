@@ -28,11 +28,13 @@ __all__ = ["ReplicaShape", "acquire_lock", "connect", "ray_actuator", "require_r
 
 INSTALL_FIX = "pip install 'gpufleet[ray]'"
 
+# A local address (127.0.0.1) stays on loopback instead of being rewritten to the host's
+# first external address. Ray reads this once, when it is first imported: so here, before
+# any module of this package imports it.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
 
 def require_ray(field: str = "backend.kind") -> ModuleType:
-    # A local address stays on loopback instead of being rewritten to the host's first
-    # external address (Ray reads this when it is imported).
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     try:
         import ray
     except ImportError:

@@ -68,6 +68,7 @@ class ReplicaHost:
             "node_id": ctx.get_node_id(),
             "port": port,
             "pid": self.process.pid,
+            "host_pid": os.getpid(),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
             "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
             "placement_group_id": pg,
