@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import socket
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +54,33 @@ def connect(
     if ray.is_initialized():
         return False
     quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
+    with _keep_signal_handlers():
+        _init(ray, address, namespace, local_gpus, local_cpus, quiet)
+    return True
+
+
+@contextlib.contextmanager
+def _keep_signal_handlers() -> Iterator[None]:
+    """Ray's core worker installs its own SIGTERM/SIGINT handlers (which abort the process);
+    the caller's (`up` stops everything cleanly on them) are put back."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in saved.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
+
+
+def _init(
+    ray: ModuleType,
+    address: str | None,
+    namespace: str,
+    local_gpus: int,
+    local_cpus: int | None,
+    quiet: dict[str, Any],
+) -> None:
     if address is None:
         ray.init(
             namespace=namespace,
@@ -71,7 +100,6 @@ def connect(
                 field="--ray-address",
                 fix="start one (`ray start --head`), or pass its address (ray://HOST:10001)",
             ) from None
-    return True
 
 
 def acquire_lock(fleet: str, namespace: str) -> Any:
