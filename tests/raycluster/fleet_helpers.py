@@ -57,10 +57,10 @@ def make_actuator(
 
 def abandon(actuator: RayActuator) -> None:
     """What a crashed controller leaves: its replicas running in Ray, nothing watching them."""
-    for slot in actuator._slots.values():
+    for slot in actuator._entries.values():
         for task in slot.tasks:
             task.cancel()
-    actuator._slots.clear()
+    actuator._entries.clear()
 
 
 @dataclass

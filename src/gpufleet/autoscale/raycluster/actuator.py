@@ -18,8 +18,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections import deque
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,8 @@ from ray.util.placement_group import (
 )
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from gpufleet.autoscale.actuator import FleetRegistry, ManagedReplica, NoRegistry
+from gpufleet.autoscale.actuator import FleetRegistry, ManagedReplica
+from gpufleet.autoscale.lifecycle import ActuatorBase, Entry
 from gpufleet.autoscale.local import check_template
 from gpufleet.autoscale.raycluster.host import ReplicaHost
 from gpufleet.autoscale.raycluster.shape import (
@@ -44,7 +44,6 @@ from gpufleet.autoscale.raycluster.shape import (
     replica_name,
     shortage,
 )
-from gpufleet.autoscale.scrape import parse_engine_load
 from gpufleet.routing.types import ReplicaState
 
 log = logging.getLogger("gpufleet.autoscale")
@@ -53,19 +52,16 @@ _Host = ray.remote(ReplicaHost)
 
 
 @dataclass(slots=True)
-class _Slot:
-    replica: ManagedReplica
+class _Slot(Entry):
     generation: int = 0
     pg: Any = None
     actor: Any = None
     info: dict[str, Any] = field(default_factory=dict)
     pending_since_s: float | None = None
-    stopping: bool = False
     replacing: bool = False
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
-class RayActuator:
+class RayActuator(ActuatorBase[_Slot]):
     def __init__(
         self,
         command: str,
@@ -87,83 +83,44 @@ class RayActuator:
         id_prefix: str = "replica",
     ) -> None:
         check_template(command)
+        super().__init__(
+            registry=registry,
+            expected_startup_s=expected_startup_s,
+            health_timeout_s=health_timeout_s,
+            drain_deadline_s=drain_deadline_s,
+            stop_grace_s=stop_grace_s,
+            restart_crashed=restart_crashed,
+            clock=clock,
+            id_prefix=id_prefix,
+        )
         self.command = command
         self.shape = shape
         self.fleet = fleet
         self.namespace = namespace
         self.values: dict[str, object] = {"tp": shape.tp, "pp": shape.pp, **(values or {})}
-        self.registry: FleetRegistry = registry or NoRegistry()
-        self.expected_startup_s = expected_startup_s
-        self.health_timeout_s = health_timeout_s
-        self.drain_deadline_s = drain_deadline_s
-        self.stop_grace_s = stop_grace_s
-        self.restart_crashed = restart_crashed
         self.log_dir = log_dir
         self.probe_interval_s = probe_interval_s
         self.probe_failures = probe_failures
-        self.clock = clock
         self.id_prefix = id_prefix
-        self._ids = itertools.count(1)
-        self._slots: dict[str, _Slot] = {}
-        self._cold_starts_s: deque[float] = deque(maxlen=8)
-        self._session: aiohttp.ClientSession | None = None
-        self._closed = False
-        self.cut_requests_total = 0
 
     # -- Actuator ---------------------------------------------------------------------
     async def start(self, n: int) -> builtins.list[ManagedReplica]:
         started = []
         for _ in range(n):
-            replica_id = f"{self.id_prefix}-{next(self._ids)}"
-            now = self.clock()
-            replica = ManagedReplica(
-                replica_id, "", ReplicaState.STARTING, now, now + self._expected_startup()
-            )
-            slot = _Slot(replica)
-            self._slots[replica_id] = slot
+            slot = _Slot(self._new_replica())
+            self._entries[slot.replica.replica_id] = slot
             self._background(slot, self._launch(slot))
-            started.append(replica)
+            started.append(slot.replica)
         return started
 
-    async def drain(self, replica_id: str) -> None:
-        slot = self._slots.get(replica_id)
-        if slot is None or slot.stopping:
-            return
-        if slot.replica.state == ReplicaState.STARTING:
-            await self.stop(replica_id)  # pending or loading: nothing to drain
-            return
-        slot.replica.state = ReplicaState.DRAINING
-        with contextlib.suppress(KeyError):
-            await self.registry.drain(replica_id)
-        self._background(slot, self._finish_drain(slot))
-
-    async def stop(self, replica_id: str) -> None:
-        slot = self._slots.get(replica_id)
-        if slot is None:
-            return
-        slot.stopping = True
-        with contextlib.suppress(KeyError):
-            await self.registry.remove(replica_id)
+    async def _halt(self, slot: _Slot) -> None:
         await self._release(slot, graceful=True)
-        slot.replica.state = ReplicaState.DEAD
-        for task in list(slot.tasks):
-            if task is not asyncio.current_task():
-                task.cancel()
-        self._slots.pop(replica_id, None)
-
-    def list(self) -> list[ManagedReplica]:
-        return [s.replica for s in self._slots.values()]
-
-    def observed_cold_start_s(self) -> float | None:
-        if not self._cold_starts_s:
-            return None
-        return sum(self._cold_starts_s) / len(self._cold_starts_s)
 
     def pending_reason(self) -> str | None:
         """Replicas whose placement group waits for resources, for how long, and what is short
         (the controller appends it to its decision's reason)."""
         now = self.clock()
-        pending = [s for s in self._slots.values() if s.pending_since_s is not None]
+        pending = [s for s in self._entries.values() if s.pending_since_s is not None]
         if not pending:
             return None
         waits = ", ".join(
@@ -182,20 +139,12 @@ class RayActuator:
 
     def placement(self, replica_id: str) -> dict[str, Any]:
         """Where a replica runs: its host's info and the node of each bundle (stage)."""
-        slot = self._slots[replica_id]
+        slot = self._entries[replica_id]
         nodes: dict[int, str] = {}
         if slot.pg is not None:
             with contextlib.suppress(Exception):
                 nodes = dict(placement_group_table(slot.pg).get("bundles_to_node_id", {}))
         return {**slot.info, "bundle_nodes": [nodes.get(i, "") for i in range(self.shape.pp)]}
-
-    async def close(self) -> None:
-        """Stop every replica and remove its placement group (a clean `up` stop)."""
-        self._closed = True
-        await asyncio.gather(*(self.stop(r) for r in list(self._slots)), return_exceptions=True)
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
 
     # -- adoption ---------------------------------------------------------------------
     async def adopt(self) -> builtins.list[ManagedReplica]:
@@ -240,31 +189,18 @@ class RayActuator:
         for rid, (gen, handle, info) in sorted(found.items()):
             replica = ManagedReplica(rid, info["url"], ReplicaState.STARTING, now, now)
             replica.pid = info.get("pid")
-            slot = _Slot(replica, gen, get_placement_group(replica_name(self.fleet, rid, gen)))
-            slot.actor, slot.info = handle, info
-            self._slots[rid] = slot
+            pg = get_placement_group(replica_name(self.fleet, rid, gen))
+            slot = _Slot(replica, generation=gen, pg=pg, actor=handle, info=info)
+            self._entries[rid] = slot
             self._background(slot, self._watch_exit(slot, gen))
             self._background(slot, self._await_ready(slot, gen, adopted=True))
             adopted.append(replica)
             log.info("adopted %s at %s", rid, info["url"])
         top = max((replica_index(r) for r in found), default=0)
-        self._ids = itertools.count(top + 1)
+        self._ids = (f"{self.id_prefix}-{i}" for i in itertools.count(top + 1))
         return adopted
 
     # -- internals --------------------------------------------------------------------
-    def _expected_startup(self) -> float:
-        return self.observed_cold_start_s() or self.expected_startup_s
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0))
-        return self._session
-
-    def _background(self, slot: _Slot, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        slot.tasks.add(task)
-        task.add_done_callback(slot.tasks.discard)
-
     async def _launch(self, slot: _Slot) -> None:
         gen = slot.generation
         replica = slot.replica
@@ -324,16 +260,12 @@ class RayActuator:
             await asyncio.sleep(0.2)
         if slot.stopping or gen != slot.generation:
             return
-        now = self.clock()
-        if not adopted:
-            self._cold_starts_s.append(now - replica.started_at_s)
-        replica.ready_at_s = now
-        replica.state = ReplicaState.READY
+        took_s = self._mark_ready(replica, cold_start=not adopted)
         try:
             await self.registry.add(replica.replica_id, replica.url)
         except Exception:  # the gateway refused or is unreachable: say so, keep the replica
             log.exception("could not register %s with the gateway", replica.replica_id)
-        log.info("%s ready after %.1f s", replica.replica_id, now - replica.started_at_s)
+        log.info("%s ready after %.1f s", replica.replica_id, took_s)
         await self._probe(slot, gen)
 
     async def _healthy(self, url: str) -> bool:
@@ -376,15 +308,9 @@ class RayActuator:
         await self._release(slot, graceful=False)
         if not self.restart_crashed:
             replica.state = ReplicaState.DEAD
-            self._slots.pop(replica.replica_id, None)
+            self._entries.pop(replica.replica_id, None)
             return
-        # Starting from now on (capacity on its way): the controller starts no second one.
-        backoff_s = min(30.0, 0.5 * 2**replica.restarts)
-        now = self.clock()
-        replica.state = ReplicaState.STARTING
-        replica.started_at_s = now
-        replica.expected_ready_s = now + backoff_s + self._expected_startup()
-        replica.ready_at_s = None
+        backoff_s = self._restarting(replica)
         slot.generation += 1
         slot.info = {}
         await asyncio.sleep(backoff_s)
@@ -411,34 +337,6 @@ class RayActuator:
         if pg is not None:
             with contextlib.suppress(Exception):
                 remove_placement_group(pg)
-
-    async def _finish_drain(self, slot: _Slot) -> None:
-        deadline = self.clock() + self.drain_deadline_s
-        left = 0
-        while self.clock() < deadline:
-            left = await self._requests_left(slot)
-            if left == 0:
-                break
-            await asyncio.sleep(0.2)
-        else:
-            slot.replica.cut_requests += left
-            self.cut_requests_total += left
-            log.warning(
-                "%s: drain deadline %.0f s passed with %d requests in flight",
-                slot.replica.replica_id,
-                self.drain_deadline_s,
-                left,
-            )
-        await self.stop(slot.replica.replica_id)
-
-    async def _requests_left(self, slot: _Slot) -> int:
-        gateway = await self.registry.in_flight(slot.replica.replica_id)
-        engine: int | None = None
-        with contextlib.suppress(TimeoutError, aiohttp.ClientError, OSError):
-            async with self._http().get(f"{slot.replica.url}/metrics") as resp:
-                if resp.status == 200:
-                    engine = parse_engine_load(await resp.text())
-        return max(gateway or 0, engine or 0)
 
 
 def _free_by_node() -> dict[str, dict[str, float]]:
