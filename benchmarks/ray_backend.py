@@ -8,8 +8,9 @@ processes (TP=2, no emulated load time, so the figure is the backend's own overh
 the replica's import and /health): with one replica ready, `start(2)` is called (the
 decision) and the clock stops when both new replicas are ready and registered with the
 gateway; then two are drained and the round repeats. The Ray peer runs on a local Ray
-cluster of its own (one node declaring 8 GPUs, loopback, dashboard off), as
-`gpufleet up --demo --backend ray` does.
+cluster as the tests start it: a head and two nodes declaring 4 GPUs each (loopback,
+dashboard off). Faults, both peers: seconds from SIGKILL of a replica's process until the
+gateway no longer lists it; Ray only: the same from killing the raylet of a replica's node.
 
 Per-replica overhead of the Ray path: the resident memory and CPU seconds of each replica's
 `ReplicaHost` actor process (the Ray worker that holds the GPUs and runs the command), and
@@ -123,12 +124,56 @@ async def run_local(rounds: int) -> dict[str, Any]:
     return {"peer": "local processes", "rounds": timings, "replica_rss_mib": replica and replica[0]}
 
 
+def _cluster() -> Any:
+    """A head (no GPU) and two nodes declaring 4 GPUs each, all on loopback, as the tests."""
+    from gpufleet.autoscale.raycluster import require_ray
+
+    ray = require_ray()
+    from ray.cluster_utils import Cluster
+
+    node = {"node_ip_address": "127.0.0.1", "object_store_memory": 80 << 20}
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "include_dashboard": False, **node,
+                        "_system_config": {"health_check_period_ms": 500,
+                                           "health_check_failure_threshold": 3}},
+    )  # fmt: skip
+    for _ in range(2):
+        cluster.add_node(num_cpus=4, num_gpus=4, **node)
+    ray.init(address=cluster.address, namespace="gpufleet-bench", _node_ip_address="127.0.0.1",
+             log_to_driver=False)  # fmt: skip
+    return cluster
+
+
+async def _ejected_after(gw: Gateway, url: str) -> float:
+    t0 = time.monotonic()
+    await _wait(lambda: url not in {r["url"] for r in gw.list_replicas()}, 60.0)
+    return time.monotonic() - t0
+
+
+async def _faults(act: Any, gw: Gateway, cluster: Any) -> dict[str, float]:
+    """Seconds from a replica's process being killed, and from its node's raylet being
+    killed, until the gateway no longer routes to it."""
+    import signal
+
+    out: dict[str, float] = {}
+    victim = act.placement(act.list()[0].replica_id)
+    os.kill(victim["pid"], signal.SIGKILL)
+    out["process_killed_to_ejected_s"] = await _ejected_after(gw, victim["url"])
+    await _wait(lambda: _ready(act, 3))
+    victim = act.placement(act.list()[-1].replica_id)
+    node = next(n for n in cluster.worker_nodes if n.node_id == victim["node_id"])
+    node.kill_raylet()
+    out["node_lost_to_ejected_s"] = await _ejected_after(gw, victim["url"])
+    return out
+
+
 async def run_ray(rounds: int) -> dict[str, Any]:
-    from gpufleet.autoscale.raycluster import ReplicaShape, connect, require_ray
+    from gpufleet.autoscale.raycluster import ReplicaShape, require_ray
     from gpufleet.autoscale.raycluster.actuator import RayActuator
 
     ray = require_ray()
-    connect(None, "gpufleet-bench", local_gpus=8, local_cpus=8)
+    cluster = _cluster()
     gw = await _gateway()
     act = RayActuator(
         DEFAULT_COMMAND,
@@ -161,6 +206,7 @@ async def run_ray(rounds: int) -> dict[str, Any]:
             if p not in hosts and p not in replicas and not _is_worker(p)
         ]
         replica = _proc(next(iter(replicas)))
+        faults = await _faults(act, gw, cluster)
         out = {
             "peer": "Ray (local cluster)",
             "rounds": timings,
@@ -169,18 +215,33 @@ async def run_ray(rounds: int) -> dict[str, Any]:
             "actor_cpu_s_at_start": statistics.mean(b[1] for b in before.values() if b),
             "actor_idle_cpu_fraction": statistics.mean(idle_cpu),
             "cluster_fixed_rss_mib": sum(f[0] for f in fixed if f),
+            **faults,
         }
     finally:
         await act.close()
         await gw.stop()
         ray.shutdown()
+        cluster.shutdown()
     return out
+
+
+async def local_faults() -> dict[str, float]:
+    gw = await _gateway()
+    act = LocalProcessActuator(DEFAULT_COMMAND, values=VALUES, registry=InProcessGateway(gw))
+    try:
+        [r] = await act.start(1)
+        await _wait(lambda: _ready(act, 1))
+        os.kill(r.pid or 0, 9)
+        return {"process_killed_to_ejected_s": await _ejected_after(gw, r.url)}
+    finally:
+        await act.close()
+        await gw.stop()
 
 
 def _is_worker(pid: int) -> bool:
     """An idle pooled Ray worker (not part of the cluster's fixed cost)."""
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::")
+        return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::IDLE")
     except OSError:
         return False
 
@@ -189,8 +250,9 @@ def _table(peers: list[dict[str, Any]]) -> str:
     lines = [
         "| peer | 1 → 3 ready, median s (rounds) | first of two ready, median s "
         "| replica RSS MiB | per-replica actor RSS MiB | actor CPU s to start "
-        "| actor idle CPU | cluster fixed RSS MiB |",
-        "|---|---|---|---|---|---|---|---|",
+        "| actor idle CPU | cluster fixed RSS MiB | process killed → ejected s "
+        "| node lost → ejected s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in peers:
         both = [r["both_ready_s"] for r in p["rounds"]]
@@ -203,7 +265,9 @@ def _table(peers: list[dict[str, Any]]) -> str:
             f"| {p['peer']} | {statistics.median(both):.2f} ({', '.join(f'{b:.2f}' for b in both)})"
             f" | {statistics.median(first):.2f} | {f('replica_rss_mib', '{:.0f}')} "
             f"| {f('actor_rss_mib', '{:.0f}')} | {f('actor_cpu_s_at_start', '{:.2f}')} "
-            f"| {f('actor_idle_cpu_fraction', '{:.1%}')} | {f('cluster_fixed_rss_mib', '{:.0f}')} |"
+            f"| {f('actor_idle_cpu_fraction', '{:.1%}')} | {f('cluster_fixed_rss_mib', '{:.0f}')} "
+            f"| {f('process_killed_to_ejected_s', '{:.2f}')} "
+            f"| {f('node_lost_to_ejected_s', '{:.2f}')} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -214,7 +278,9 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=RESULTS / "ray_backend.json")
     ap.add_argument("--md", type=Path, default=RESULTS / "ray_backend.md")
     args = ap.parse_args()
-    peers = [asyncio.run(run_local(args.rounds)), asyncio.run(run_ray(args.rounds))]
+    local = asyncio.run(run_local(args.rounds))
+    local.update(asyncio.run(local_faults()))
+    peers = [local, asyncio.run(run_ray(args.rounds))]
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"peers": peers}, indent=2) + "\n")
     table = _table(peers)
