@@ -3,6 +3,7 @@ replica` processes behind a real gateway. The node-kill test runs last (it adds 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections import defaultdict
 
@@ -170,6 +171,35 @@ async def test_one_controller_per_fleet_and_a_restarted_one_adopts(
         await second.close()
         await gw.stop()
     assert _live_groups("t-adopt") == [] and _named_actors("t-adopt") == []
+
+
+async def test_unhealthy_stays_crashed_is_replaced(ray_cluster: RayCluster) -> None:
+    import aiohttp
+
+    gw = await start_gateway()
+    act = make_actuator("t-crash", gw)
+    try:
+        [r] = await act.start(1)
+        await wait_for(lambda: _all_ready(act, 1))
+        first = act.placement(r.replica_id)
+        async with aiohttp.ClientSession() as s:
+            # /health fails but the actor and its process live: not replaced (only the
+            # gateway stops routing to it until it recovers).
+            await s.post(f"{r.url}/admin/faults", json={"unhealthy": True})
+            await wait_for(lambda: not any(x["state"] == "ready" for x in gw.list_replicas()))
+            checks = act.probe_interval_s * (act.probe_failures + 2)
+            await asyncio.sleep(checks)
+            assert act.placement(r.replica_id)["generation"] == 0 and r.restarts == 0
+            await s.post(f"{r.url}/admin/faults", json={"unhealthy": False, "exit": True})
+        await wait_for(lambda: r.restarts == 1 and _all_ready(act, 1))
+        now = act.placement(r.replica_id)
+        assert now["generation"] == 1 and now["pid"] != first["pid"]
+        assert [x["url"] for x in gw.list_replicas()] == [now["url"]]
+        assert _named_actors("t-crash") == ["t-crash/replica-1.1"]
+        assert len(_live_groups("t-crash")) == 1
+    finally:
+        await act.close()
+        await gw.stop()
 
 
 async def test_a_lost_node_gets_its_replicas_replaced(ray_cluster: RayCluster) -> None:

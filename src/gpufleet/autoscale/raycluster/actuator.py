@@ -277,14 +277,28 @@ class RayActuator(ActuatorBase[_Slot]):
 
     async def _probe(self, slot: _Slot, gen: int) -> None:
         """A node that dies takes its replica's port with it: notice in a few seconds, without
-        waiting for Ray's own node health checks."""
+        waiting for Ray's own node health checks (tens of seconds by default). A replica
+        that is only slow to answer keeps its place if its actor still answers."""
         failures = 0
         while not slot.stopping and gen == slot.generation and not self._closed:
             await asyncio.sleep(self.probe_interval_s)
             failures = 0 if await self._healthy(slot.replica.url) else failures + 1
             if failures >= self.probe_failures:
+                if await self._actor_answers(slot):
+                    failures = 0
+                    continue
                 await self._lost(slot, gen, f"/health failed {failures} times in a row")
                 return
+
+    async def _actor_answers(self, slot: _Slot, timeout_s: float = 2.0) -> bool:
+        """Its host actor replies within `timeout_s` and its command still runs."""
+        if slot.actor is None:
+            return False
+        try:
+            info = await asyncio.wait_for(slot.actor.describe.remote(), timeout_s)
+        except (TimeoutError, ray.exceptions.RayError):
+            return False
+        return bool(info.get("running"))
 
     async def _watch_exit(self, slot: _Slot, gen: int) -> None:
         try:
