@@ -61,6 +61,17 @@ def test_ray_flags_need_the_ray_backend() -> None:
     assert "Traceback" not in out.stderr
 
 
+def test_sim_ray_address_is_for_sweeps() -> None:
+    gpufleet = str(Path(sys.executable).with_name("gpufleet"))
+    out = subprocess.run(
+        [gpufleet, "sim", "--rate", "1", "--duration", "1", "--ray-address", "auto"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and "--ray-address" in out.stderr and "--sweep" in out.stderr
+
+
 def test_without_the_extra_the_error_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     from gpufleet.autoscale.raycluster import require_ray
 

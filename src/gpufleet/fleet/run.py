@@ -1,6 +1,7 @@
 """`gpufleet up`: gateway + autoscaler + replicas in one event loop, stopped as one.
 
-The gateway runs in-process; replicas are child processes in their own process groups;
+The gateway runs in-process; replicas are child processes in their own process groups
+(`backend.kind: local`) or placement groups and actors on a Ray cluster (`ray`, docs/ray.md);
 the controller ticks every `autoscale.interval_s`. Its decisions are served at
 `GET /admin/autoscale` on the gateway (behind the admin key when one is set). On stop
 (Ctrl-C, SIGTERM, or the end of the demo) the controller stops first, then every replica
