@@ -20,6 +20,10 @@ autoscale:
 gateway:                   # the gateway's own config keys (gpufleet gateway --config)
   port: 8000
   policy: prefix_aware
+backend:                   # local (default) or ray (docs/ray.md)
+  kind: ray
+  address: auto            # auto | ray://HOST:10001; unset: a local Ray cluster of its own
+  namespace: gpufleet
 ```
 """
 
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -53,6 +57,7 @@ class ReplicaSpec(_Strict):
     model: str = "meta-llama/Llama-3.1-8B"
     gpu: str = "h100-sxm"
     tp: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1)  # pipeline stages (Ray: one bundle per stage)
     startup_s: float = Field(default=20.0, ge=0)
     time_scale: float = Field(default=1.0, gt=0)
     # What the autoscaler assumes a cold start takes before it has seen one.
@@ -95,6 +100,7 @@ class ReplicaSpec(_Strict):
             "model": self.model,
             "gpu": self.gpu,
             "tp": self.tp,
+            "pp": self.pp,
             "startup_s": self.startup_s,
             "time_scale": self.time_scale,
         }
@@ -130,6 +136,26 @@ class AutoscaleSpec(_Strict):
         return max(1, self.min_replicas)
 
 
+class BackendSpec(_Strict):
+    """Where replicas run: `local` child processes, or `ray` placement groups and actors."""
+
+    kind: Literal["local", "ray"] = "local"
+    # ray: auto | ray://HOST:10001 | HOST:PORT; unset: a local Ray cluster of its own.
+    address: str | None = None
+    namespace: str = Field(default="gpufleet", min_length=1)
+    fleet_name: str = Field(default="gpufleet", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    # Per placement-group bundle (one per pipeline stage), beside the stage's TP GPUs.
+    cpus_per_bundle: float = Field(default=1.0, ge=0)
+    memory_gb_per_bundle: float | None = Field(default=None, gt=0)
+    resources_per_bundle: dict[str, float] = Field(default_factory=dict)
+    # GPUs the local cluster of its own declares (none need exist); default: enough for
+    # max_replicas.
+    local_gpus: int | None = Field(default=None, ge=0)
+    # Seconds between a ready replica's /health probes; this many failures replace it.
+    probe_interval_s: float = Field(default=1.0, gt=0)
+    probe_failures: int = Field(default=3, ge=1)
+
+
 class FleetConfig(_Strict):
     replicas: ReplicaSpec = Field(default_factory=ReplicaSpec)
     autoscale: AutoscaleSpec = Field(default_factory=AutoscaleSpec)
@@ -138,6 +164,7 @@ class FleetConfig(_Strict):
     log_dir: str | None = None  # replica logs; default: a temporary directory
     # `gpufleet deploy k8s` reads it (gpufleet.k8s.settings validates it there); `up` ignores it.
     kubernetes: dict[str, Any] = Field(default_factory=dict)
+    backend: BackendSpec = Field(default_factory=BackendSpec)
 
     def gateway_settings(self) -> dict[str, Any]:
         out: dict[str, Any] = {"host": "127.0.0.1", "port": 8000, "policy": "prefix_aware"}

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from gpufleet.autoscale.actuator import FleetRegistry, ManagedReplica
+from gpufleet.autoscale.draining import requests_left
 from gpufleet.k8s.api import Conflict, KubeApi, Obj
 from gpufleet.k8s.controller_config import ControllerConfig
 from gpufleet.k8s.objects import DELETION_COST, DRAINING_SINCE, GROUP_LABEL, ROLE_LABEL
@@ -319,22 +320,11 @@ class KubernetesActuator:
         await self.stop(rid)
 
     async def _requests_left(self, pod: _Pod) -> int:
-        gateway = await self.registry.in_flight(pod.replica.replica_id)
-        engine = await self._engine_load(pod.replica.url)
-        return max(gateway or 0, engine or 0)
-
-    async def _engine_load(self, url: str) -> int | None:
-        from gpufleet.fleet_state import parse_engine_metrics
-
-        if not url:
-            return None
+        if not pod.replica.url:
+            return await self.registry.in_flight(pod.replica.replica_id) or 0
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0))
-        try:
-            async with self._session.get(f"{url}/metrics") as resp:
-                return parse_engine_metrics(await resp.text()).load if resp.status == 200 else None
-        except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
-            return None
+        return await requests_left(self.registry, self._session, pod.replica)
 
     # -- small helpers ----------------------------------------------------------------
     def _expected_startup(self) -> float:
