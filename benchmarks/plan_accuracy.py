@@ -118,8 +118,8 @@ def model_speed() -> dict[str, float]:
     from gpufleet.perf.step_time import StepBatch
     from gpufleet.plan.layout import Layout
     from gpufleet.plan.perf_serving import predict_serving
+    from gpufleet.specs.catalog import load_model
     from gpufleet.specs.gpus import load_gpu
-    from gpufleet.specs.models import load_model
 
     out: dict[str, float] = {}
     gpu = load_gpu("h200")

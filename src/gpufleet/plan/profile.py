@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpufleet.errors import UserError
+from gpufleet.perf.calibration import Calibration
 from gpufleet.perf.roofline import RooflineStepTimeModel
 from gpufleet.perf.step_time import StepTimeModel
 from gpufleet.plan.layout import Layout
@@ -14,9 +15,9 @@ from gpufleet.plan.memory import (
     default_max_num_batched_tokens,
     memory_breakdown,
 )
+from gpufleet.specs.catalog import load_model
 from gpufleet.specs.dtypes import KV_DTYPES, WEIGHT_DTYPES
 from gpufleet.specs.gpus import load_gpu
-from gpufleet.specs.models import load_model
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,9 @@ def replica_profile(
     gpu_memory_utilization: float = 0.9,
     max_num_seqs: int = 256,
     max_num_batched_tokens: int | None = None,
+    calibration: Calibration | None = None,
+    step_time_model: StepTimeModel | None = None,
+    backend: str = "vllm",
 ) -> ReplicaProfile:
     """The profile of one replica of `model` on `tp` x `pp` `gpu`s.
 
@@ -52,6 +56,10 @@ def replica_profile(
     model's max_position_embeddings, lowered to what the KV cache holds (vLLM would refuse
     to start instead; a simulator is more useful running). max_num_batched_tokens: None
     takes vLLM V1's serving default for the GPU (8192 on >= 70 GiB, else 2048).
+    calibration: the step-time model's constants (None: the shipped ones,
+    `gpufleet.perf.calibration.default_calibration()`); step_time_model: use this model as
+    is instead of building the roofline one (the KV blocks still come from the layout);
+    backend: whose engine overheads the roofline model carries.
     """
     spec = load_model(model)
     gpu_spec = load_gpu(gpu)
@@ -109,7 +117,8 @@ def replica_profile(
         wanted_len = capacity
     return ReplicaProfile(
         model_name=spec.name,
-        step_time_model=RooflineStepTimeModel(spec, gpu_spec, layout, backend="vllm"),
+        step_time_model=step_time_model
+        or RooflineStepTimeModel(spec, gpu_spec, layout, calibration=calibration, backend=backend),
         num_gpu_blocks=mem.kv_blocks,
         block_size=DEFAULT_BLOCK_TOKENS,
         max_model_len=wanted_len,

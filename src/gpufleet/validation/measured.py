@@ -25,8 +25,10 @@ from gpufleet.perf.roofline import RooflineStepTimeModel
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.memory import memory_breakdown
 from gpufleet.plan.perf_serving import SchedulerShape, ServingPrediction, predict_closed_loop
+from gpufleet.specs.catalog import load_model
+from gpufleet.specs.config_parse import parse_config
 from gpufleet.specs.gpus import GpuSpec, load_gpu
-from gpufleet.specs.models import ModelSpec, load_model, parse_config
+from gpufleet.specs.models import ModelSpec
 from gpufleet.validation.engine_loop import EngineLoopResult, simulate_closed_loop
 
 _CSV_NAME = "measured_serving_dev.csv"
