@@ -26,6 +26,14 @@ PUBLISHED_TOTAL_B = {
     "deepseek-ai/DeepSeek-R1": 671.0,
     "openai/gpt-oss-20b": 21.0,
     "meta-llama/Llama-4-Scout-17B-16E-Instruct": 109.0,
+    "meta-llama/Llama-3.1-405B-Instruct-FP8": 405.9,
+    "RedHatAI/Llama-3.1-70B-Instruct-NVFP4": 70.6,
+    "google/gemma-2-9b-it": 9.24,
+    "google/gemma-2-27b-it": 27.2,
+    "openai/gpt-oss-120b": 116.8,
+    "moonshotai/Kimi-K2-Instruct": 1030.0,  # HF lists 1.03T (the card rounds to "1T")
+    "zai-org/GLM-4.5": 355.0,
+    "MiniMaxAI/MiniMax-M2": 230.0,
 }
 
 # (published active B, tolerance). Qwen's card rounds 3.35B down to "3.3B", so that one
@@ -206,6 +214,7 @@ def test_generic_configs_parse(tmp_path: Path) -> None:
     # Mistral-7B-v0.1 style: every layer slides over 4096 tokens; no head_dim given.
     mistral = parse_config(
         {
+            "model_type": "mistral",  # whose config class defaults to untied embeddings
             "hidden_size": 4096,
             "num_hidden_layers": 32,
             "num_attention_heads": 32,

@@ -7,6 +7,7 @@ from typing import Any
 
 from gpufleet.errors import UserError
 from gpufleet.specs.models import LayerSpec, ModelSpec, MoESpec
+from gpufleet.specs.quant import parse_quantization_config
 
 _SYNONYMS: dict[str, tuple[str, ...]] = {
     "hidden_size": ("hidden_size", "n_embd", "d_model"),
@@ -44,20 +45,33 @@ def _int(cfg: dict[str, Any], key: str, source: str) -> int:
     return value
 
 
-def _checkpoint_dtype(cfg: dict[str, Any]) -> str:
-    quant = cfg.get("quantization_config") or {}
-    method = str(quant.get("quant_method", "")).lower()
-    if method == "fp8":
-        return "fp8"
-    if method == "mxfp4":
-        return "fp4"
-    if method in ("awq", "gptq") and quant.get("bits") == 4:
-        return "int4"
-    return "bf16"
+# tie_word_embeddings when a config leaves it out: the default of the model's transformers
+# config class (PretrainedConfig's is True; these classes set False).
+_UNTIED_BY_DEFAULT = frozenset(
+    {"llama", "llama4", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
+     "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2", "glm4", "glm4_moe", "gpt_oss",
+     "minimax", "minimax_m2", "phi3", "olmo", "olmo2", "gpt_neox", "granite", "internlm2"}
+)  # fmt: skip
+
+# Models whose configs give one sliding_window but alternate sliding and full layers
+# without listing layer_types: every n-th layer (1-based) attends globally, the rest
+# within the window (transformers' Gemma2 / Gemma3 / Cohere2 layer patterns).
+_GLOBAL_EVERY: dict[str, tuple[str, int]] = {
+    "gemma2": ("", 2),
+    "gemma3": ("sliding_window_pattern", 6),
+    "gemma3_text": ("sliding_window_pattern", 6),
+    "cohere2": ("sliding_window_pattern", 4),
+}
+
+
+def _tied(cfg: dict[str, Any], model_type: str) -> bool:
+    if "tie_word_embeddings" in cfg and cfg["tie_word_embeddings"] is not None:
+        return bool(cfg["tie_word_embeddings"])
+    return model_type not in _UNTIED_BY_DEFAULT
 
 
 def _moe_layers(cfg: dict[str, Any], model_type: str, num_layers: int) -> list[bool]:
-    if model_type.startswith("deepseek"):
+    if "first_k_dense_replace" in cfg:  # DeepSeek, Kimi K2, GLM-4.5
         first_dense = int(cfg.get("first_k_dense_replace", 0) or 0)
         freq = int(cfg.get("moe_layer_freq", 1) or 1)
         return [i >= first_dense and i % freq == 0 for i in range(num_layers)]
@@ -87,14 +101,44 @@ def _sliding_windows(cfg: dict[str, Any], model_type: str, num_layers: int) -> l
             int((i + 1) % interval != 0) for i in range(num_layers)
         ]
         return [chunk if flags[i] else None for i in range(num_layers)]
+    if window and model_type in _GLOBAL_EVERY:
+        key, default_every = _GLOBAL_EVERY[model_type]
+        every = int(cfg.get(key) or default_every) if key else default_every
+        return [None if (i + 1) % every == 0 else int(window) for i in range(num_layers)]
+    if window and model_type.startswith(("qwen2", "qwen3")):
+        # Qwen: off unless use_sliding_window; then layers from max_window_layers on.
+        if not cfg.get("use_sliding_window", False):
+            return [None] * num_layers
+        first = int(cfg.get("max_window_layers") or 0)
+        return [int(window) if i >= first else None for i in range(num_layers)]
     if window and cfg.get("use_sliding_window", True):
         return [int(window)] * num_layers
     return [None] * num_layers
 
 
+def _vision_params(cfg: dict[str, Any]) -> int:
+    """A multimodal checkpoint's vision encoder and projector, which vLLM loads beside the
+    language model: ViT layers (attention 4h², MLP 2h·inter) plus the projection into the
+    text model's hidden size. 0 for text-only configs."""
+    vision = cfg.get("vision_config")
+    if not isinstance(vision, dict):
+        return 0
+    h = int(vision.get("hidden_size") or 0)
+    layers = int(vision.get("num_hidden_layers") or vision.get("depth") or 0)
+    inter = int(vision.get("intermediate_size") or 4 * h)
+    patch = int(vision.get("patch_size") or 14)
+    channels = int(vision.get("num_channels") or 3)
+    body = layers * (4 * h * h + 2 * h * inter + 4 * h)
+    text_h = int((cfg.get("text_config") or cfg).get("hidden_size") or 0)
+    out = int(vision.get("vision_output_dim") or vision.get("out_hidden_size") or h)
+    projector = out * text_h + h * out
+    return body + channels * patch * patch * h + projector
+
+
 def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> ModelSpec:
     """A ModelSpec from a config.json dict. Missing required fields raise UserError."""
     src = source or name
+    raw = cfg
     top_type = str(cfg.get("model_type", ""))
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (Llama 4, ...)
         cfg = {**cfg, **cfg["text_config"]}
@@ -166,7 +210,7 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
         num_kv_heads=int(kv_heads),
         head_dim=int(head_dim),
         intermediate_size=dense_inter,
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        tie_word_embeddings=_tied(cfg, model_type),
         max_position_embeddings=max_pos,
         attention_kind="mla" if is_mla else "gqa",
         layers=layers,
@@ -175,6 +219,10 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
         attention_bias=bool(attention_bias),
         qk_norm=model_type in ("qwen3", "qwen3_moe"),
         attention_sinks=model_type == "gpt_oss",
-        checkpoint_dtype=_checkpoint_dtype(cfg),
+        quant=parse_quantization_config(cfg, num_layers),
+        rotary_dim=int(int(head_dim) * float(cfg.get("partial_rotary_factor") or 1.0))
+        if not is_mla
+        else 0,
+        vision_params=_vision_params(raw),
         **mla,
     )

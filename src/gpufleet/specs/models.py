@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from gpufleet.specs.quant import FORMATS, UNQUANTIZED, QuantScheme, uniform_scheme
+
 
 @dataclass(frozen=True)
 class MoESpec:
@@ -83,7 +85,32 @@ class ModelSpec:
     attention_bias: bool = False
     qk_norm: bool = False
     attention_sinks: bool = False
-    checkpoint_dtype: str = "bf16"  # how the published weights are stored (bf16|fp8|fp4)
+    quant: QuantScheme = UNQUANTIZED  # the checkpoint's per-module storage formats
+    vision_params: int = 0  # a multimodal checkpoint's vision encoder + projector
+    rotary_dim: int = 0  # dims RoPE rotates per head (0: head_dim; MLA: qk_rope_head_dim)
+
+    def rope_cache_elements(self) -> int:
+        """vLLM's rotary cos/sin cache: one row of rotary_dim per position up to
+        max_position_embeddings, on every GPU (Llama 4's 10M positions: 2.5 GiB in bf16)."""
+        dim = self.rotary_dim or (
+            self.qk_rope_head_dim if self.attention_kind == "mla" else self.head_dim
+        )
+        return self.max_position_embeddings * dim
+
+    @property
+    def checkpoint_dtype(self) -> str:
+        """How most of the published weights are stored: bf16, fp8, int8, int4, mxfp4 or
+        nvfp4 (the per-module detail is in `quant`)."""
+        return self.quant.headline
+
+    def weight_scheme(self, weight_dtype: str) -> QuantScheme:
+        """Per-module formats when serving at `weight_dtype`: the checkpoint's own scheme
+        when that is its precision (modules it left unquantized stay so), else every
+        decoder linear layer in `weight_dtype` (an online re-quantization or another
+        checkpoint of the same model)."""
+        if weight_dtype == self.checkpoint_dtype:
+            return self.quant
+        return uniform_scheme(FORMATS[weight_dtype])
 
     # ---- parameters -------------------------------------------------------------------
     def attention_params(self, layer: int = 0) -> int:
