@@ -43,6 +43,8 @@ class SchedulerShape:
     max_num_batched_tokens: int = 8192
     max_running: int = 1024
     mixed_prefill: bool = True
+    # Streamed output tokens per second the engine's front-end delivers (all ranks).
+    max_output_tokens_per_s: float = math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,7 @@ def predict_closed_loop(
                 max_num_batched_tokens=sched.max_num_batched_tokens,
                 max_running=max(1, math.ceil(sched.max_running / stages)),
                 mixed_prefill=sched.mixed_prefill,
+                max_output_tokens_per_s=sched.max_output_tokens_per_s / stages,
             ),
             ttft_overhead_s=ttft_overhead_s,
             queue_scale=queue_scale,
@@ -121,11 +124,19 @@ def predict_closed_loop(
     isl, osl = input_tokens, output_tokens
     running = max(1, min(concurrency, sched.max_running))
     decode_ctx = isl + osl / 2.0  # mean KV length of a decoding request
+    memo: dict[StepBatch, float] = {}
+
+    def step_s(batch: StepBatch) -> float:
+        # The fixed point revisits the same few batches: evaluate each once.
+        t = memo.get(batch)
+        if t is None:
+            t = memo[batch] = model.step_time_s(batch)
+        return t
 
     def decode_step_s(n: int) -> float:
         if n <= 0:
             return 0.0
-        return model.step_time_s(StepBatch(num_decode=n, decode_context_tokens=int(n * decode_ctx)))
+        return step_s(StepBatch(num_decode=n, decode_context_tokens=int(n * decode_ctx)))
 
     def prefill_batch(tokens_budget: int) -> StepBatch:
         """Prefill tokens one iteration packs, given the free budget and the queue."""
@@ -168,9 +179,9 @@ def predict_closed_loop(
         packed = prefill_batch(min(budget, max(isl, int(isl * waiting))))
         packed_tokens = sum(packed.prefill_tokens)
         if sched.mixed_prefill:
-            marginal_s = model.step_time_s(with_decodes(packed, n)) - t_decode
+            marginal_s = step_s(with_decodes(packed, n)) - t_decode
         else:
-            marginal_s = model.step_time_s(packed)
+            marginal_s = step_s(packed)
         work_per_prompt_s = marginal_s * isl / packed_tokens  # GPU time one prompt costs
 
         # The request's own prefill: full chunks of `budget` tokens at growing context, then
@@ -182,23 +193,24 @@ def predict_closed_loop(
             chunk = StepBatch(
                 prefill_tokens=(budget,), prefill_context_tokens=((full - 1) * budget // 2,)
             )
-            own_s += full * model.step_time_s(
-                with_decodes(chunk, n) if sched.mixed_prefill else chunk
-            )
+            own_s += full * step_s(with_decodes(chunk, n) if sched.mixed_prefill else chunk)
         if rest:
             chunk = StepBatch(prefill_tokens=(rest,), prefill_context_tokens=(full * budget,))
-            own_s += model.step_time_s(with_decodes(chunk, n) if sched.mixed_prefill else chunk)
+            own_s += step_s(with_decodes(chunk, n) if sched.mixed_prefill else chunk)
 
         share = min(_MAX_PREFILL_SHARE, rate * work_per_prompt_s * lockstep_ranks)
         new_tpot = t_decode / (1.0 - share) if osl > 1 else 0.0
-        rate_cap = math.inf
+        # The front-end streams at most so many tokens per second: past that, requests
+        # wait before their prefill (TTFT), the GPU's iterations are unaffected.
+        rate_cap = sched.max_output_tokens_per_s / osl / lockstep_ranks
         if sched.mixed_prefill and osl > 1:
             # An iteration never exceeds a full token budget: decodes plus the budget's
             # rest in prefill. Past that, prefill throughput is capped and prompts queue.
             full_batch = with_decodes(prefill_batch(budget), n)
-            full_s = model.step_time_s(full_batch)
+            full_s = step_s(full_batch)
             new_tpot = min(new_tpot, full_s)
-            rate_cap = sum(full_batch.prefill_tokens) / (full_s * isl) / lockstep_ranks
+            budget_cap = sum(full_batch.prefill_tokens) / (full_s * isl) / lockstep_ranks
+            rate_cap = min(rate_cap, budget_cap)
         # Closed-network queue at the prefill station (Schweitzer): a prompt finds
         # queue * (N-1)/N others ahead, each costing work_per_prompt_s.
         ahead = queue * (running - 1) / running
@@ -227,7 +239,7 @@ def predict_closed_loop(
         # First wave: `running` prompts at once, no decodes yet; prompt i waits for i-1
         # others, packed into full iterations.
         burst = prefill_batch(min(sched.max_num_batched_tokens, isl * running))
-        burst_work_s = model.step_time_s(burst) * isl / sum(burst.prefill_tokens)
+        burst_work_s = step_s(burst) * isl / sum(burst.prefill_tokens)
         first_wave_wait_s = (running - 1) / 2.0 * burst_work_s
         ttft_s += first_wave_wait_s / max(1.0, requests_per_client)
     if concurrency > running:
@@ -281,6 +293,7 @@ def max_concurrency_within_slo(
     max_concurrency: int = 1024,
     ttft_overhead_s: float = 0.0,
     queue_scale: float = 1.0,
+    lockstep_ranks: int = 1,
 ) -> ServingPrediction | None:
     """The highest concurrency whose mean TTFT and TPOT both meet the SLOs (binary search:
     both grow with concurrency), or None when even one request misses them."""
@@ -294,6 +307,7 @@ def max_concurrency_within_slo(
             scheduler,
             ttft_overhead_s=ttft_overhead_s,
             queue_scale=queue_scale,
+            lockstep_ranks=lockstep_ranks,
         )
 
     def meets(p: ServingPrediction) -> bool:

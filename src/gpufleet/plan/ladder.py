@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 from gpufleet.plan import explain
+from gpufleet.plan.engines import engine_rules
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.layout_perf import layout_performance
 from gpufleet.plan.memory import memory_breakdown, sequences_that_fit
@@ -68,14 +69,18 @@ class Ladder:
         self.decisions.append(Decision(step, option, kept, reason))
 
     def evaluate(self, layout: Layout) -> Candidate:
+        req = self.req
         mem = memory_breakdown(
-            self.req.model,
-            self.req.gpu,
+            req.model,
+            req.gpu,
             layout,
             self.max_model_len,
-            gpu_memory_utilization=self.req.gpu_memory_utilization,
+            gpu_memory_utilization=req.gpu_memory_utilization,
+            engine=req.engine,
         )
-        fits = sequences_that_fit(self.req.model, layout, mem, self.req.request_tokens)
+        rules = engine_rules(req.engine, req.gpu, tp=layout.tp, pp=layout.pp, dp=layout.dp)
+        footprint = rules.admission_tokens(req.input_tokens, req.output_tokens)
+        fits = sequences_that_fit(req.model, layout, mem, footprint)
         return Candidate(layout=layout, memory=mem, kv_concurrent_requests=fits)
 
     def useful(self, c: Candidate) -> bool:
@@ -225,7 +230,7 @@ class Ladder:
 
     # -- step 4 --------------------------------------------------------------------------
     def with_performance(self, c: Candidate) -> Candidate:
-        perf = layout_performance(self.req, c.layout, c.kv_concurrent_requests)
+        perf = layout_performance(self.req, c.layout, c.memory)
         if not perf.slo_met:
             return Candidate(c.layout, c.memory, c.kv_concurrent_requests, perf)
         replicas = max(1, math.ceil(self.req.rps / perf.max_requests_per_s))
@@ -297,7 +302,10 @@ class Ladder:
                 f"one GPU per stage holds all {model.moe.num_experts} experts; nothing to split",
             )
             return chosen, None
-        ep_layout = Layout(layout.tp, layout.pp, layout.tp, layout.weight_dtype, layout.kv_dtype)
+        ep_layout = Layout(
+            tp=layout.tp, pp=layout.pp, ep=layout.tp, weight_dtype=layout.weight_dtype,
+            kv_dtype=layout.kv_dtype,
+        )  # fmt: skip
         ep = self.evaluate(ep_layout)
         if not self.useful(ep):
             self.note(

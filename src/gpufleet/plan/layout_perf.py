@@ -9,28 +9,27 @@ from typing import Any
 from gpufleet.perf.roofline import RooflineStepTimeModel
 from gpufleet.perf.step_time import StepBatch
 from gpufleet.plan.layout import Layout
-from gpufleet.plan.memory import default_max_num_seqs
+from gpufleet.plan.memory import MemoryBreakdown
 from gpufleet.plan.perf_serving import (
     ServingPrediction,
     layout_step_model,
     max_serving_concurrency_within_slo,
     predict_serving,
 )
-from gpufleet.plan.types import BACKEND, LayoutPerformance, PlanRequest
+from gpufleet.plan.types import LayoutPerformance, PlanRequest
 
 
 def layout_performance(
-    req: PlanRequest, layout: Layout, kv_concurrent_requests: int
+    req: PlanRequest, layout: Layout, memory: MemoryBreakdown
 ) -> LayoutPerformance:
     """TTFT / TPOT / SLO-meeting throughput of one replica, from gpufleet.perf.roofline
-    (vLLM's scheduler limits; running requests capped by what the KV cache holds)."""
+    with the engine's scheduler limits, its running requests capped by what the KV cache
+    holds under its admission rule. With attention data parallelism the figures are one
+    rank's latencies and the whole replica's throughput (every rank serves its clients)."""
     isl, osl = req.input_tokens, req.output_tokens
-    common: dict[str, Any] = dict(
-        backend=BACKEND,
-        max_num_seqs=default_max_num_seqs(req.gpu),
-        kv_capacity_tokens=max(1, kv_concurrent_requests) * req.request_tokens,
-    )
-    step = layout_step_model(req.model, req.gpu, layout, backend=BACKEND)
+    dp = layout.dp
+    common: dict[str, Any] = dict(backend=req.engine, kv_capacity_tokens=memory.kv_capacity_tokens)
+    step = layout_step_model(req.model, req.gpu, layout, backend=req.engine)
 
     def at(concurrency: int) -> ServingPrediction:
         return predict_serving(
@@ -45,6 +44,7 @@ def layout_performance(
         osl,
         ttft_slo_s=req.ttft_slo_s,
         tpot_slo_s=req.tpot_slo_s,
+        step_model=step,
         **common,
     )
     alone = at(1)
@@ -60,13 +60,15 @@ def layout_performance(
             allreduce_share_of_decode=_allreduce_share(step, 1, isl, osl),
             slo_met=False,
         )
-    replicas = max(1, math.ceil(req.rps / best.requests_per_s))
+    per_replica_rps = best.requests_per_s * dp
+    replicas = max(1, math.ceil(req.rps / per_replica_rps))
     # Steady state at the traffic: the smallest concurrency that carries rps / replicas.
+    target = req.rps / replicas / dp
     lo, hi, steady = 1, best.concurrency, best
     while lo <= hi:
         mid = (lo + hi) // 2
         p = at(mid)
-        if p.requests_per_s >= req.rps / replicas:
+        if p.requests_per_s >= target:
             steady, hi = p, mid - 1
         else:
             lo = mid + 1
@@ -74,10 +76,10 @@ def layout_performance(
         prefill_s=alone.prefill_s,
         ttft_s=steady.ttft_s,
         tpot_s=steady.tpot_s,
-        steady_concurrency=steady.concurrency,
-        max_concurrency=best.concurrency,
-        max_requests_per_s=best.requests_per_s,
-        max_output_tokens_per_s=best.output_tokens_per_s,
+        steady_concurrency=steady.concurrency * dp,
+        max_concurrency=best.concurrency * dp,
+        max_requests_per_s=per_replica_rps,
+        max_output_tokens_per_s=best.output_tokens_per_s * dp,
         allreduce_share_of_decode=_allreduce_share(step, best.concurrency, isl, osl),
         slo_met=True,
     )

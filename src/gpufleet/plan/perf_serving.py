@@ -1,18 +1,21 @@
 """Serving predictions for one layout of a model on a GPU: the planner's entry points to
-the closed-loop solver (`plan.closed_loop`) with the engine's limits and calibration."""
+the closed-loop solver (`plan.closed_loop`) with the engine's own limits (`plan.engines`:
+token budget, running requests, mixed or separate prefill, CUDA-graph sizes, admission
+rule) and the calibrated overheads of its front-end."""
 
 from __future__ import annotations
 
+from gpufleet.errors import UserError
 from gpufleet.perf.calibration import Calibration, default_calibration
 from gpufleet.perf.roofline import LayoutLike, RooflineStepTimeModel
 from gpufleet.perf.step_time import StepTimeModel
-from gpufleet.plan.capacity import concurrent_sequences
 from gpufleet.plan.closed_loop import (
     SchedulerShape,
     ServingPrediction,
     max_concurrency_within_slo,
     predict_closed_loop,
 )
+from gpufleet.plan.engines import engine_rules
 from gpufleet.specs.gpus import GpuSpec
 from gpufleet.specs.models import ModelSpec
 
@@ -36,28 +39,54 @@ def layout_step_model(
     backend: str = "vllm",
     calibration: Calibration | None = None,
 ) -> RooflineStepTimeModel:
-    return RooflineStepTimeModel(model, gpu, layout, calibration=calibration, backend=backend)
+    """The roofline model of `layout` with the engine's CUDA-graph sizes."""
+    rules = engine_rules(backend, gpu, tp=layout.tp, pp=layout.pp, dp=getattr(layout, "dp", 1))
+    return RooflineStepTimeModel(
+        model,
+        gpu,
+        layout,
+        calibration=calibration,
+        backend=backend,
+        cuda_graph_max_batch=rules.cuda_graph_max_batch,
+    )
 
 
 def scheduler_for(
     gpu: GpuSpec,
     *,
     backend: str = "vllm",
-    max_num_seqs: int = 1024,
+    max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     kv_capacity_tokens: int | None = None,
-    tokens_per_request: int = 0,
+    tokens_per_request: float = 0,
     calibration: Calibration | None = None,
+    tp: int = 1,
+    dp: int = 1,
 ) -> SchedulerShape:
-    """The engine's limits: token budget (vLLM default for the GPU unless given) and how
-    many requests run at once (max_num_seqs, or fewer when the KV cache holds fewer)."""
+    """The engine's limits: token budget (its default for the GPU unless given), how many
+    requests run at once (max_num_seqs, or fewer when the KV cache holds fewer requests
+    of `tokens_per_request` tokens — the engine's admission footprint), and its front-end
+    ceiling. A KV cache that holds no request at all is a UserError, never one request at
+    a time."""
+    rules = engine_rules(backend, gpu, tp=tp, dp=dp)
     cal = (calibration or default_calibration()).backend(backend)
-    budget = max_num_batched_tokens or (8192 if gpu.memory_bytes >= 70 * (1 << 30) else 2048)
-    running = max_num_seqs
+    budget = max_num_batched_tokens or rules.max_num_batched_tokens
+    running = max_num_seqs or rules.max_num_seqs
     if kv_capacity_tokens is not None and tokens_per_request > 0:
-        running = concurrent_sequences(max_num_seqs, kv_capacity_tokens, tokens_per_request)
+        fits = int(kv_capacity_tokens // tokens_per_request)
+        if fits < 1:
+            raise UserError(
+                f"the KV cache holds {kv_capacity_tokens} tokens, less than one request's "
+                f"{tokens_per_request:.0f}",
+                field="layout",
+                fix="use a layout with more KV cache per GPU (more GPUs, fp8 KV, shorter requests)",
+            )
+        running = min(running, fits)
     return SchedulerShape(
-        max_num_batched_tokens=budget, max_running=running, mixed_prefill=cal.mixed_prefill
+        max_num_batched_tokens=budget,
+        max_running=running,
+        mixed_prefill=rules.mixed_prefill,
+        max_output_tokens_per_s=cal.frontend_tokens_per_s,
     )
 
 
@@ -65,9 +94,10 @@ def _serving_setup(
     model: ModelSpec,
     gpu: GpuSpec,
     layout: LayoutLike,
-    tokens_per_request: int,
+    input_tokens: int,
+    output_tokens: int,
     backend: str,
-    max_num_seqs: int,
+    max_num_seqs: int | None,
     max_num_batched_tokens: int | None,
     kv_capacity_tokens: int | None,
     calibration: Calibration | None,
@@ -76,14 +106,18 @@ def _serving_setup(
     """Calibration, step-time model and scheduler limits of one layout's serving setup."""
     cal = calibration or default_calibration()
     step = step_model or layout_step_model(model, gpu, layout, backend=backend, calibration=cal)
+    dp = getattr(layout, "dp", 1)
+    rules = engine_rules(backend, gpu, tp=layout.tp, pp=layout.pp, dp=dp)
     sched = scheduler_for(
         gpu,
         backend=backend,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
         kv_capacity_tokens=kv_capacity_tokens,
-        tokens_per_request=tokens_per_request,
+        tokens_per_request=rules.admission_tokens(input_tokens, output_tokens),
         calibration=cal,
+        tp=layout.tp,
+        dp=dp,
     )
     return cal, step, sched
 
@@ -97,18 +131,18 @@ def predict_serving(
     concurrency: int,
     *,
     backend: str = "vllm",
-    max_num_seqs: int = 1024,
+    max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     kv_capacity_tokens: int | None = None,
     calibration: Calibration | None = None,
     step_model: StepTimeModel | None = None,
 ) -> ServingPrediction:
     """Steady-state mean TTFT / TPOT / throughput of one replica of `layout` serving
-    `concurrency` clients of `input_tokens` in and `output_tokens` out. Pass
-    `kv_capacity_tokens` (from plan.memory) to cap the running requests by the KV cache,
-    and a prebuilt `step_model` to save its construction when sweeping concurrency."""
+    `concurrency` clients (per attention DP rank) of `input_tokens` in and `output_tokens`
+    out. Pass `kv_capacity_tokens` (per rank, from plan.memory) to cap the running requests
+    by the KV cache, and a prebuilt `step_model` to save its construction when sweeping."""
     cal, step, sched = _serving_setup(
-        model, gpu, layout, input_tokens + output_tokens, backend, max_num_seqs,
+        model, gpu, layout, input_tokens, output_tokens, backend, max_num_seqs,
         max_num_batched_tokens, kv_capacity_tokens, calibration, step_model,
     )  # fmt: skip
     return predict_closed_loop(
@@ -132,15 +166,16 @@ def max_serving_concurrency_within_slo(
     ttft_slo_s: float,
     tpot_slo_s: float,
     backend: str = "vllm",
-    max_num_seqs: int = 1024,
+    max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
     kv_capacity_tokens: int | None = None,
     calibration: Calibration | None = None,
     step_model: StepTimeModel | None = None,
 ) -> ServingPrediction | None:
-    """The layout's best steady state within the SLOs (highest concurrency), or None."""
+    """The layout's best steady state within the SLOs (highest concurrency per attention
+    rank), or None."""
     cal, step, sched = _serving_setup(
-        model, gpu, layout, input_tokens + output_tokens, backend, max_num_seqs,
+        model, gpu, layout, input_tokens, output_tokens, backend, max_num_seqs,
         max_num_batched_tokens, kv_capacity_tokens, calibration, step_model,
     )  # fmt: skip
     return max_concurrency_within_slo(

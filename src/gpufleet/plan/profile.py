@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 from gpufleet.errors import UserError
 from gpufleet.perf.calibration import Calibration
-from gpufleet.perf.roofline import RooflineStepTimeModel
 from gpufleet.perf.step_time import StepTimeModel
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.memory import (
@@ -15,9 +14,11 @@ from gpufleet.plan.memory import (
     default_max_num_batched_tokens,
     memory_breakdown,
 )
+from gpufleet.plan.perf_serving import layout_step_model
 from gpufleet.specs.catalog import load_model
 from gpufleet.specs.dtypes import KV_DTYPES, WEIGHT_DTYPES
 from gpufleet.specs.gpus import load_gpu
+from gpufleet.specs.quant import FORMAT_ALIASES
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def replica_profile(
     """
     spec = load_model(model)
     gpu_spec = load_gpu(gpu)
-    weight_dtype = spec.checkpoint_dtype if quant == "auto" else quant
+    weight_dtype = spec.checkpoint_dtype if quant == "auto" else FORMAT_ALIASES.get(quant, quant)
     if weight_dtype not in WEIGHT_DTYPES:
         raise UserError(
             f"unknown quant {quant!r}", field="quant", fix=f"use auto or one of {WEIGHT_DTYPES}"
@@ -84,7 +85,7 @@ def replica_profile(
     try:
         layout = Layout(tp=tp, pp=pp, ep=ep, weight_dtype=weight_dtype, kv_dtype=kv)
     except ValueError as e:
-        raise UserError(str(e), field="layout", fix="ep must be 1 or tp; tp, pp >= 1") from e
+        raise UserError(str(e), field="layout", fix="ep must divide tp; tp, pp >= 1") from e
 
     batched = max_num_batched_tokens or default_max_num_batched_tokens(gpu_spec)
     wanted_len = max_model_len or spec.max_position_embeddings
@@ -118,7 +119,7 @@ def replica_profile(
     return ReplicaProfile(
         model_name=spec.name,
         step_time_model=step_time_model
-        or RooflineStepTimeModel(spec, gpu_spec, layout, calibration=calibration, backend=backend),
+        or layout_step_model(spec, gpu_spec, layout, backend=backend, calibration=calibration),
         num_gpu_blocks=mem.kv_blocks,
         block_size=DEFAULT_BLOCK_TOKENS,
         max_model_len=wanted_len,

@@ -16,7 +16,6 @@ from gpufleet.specs.models import ModelSpec
 # A KV cache is "useful" when it holds at least this many requests of input+output tokens
 # at once: below that the GPU mostly re-reads weights for a handful of tokens.
 MIN_USEFUL_CONCURRENCY = 16
-BACKEND = "vllm"  # the engine whose scheduler and calibration the predictions use
 MAX_NODES = 64  # how far the search looks for a fitting multi-node layout
 DEFAULT_MAX_MODEL_LEN = 8192
 
@@ -36,7 +35,8 @@ class PlanRequest:
     max_model_len: int | None = None
     max_gpus: int | None = None
     gpu_price_per_hour_usd: float | None = None
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float | None = None  # None: the engine's own default
+    engine: str = "vllm"  # whose memory rule, scheduler and overheads the plan uses
 
     @property
     def node_gpus(self) -> int:
