@@ -78,9 +78,16 @@ def _row(**kw: object) -> MeasuredRow:
 def test_attention_dp_rows_run_batch_size_clients_per_rank() -> None:
     p = model_row(_row())
     assert p.serving.concurrency == 16  # 16 per rank x 8 ranks = 128 clients on 8 GPUs
-    # The same 128 clients labelled as 64 ranks of 2 on the same 8 GPUs: same prediction.
+    assert not p.note
+    # The same 128 clients labelled as 64 ranks of 2 on 64 GPUs (moe_tp 8 x ep 8): the
+    # shared CSV's twin rows show it ran on one 8-GPU node; read so, same prediction.
     q = model_row(_row(attention_dp=64, moe_tp=8, batch_size=2))
-    assert q.serving.concurrency == 2  # 64 GPUs (8 x 8): each rank serves its 2
+    assert q.serving.concurrency == 16
+    assert (q.ttft_s, q.tpot_s) == (p.ttft_s, p.tpot_s)
+    assert "read as one node" in q.note and "128 clients" in q.note
+    # tp 64 labels likewise: attention TP 8 over the node's GPUs.
+    r = model_row(_row(tp=64, attention_dp=1, moe_tp=8, batch_size=16))
+    assert "tp 8" in r.note
 
 
 def test_rows_beyond_the_kv_cache_queue_for_admission() -> None:
