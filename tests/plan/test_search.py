@@ -60,7 +60,7 @@ def test_auto_quantizes_before_splitting() -> None:
     steps = [d.step for d in p.decisions]
     # precision decisions come before any TP decision, TP before performance and replicas
     assert steps.index("tp") > max(i for i, s in enumerate(steps) if s == "precision")
-    assert steps[-1] == "replicas"
+    assert steps[-1] == "disagg" and steps[-2] == "replicas"
     assert p.chosen.layout.weight_dtype == "fp8"
     assert any("int4 would fit 1 GPU" in d.reason for d in p.decisions)
 
@@ -69,7 +69,7 @@ def test_auto_keeps_checkpoint_precision_when_it_fits() -> None:
     assert plan(request("llama-3.1-8b")).chosen.layout.weight_dtype == "bf16"
     assert plan(request("gpt-oss-20b")).chosen.layout.weight_dtype == "mxfp4"
     ds = plan(request("deepseek-v3", gpu=load_gpu("h200")))
-    assert ds.chosen.layout.weight_dtype == "fp8" and ds.chosen.layout.tp == 8
+    assert ds.chosen.layout.weight_dtype == "fp8" and ds.chosen.layout.num_gpus == 8
 
 
 def test_moe_gets_an_ep_decision_with_numbers() -> None:

@@ -266,15 +266,18 @@ class RooflineStepTimeModel:
             (touched * self._expert_bytes + assignments * self._h * ACT_BYTES * 2)
             / self._moe_hbm_bytes_s,
         )
+        return expert_s + self._exchange_s(tokens)
+
+    def _exchange_s(self, tokens: int) -> float:
+        """One MoE layer's token exchange between the GPUs holding experts."""
         if self._ep > 1:
             # Dispatch and combine: each GPU sends its tokens' k copies out and back.
             local = tokens / self._tp
-            expert_s += 2.0 * self._a2a_s(local * k * self._h * ACT_BYTES)
-        elif self._dp > 1:
-            expert_s += self._dp_curve.all_reduce_s(
-                global_tokens * self._h * ACT_BYTES, self._moe_gpus
-            )
-        return expert_s
+            return 2.0 * self._a2a_s(local * self._top_k * self._h * ACT_BYTES)
+        if self._dp > 1:
+            global_bytes = tokens * self._dp * self._h * ACT_BYTES
+            return self._dp_curve.all_reduce_s(global_bytes, self._moe_gpus)
+        return 0.0
 
     def _a2a_s(self, bytes_per_gpu: float) -> float:
         """One all-to-all over the stage's GPUs: NVLink to domain peers, NIC to the rest."""
@@ -293,9 +296,13 @@ class RooflineStepTimeModel:
             if batch.num_seqs
             else 0.0
         )
+        exchange = 0.0
+        if self._num_experts and batch.num_seqs:
+            exchange = self.model.num_moe_layers * self._exchange_s(batch.num_tokens)
         return {
             "total_s": total,
             "allreduce_s": ar,
+            "exchange_s": exchange,
             "overhead_s": overhead,
-            "compute_and_memory_s": max(0.0, total - ar - overhead),
+            "compute_and_memory_s": max(0.0, total - ar - exchange - overhead),
         }

@@ -80,7 +80,7 @@ class Ladder:
         )
         rules = engine_rules(req.engine, req.gpu, tp=layout.tp, pp=layout.pp, dp=layout.dp)
         footprint = rules.admission_tokens(req.input_tokens, req.output_tokens)
-        fits = sequences_that_fit(req.model, layout, mem, footprint)
+        fits = sequences_that_fit(req.model, layout, mem, footprint) * layout.dp
         return Candidate(layout=layout, memory=mem, kv_concurrent_requests=fits)
 
     def useful(self, c: Candidate) -> bool:
@@ -180,7 +180,7 @@ class Ladder:
     ) -> Candidate | None:
         if tp1 is not None:
             return tp1
-        node = self.req.node_gpus
+        node = self.req.tp_domain_gpus
         tps = _valid_tps(self.req.model, node)
         for tp in tps[1:]:
             if max_gpus is not None and tp > max_gpus:
@@ -255,7 +255,7 @@ class Ladder:
         req = self.req
         evaluated = [self.with_performance(fitting)]
         if fitting.layout.pp == 1:
-            for tp in _valid_tps(req.model, req.node_gpus):
+            for tp in _valid_tps(req.model, req.tp_domain_gpus):
                 if tp <= fitting.layout.tp or (req.max_gpus is not None and tp > req.max_gpus):
                     continue
                 found, _ = self.first_useful(tp, 1, fitting.layout.weight_dtype)

@@ -33,6 +33,20 @@ class LaunchCommands:
     trtllm: str = ""
 
 
+@dataclass(frozen=True)
+class DisaggCommands:
+    """Disaggregated prefill / decode: one command per pool and engine, and the router in
+    front that sends each request to a prefill worker and then to a decode worker."""
+
+    vllm_prefill: str
+    vllm_decode: str
+    vllm_router: str
+    sglang_prefill: str
+    sglang_decode: str
+    sglang_router: str
+    notes: tuple[str, ...]
+
+
 def _quantization(model: ModelSpec, layout: Layout, gpu: GpuSpec) -> tuple[str | None, str | None]:
     """(vLLM --quantization value or None, a note for the user or None)."""
     w = layout.weight_dtype
@@ -157,4 +171,63 @@ def render_launch_commands(
     # SGLang's radix cache (prefix caching) is on by default.
     return LaunchCommands(
         vllm=_join(vllm), sglang=_join(sglang), notes=tuple(notes), trtllm=_join(trt)
+    )
+
+
+NIXL_KV = """'{"kv_connector":"NixlConnector","kv_role":"kv_both"}'"""
+
+
+def render_disagg_commands(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    prefill: Layout,
+    decode: Layout,
+    *,
+    max_model_len: int,
+    gpu_memory_utilization: float | None = None,
+) -> DisaggCommands:
+    """vLLM: both pools with the NIXL KV connector behind vllm-router; SGLang: both pools
+    with --disaggregation-mode and the NIXL transfer backend behind sglang_router. Ports:
+    prefill 8100, decode 8200, router 8000."""
+
+    def pool(layout: Layout, port: int) -> LaunchCommands:
+        return render_launch_commands(
+            model, gpu, layout, max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization, gpus_per_node=gpu.gpus_per_node,
+            port=port,
+        )  # fmt: skip
+
+    p, d = pool(prefill, 8100), pool(decode, 8200)
+    vllm_kv = f"--kv-transfer-config {NIXL_KV}"
+    sglang_kv = "--disaggregation-transfer-backend nixl"
+    notes = [
+        "start one prefill command per prefill replica and one decode command per decode "
+        "replica (each on its own GPUs), then the router with every replica's address",
+        "KV moves over RDMA (NIXL / UCX): set UCX_NET_DEVICES to the GPUs' NICs; vLLM "
+        "workers sharing a host need distinct VLLM_NIXL_SIDE_CHANNEL_PORT values",
+        *(n for n in p.notes if "TRT-LLM" not in n),
+        *(n for n in d.notes if n not in p.notes and "TRT-LLM" not in n),
+    ]
+    return DisaggCommands(
+        vllm_prefill=_join([p.vllm, vllm_kv]),
+        vllm_decode=_join([d.vllm, vllm_kv]),
+        vllm_router=_join(
+            [
+                "vllm-router --pd-disaggregation",
+                "--prefill http://<prefill-host>:8100",
+                "--decode http://<decode-host>:8200",
+                "--host 0.0.0.0 --port 8000",
+            ]
+        ),
+        sglang_prefill=_join([p.sglang, "--disaggregation-mode prefill", sglang_kv]),
+        sglang_decode=_join([d.sglang, "--disaggregation-mode decode", sglang_kv]),
+        sglang_router=_join(
+            [
+                "python -m sglang_router.launch_router --pd-disaggregation",
+                "--prefill http://<prefill-host>:8100 8998",
+                "--decode http://<decode-host>:8200",
+                "--host 0.0.0.0 --port 8000",
+            ]
+        ),
+        notes=tuple(notes),
     )

@@ -7,9 +7,12 @@ request, candidates and plan types in `types`. Pure: no clock, no I/O.
 from __future__ import annotations
 
 from gpufleet.errors import UserError
+from gpufleet.perf.calibration import default_calibration
 from gpufleet.plan import explain
+from gpufleet.plan.disagg import DisaggPlan, plan_disaggregated
 from gpufleet.plan.ladder import Ladder
-from gpufleet.plan.render import render_launch_commands
+from gpufleet.plan.moe_layouts import choose_moe_layout
+from gpufleet.plan.render import render_disagg_commands, render_launch_commands
 from gpufleet.plan.types import (
     DEFAULT_MAX_MODEL_LEN,
     MAX_NODES,
@@ -49,6 +52,8 @@ def plan(req: PlanRequest) -> Plan:
     chosen, alternative = search.choose_ep(chosen)
     if alternative is not None and alternative.performance is not None:
         evaluated.append(alternative)
+    chosen, others = choose_moe_layout(search, chosen)
+    evaluated += [c for c in others if c not in evaluated]
     if chosen not in evaluated:
         evaluated.append(chosen)
     search.note_replicas(chosen)
@@ -69,6 +74,7 @@ def plan(req: PlanRequest) -> Plan:
             f"{allowed * per_replica:.1f}",
         )
     evaluated.sort(key=lambda c: (c.layout.num_gpus, c.layout.ep))
+    disagg = _disaggregated(req, search, chosen, evaluated)
     return Plan(
         request=req,
         chosen=chosen,
@@ -84,7 +90,42 @@ def plan(req: PlanRequest) -> Plan:
             gpus_per_node=req.node_gpus,
         ),
         warnings=tuple(search.warnings),
+        disaggregated=disagg,
+        disagg_launch=(
+            render_disagg_commands(
+                req.model,
+                req.gpu,
+                disagg.prefill.layout,
+                disagg.decode.layout,
+                max_model_len=search.max_model_len,
+                gpu_memory_utilization=req.gpu_memory_utilization,
+            )
+            if disagg is not None
+            else None
+        ),
     )
+
+
+def _disaggregated(
+    req: PlanRequest, search: Ladder, chosen: Candidate, evaluated: list[Candidate]
+) -> DisaggPlan | None:
+    """Disaggregated prefill / decode over the layouts the search found useful, with its
+    verdict against the aggregated choice in the decision trail."""
+    if req.disaggregation == "off":
+        return None
+    useful = [c for c in evaluated if search.useful(c)]
+    ttft_overhead_s = default_calibration().backend(req.engine).ttft_overhead_s
+    found = plan_disaggregated(req, chosen, useful, ttft_overhead_s)
+    if found is None:
+        search.note("disagg", "prefill / decode pools", False,
+                    "no pairing of the useful layouts meets the SLOs with the KV transfer")  # fmt: skip
+        return None
+    option = (
+        f"{found.prefill.replicas} × {found.prefill.layout.label} prefill + "
+        f"{found.decode.replicas} × {found.decode.layout.label} decode"
+    )
+    search.note("disagg", option, found.wins, found.reason)
+    return found
 
 
 def _validate(req: PlanRequest) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.memory import MemoryBreakdown
-from gpufleet.plan.render import LaunchCommands
+from gpufleet.plan.render import DisaggCommands, LaunchCommands
 from gpufleet.specs.gpus import GpuSpec
 from gpufleet.specs.models import ModelSpec
 
@@ -37,10 +37,20 @@ class PlanRequest:
     gpu_price_per_hour_usd: float | None = None
     gpu_memory_utilization: float | None = None  # None: the engine's own default
     engine: str = "vllm"  # whose memory rule, scheduler and overheads the plan uses
+    disaggregation: str = "auto"  # auto: plan prefill / decode pools beside; off: don't
 
     @property
     def node_gpus(self) -> int:
         return self.gpus_per_node or self.gpu.gpus_per_node
+
+    @property
+    def tp_domain_gpus(self) -> int:
+        """How far tensor parallelism may reach: one NVLink domain (a node; a whole GB200 /
+        GB300 NVL72 rack), at most 8 — beyond that attention heads run out and all-reduces
+        dominate, and DP-attention × EP takes over for MoE models."""
+        if self.gpus_per_node is not None:
+            return self.gpus_per_node
+        return max(self.gpu.gpus_per_node, min(self.gpu.domain_gpus, 8))
 
     @property
     def price_per_gpu_hour_usd(self) -> float:
@@ -61,7 +71,7 @@ class PlanRequest:
 
 @dataclass(frozen=True)
 class Decision:
-    step: str  # precision | tp | pp | performance | ep | replicas
+    step: str  # precision | tp | pp | performance | ep | moe | replicas | disagg
     option: str
     kept: bool
     reason: str
@@ -103,6 +113,39 @@ class Candidate:
 
 
 @dataclass(frozen=True)
+class Pool:
+    """One pool of a disaggregated plan: replicas of one layout."""
+
+    layout: Layout
+    replicas: int
+    requests_per_s_per_replica: float
+    latency_s: float  # prefill: TTFT at the chosen load; decode: TPOT
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.layout.num_gpus
+
+
+@dataclass(frozen=True)
+class DisaggPlan:
+    """Prefill and decode pools for --rps (see `plan.disagg`)."""
+
+    prefill: Pool
+    decode: Pool
+    kv_bytes_per_request: float
+    kv_link_gbps: float
+    kv_transfer_s: float
+    ttft_s: float
+    tpot_s: float
+    total_gpus: int
+    output_tokens_per_s_per_gpu: float
+    aggregated_gpus: int | None
+    aggregated_tokens_per_s_per_gpu: float
+    wins: bool
+    reason: str
+
+
+@dataclass(frozen=True)
 class Plan:
     request: PlanRequest
     chosen: Candidate
@@ -111,6 +154,14 @@ class Plan:
     max_model_len: int
     launch: LaunchCommands
     warnings: tuple[str, ...] = field(default=())
+    disaggregated: DisaggPlan | None = None  # prefill / decode pools, when any pairing works
+    disagg_launch: DisaggCommands | None = None
+
+    @property
+    def recommended(self) -> str:
+        """ "disaggregated" when its pools serve --rps on fewer GPUs (or aggregated serving
+        misses the SLOs), else "aggregated"."""
+        return "disaggregated" if self.disaggregated and self.disaggregated.wins else "aggregated"
 
     def to_dict(self) -> dict[str, Any]:
         req = self.request
@@ -132,7 +183,37 @@ class Plan:
             "decisions": [asdict(d) for d in self.decisions],
             "launch": asdict(self.launch),
             "warnings": list(self.warnings),
+            "recommended": self.recommended,
+            "disaggregated": _disagg_dict(self.disaggregated, self.disagg_launch),
         }
+
+
+def _disagg_dict(d: DisaggPlan | None, launch: DisaggCommands | None) -> dict[str, Any] | None:
+    if d is None:
+        return None
+    pools = {
+        name: {
+            "layout": {**asdict(p.layout), "num_gpus": p.layout.num_gpus, "label": p.layout.label},
+            "replicas": p.replicas,
+            "requests_per_s_per_replica": p.requests_per_s_per_replica,
+            "gpus": p.gpus,
+        }
+        for name, p in (("prefill", d.prefill), ("decode", d.decode))
+    }
+    return {
+        **pools,
+        "kv_bytes_per_request": d.kv_bytes_per_request,
+        "kv_link_gbps": d.kv_link_gbps,
+        "kv_transfer_s": d.kv_transfer_s,
+        "ttft_s": d.ttft_s,
+        "tpot_s": d.tpot_s,
+        "total_gpus": d.total_gpus,
+        "output_tokens_per_s_per_gpu": d.output_tokens_per_s_per_gpu,
+        "aggregated_gpus": d.aggregated_gpus,
+        "wins": d.wins,
+        "reason": d.reason,
+        "launch": asdict(launch) if launch else None,
+    }
 
 
 def _candidate_dict(c: Candidate) -> dict[str, Any]:
