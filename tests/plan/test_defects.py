@@ -108,8 +108,8 @@ def test_gpu_memory_utilization_offers_layouts_the_default_does_not() -> None:
         input_tokens=512, output_tokens=256, max_model_len=4096, disaggregation="off",
     )  # fmt: skip
     with pytest.raises(UserError, match="max-gpus"):
-        plan(PlanRequest(**req))  # type: ignore[arg-type]
-    p = plan(PlanRequest(**req, gpu_memory_utilization=0.95))  # type: ignore[arg-type]
+        plan(PlanRequest(**req))
+    p = plan(PlanRequest(**req, gpu_memory_utilization=0.95))
     assert p.chosen.layout.num_gpus == 2 and p.chosen.memory.kv_cache_bytes > 0
     assert "--gpu-memory-utilization 0.95" in p.launch.vllm
     assert "--mem-fraction-static 0.95" in p.launch.sglang
