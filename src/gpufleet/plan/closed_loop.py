@@ -176,6 +176,10 @@ def predict_closed_loop(
         )
         budget = max(budget, 16)
         waiting = max(1.0, queue)
+        if not sched.mixed_prefill:
+            # A prefill-only iteration takes every prompt that arrived since the last one
+            # (about one decode iteration's worth of arrivals), paying its fixed costs once.
+            waiting = max(waiting, rate * tpot_s)
         packed = prefill_batch(min(budget, max(isl, int(isl * waiting))))
         packed_tokens = sum(packed.prefill_tokens)
         if sched.mixed_prefill:

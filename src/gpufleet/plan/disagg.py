@@ -20,7 +20,7 @@ Pure: no clock, no I/O.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from gpufleet.perf.step_time import StepBatch, StepTimeModel
 from gpufleet.plan.engines import engine_rules
@@ -38,37 +38,67 @@ def kv_bytes_per_prompt(req: PlanRequest, kv_dtype_bytes: float) -> float:
     return per_token.bytes_for_sequence(req.input_tokens)
 
 
-def _prefill_rate(
-    req: PlanRequest, step: StepTimeModel, budget: int, extra_s: float, overhead_s: float
-) -> tuple[float, float] | None:
-    """(prompts/s per replica, TTFT there) at the highest load meeting the TTFT SLO."""
+@dataclass(frozen=True)
+class _PrefillSide:
+    """A prefill replica's batches: `per_batch` prompts in `batch_s`; one alone `own_s`."""
+
+    candidate: Candidate
+    per_batch: int
+    batch_s: float
+    own_s: float
+
+
+def _prefill_side(req: PlanRequest, c: Candidate) -> _PrefillSide:
+    step = layout_step_model(req.model, req.gpu, c.layout, backend=req.engine)
+    budget = engine_rules(
+        req.engine, req.gpu, tp=c.layout.tp, dp=c.layout.dp
+    ).max_num_batched_tokens
     isl = req.input_tokens
-    per_batch = max(1, budget // isl)
     if budget >= isl:
+        per_batch = budget // isl
         batch = StepBatch(
             prefill_tokens=(isl,) * per_batch, prefill_context_tokens=(0,) * per_batch
         )
-        batch_s = step.step_time_s(batch)
-        own_s = step.step_time_s(StepBatch(prefill_tokens=(isl,), prefill_context_tokens=(0,)))
-    else:
-        chunks = math.ceil(isl / budget)
-        chunk = StepBatch(prefill_tokens=(budget,), prefill_context_tokens=(isl // 2,))
-        own_s = batch_s = chunks * step.step_time_s(chunk)
-        per_batch = 1
-    capacity = per_batch / batch_s
-    base = overhead_s + own_s + extra_s
-    if base > req.ttft_slo_s:
+        alone = StepBatch(prefill_tokens=(isl,), prefill_context_tokens=(0,))
+        return _PrefillSide(c, per_batch, step.step_time_s(batch), step.step_time_s(alone))
+    chunks = math.ceil(isl / budget)
+    chunk = StepBatch(prefill_tokens=(budget,), prefill_context_tokens=(isl // 2,))
+    chunked_s = chunks * step.step_time_s(chunk)
+    return _PrefillSide(c, 1, chunked_s, chunked_s)
+
+
+def _prefill_rate(
+    req: PlanRequest, side: _PrefillSide, extra_s: float, overhead_s: float
+) -> tuple[float, float] | None:
+    """(prompts/s per attention rank, TTFT there) at the highest load meeting the TTFT SLO:
+    an M/D/1 queue of batches waits rho / (2 (1 - rho)) batch times, so with w the SLO left
+    after the prompt's own prefill, rho = 2w / (batch + 2w)."""
+    base = overhead_s + side.own_s + extra_s
+    slack = req.ttft_slo_s - base
+    if slack <= 0:
         return None
-    lo, hi = 0.0, 0.999
-    for _ in range(30):  # the highest utilisation whose queueing keeps TTFT in the SLO
-        mid = (lo + hi) / 2
-        wait = mid / (2 * (1 - mid)) * batch_s
-        if base + wait <= req.ttft_slo_s:
-            lo = mid
-        else:
-            hi = mid
-    wait = lo / (2 * (1 - lo)) * batch_s
-    return capacity * lo, base + wait
+    rho = min(0.999, 2 * slack / (side.batch_s + 2 * slack))
+    wait = rho / (2 * (1 - rho)) * side.batch_s
+    return side.per_batch / side.batch_s * rho, min(req.ttft_slo_s, base + wait)
+
+
+@dataclass(frozen=True)
+class _DecodeSide:
+    candidate: Candidate
+    requests_per_s: float  # per replica (all attention ranks)
+    tpot_s: float
+    first_step_s: float  # the first decode step after the KV arrives
+
+
+def _decode_side(req: PlanRequest, c: Candidate) -> _DecodeSide | None:
+    step = layout_step_model(req.model, req.gpu, c.layout, backend=req.engine)
+    rules = engine_rules(req.engine, req.gpu, tp=c.layout.tp, dp=c.layout.dp)
+    running = max(1, c.kv_concurrent_requests // c.layout.dp)
+    dec = _decode_rate(req, step, min(running, rules.max_num_seqs))
+    if dec is None:
+        return None
+    first = step.step_time_s(StepBatch(num_decode=1, decode_context_tokens=req.input_tokens))
+    return _DecodeSide(c, dec[0] * c.layout.dp, dec[1], first)
 
 
 def _decode_rate(
@@ -104,51 +134,37 @@ def _kv_transfer_s(req: PlanRequest, p: Layout, d: Layout, link_gbps: float) -> 
 
 
 def _pairing(
-    req: PlanRequest, p: Candidate, d: Candidate, ttft_overhead_s: float
+    req: PlanRequest, pre_side: _PrefillSide, dec: _DecodeSide, ttft_overhead_s: float
 ) -> DisaggPlan | None:
-    """x prefill replicas of p and y decode replicas of d for --rps, or None."""
-    rules_p = engine_rules(req.engine, req.gpu, tp=p.layout.tp, dp=p.layout.dp)
-    rules_d = engine_rules(req.engine, req.gpu, tp=d.layout.tp, dp=d.layout.dp)
-    step_p = layout_step_model(req.model, req.gpu, p.layout, backend=req.engine)
-    step_d = layout_step_model(req.model, req.gpu, d.layout, backend=req.engine)
-    first_decode_s = step_d.step_time_s(
-        StepBatch(num_decode=1, decode_context_tokens=req.input_tokens)
-    )
-    running = max(1, d.kv_concurrent_requests // d.layout.dp)
-    dec = _decode_rate(req, step_d, min(running, rules_d.max_num_seqs))
-    if dec is None:
-        return None
+    """x prefill replicas and y decode replicas for --rps, or None."""
+    p, d = pre_side.candidate.layout, dec.candidate.layout
     # NVLink when both pools fit one NVLink domain (GB200 / GB300 NVL72), else the NIC.
     links = [req.gpu.network_gbps]
-    if p.layout.num_gpus + d.layout.num_gpus <= req.gpu.domain_gpus:
+    if p.num_gpus + d.num_gpus <= req.gpu.domain_gpus:
         links.insert(0, req.gpu.intra_node_gbps)
     for link in links:
-        kv_s = _kv_transfer_s(req, p.layout, d.layout, link)
-        pre = _prefill_rate(
-            req, step_p, rules_p.max_num_batched_tokens, kv_s + first_decode_s, ttft_overhead_s
-        )
+        kv_s = _kv_transfer_s(req, p, d, link)
+        pre = _prefill_rate(req, pre_side, kv_s + dec.first_step_s, ttft_overhead_s)
         if pre is None or pre[0] <= 0:
             continue
-        prefill_rps = pre[0] * p.layout.dp  # each attention-DP rank prefills its own prompts
-        decode_rps = dec[0] * d.layout.dp
+        prefill_rps = pre[0] * p.dp  # each attention-DP rank prefills its own prompts
         x = max(1, math.ceil(req.rps / prefill_rps))
-        y = max(1, math.ceil(req.rps / decode_rps))
-        gpus = x * p.layout.num_gpus + y * d.layout.num_gpus
+        y = max(1, math.ceil(req.rps / dec.requests_per_s))
+        gpus = x * p.num_gpus + y * d.num_gpus
         if link != req.gpu.network_gbps and gpus > req.gpu.domain_gpus:
             continue  # the pools outgrow the NVLink domain: the NIC carries the KV
         if req.max_gpus is not None and gpus > req.max_gpus:
             return None
-        agg = req.rps * req.output_tokens
         return DisaggPlan(
-            prefill=Pool(p.layout, x, prefill_rps, pre[1]),
-            decode=Pool(d.layout, y, decode_rps, dec[1]),
-            kv_bytes_per_request=kv_bytes_per_prompt(req, d.layout.kv_dtype_bytes),
+            prefill=Pool(p, x, prefill_rps, pre[1]),
+            decode=Pool(d, y, dec.requests_per_s, dec.tpot_s),
+            kv_bytes_per_request=kv_bytes_per_prompt(req, d.kv_dtype_bytes),
             kv_link_gbps=link,
             kv_transfer_s=kv_s,
             ttft_s=pre[1],
-            tpot_s=dec[1],
+            tpot_s=dec.tpot_s,
             total_gpus=gpus,
-            output_tokens_per_s_per_gpu=agg / gpus,
+            output_tokens_per_s_per_gpu=req.rps * req.output_tokens / gpus,
             aggregated_gpus=None,
             aggregated_tokens_per_s_per_gpu=0.0,
             wins=False,
@@ -168,9 +184,11 @@ def plan_disaggregated(
     aggregated plan's choice; None when none meets the SLOs). None when no pairing meets
     the SLOs."""
     pool = [c for c in candidates if c.layout.pp == 1]
+    prefills = [_prefill_side(req, c) for c in pool]
+    decodes = [d for d in (_decode_side(req, c) for c in pool) if d is not None]
     best: DisaggPlan | None = None
-    for p in pool:
-        for d in pool:
+    for p in prefills:
+        for d in decodes:
             found = _pairing(req, p, d, ttft_overhead_s)
             if found is not None and (best is None or found.total_gpus < best.total_gpus):
                 best = found
