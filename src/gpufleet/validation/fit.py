@@ -60,11 +60,25 @@ def _replace(cal: Calibration, key: str, value: float, backend: str | None) -> C
     return dataclasses.replace(cal, backends=MappingProxyType(backends))
 
 
+def _inside_bounds(cal: Calibration) -> Calibration:
+    """Start from constants moved inside their bounds (a calibration written under older,
+    wider bounds would otherwise stay outside: the search never steps back in past a
+    worse score)."""
+    for key in SCALAR_CONSTANTS:
+        lo, hi = BOUNDS[key]
+        cal = _replace(cal, key, min(hi, max(lo, float(getattr(cal, key)))), None)
+    for name, b in cal.backends.items():
+        for key in BACKEND_CONSTANTS:
+            lo, hi = BOUNDS[key]
+            cal = _replace(cal, key, min(hi, max(lo, float(getattr(b, key)))), name)
+    return cal
+
+
 def fit(rows: Sequence[Any], start: Calibration, rounds: int = 3) -> Calibration:
     """Coordinate search: each constant in turn, multiplicative steps that shrink, never
     past its physical bounds (`perf.calibration.BOUNDS`). A backend's own constants only
     move its rows' predictions, so only those are recomputed when one changes."""
-    cal = start
+    cal = _inside_bounds(start)
     errors = [_errors(cal, r) for r in rows]
     best = _combine(errors)
     knobs: list[tuple[str, str | None]] = [(k, None) for k in SCALAR_CONSTANTS]
