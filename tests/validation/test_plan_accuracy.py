@@ -53,6 +53,11 @@ def test_benchmark_reports_errors_per_group_and_names_unmodelled_rows(tmp_path: 
         assert s["ttft_median_ape_pct"] >= 0 and s["tpot_p90_ape_pct"] >= s["tpot_median_ape_pct"]
     lomo = report["leave_one_model_out"]
     assert lomo["overall"]["rows"] == 8
+    assert set(lomo["per_group"]) == set(report["per_model"])
+    logo = report["leave_one_gpu_out"]  # held out by GPU: h100 rows scored by h200's fit
+    assert logo["overall"]["rows"] == 8 and set(logo["per_group"]) == {"h100_sxm", "h200_sxm"}
+    assert "| **leave-one-GPU-out** |" in proc.stdout
+    assert "| in-sample |" in proc.stdout and "| leave-one-model-out |" in proc.stdout
     assert "| **overall** |" in proc.stdout
     assert "row-on-unknown-gpu" in proc.stdout
     assert out_json.with_suffix(".md").exists()
