@@ -175,6 +175,14 @@ class Ladder:
         return tp1
 
     # -- steps 2 and 3 -------------------------------------------------------------------
+    def _reject(self, step: str, tried: list[Candidate], kept: Candidate | None) -> None:
+        """Note why each layout tried at this step, other than the one kept, does not do."""
+        for c in tried:
+            if c is not kept:
+                self.note(
+                    step, c.layout.label, False, explain.why_not(self.req, self.max_model_len, c)
+                )
+
     def smallest_fit(
         self, weight_dtype: str, tp1: Candidate | None, max_gpus: int | None
     ) -> Candidate | None:
@@ -186,14 +194,7 @@ class Ladder:
             if max_gpus is not None and tp > max_gpus:
                 return None
             found, tried = self.first_useful(tp, 1, weight_dtype)
-            for c in tried:
-                if c is not found:
-                    self.note(
-                        "tp",
-                        c.layout.label,
-                        False,
-                        explain.why_not(self.req, self.max_model_len, c),
-                    )
+            self._reject("tp", tried, found)
             if found is not None:
                 self.note(
                     "tp",
@@ -209,14 +210,7 @@ class Ladder:
             if max_gpus is not None and tp * pp > max_gpus:
                 return None
             found, tried = self.first_useful(tp, pp, weight_dtype)
-            for c in tried:
-                if c is not found:
-                    self.note(
-                        "pp",
-                        c.layout.label,
-                        False,
-                        explain.why_not(self.req, self.max_model_len, c),
-                    )
+            self._reject("pp", tried, found)
             if found is not None:
                 self.note(
                     "pp",
