@@ -204,7 +204,12 @@ def test_deepseek_v3_on_h200_is_one_eight_gpu_pod_and_on_h100_two_nodes() -> Non
     c = _common_pod_checks(files, 8, "NVIDIA-H200")
     argv = _argv(c)
     assert argv[:3] == ["vllm", "serve", "deepseek-ai/DeepSeek-V3"]
-    assert argv[argv.index("--tensor-parallel-size") + 1] == "8"
+    # One 8-GPU pod: TP, or attention DP x TP with the experts spread by EP (the planner's
+    # DP-attention layouts for large MoE), whichever the plan chose.
+    tp = int(argv[argv.index("--tensor-parallel-size") + 1])
+    dp = int(argv[argv.index("--data-parallel-size") + 1]) if "--data-parallel-size" in argv else 1
+    assert tp * dp == 8
+    assert dp == 1 or "--enable-expert-parallel" in argv
     assert "--quantization" not in argv  # the checkpoint is fp8 already
     h100 = manifests("dsv3-h100")
     assert one(h100, "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]["size"] == 2
