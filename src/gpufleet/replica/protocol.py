@@ -41,6 +41,8 @@ class RequestError(Exception):
     """A request the replica refuses: HTTP status, message and the offending parameter."""
 
     def __init__(self, message: str, status: int = 400, param: str | None = None):
+        if param and status == 400 and param.split(".")[-1] not in message:
+            message = f"{param}: {message}"  # the message alone names the field, too
         super().__init__(message)
         self.message = message
         self.status = status
@@ -90,6 +92,7 @@ class GenerationParams:
         return (
             self.n == 1
             and self.output == "text"
+            and not self.tools
             and self.logprobs is None
             and not self.stop_token_ids
             and not self.return_token_ids
@@ -180,10 +183,11 @@ def _check_sampling(r: CompletionRequest | ChatCompletionRequest, vocab: int) ->
         if n is not None and (n == -1 or n > MAX_LOGPROBS):
             asked = vocab if n == -1 else n
             kind = "sample" if name == "logprobs" else "prompt"
+            field = "top_logprobs" if isinstance(r, ChatCompletionRequest) else name
             raise RequestError(
-                f"Requested {kind} logprobs of {asked}, which is greater than max allowed: "
-                f"{MAX_LOGPROBS}",
-                param="top_logprobs" if isinstance(r, ChatCompletionRequest) else name,
+                f"{field}: Requested {kind} logprobs of {asked}, which is greater than max "
+                f"allowed: {MAX_LOGPROBS}",
+                param=field,
             )
 
 
@@ -325,7 +329,7 @@ def parse_generation_request(
         if r.suffix is not None:
             raise RequestError("suffix is not currently supported", param="suffix")
     if max_tokens is not None and max_tokens < 1:
-        raise RequestError(f"max_tokens must be at least 1, got {max_tokens}.", param=param)
+        raise RequestError(f"{param} must be at least 1, got {max_tokens}.", param=param)
     if r.truncate_prompt_tokens is not None and r.truncate_prompt_tokens >= 0:
         keep = r.truncate_prompt_tokens
         if keep > max_model_len:
