@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import TYPE_CHECKING
 
 import click
 
+from gpufleet.cli.jsonout import JsonOut, json_option
 from gpufleet.specs.dtypes import KV_DTYPES
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ KV_CHOICES = ("auto", *KV_DTYPES)
     default=None,
     help="$ per GPU-hour (default: the catalog's on-demand price).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the whole plan as JSON.")
+@json_option("the whole plan")
 def command(
     model: str,
     gpu: str,
@@ -116,7 +116,7 @@ def command(
     max_model_len: int | None,
     max_gpus: int | None,
     gpu_price: float | None,
-    as_json: bool,
+    json_path: str | None,
 ) -> None:
     """Memory per GPU, the layout decision trail, predicted TTFT/TPOT/throughput/cost,
     and launch commands for vLLM and SGLang."""
@@ -139,10 +139,14 @@ def command(
         gpu_price_per_hour_usd=gpu_price,
     )
     result = plan(req)
-    if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2))
-        return
-    print_plan(result, width=None if sys.stdout.isatty() else 140)
+    with JsonOut(json_path) as out:
+        if out.to_stdout:
+            out.write(result.to_dict())
+            return
+        print_plan(result, width=None if sys.stdout.isatty() else 140)
+        written = out.write(result.to_dict())
+        if written:
+            click.echo(f"wrote {written}")
 
 
 def _gib(x: float) -> str:

@@ -126,11 +126,13 @@ def command(
     exit_after_s: float | None,
 ) -> None:
     """Run a simulated vLLM-compatible replica (OpenAI API, /health, /metrics)."""
+    from gpufleet.cli.ports import bind_error, check_port_free
     from gpufleet.engine import EngineConfig
     from gpufleet.plan.profile import replica_profile
     from gpufleet.replica.config import Faults, ReplicaConfig
     from gpufleet.replica.server import serve
 
+    check_port_free(host, port)
     if time_scale <= 0:
         raise UserError("must be > 0", field="--time-scale")
     if slow_factor <= 0:
@@ -189,5 +191,5 @@ def command(
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(serve(config))
-    except OSError as e:
-        raise UserError(str(e), field="--port", fix="choose a free port (0 picks one)") from e
+    except OSError as e:  # lost a race for the port after the check
+        raise bind_error(e, host, port) from None

@@ -8,11 +8,11 @@ routing policies of `gpufleet gateway --policy` and the autoscaling policies of
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import click
 
+from gpufleet.cli.jsonout import JsonOut, json_option
 from gpufleet.errors import UserError
 
 # --sweep KEY=V1,V2,...: which Scenario field each key sets, and how to read a value.
@@ -122,11 +122,10 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
     "--sweep", default=None, help="KEY=V1,V2,...: routing, autoscale, replicas, rate, speedup, ..."
 )
 @click.option("--workers", default=None, type=click.IntRange(min=1), help="Sweep processes.")
-@click.option("--json", "json_path", default=None, help="Write every figure as JSON here.")
+@json_option()
 def command(**kw: Any) -> None:
     """Simulate a fleet of replicas behind a router (and an autoscaler) on a virtual clock."""
-    from gpufleet.sim.report import comparison_row, comparison_table, format_summary
-    from gpufleet.sim.scenario import Scenario, run_many, run_scenario
+    from gpufleet.sim.scenario import Scenario
     from gpufleet.sim.workload import parse_rate_steps
 
     if kw["autoscale"] is None and kw["replicas"] < 1:
@@ -203,6 +202,14 @@ def command(**kw: Any) -> None:
         queue_timeout_s=kw["queue_timeout_s"],
         tail_s=kw["tail_s"],
     )
+    with JsonOut(kw["json_path"]) as json_out:
+        _run(kw, sc, json_out)
+
+
+def _run(kw: dict[str, Any], sc: Any, json_out: JsonOut) -> None:
+    from gpufleet.sim.report import comparison_row, comparison_table, format_summary
+    from gpufleet.sim.scenario import run_many, run_scenario
+
     out: dict[str, Any]
     if kw["sweep"]:
         field, values = _parse_sweep(kw["sweep"])
@@ -225,10 +232,6 @@ def command(**kw: Any) -> None:
         summary = run_scenario(sc)
         click.echo(format_summary(summary, title=f"gpufleet sim ({sc.routing})"))
         out = summary
-    if kw["json_path"]:
-        path = Path(kw["json_path"])
-        try:
-            path.write_text(json.dumps(out, indent=2, default=str) + "\n")
-        except OSError as e:
-            raise UserError(f"cannot write {path}: {e.strerror}", field="--json") from None
-        click.echo(f"wrote {path}")
+    written = json_out.write(out)
+    if written:
+        click.echo(f"wrote {written}")

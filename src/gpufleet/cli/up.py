@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import signal
 import sys
 
 import click
 
-from gpufleet.errors import UserError
+from gpufleet.cli.jsonout import JsonOut, json_option
+from gpufleet.cli.ports import bind_error, check_port_free
 
 
 @click.command(name="up")
@@ -29,7 +29,7 @@ from gpufleet.errors import UserError
     default=None,
     help="Override autoscale.policy (default, queue_depth, hpa, kpa, ray_serve).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the demo summary as JSON.")
+@json_option("the run's summary")
 @click.option("-v", "--verbose", is_flag=True, help="Log every decision and replica event.")
 def command(
     fleet_yaml: str | None,
@@ -37,7 +37,7 @@ def command(
     port: int | None,
     host: str | None,
     policy: str | None,
-    as_json: bool,
+    json_path: str | None,
     verbose: bool,
 ) -> None:
     """Start the gateway, the autoscaler and the replicas from one config; Ctrl-C stops all.
@@ -61,6 +61,10 @@ def command(
             {} if policy != cfg.autoscale.policy else data["autoscale"]["params"]
         )
         cfg = validate_fleet(data)
+    settings = cfg.gateway_settings()
+    listen_host = host or settings.get("host", "127.0.0.1")
+    listen_port = port if port is not None else int(settings.get("port", 8000))
+    check_port_free(listen_host, listen_port)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
@@ -75,12 +79,15 @@ def command(
             loop.add_signal_handler(sig, stop.set)
         return await run_up(cfg, demo=demo, stop=stop, console=console, port=port, host=host)
 
-    try:
-        summary = asyncio.run(main())
-    except OSError as e:
-        raise UserError(str(e), field="--port", fix="pick a free port, e.g. --port 0") from None
-    if as_json and summary is not None:
-        out = summary.to_json()  # type: ignore[attr-defined]
-        cap = cfg.capacity()
-        out["capacity_per_replica"] = cap.to_json() if cap is not None else None
-        click.echo(json.dumps(out, indent=2))
+    with JsonOut(json_path) as json_out:
+        try:
+            summary = asyncio.run(main())
+        except OSError as e:  # lost a race for the port after the check
+            raise bind_error(e, listen_host, listen_port) from None
+        if summary is not None:
+            out = summary.to_json()  # type: ignore[attr-defined]
+            cap = cfg.capacity()
+            out["capacity_per_replica"] = cap.to_json() if cap is not None else None
+            written = json_out.write(out)
+            if written:
+                click.echo(f"wrote {written}")
