@@ -101,7 +101,7 @@ def test_up_demo_json_to_stdout(tmp_path: Path) -> None:
                 break
         time.sleep(6)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        out, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
