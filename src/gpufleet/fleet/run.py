@@ -29,6 +29,7 @@ from rich.live import Live
 
 from gpufleet.autoscale.controller import Controller
 from gpufleet.autoscale.decision import ScalingDecision
+from gpufleet.autoscale.metrics import AutoscaleCollector
 from gpufleet.autoscale.gateway_link import InProcessGateway
 from gpufleet.autoscale.local import LocalProcessActuator
 from gpufleet.autoscale.policies import make_policy
@@ -151,6 +152,8 @@ async def fleet_up(
         policy, actuator, link.read_signals, interval_s=cfg.autoscale.interval_s, clock=clock
     )
     _admin_route(gateway, controller, cfg.capacity())
+    # One scrape of the gateway shows the fleet's size and decisions beside its traffic.
+    gateway.metrics.registry.register(AutoscaleCollector(controller))
     run: FleetRun | None = None
     sampler: asyncio.Task[None] | None = None
     try:
