@@ -29,9 +29,9 @@ from rich.live import Live
 
 from gpufleet.autoscale.controller import Controller
 from gpufleet.autoscale.decision import ScalingDecision
-from gpufleet.autoscale.metrics import AutoscaleCollector
 from gpufleet.autoscale.gateway_link import InProcessGateway
 from gpufleet.autoscale.local import LocalProcessActuator
+from gpufleet.autoscale.metrics import AutoscaleCollector
 from gpufleet.autoscale.policies import make_policy
 from gpufleet.fleet.config import FleetConfig
 from gpufleet.fleet.replica_latency import ReplicaTtft, scrape_ttft
