@@ -88,7 +88,18 @@ def test_up_demo_json_to_stdout(tmp_path: Path) -> None:
         "replicas:\n  startup_s: 0.2\nautoscale:\n  min_replicas: 1\n  max_replicas: 1\n"
     )
     proc = subprocess.Popen(
-        [*CLI, "up", str(cfg), "--demo", "--port", "0", "--json", "-"],
+        [
+            *CLI,
+            "up",
+            str(cfg),
+            "--demo",
+            "--port",
+            "0",
+            "--json",
+            "-",
+            "--report",
+            str(tmp_path / "report"),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -107,3 +118,4 @@ def test_up_demo_json_to_stdout(tmp_path: Path) -> None:
             proc.kill()
     summary = json.loads(out)  # nothing but the JSON document on stdout
     assert summary["requests"] >= 1 and "capacity_per_replica" in summary
+    assert (tmp_path / "report" / "index.html").exists()  # --report: PNGs and the page

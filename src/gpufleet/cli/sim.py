@@ -123,6 +123,12 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
 )
 @click.option("--workers", default=None, type=click.IntRange(min=1), help="Sweep processes.")
 @json_option()
+@click.option(
+    "--report",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Write PNG plots and an HTML summary into this directory (needs the plot extra).",
+)
 def command(**kw: Any) -> None:
     """Simulate a fleet of replicas behind a router (and an autoscaler) on a virtual clock."""
     from gpufleet.sim.scenario import Scenario
@@ -202,6 +208,10 @@ def command(**kw: Any) -> None:
         queue_timeout_s=kw["queue_timeout_s"],
         tail_s=kw["tail_s"],
     )
+    if kw["report"] and kw["sweep"]:
+        raise UserError(
+            "a report covers one run", field="--report", fix="drop --sweep, or drop --report"
+        )
     with JsonOut(kw["json_path"]) as json_out:
         _run(kw, sc, json_out)
 
@@ -228,6 +238,17 @@ def _run(kw: dict[str, Any], sc: Any, json_out: JsonOut) -> None:
         click.echo(f"sweep over {field}: {', '.join(names)}")
         click.echo(comparison_table(rows))
         out = {"sweep": field, "rows": rows, "runs": summaries}
+    elif kw["report"]:
+        from gpufleet.sim.report import summarize
+        from gpufleet.sim.scenario import run_scenario_result
+
+        result = run_scenario_result(sc)
+        summary = summarize(result)
+        summary["scenario"] = sc.name or sc.routing
+        click.echo(format_summary(summary, title=f"gpufleet sim ({sc.routing})"))
+        for path in write_sim_report(result, summary, kw["report"]):
+            click.echo(f"wrote {path}")
+        out = summary
     else:
         summary = run_scenario(sc)
         click.echo(format_summary(summary, title=f"gpufleet sim ({sc.routing})"))
@@ -235,3 +256,24 @@ def _run(kw: dict[str, Any], sc: Any, json_out: JsonOut) -> None:
     written = json_out.write(out)
     if written:
         click.echo(f"wrote {written}")
+
+
+def write_sim_report(result: Any, summary: dict[str, Any], directory: str) -> list[Any]:
+    """The run as a report: requests in virtual time, fleet size, scaling decisions."""
+    from gpufleet.report import Decision, RequestPoint, RunRecord, write_report
+
+    record = RunRecord(
+        title=f"gpufleet sim ({summary.get('scenario', '')})",
+        requests=[
+            RequestPoint(r.arrival_s, r.ok, r.ttft_s, r.tpot_s, r.e2e_s) for r in result.requests
+        ],
+        replicas=[(t, total) for t, _, total in result.fleet_size],
+        ready=[(t, ready) for t, ready, _ in result.fleet_size],
+        decisions=[
+            Decision(d.now_s, d.current_replicas, d.desired_replicas, d.reason)
+            for d in result.scaling_changes
+        ],
+        summary={k: v for k, v in summary.items() if isinstance(v, int | float | str)},
+        notes=["times are virtual seconds of the simulated run"],
+    )
+    return write_report(record, directory)

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 import sys
+from pathlib import Path
 
 import click
 
@@ -30,6 +31,13 @@ from gpufleet.cli.ports import bind_error, check_port_free
     help="Override autoscale.policy (default, queue_depth, hpa, kpa, ray_serve).",
 )
 @json_option("the run's summary")
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="At the end, write PNG plots and an HTML summary here (needs the plot extra).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log every decision and replica event.")
 def command(
     fleet_yaml: str | None,
@@ -38,6 +46,7 @@ def command(
     host: str | None,
     policy: str | None,
     json_path: str | None,
+    report_dir: str | None,
     verbose: bool,
 ) -> None:
     """Start the gateway, the autoscaler and the replicas from one config; Ctrl-C stops all.
@@ -77,7 +86,15 @@ def command(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        return await run_up(cfg, demo=demo, stop=stop, console=console, port=port, host=host)
+        return await run_up(
+            cfg,
+            demo=demo,
+            stop=stop,
+            console=console,
+            port=port,
+            host=host,
+            report_dir=Path(report_dir) if report_dir else None,
+        )
 
     with JsonOut(json_path) as json_out:
         try:

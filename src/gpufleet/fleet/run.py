@@ -237,6 +237,7 @@ async def run_up(
     phases: Sequence[Phase] = DEMO_PHASES,
     seed: int = 0,
     clock: Callable[[], float] = time.monotonic,
+    report_dir: Path | None = None,
 ) -> Summary | None:
     """Run until `stop` is set (or, with `demo`, until the traffic has played)."""
     async with fleet_up(cfg, port=port, host=host, clock=clock) as run:
@@ -310,11 +311,24 @@ async def run_up(
             with contextlib.suppress(asyncio.CancelledError):
                 await driver
         traffic_window = (t0 - run.started_s, clock() - run.started_s)
+        summary = _summary(run, traffic, traffic_window, console)
+        if report_dir is not None:
+            from gpufleet.fleet.report import up_record, write_up_report
+
+            record = up_record(run, traffic, traffic_window[0], summary)
+            for path in write_up_report(record, report_dir):
+                console.print(f"wrote {path}", markup=False, highlight=False)
+    return summary
+
+
+def _summary(
+    run: FleetRun, traffic: TrafficLog | None, window: tuple[float, float], console: Console
+) -> Summary | None:
     if traffic is None:
         return None
     summary = summarize(
         traffic.results,
-        run.timeline.between(*traffic_window),
+        run.timeline.between(*window),
         scale_outs=sum(1 for d in run.changes if d.delta > 0),
         scale_ins=sum(1 for d in run.changes if d.delta < 0),
         cut_by_scale_in=run.cut_requests,
