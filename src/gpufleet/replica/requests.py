@@ -154,17 +154,11 @@ def _check_stream_options(data: dict[str, Any]) -> None:
 
 
 def _check_prompt_logprobs(data: dict[str, Any]) -> None:
-    value = data.get("prompt_logprobs")
-    if value is None:
-        return
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ParamError("`prompt_logprobs` must be an integer.", param="prompt_logprobs")
-    if data.get("stream") and (value > 0 or value == -1):
+    value = _check_count(data, "prompt_logprobs")
+    if value is not None and data.get("stream") and (value > 0 or value == -1):
         raise ParamError(
             "`prompt_logprobs` are not available when `stream=True`.", param="prompt_logprobs"
         )
-    if value < 0 and value != -1:
-        raise ParamError("`prompt_logprobs` must be a positive value or -1.", "prompt_logprobs")
 
 
 def _check_response_format(data: dict[str, Any]) -> None:
@@ -192,6 +186,25 @@ def _check_structured_outputs(data: dict[str, Any], *, chat: bool) -> None:
             "You can only either use constraints for structured outputs or tools, not both.",
             param="structured_outputs",
         )
+
+
+def _check_count(data: dict[str, Any], name: str) -> int | None:
+    """A logprobs count: an integer, positive or -1 (all), as vLLM checks it."""
+    value = data.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ParamError(f"`{name}` must be an integer.", param=name)
+    if value < 0 and value != -1:
+        raise ParamError(f"`{name}` must be a positive value or -1.", param=name)
+    return value
+
+
+def _check_common(data: dict[str, Any], *, chat: bool) -> None:
+    _check_stream_options(data)
+    _check_prompt_logprobs(data)
+    _check_response_format(data)
+    _check_structured_outputs(data, chat=chat)
 
 
 class _SamplingFields(OpenAIModel):
@@ -254,16 +267,8 @@ class CompletionRequest(_SamplingFields):
     def _vllm_rules(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        _check_stream_options(data)
-        _check_prompt_logprobs(data)
-        _check_response_format(data)
-        _check_structured_outputs(data, chat=False)
-        logprobs = data.get("logprobs")
-        if logprobs is not None:
-            if not isinstance(logprobs, int) or isinstance(logprobs, bool):
-                raise ParamError("`logprobs` must be an integer.", param="logprobs")
-            if logprobs < 0 and logprobs != -1:
-                raise ParamError("`logprobs` must be a positive value or -1.", param="logprobs")
+        _check_common(data, chat=False)
+        _check_count(data, "logprobs")
         prompt = data.get("prompt")
         if (prompt is None or prompt == "") and not data.get("prompt_embeds"):
             raise ParamError(
@@ -298,18 +303,9 @@ class ChatCompletionRequest(_SamplingFields):
     def _vllm_rules(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        _check_stream_options(data)
-        _check_prompt_logprobs(data)
-        _check_response_format(data)
-        _check_structured_outputs(data, chat=True)
-        top = data.get("top_logprobs")
+        _check_common(data, chat=True)
+        top = _check_count(data, "top_logprobs")
         if top is not None:
-            if not isinstance(top, int) or isinstance(top, bool):
-                raise ParamError("`top_logprobs` must be an integer.", param="top_logprobs")
-            if top < 0 and top != -1:
-                raise ParamError(
-                    "`top_logprobs` must be a positive value or -1.", param="top_logprobs"
-                )
             if top != 0 and not data.get("logprobs"):
                 raise ParamError(
                     "when using `top_logprobs`, `logprobs` must be set to true.",
