@@ -305,12 +305,11 @@ class ChatCompletionRequest(_SamplingFields):
             return data
         _check_common(data, chat=True)
         top = _check_count(data, "top_logprobs")
-        if top is not None:
-            if top != 0 and not data.get("logprobs"):
-                raise ParamError(
-                    "when using `top_logprobs`, `logprobs` must be set to true.",
-                    param="top_logprobs",
-                )
+        if top is not None and top != 0 and not data.get("logprobs"):
+            raise ParamError(
+                "when using `top_logprobs`, `logprobs` must be set to true.",
+                param="top_logprobs",
+            )
         if data.get("continue_final_message") and data.get("add_generation_prompt", True):
             raise ParamError(
                 "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
