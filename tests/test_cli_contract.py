@@ -4,11 +4,13 @@ line with the fix (no traceback); --url names a server, not an endpoint."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,12 +107,18 @@ def test_up_demo_json_to_stdout(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
         assert proc.stderr is not None
-        for line in proc.stderr:  # wait until traffic flows, then stop it
-            if "waiting for the first replica" in line or time.monotonic() > deadline:
-                break
-        time.sleep(6)
+        m = re.search(r"gateway on (http://127\.0\.0\.1:\d+)", proc.stderr.readline())
+        assert m, "no gateway line"
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:  # stop once the demo traffic got answers
+            with urllib.request.urlopen(m.group(1) + "/metrics", timeout=5) as resp:
+                if re.search(
+                    r'gpufleet_gateway_requests_total\{[^}]*code="200"', resp.read().decode()
+                ):
+                    break
+            time.sleep(0.5)
+        time.sleep(1.0)
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
     finally:
