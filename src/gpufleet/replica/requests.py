@@ -9,6 +9,7 @@ field). Unknown fields are allowed and logged, as vLLM does.
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -361,11 +362,12 @@ def _check_tools(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def declared_fields(model: type[BaseModel]) -> set[str]:
+@functools.cache
+def declared_fields(model: type[BaseModel]) -> frozenset[str]:
     """Field names and aliases a model declares (anything else is an unknown field)."""
     out: set[str] = set()
     for name, info in model.model_fields.items():
         out.add(name)
         if info.alias:
             out.add(info.alias)
-    return out
+    return frozenset(out)
