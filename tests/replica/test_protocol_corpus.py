@@ -75,3 +75,12 @@ def test_fields_change_what_is_generated() -> None:
         add_generation_prompt=False,
     )
     assert cont.prompt_text is not None and cont.prompt_text.endswith("half ")
+
+
+def test_max_logprobs_is_the_servers_setting() -> None:
+    body = {"messages": [{"role": "user", "content": "a"}], "logprobs": True, "top_logprobs": 3}
+    kw: dict[str, Any] = {"kind": "chat", "served_model_names": [DEFAULT_MODEL],
+                          "max_model_len": 8192, "tokenizer": default_tokenizer()}  # fmt: skip
+    assert parse_generation_request(body, **kw).logprobs == 3
+    with pytest.raises(RequestError, match="max allowed: 2"):
+        parse_generation_request(body, max_logprobs=2, **kw)

@@ -84,6 +84,13 @@ def _parse_step_time(spec: str) -> LinearStepTimeModel:
 )
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option(
+    "--max-logprobs",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Most logprobs a request may ask for (vLLM's flag).",
+)
+@click.option(
     "--access-log/--no-access-log", default=False, help="Log every HTTP request to stderr."
 )
 @click.option(
@@ -119,6 +126,7 @@ def command(
     startup_s: float,
     time_scale: float,
     seed: int,
+    max_logprobs: int,
     access_log: bool,
     fail_next: int,
     fail_status: int,
@@ -180,6 +188,7 @@ def command(
         exit_after_s=exit_after_s,
         access_log=access_log,
         tp=tp,
+        max_logprobs=max_logprobs,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     try:

@@ -118,6 +118,7 @@ class Generator:
                 served_model_names=server.config.served_model_names,
                 max_model_len=server.config.engine_config.max_model_len,
                 tokenizer=self.tokenizer,
+                max_logprobs=server.config.max_logprobs,
             )
             plans = self._plan_choices(params)
         except RequestError as e:

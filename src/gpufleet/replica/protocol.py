@@ -207,6 +207,7 @@ def parse_generation_request(
     served_model_names: list[str],
     max_model_len: int,
     tokenizer: Tokenizer,
+    max_logprobs: int = MAX_LOGPROBS,
 ) -> GenerationParams:
     """Validate a request body; raise RequestError with vLLM's status and message."""
     if not isinstance(body, dict):
@@ -222,7 +223,7 @@ def parse_generation_request(
     model = r.model if r.model is not None else served_model_names[0]
     if model not in served_model_names:
         raise RequestError(f"The model `{model}` does not exist.", status=404, param="model")
-    check_sampling(r, tokenizer.vocab_size, MAX_LOGPROBS, MAX_N)
+    check_sampling(r, tokenizer.vocab_size, max_logprobs, MAX_N)
 
     echo_prompt = prompt_text = None
     last_role = "user"
