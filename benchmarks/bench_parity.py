@@ -88,7 +88,9 @@ class Clients:
         self.isl, self.osl, self.tok_dir = isl, osl, tok_dir
         # A tokenizer given by path loads from disk; these keep the hub clients quiet.
         self.env = dict(os.environ, HF_HUB_DISABLE_TELEMETRY="1", DO_NOT_TRACK="1",
-                        HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1")  # fmt: skip
+                        VLLM_NO_USAGE_STATS="1")  # fmt: skip
+        # aiperf takes a path for a hub repo id in offline mode; vLLM loads it either way
+        self.vllm_env = dict(self.env, HF_HUB_OFFLINE="1")
 
     def gpufleet(self, url: str, load: Load, n: int, out: Path) -> tuple[list[str], dict[str, Any]]:
         gpufleet = str(Path(sys.executable).parent / "gpufleet")
@@ -141,10 +143,10 @@ class Clients:
                "--endpoint", "/v1/completions", "--model", MODEL, "--tokenizer", str(self.tok_dir),
                "--dataset-name", "random", "--random-input-len", str(self.isl),
                "--random-output-len", str(self.osl), "--random-range-ratio", "0",
-               "--num-prompts", str(n), *shape, "--ignore-eos", "--seed", "0",
+               "--num-prompts", str(n), *shape, "--ignore-eos", "--seed", "0", "--disable-tqdm",
                "--percentile-metrics", "ttft,tpot,itl,e2el",
                "--save-result", "--result-dir", str(out), "--result-filename", "vllm.json"]  # fmt: skip
-        _run(cmd, self.env)
+        _run(cmd, self.vllm_env)
         d = json.loads((out / "vllm.json").read_text())
         return cmd, {k: d[k] for k in (*METRICS, "completed")} | {"failed": d.get("failed", 0)}
 
