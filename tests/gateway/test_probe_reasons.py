@@ -22,9 +22,11 @@ async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{port}"
 
 
-def _answer(response: web.Response) -> Any:
+def _answer(status: int = 200, body: Any = None) -> Any:
     async def handler(request: web.Request) -> web.Response:
-        return response
+        if body is None:
+            return web.Response(status=status)
+        return web.json_response(body, status=status)
 
     return handler
 
@@ -38,7 +40,7 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 async def test_plain_openai_server_is_probed_through_models(session: aiohttp.ClientSession) -> None:
     app = web.Application()
     cards = {"object": "list", "data": [{"id": "m", "object": "model"}]}
-    app.router.add_get("/v1/models", _answer(web.json_response(cards)))
+    app.router.add_get("/v1/models", _answer(body=cards))
     runner, url = await _serve(app)
     try:
         p = await probe(session, url, 2.0)
@@ -52,7 +54,7 @@ async def test_plain_openai_server_is_probed_through_models(session: aiohttp.Cli
 
 async def test_failures_say_why(session: aiohttp.ClientSession) -> None:
     app = web.Application()
-    app.router.add_get("/health", _answer(web.Response(status=503)))
+    app.router.add_get("/health", _answer(503))
     runner, url = await _serve(app)
     try:
         p = await probe(session, url, 2.0)
@@ -65,7 +67,7 @@ async def test_failures_say_why(session: aiohttp.ClientSession) -> None:
     p = await probe(session, f"http://127.0.0.1:{free}", 2.0)
     assert not p.ok and p.reason.startswith("unreachable: nothing accepts connections")
     empty = web.Application()
-    empty.router.add_get("/v1/models", _answer(web.json_response({"data": []})))
+    empty.router.add_get("/v1/models", _answer(body={"data": []}))
     runner, url = await _serve(empty)
     try:
         p = await probe(session, url, 2.0)
