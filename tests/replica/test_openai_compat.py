@@ -8,6 +8,10 @@ through the gateway).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator
 
 import jsonschema
@@ -22,9 +26,28 @@ from gpufleet.replica.testing import ReplicaProcess
 from gpufleet.tokenizer import default_tokenizer
 
 
-@pytest.fixture(scope="module")
-def compat_url(replica: ReplicaProcess) -> Iterator[str]:
-    yield replica.url
+@pytest.fixture(scope="module", params=["replica", "gateway"])
+def compat_url(request: pytest.FixtureRequest, replica: ReplicaProcess) -> Iterator[str]:
+    """The replica itself, and a real `gpufleet gateway` process in front of it."""
+    if request.param == "replica":
+        yield replica.url
+        return
+    cmd = [sys.executable, "-c", "from gpufleet.cli import main; main()", "gateway",
+           "--port", "0", "--replica", replica.url, "--log-level", "WARNING"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        url = json.loads(proc.stdout.readline())["url"]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # until the gateway has probed the replica ready
+            with urllib.request.urlopen(url + "/v1/models", timeout=5) as resp:
+                if json.loads(resp.read())["data"]:
+                    break
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 @pytest.fixture
