@@ -26,24 +26,24 @@ Writes JSON and a markdown table, with the exact commands, under benchmarks/resu
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import re
 import shlex
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpufleet.tokenizer import Tokenizer
-from peers import PEERS_DIR, peer_bin
+from peers import PEER_VERSIONS, PEERS_DIR, peer_bin, peer_venv
+from record import RAW, run_meta, stamp, write_result
 
-RESULTS = Path(__file__).resolve().parent / "results"
-AIPERF_VERSION = "0.13.0"
-VLLM_VERSION = "0.33.0"
+AIPERF_VERSION = PEER_VERSIONS["aiperf"]
+VLLM_VERSION = PEER_VERSIONS["vllm"]
 MODEL = "meta-llama/Llama-3.1-8B"
 TOLERANCE = 0.05
 METRICS = ("mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "request_throughput")
@@ -106,7 +106,7 @@ class Clients:
         return cmd, {k: m[k] for k in (*METRICS, "completed", "failed")}
 
     def aiperf(self, url: str, load: Load, n: int, out: Path) -> tuple[list[str], dict[str, Any]]:
-        aiperf = peer_bin("aiperf", [f"aiperf=={AIPERF_VERSION}"], "aiperf")
+        aiperf = peer_bin("aiperf", "aiperf")
         kind, value = load
         shape = (["--request-rate", f"{value:g}", "--arrival-pattern", "constant"]
                  if kind == "rate" else ["--concurrency", f"{value:g}"])  # fmt: skip
@@ -156,8 +156,6 @@ def available(with_vllm: bool) -> tuple[list[str], dict[str, str]]:
     skipped = {}
     vllm = PEERS_DIR / "vllm-bench" / "bin" / "vllm"
     if with_vllm and not vllm.exists():
-        from peers import peer_venv
-
         peer_venv("vllm-bench", [f"vllm=={VLLM_VERSION}"])
     if vllm.exists():
         names.append("vllm")
@@ -203,8 +201,8 @@ def main() -> None:
     if args.from_json:
         rerender(args.from_json)
         return
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    tok_dir = RESULTS / "parity_tokenizer"
+    RAW.mkdir(parents=True, exist_ok=True)
+    tok_dir = RAW / "parity_tokenizer"
     Tokenizer().save_hf_directory(str(tok_dir))
     clients = Clients(args.input_tokens, args.output_tokens, tok_dir)
     names, skipped = available(args.with_vllm)
@@ -217,7 +215,7 @@ def main() -> None:
     try:  # each client's own overhead: a replica whose steps take no time, one at a time
         for name in names:
             _, floors[name] = run_client[name](url, ("concurrency", 1.0), 20,
-                                               RESULTS / f"parity_floor_{name}")  # fmt: skip
+                                               RAW / f"parity_floor_{name}")  # fmt: skip
     finally:
         stop(replica)
 
@@ -230,7 +228,7 @@ def main() -> None:
             row: dict[str, Any] = {"load": f"{kind} {value:g}", "requests": n, "clients": {},
                                    "commands": {}}  # fmt: skip
             for name in names:
-                cmd, m = run_client[name](url, load, n, RESULTS / f"parity_{name}_{kind}{value:g}")
+                cmd, m = run_client[name](url, load, n, RAW / f"parity_{name}_{kind}{value:g}")
                 row["clients"][name], row["commands"][name] = m, shlex.join(cmd)
             base = row["clients"]["gpufleet"]
             row["verdicts"] = {
@@ -248,32 +246,37 @@ def main() -> None:
     ok = all(r["all_served"] and all(v["ok"] for v in r["verdicts"].values()) for r in rows)
     result = {
         "replica_command": shlex.join(replica_cmd),
-        "versions": {"aiperf": AIPERF_VERSION, "vllm": VLLM_VERSION},
         "skipped": skipped,
         "tolerance": TOLERANCE,
         "floors": floors,
-        "machine": {"cpus": os.cpu_count(), "loadavg": os.getloadavg()},
-        "when_unix_s": time.time(),
-        "commit": _commit(),
         "rows": rows,
         "all_ok": ok,
     }
-    (RESULTS / "parity.json").write_text(json.dumps(result, indent=2) + "\n")
     table = render(result, names)
-    (RESULTS / "parity.md").write_text(table)
+    write_result("parity", result, table, peers=[n for n in names if n != "gpufleet"])
     print(table)
     print("PARITY OK" if ok else "PARITY NOT MET")
 
 
-def _commit() -> str:
-    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True, cwd=Path(__file__).parent, check=False)  # fmt: skip
-    return proc.stdout.strip() or "?"
-
-
 def rerender(path: Path) -> None:
+    """Recompute the verdicts of an earlier run (its meta kept) and rewrite both files."""
     result = json.loads(path.read_text())
-    result.setdefault("commit", _commit())
+    names = list(result["rows"][0]["clients"])
+    meta = result.pop("meta", None)
+    if meta is None:  # a result written before benchmarks/record.py: keep when and where
+        meta = run_meta([n for n in names if n != "gpufleet"])
+        when = result.pop("when_unix_s", None)
+        if when is not None:
+            meta["date"] = datetime.datetime.fromtimestamp(when, datetime.UTC).isoformat(
+                timespec="seconds"
+            )
+        meta["commit"] = result.pop("commit", meta["commit"])
+        machine = result.pop("machine", {})
+        if machine.get("loadavg"):
+            meta["machine"]["load_1min_at_start"] = machine["loadavg"][0]
+        meta["command"] = "bench_parity.py --seconds 8"
+        for key in ("versions",):
+            result.pop(key, None)
     floors = result["floors"]
     for r in result["rows"]:
         base = r["clients"]["gpufleet"]
@@ -282,23 +285,14 @@ def rerender(path: Path) -> None:
     result["all_ok"] = all(
         r["all_served"] and all(v["ok"] for v in r["verdicts"].values()) for r in result["rows"]
     )
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    table = render(result, list(result["rows"][0]["clients"]))
-    path.with_suffix(".md").write_text(table)
+    table = render(result, names)
+    path.write_text(json.dumps({"meta": meta, **result}, indent=2, default=str) + "\n")
+    path.with_suffix(".md").write_text(stamp(meta) + "\n\n" + table)
     print(table)
 
 
 def render(result: dict[str, Any], names: list[str]) -> str:
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(result["when_unix_s"]))
-    m = result["machine"]
-    lines = [
-        f"measured {when} at commit {result.get('commit', '?')}; {m['cpus']} CPUs, load average "
-        f"{m['loadavg'][0]:.1f} (a shared machine); peers: aiperf {result['versions']['aiperf']}, "
-        f"vllm {result['versions']['vllm']}",
-        "",
-        f"replica: `{result['replica_command']}`",
-        "",
-    ]
+    lines = [f"replica: `{result['replica_command']}`", ""]
     for name, why in result["skipped"].items():
         lines.append(f"- {name} skipped: {why}")
     head = "| load | metric | " + " | ".join(names) + " | verdict |"

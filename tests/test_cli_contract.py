@@ -22,6 +22,9 @@ CLI = [sys.executable, "-c", "from gpufleet.cli import main; main()"]
 MODEL = "meta-llama/Llama-3.1-8B"
 
 
+pytestmark = pytest.mark.process  # starts processes and servers on loopback
+
+
 def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
 

@@ -41,6 +41,7 @@ def test_empty_run_still_draws(tmp_path: Path) -> None:
     assert all(p.exists() for p in paths)
 
 
+@pytest.mark.process
 def test_sim_report_cli(tmp_path: Path) -> None:
     out = tmp_path / "rep"
     r = subprocess.run(

@@ -14,6 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.dashboards import DASHBOARD_PATH, build_dashboard, metric_names
@@ -21,6 +22,9 @@ from gpufleet.dashboards.build import render
 
 GPUFLEET = str(Path(sys.executable).with_name("gpufleet"))
 MODEL = "meta-llama/Llama-3.1-8B"
+
+
+pytestmark = pytest.mark.process  # starts processes and servers on loopback
 
 
 def _get(url: str, headers: dict[str, str] | None = None) -> bytes:

@@ -12,6 +12,8 @@ from aiohttp import web
 
 from gpufleet.gateway.probe_reasons import probe
 
+pytestmark = pytest.mark.process  # starts processes and servers on loopback
+
 
 async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
     runner = web.AppRunner(app)

@@ -25,6 +25,8 @@ from gpufleet.replica.testing import DEFAULT_MODEL as MODEL
 from gpufleet.replica.testing import ReplicaProcess
 from gpufleet.tokenizer import default_tokenizer
 
+pytestmark = pytest.mark.process  # starts processes and servers on loopback
+
 
 @pytest.fixture(scope="module", params=["replica", "gateway"])
 def compat_url(request: pytest.FixtureRequest, replica: ReplicaProcess) -> Iterator[str]:

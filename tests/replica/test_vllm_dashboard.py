@@ -12,12 +12,16 @@ import json
 from pathlib import Path
 
 import aiohttp
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.replica.testing import DEFAULT_MODEL as MODEL
 from gpufleet.replica.testing import ReplicaProcess
 
 PANELS = json.loads((Path(__file__).parent / "data" / "vllm_grafana_panels.json").read_text())
+
+
+pytestmark = pytest.mark.process  # starts processes and servers on loopback
 
 
 def _counted(name: str) -> str | None:

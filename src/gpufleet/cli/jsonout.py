@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO, TypeVar
@@ -18,10 +19,10 @@ import click
 
 from gpufleet.errors import UserError
 
-F = TypeVar("F")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def json_option(what: str = "every figure") -> Any:
+def json_option(what: str = "every figure") -> Callable[[F], F]:
     return click.option(
         "--json",
         "json_path",

@@ -83,7 +83,12 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
 @click.option("--gpu-memory-utilization", default=0.9, show_default=True, type=float)
 @click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=True)
 # workload
-@click.option("--trace", default=None, help="Azure LLM CSV or Mooncake JSONL trace to replay.")
+@click.option(
+    "--trace",
+    default=None,
+    help="Azure LLM CSV or Mooncake JSONL trace to replay (.gz too), or sample:mooncake / "
+    "sample:azure (shipped with the package).",
+)
 @click.option("--trace-format", default="auto", type=click.Choice(["auto", "azure", "mooncake"]))
 @click.option("--speedup", default=1.0, show_default=True, type=float, help="Trace pace ×.")
 @click.option("--trace-start-s", default=0.0, show_default=True, type=float, help="Slice start.")
@@ -116,6 +121,10 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
 @click.option("--drain-deadline-s", default=60.0, show_default=True, type=float)
 @click.option("--scrape-interval-s", default=1.0, show_default=True, type=float)
 @click.option("--queue-timeout-s", default=60.0, show_default=True, type=float)
+@click.option(
+    "--queue-max-size", default=256, show_default=True, type=click.IntRange(min=0),
+    help="Gateway queue bound: requests beyond it get the gateway's 503.",
+)  # fmt: skip
 @click.option("--tail-s", default=0.0, show_default=True, type=float, help="Idle time after.")
 # output
 @click.option(
@@ -132,7 +141,7 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
 def command(**kw: Any) -> None:
     """Simulate a fleet of replicas behind a router (and an autoscaler) on a virtual clock."""
     from gpufleet.sim.scenario import Scenario
-    from gpufleet.sim.workload import parse_rate_steps
+    from gpufleet.workload import parse_rate_steps
 
     if kw["autoscale"] is None and kw["replicas"] < 1:
         raise UserError("must be >= 1", field="--replicas", fix="or pass --autoscale POLICY")
@@ -183,7 +192,7 @@ def command(**kw: Any) -> None:
         duration_s=kw["duration"],
         num_requests=kw["num_requests"],
         rate=kw["rate"],
-        rate_steps=tuple(parse_rate_steps(kw["rate_steps"])) if kw["rate_steps"] else (),
+        rate_steps=parse_rate_steps(kw["rate_steps"]) if kw["rate_steps"] else (),
         concurrency=kw["concurrency"],
         burstiness=kw["burstiness"],
         input_tokens=kw["input_tokens"],
@@ -206,6 +215,7 @@ def command(**kw: Any) -> None:
         drain_deadline_s=kw["drain_deadline_s"],
         scrape_interval_s=kw["scrape_interval_s"],
         queue_timeout_s=kw["queue_timeout_s"],
+        queue_max_size=kw["queue_max_size"],
         tail_s=kw["tail_s"],
     )
     if kw["report"] and kw["sweep"]:

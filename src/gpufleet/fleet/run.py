@@ -36,17 +36,11 @@ from gpufleet.autoscale.policies import make_policy
 from gpufleet.fleet.config import FleetConfig
 from gpufleet.fleet.replica_latency import ReplicaTtft, scrape_ttft
 from gpufleet.fleet.summary import ReplicaTimeline, Summary, summarize, summary_lines
-from gpufleet.fleet.traffic import (
-    DEMO_PHASES,
-    Phase,
-    TrafficLog,
-    drive,
-    phase_at,
-    total_duration_s,
-)
+from gpufleet.fleet.traffic import DEMO_PHASES, TrafficLog, drive
 from gpufleet.fleet.view import Snapshot, render
 from gpufleet.plan.capacity import ReplicaCapacity
 from gpufleet.routing.types import ReplicaState
+from gpufleet.workload import RatePhase, phase_at, total_duration_s
 
 log = logging.getLogger("gpufleet.up")
 
@@ -198,7 +192,7 @@ def snapshot(
     run: FleetRun,
     clock: Callable[[], float],
     traffic: TrafficLog | None = None,
-    phases: Sequence[Phase] = (),
+    phases: Sequence[RatePhase] = (),
     t0: float | None = None,
 ) -> Snapshot:
     # With traffic, the clock starts with it (the first cold start happened before).
@@ -234,7 +228,7 @@ async def run_up(
     console: Console,
     port: int | None = None,
     host: str | None = None,
-    phases: Sequence[Phase] = DEMO_PHASES,
+    phases: Sequence[RatePhase] = DEMO_PHASES,
     seed: int = 0,
     clock: Callable[[], float] = time.monotonic,
     report_dir: Path | None = None,

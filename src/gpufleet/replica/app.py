@@ -28,11 +28,11 @@ from gpufleet import __version__
 from gpufleet.engine import Engine
 from gpufleet.replica import info
 from gpufleet.replica.config import ReplicaConfig
+from gpufleet.replica.errors import RequestError
 from gpufleet.replica.faults import FaultsApi
 from gpufleet.replica.generate import Generator
 from gpufleet.replica.http import error_response, json_response, openai_errors, read_json
 from gpufleet.replica.metrics import ReplicaMetrics
-from gpufleet.replica.protocol import RequestError
 from gpufleet.replica.runner import EngineRunner
 from gpufleet.tokenizer import Tokenizer, apply_chat_template, default_tokenizer
 

@@ -19,8 +19,8 @@ from typing import Any
 from aiohttp import web
 
 from gpufleet.replica.config import Faults
+from gpufleet.replica.errors import RequestError
 from gpufleet.replica.http import error_response, json_response, read_json
-from gpufleet.replica.protocol import RequestError
 
 
 def _int(body: dict[str, Any], name: str, ok: Callable[[int], bool], rule: str) -> int:

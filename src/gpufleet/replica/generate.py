@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from gpufleet.engine import EngineRequest, FinishReason
+from gpufleet.replica.errors import RequestError
 from gpufleet.replica.http import error_response, json_response, read_json
 from gpufleet.replica.output import ChoiceOutput
-from gpufleet.replica.protocol import GenerationParams, RequestError, parse_generation_request
+from gpufleet.replica.protocol import GenerationParams, parse_generation_request
 from gpufleet.replica.runner import RequestStream
 from gpufleet.replica.synthetic import (
     UnsupportedSchema,

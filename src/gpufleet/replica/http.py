@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from gpufleet.openai_errors import error_json_bytes
-from gpufleet.replica.protocol import RequestError
+from gpufleet.replica.errors import RequestError
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:

@@ -1,12 +1,14 @@
 """Prompts as named segments, and their block hashes, without building any text.
 
-A simulated prompt is a sequence of segments `(key, tokens)`: a Mooncake 512-token block,
+A prompt's shape is a sequence of segments `(key, tokens)`: a Mooncake 512-token block,
 a shared-prefix group's prefix, a request's own suffix. Two prompts share their first L
 tokens exactly when their segments agree up to L, which is all a prefix cache (engine,
-16-token blocks) and a prefix router (routing blocks) can see. So both kinds of hashes are
-chained over the segment pieces a block covers, not over token ids: equal prefixes give
-equal hashes as real tokens would, at a fraction of the cost (an hour of Mooncake is 144M
-prompt tokens; building and hashing their words would take minutes).
+16-token blocks) and a prefix router (routing blocks) can see. Live traffic renders a
+segment as words (`PromptFactory.segments_text`: the first n words of the key's own word
+stream); the simulator never builds text: its hashes are chained over the segment pieces
+a block covers, not over token ids, so equal prefixes give equal hashes as real tokens
+would, at a fraction of the cost (an hour of Mooncake is 144M prompt tokens; building and
+hashing their words would take minutes).
 
 Keys are ints, and hashes are Python hashes of int tuples, so they are the same in every
 process (no string hashing, which is salted per process).
@@ -14,6 +16,7 @@ process (no string hashing, which is salted per process).
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -31,8 +34,15 @@ def segment_key(kind: int, ident: int) -> int:
     return (kind << _KIND_SHIFT) | (ident & ((1 << _KIND_SHIFT) - 1))
 
 
-def segment_tokens(segments: Segments) -> int:
-    return sum(n for _, n in segments)
+def segment_kind(key: int) -> int:
+    return key >> _KIND_SHIFT
+
+
+def named_key(kind: int, *parts: int | str) -> int:
+    """The key of a segment named by several parts (e.g. 'suffix', seed, request index):
+    48 bits of a stable digest, so distinct names practically never share a key."""
+    digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=6).digest()
+    return segment_key(kind, int.from_bytes(digest, "big"))
 
 
 class SegmentHasher:

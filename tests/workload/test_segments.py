@@ -1,4 +1,4 @@
-"""Segmented prompts hash like token prompts would; workloads slice, scale and repeat."""
+"""Segmented prompts hash like token prompts would; traces slice and scale."""
 
 from __future__ import annotations
 
@@ -8,15 +8,18 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import UserError
-from gpufleet.sim.prompts import (
+from gpufleet.sim.scenario import Scenario, build_requests
+from gpufleet.workload import (
     KIND_PREFIX,
     KIND_UNIQUE,
     SegmentHasher,
     common_prefix_tokens,
+    read_trace,
     segment_key,
+    sim_requests,
+    slice_records,
+    trace_shapes,
 )
-from gpufleet.sim.workload import parse_rate_steps, synthetic_requests, trace_requests
-from gpufleet.workload.traces import read_trace
 
 P = segment_key(KIND_PREFIX, 1)
 A = segment_key(KIND_UNIQUE, 1)
@@ -67,39 +70,18 @@ def test_trace_slice_speedup_and_shared_blocks(tmp_path: Path) -> None:
     path = tmp_path / "mc.jsonl"
     _write_mooncake(path)
     records = read_trace(path)
-    reqs = trace_requests(records, speedup=2.0, start_s=0.5, duration_s=3.0)
+    window = slice_records(records, start_s=0.5, duration_s=3.0)
+    reqs = sim_requests(trace_shapes(window, speedup=2.0))
     assert [r.arrival_s for r in reqs] == [0.0, 0.75]  # 0.5 s and 2.0 s, from 0.5, at 2x
     assert [r.input_tokens for r in reqs] == [600, 1200]
     assert reqs[0].output_tokens == 1  # a zero-length answer is raised to one token
     # Request 3 of the trace (1200 tokens over blocks 0, 1 and its own rest) shares the
     # 1000 tokens of blocks 0 and 1 with request 1 of the trace.
-    all_reqs = trace_requests(records)
+    all_reqs = sim_requests(trace_shapes(records))
     assert common_prefix_tokens(all_reqs[0].segments, all_reqs[2].segments) == 1000
     assert common_prefix_tokens(all_reqs[0].segments, all_reqs[1].segments) == 512
+    assert len(slice_records(records, limit=2)) == 2
+    with pytest.raises(ValueError, match="speedup"):
+        list(trace_shapes(records, speedup=0))
     with pytest.raises(UserError, match="--speedup"):
-        trace_requests(records, speedup=0)
-
-
-def test_synthetic_is_deterministic_and_groups_share_prefixes() -> None:
-    kw = dict(num_requests=40, rate=5.0, input_tokens=100, output_tokens=20, range_ratio=0.5)
-    a = synthetic_requests(**kw, prefix_groups=4, prefix_tokens=256, seed=3)  # type: ignore[arg-type]
-    b = synthetic_requests(**kw, prefix_groups=4, prefix_tokens=256, seed=3)  # type: ignore[arg-type]
-    c = synthetic_requests(**kw, prefix_groups=4, prefix_tokens=256, seed=4)  # type: ignore[arg-type]
-    assert a == b and a != c
-    assert abs(a[-1].arrival_s - 40 / 5.0) < 1e-9  # bench's arrivals span exactly n / rate
-    assert common_prefix_tokens(a[0].segments, a[4].segments) == 256
-    assert common_prefix_tokens(a[0].segments, a[1].segments) == 0
-    assert all(50 <= r.input_tokens - 256 <= 150 for r in a)
-
-
-def test_rate_steps_follow_the_schedule() -> None:
-    steps = parse_rate_steps("1:100, 20:100, 0:50, 1:100")
-    reqs = synthetic_requests(rate_steps=steps, input_tokens=10, output_tokens=5, seed=1)
-    counts = [sum(1 for r in reqs if lo <= r.arrival_s < hi) for lo, hi in
-              ((0, 100), (100, 200), (200, 250), (250, 350))]  # fmt: skip
-    assert counts[2] == 0
-    assert counts[1] > 5 * max(counts[0], counts[3])
-    with pytest.raises(UserError, match="--rate-steps"):
-        parse_rate_steps("5")
-    with pytest.raises(UserError, match="--num-requests"):
-        synthetic_requests(rate=1.0)
+        build_requests(Scenario(trace=str(path), speedup=0))
