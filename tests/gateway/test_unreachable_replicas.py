@@ -22,6 +22,9 @@ from aiohttp import web
 CLI = [sys.executable, "-c", "from gpufleet.cli import main; main()"]
 
 
+pytestmark = pytest.mark.process  # starts processes and servers on loopback
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
