@@ -20,6 +20,7 @@ PEER_VERSIONS: dict[str, str] = {
     "sglang-router": "0.3.2",
     "vllm-router": "0.1.17",
     "aiperf": "0.13.0",
+    "vllm": "0.33.0",  # `vllm bench serve` only (bench_parity --with-vllm): a ~9 GB venv
 }
 
 PEERS_DIR = Path(
