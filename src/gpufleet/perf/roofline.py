@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from gpufleet.perf.calibration import Calibration, default_calibration
 from gpufleet.perf.comm import AllReduceCurve, all_to_all_s, send_recv_s
 from gpufleet.perf.step_time import StepBatch
@@ -37,6 +39,9 @@ ACT_BYTES = 2.0  # activations and all-reduce messages travel in bf16
 # outputs of the projections and MLP, norms, residual): small next to weights in decode.
 _ACT_IO_HIDDEN_PER_LAYER = 12.0
 _COMPUTE_DTYPE = {"fp8": "fp8", "int8": "int8", "fp4": "fp4"}  # W8A8 / W4A4 paths
+# Decode runs at least this long are evaluated with numpy (a fixed cost of some tens of µs,
+# then a few ns a step); shorter ones step by step in Python.
+_VECTOR_MIN_STEPS = 48
 
 
 class LayoutLike(Protocol):
@@ -63,6 +68,15 @@ class _LayerClass:
     dense_weight_bytes: float  # per GPU: attention projections + dense MLP / shared / router
     dense_flops_per_token: float  # per GPU
     is_moe: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _DecodeParts:
+    """What a decode-only step of one batch size costs apart from attention over context."""
+
+    layers: tuple[tuple[int, float, float | None, int | None], ...]  # count, GEMM, MoE, window
+    tail_s: tuple[float, ...]  # all-reduces, lm_head, PP hops: added in this order
+    overhead_s: float
 
 
 def compute_dtype_for(weight_dtype: str, gpu: GpuSpec) -> str:
@@ -195,6 +209,8 @@ class RooflineStepTimeModel:
         group = tp * max(1, layout.pp)
         self._pp_link_gbps = gpu.network_gbps if group > gpu.gpus_per_node else gpu.intra_node_gbps
         self._h = h
+        # decode batch size -> the parts of a decode step's time that do not depend on context
+        self._decode_parts: dict[int, _DecodeParts] = {}
 
     # ---------------------------------------------------------------------------------
 
@@ -278,6 +294,91 @@ class RooflineStepTimeModel:
             )
             expert_s += 2.0 * a2a
         return expert_s
+
+    # ---------------------------------------------------------------- decode runs
+    # The engine jumps over runs of decode-only steps; these give the times of such a run
+    # with the very float operations, in the same order, that step_time_s performs (so the
+    # results are bit-identical), leaving out only what does not depend on context.
+
+    def _decode_parts_for(self, n: int) -> _DecodeParts:
+        parts = self._decode_parts.get(n)
+        if parts is not None:
+            return parts
+        moe_s = self._moe_s(n) if self._num_experts else 0.0
+        act_io = n * self._act_io_bytes_per_token
+        layers = []
+        for cls in self._classes:
+            compute_s = n * cls.dense_flops_per_token / self._gemm_flops_s
+            memory_s = (cls.dense_weight_bytes + act_io) / self._hbm_bytes_s
+            gemm_s = memory_s if memory_s > compute_s else compute_s
+            layers.append((cls.count, gemm_s, moe_s if cls.is_moe else None, cls.window))
+        tail = []
+        if self._allreduces_per_layer:
+            ar = self._curve.all_reduce_s(n * self._h * ACT_BYTES, self._tp)
+            tail.append(self.model.num_layers * self._allreduces_per_layer * ar)
+        compute_s = n * self._lm_flops_per_seq / self._bf16_flops_s
+        memory_s = self._lm_bytes / self._hbm_bytes_s
+        tail.append(memory_s if memory_s > compute_s else compute_s)
+        if self.pipeline_stages > 1:
+            hop = send_recv_s(n * self._h * ACT_BYTES, self._pp_link_gbps, 5e-6)
+            tail.append((self.pipeline_stages - 1) * hop)
+        parts = _DecodeParts(tuple(layers), tuple(tail), self._overhead_s)
+        self._decode_parts[n] = parts
+        return parts
+
+    def decode_step_times_s(
+        self, num_decode: int, context_tokens: int, num_steps: int
+    ) -> list[float]:
+        """`step_time_s` of each step of a decode run (see `perf.step_time.DecodeStepTimes`)."""
+        if num_steps >= _VECTOR_MIN_STEPS:
+            return self._decode_step_times_np(num_decode, context_tokens, num_steps)
+        n = num_decode
+        parts = self._decode_parts_for(n)
+        prefill_pair_flops = self._prefill_attn_flops_per_pair
+        decode_pair_flops = self._decode_attn_flops_per_pair
+        attn_flops_s = self._attn_flops_s
+        kv_bytes_layer = self._kv_bytes_per_token_layer
+        hbm_bytes_s = self._hbm_bytes_s
+        out = []
+        for ctx in range(context_tokens, context_tokens + n * num_steps, n):
+            dec_ctx_mean = ctx / n
+            total = 0.0
+            for count, gemm_s, moe_s, window in parts.layers:
+                dec_pairs = n * (dec_ctx_mean if window is None else min(dec_ctx_mean, window))
+                compute_s = (0.0 * prefill_pair_flops + dec_pairs * decode_pair_flops) / (
+                    attn_flops_s
+                )
+                memory_s = dec_pairs * kv_bytes_layer / hbm_bytes_s
+                layer_s = gemm_s + (memory_s if memory_s > compute_s else compute_s)
+                if moe_s is not None:
+                    layer_s += moe_s
+                total += count * layer_s
+            for part_s in parts.tail_s:
+                total += part_s
+            out.append(total + parts.overhead_s)
+        return out
+
+    def _decode_step_times_np(self, n: int, context_tokens: int, num_steps: int) -> list[float]:
+        parts = self._decode_parts_for(n)
+        ctx = np.arange(num_steps, dtype=np.int64) * n + context_tokens
+        dec_ctx_mean = ctx / n
+        total = np.zeros(num_steps)
+        for count, gemm_s, moe_s, window in parts.layers:
+            mean = dec_ctx_mean if window is None else np.minimum(dec_ctx_mean, float(window))
+            dec_pairs = n * mean
+            compute_s = (
+                0.0 * self._prefill_attn_flops_per_pair
+                + dec_pairs * self._decode_attn_flops_per_pair
+            ) / self._attn_flops_s
+            memory_s = dec_pairs * self._kv_bytes_per_token_layer / self._hbm_bytes_s
+            layer_s = gemm_s + np.where(memory_s > compute_s, memory_s, compute_s)
+            if moe_s is not None:
+                layer_s += moe_s
+            total += count * layer_s
+        for part_s in parts.tail_s:
+            total += part_s
+        result: list[float] = (total + parts.overhead_s).tolist()
+        return result
 
     def breakdown_s(self, batch: StepBatch) -> dict[str, float]:
         """Where one iteration's time goes (for the planner's explanations)."""
