@@ -1,9 +1,10 @@
 """Paged KV blocks with a prefix cache, as vLLM v1's block pool keeps them.
 
-Block ownership lives here and only here. A block is an int id. A block with ref count 0
-is free; a free block may still hold a cached prefix (its hash stays in `_cached`) until
-it is handed out again. Free blocks are handed out least-recently-freed first, so cached
-prefixes are evicted LRU.
+The pool knows blocks, their reference counts and the hashes they are cached under; which
+request holds which blocks is the `KVCacheManager`'s business. A block is an int id. A
+block with ref count 0 is free; a free block may still hold a cached prefix (its hash stays
+in `_cached`) until it is handed out again. Free blocks are handed out least-recently-freed
+first, so cached prefixes are evicted LRU.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections import OrderedDict
 
 
 class BlockPool:
-    def __init__(self, num_blocks: int, *, enable_caching: bool = True):
+    def __init__(self, num_blocks: int, *, enable_caching: bool = True) -> None:
         if num_blocks < 1:
             raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
         self.num_blocks = num_blocks
@@ -28,18 +29,9 @@ class BlockPool:
         return len(self._free)
 
     @property
-    def free_list(self) -> OrderedDict[int, None]:
-        """The free blocks themselves (read-only for callers; its len() is num_free)."""
-        return self._free
-
-    @property
     def usage(self) -> float:
         """Fraction of blocks held by requests (vLLM's kv_cache_usage_perc)."""
         return 1.0 - len(self._free) / self.num_blocks
-
-    @property
-    def num_cached(self) -> int:
-        return len(self._cached)
 
     def lookup(self, block_hash: int) -> int | None:
         return self._cached.get(block_hash)
@@ -64,7 +56,7 @@ class BlockPool:
         ref = self._ref_cnt
         hash_of = self._hash_of
         cached = self._cached
-        out = []
+        out: list[int] = []
         for _ in range(n):
             b, _none = popitem(False)  # the head: least recently freed
             h = hash_of[b]
@@ -85,14 +77,9 @@ class BlockPool:
             if ref[b] == 0:
                 free[b] = None
 
-    def cache(self, block: int, block_hash: int) -> None:
-        """Register a full block under its chained hash (first writer wins, as in vLLM)."""
-        if self.enable_caching and block_hash not in self._cached:
-            self._cached[block_hash] = block
-            self._hash_of[block] = block_hash
-
     def cache_range(self, blocks: list[int], hashes: list[int], start: int, stop: int) -> None:
-        """`cache(blocks[k], hashes[k])` for k in [start, stop), in one call (hot path)."""
+        """Register blocks[k] under its chained hash hashes[k] for k in [start, stop); the
+        first block registered under a hash keeps it (first writer wins, as in vLLM)."""
         if not self.enable_caching:
             return
         cached = self._cached
@@ -103,3 +90,8 @@ class BlockPool:
                 b = blocks[k]
                 cached[h] = b
                 hash_of[b] = h
+
+    def fingerprint(self) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...], tuple[int, ...]]:
+        """The whole state: free blocks in eviction order, cached hashes, reference counts
+        (two pools with equal fingerprints behave identically from here on)."""
+        return tuple(self._free), tuple(sorted(self._cached.items())), tuple(self._ref_cnt)

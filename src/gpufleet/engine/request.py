@@ -40,14 +40,12 @@ class EngineRequest:
         "all_token_ids",
         "arrival_s",
         "block_hashes",
-        "blocks",
         "finish_reason",
         "finished_s",
         "first_scheduled_s",
         "first_token_s",
         "in_flight",
         "max_tokens",
-        "num_cached_blocks",
         "num_computed_tokens",
         "num_output_tokens",
         "num_preemptions",
@@ -85,8 +83,6 @@ class EngineRequest:
         self._rng = seed  # the engine fills in a seed if None
         self.arrival_s = arrival_s
         self.status = RequestStatus.WAITING
-        self.blocks: list[int] = []
-        self.num_cached_blocks = 0  # blocks[:n] are registered in the prefix cache
         self.num_computed_tokens = 0
         self.num_output_tokens = 0
         self.num_prefix_hit_tokens = 0  # prompt tokens served from the prefix cache
@@ -115,6 +111,28 @@ class EngineRequest:
         x = ((self._rng or 0) * 1103515245 + 12345) & 0x7FFFFFFF
         self._rng = x
         return _FIRST_WORD_ID + x % _WORD_SPAN
+
+    def generate_tokens(self, n: int) -> None:
+        """Append the next `n` generated tokens (`next_token_id` n times, in one call)."""
+        if n <= 0:
+            return
+        x = self._rng or 0
+        append = self.all_token_ids.append
+        for _ in range(n):
+            x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+            append(_FIRST_WORD_ID + x % _WORD_SPAN)
+        self._rng = x
+
+    def extend_block_hashes(self, block_size: int, max_blocks: int | None = None) -> None:
+        """Hash the full blocks of the known tokens (prompt and generated) not hashed yet, up
+        to `max_blocks` in all, chained as `gpufleet.tokenizer.block_hashes` chains them."""
+        hashes = self.block_hashes
+        tokens = self.all_token_ids
+        limit = len(tokens) if max_blocks is None else min(len(tokens), max_blocks * block_size)
+        while (len(hashes) + 1) * block_size <= limit:
+            k = len(hashes)
+            parent = hashes[-1] if hashes else 0
+            hashes.append(hash((parent, *tokens[k * block_size : (k + 1) * block_size])))
 
     def seed_if_unset(self, seed: int) -> None:
         if self._rng is None:
