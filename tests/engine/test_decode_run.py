@@ -95,8 +95,9 @@ def make_scenario(seed: int) -> Scenario:
         prompt = prompt[: max_len - 2]
         max_tokens = rng.randrange(1, 60)
         stop = rng.randrange(1, 40) if rng.random() < 0.2 else None
-        # Some requests repeat another's prompt and seed: they generate the same tokens.
-        seed_of = i if rng.random() < 0.8 or not ids else int(ids[-1][1:])
+        seed_of = i
+        if ids and rng.random() < 0.2:  # a repeat of an earlier request: the same tokens
+            _, _, (_, prompt, _, _, seed_of) = rng.choice([e for e in events if e[1] == "add"])
         events.append((t, "add", (f"r{i}", prompt, max_tokens, stop, seed_of)))
         ids.append(f"r{i}")
     for _ in range(rng.randrange(0, 3)):
@@ -119,7 +120,7 @@ def apply_event(engine: Engine, event: tuple[float, str, Any], rec: Record) -> N
         if aborted is not None:
             rec.fates[payload] = ("aborted", aborted.finished_s, aborted.num_output_tokens)
     s = engine.stats
-    rec.snapshots.append((s.num_running, s.num_waiting, s.kv_cache_usage, s.now_s))
+    rec.snapshots.append((s.num_running, s.num_waiting, s.now_s, engine.kv.pool.fingerprint()))
 
 
 def finish(engine: Engine, rec: Record, finished: list[EngineRequest]) -> None:
@@ -219,3 +220,14 @@ def test_the_random_workloads_jump_preempt_and_pipeline() -> None:
             seen["prefix_hits"] += 1
     assert seen["jumped_steps"] > 0.4 * seen["steps"]
     assert seen["pipelined"] >= 5 and seen["preempting"] >= 5 and seen["prefix_hits"] >= 5
+
+
+@pytest.mark.parametrize("n", [1, 47, 48, 1000])
+def test_generating_tokens_in_bulk_equals_one_by_one(n: int) -> None:
+    bulk = EngineRequest("a", [1], 10, seed=987654321)
+    single = EngineRequest("b", [1], 10, seed=987654321)
+    bulk.generate_tokens(n)
+    bulk.generate_tokens(3)
+    for _ in range(n + 3):
+        single.all_token_ids.append(single.next_token_id())
+    assert bulk.all_token_ids == single.all_token_ids

@@ -10,6 +10,7 @@ first, so cached prefixes are evicted LRU.
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import islice
 
 
 class BlockPool:
@@ -35,6 +36,22 @@ class BlockPool:
 
     def lookup(self, block_hash: int) -> int | None:
         return self._cached.get(block_hash)
+
+    def cached_prefix(self, hashes: list[int], max_blocks: int) -> list[int]:
+        """The cached blocks of the longest run of `hashes[:max_blocks]` that are cached."""
+        get = self._cached.get
+        out: list[int] = []
+        for h in hashes[:max_blocks]:
+            b = get(h)
+            if b is None:
+                break
+            out.append(b)
+        return out
+
+    def hashes_of_next_free(self, n: int) -> set[int]:
+        """The hashes cached at the next `n` blocks `allocate` would hand out (and evict)."""
+        hash_of = self._hash_of
+        return {h for b in islice(self._free, n) if (h := hash_of[b]) is not None}
 
     def num_evictable(self, blocks: list[int]) -> int:
         """How many of `blocks` are free now (touching them takes them off the free list)."""

@@ -44,7 +44,12 @@ def apply_decode_run(engine: Engine, run: DecodeRun, num_steps: int) -> DecodeRu
             r.num_computed_tokens = computed + scheduled[g]
             r.in_flight = int(group.in_flight) + scheduled[g] - emitted[g]
         generated += emitted[g] * len(group.members)
-    engine.kv.allocate_decode_slots(_slots(run, calls, num_steps, bs))
+    if (
+        calls
+        or run.step_group
+        or not engine.kv.allocate_decode_run(groups[0].members, groups[0].computed, num_steps)
+    ):
+        engine.kv.allocate_decode_slots(_slots(run, calls, num_steps, bs))
 
     now_s = run.step_end_s[num_steps - 1]
     if calls or run.step_group:

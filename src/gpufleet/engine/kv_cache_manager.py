@@ -61,14 +61,7 @@ class KVCacheManager:
                 hashes = req.block_hashes + hashes
             else:
                 req.extend_block_hashes(bs)
-        lookup = self.pool.lookup
-        out: list[int] = []
-        for k in range(min(max_blocks, len(hashes))):
-            b = lookup(hashes[k])
-            if b is None:
-                break
-            out.append(b)
-        return out
+        return self.pool.cached_prefix(hashes, max_blocks)
 
     def num_new_blocks(self, req: EngineRequest, num_tokens: int) -> int:
         """Blocks a running request needs to hold `num_tokens` tokens in all."""
@@ -131,6 +124,49 @@ class KVCacheManager:
                 blocks.extend(pool.allocate(need))
             if caching and end // bs > num_cached[req.request_id]:
                 self._cache_full_blocks(req, blocks, end)
+
+    def allocate_decode_run(
+        self, members: list[EngineRequest], computed: list[int], num_steps: int
+    ) -> bool:
+        """What `allocate_decode_slots` does for `num_steps` decode steps of `members` (all
+        running, in running order, with `computed` tokens before the first step and their
+        tokens generated), in bulk: False (nothing changed) when the result could differ,
+        i.e. when a hash the run registers is also cached at a block it evicts, or twice.
+
+        Member m needs a block at step k when (computed[m] + k) % bs == 0, so every bs
+        steps the same members ask in the same order: by that phase, then running order.
+        """
+        bs = self.block_size
+        n = len(members)
+        full_cycles, part = divmod(num_steps, bs)
+        phase = [-c % bs for c in computed]
+        order = sorted(range(n), key=phase.__getitem__)
+        total = full_cycles * n + sum(1 for p in phase if p < part)
+        pool = self.pool
+        if self.enable_caching:
+            evicted = pool.hashes_of_next_free(total)
+            fresh: set[int] = set()
+            count = 0
+            for r, c in zip(members, computed, strict=True):
+                first, stop = c // bs, (c + num_steps) // bs
+                if stop > first:
+                    if len(r.block_hashes) < stop:
+                        r.extend_block_hashes(bs, stop)
+                    fresh.update(r.block_hashes[first:stop])
+                    count += stop - first
+            if len(fresh) < count or not fresh.isdisjoint(evicted):
+                return False
+        handed_out = pool.allocate(total)
+        blocks_of = self._blocks
+        for q, m in enumerate(order):
+            blocks_of[members[m].request_id].extend(handed_out[q::n])
+        if self.enable_caching:
+            for r, c in zip(members, computed, strict=True):
+                rid = r.request_id
+                end = c + num_steps
+                if end // bs > self._num_cached[rid]:
+                    self._cache_full_blocks(r, blocks_of[rid], end)
+        return True
 
     def free(self, req: EngineRequest) -> None:
         """Hand back every block of `req` (its tail first, so it is evicted first)."""

@@ -4,12 +4,45 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+import numpy as np
+import numpy.typing as npt
+
 from gpufleet.tokenizer import SPECIAL_TOKENS, VOCAB_SIZE
 
 # Generated tokens are ordinary vocabulary words (never special tokens), so generated
 # text re-tokenizes to exactly as many tokens as were generated.
 _FIRST_WORD_ID = len(SPECIAL_TOKENS)
 _WORD_SPAN = VOCAB_SIZE - _FIRST_WORD_ID
+# The token generator: x <- (x * _LCG_MUL + _LCG_ADD) mod 2^31.
+_LCG_MUL = 1103515245
+_LCG_ADD = 12345
+_LCG_MASK = 0x7FFFFFFF
+# Runs of at least this many tokens are generated with numpy (k steps at once: x_k =
+# (MUL^k * x + ADD_k) mod 2^31 from precomputed tables), shorter ones in a Python loop.
+_VECTOR_MIN_TOKENS = 48
+
+
+class _LcgJumps:
+    """MUL^k and ADD_k = ADD * (MUL^(k-1) + ... + 1), both mod 2^31, for k = 0..len-1."""
+
+    mul = np.ones(1, dtype=np.uint64)
+    add = np.zeros(1, dtype=np.uint64)
+
+    @classmethod
+    def upto(cls, n: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
+        have = len(cls.mul)
+        if have <= n:
+            size = max(n + 1, 2 * have)
+            mul, add = cls.mul.tolist(), cls.add.tolist()
+            m, a = mul[-1], add[-1]
+            for _ in range(size - have):
+                m = (m * _LCG_MUL) & _LCG_MASK
+                a = (a * _LCG_MUL + _LCG_ADD) & _LCG_MASK
+                mul.append(m)
+                add.append(a)
+            cls.mul = np.array(mul, dtype=np.uint64)
+            cls.add = np.array(add, dtype=np.uint64)
+        return cls.mul, cls.add
 
 
 class RequestStatus(StrEnum):
@@ -108,7 +141,7 @@ class EngineRequest:
 
     def next_token_id(self) -> int:
         """The next generated token: a deterministic sequence from the request's seed."""
-        x = ((self._rng or 0) * 1103515245 + 12345) & 0x7FFFFFFF
+        x = ((self._rng or 0) * _LCG_MUL + _LCG_ADD) & _LCG_MASK
         self._rng = x
         return _FIRST_WORD_ID + x % _WORD_SPAN
 
@@ -117,9 +150,15 @@ class EngineRequest:
         if n <= 0:
             return
         x = self._rng or 0
+        if n >= _VECTOR_MIN_TOKENS:
+            mul, add = _LcgJumps.upto(n)
+            states = (mul[1 : n + 1] * np.uint64(x) + add[1 : n + 1]) & np.uint64(_LCG_MASK)
+            self.all_token_ids.extend((states % _WORD_SPAN + _FIRST_WORD_ID).tolist())
+            self._rng = int(states[-1])
+            return
         append = self.all_token_ids.append
         for _ in range(n):
-            x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+            x = (x * _LCG_MUL + _LCG_ADD) & _LCG_MASK
             append(_FIRST_WORD_ID + x % _WORD_SPAN)
         self._rng = x
 
