@@ -131,3 +131,22 @@ def test_a_seed_fixes_the_run_across_processes(tmp_path: Path) -> None:
         figures.append({k: v for k, v in d.items() if not k.startswith("sim_")})
     assert figures[0] == figures[1]
     assert figures[0]["prefix_cache_hits_tokens"] > 0
+
+
+def test_queue_max_size_answers_the_gateways_503(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fleet scaling from zero: 3 requests wait for the cold start, the rest of the burst
+    finds the gateway's queue full (`--queue-max-size`) and fails as `queue_full`."""
+    out = tmp_path / "q.json"
+    monkeypatch.setattr(sys, "argv", [
+        "gpufleet", "sim", "--rate", "200", "--num-requests", "30", "--input-tokens", "100",
+        "--output-tokens", "10", "--autoscale", "queue_depth", "--min-replicas", "0",
+        "--replicas", "0", "--startup-s", "5", "--queue-max-size", "3", "--json", str(out),
+    ])  # fmt: skip
+    try:
+        main()
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+    d = json.loads(out.read_text())
+    assert d["failures"] == {"queue_full": 27} and d["completed"] == 3
