@@ -129,9 +129,7 @@ async def test_replica_faults_are_retried_and_probed(
             pass
         await wait_until(lambda: gw.replicas.by_id["p1"].state is ReplicaState.READY)
         # Scraped engine stats reach the signals the autoscaler reads.
-        await wait_until(
-            lambda: all(r["num_running"] is not None for r in gw.signals()["replicas"])
-        )
+        await wait_until(lambda: all(r.num_running is not None for r in gw.signals().replicas))
 
 
 async def test_openai_client_through_gateway_to_real_replicas(gateway: Gateway) -> None:

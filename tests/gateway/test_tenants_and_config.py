@@ -80,9 +80,9 @@ async def test_per_tenant_policy(stubs: list[StubBackend], make_gateway: Gateway
         {"name": "s", "api_keys": ["k2"], "policy": "session", "policy_options": {"vnodes": 7}},
     ]
     gw = await make_gateway([s.url for s in stubs], tenants=tenants)
-    assert gw._tenant_policies["t"].name == "least_outstanding"
-    assert gw._tenant_policies["s"].name == "session"
-    assert gw.policy.name == "round_robin"
+    assert gw.fleet.tenant_policies["t"].name == "least_outstanding"
+    assert gw.fleet.tenant_policies["s"].name == "session"
+    assert gw.fleet.policy.name == "round_robin"
     with pytest.raises(UserError, match="policy_options"):
         bad = [{"name": "t", "api_keys": ["k"], "policy": "session",
                 "policy_options": {"nope": 1}}]  # fmt: skip

@@ -22,11 +22,12 @@ from gpufleet.autoscale.actuator import Actuator, ManagedReplica
 from gpufleet.autoscale.decision import ScalingDecision, ScalingPolicy
 from gpufleet.autoscale.gateway_link import fleet_signals
 from gpufleet.autoscale.signals import FleetSignals
+from gpufleet.fleet_state import GatewaySignals
 from gpufleet.routing.types import ReplicaState
 
 log = logging.getLogger("gpufleet.autoscale")
 
-SignalReader = Callable[[], Awaitable[dict[str, Any]]]
+SignalReader = Callable[[], Awaitable[GatewaySignals]]
 
 
 def scale_in_order(signals: FleetSignals, mine: set[str]) -> list[str]:
@@ -62,9 +63,9 @@ class Controller:
         self._task: asyncio.Task[None] | None = None
 
     async def tick(self) -> ScalingDecision:
-        raw = await self.read_signals()
+        gateway = await self.read_signals()
         managed = self.actuator.list()
-        signals = fleet_signals(raw, managed, self.actuator.observed_cold_start_s())
+        signals = fleet_signals(gateway, managed, self.actuator.observed_cold_start_s())
         self.last_signals = signals
         decision = self.policy.decide(self.clock(), signals)
         self.decisions.append(decision)

@@ -372,14 +372,14 @@ class LocalProcessActuator:
         return max(gateway or 0, engine or 0)
 
     async def _engine_load(self, proc: _Proc) -> int | None:
-        from gpufleet.autoscale.scrape import parse_engine_load
+        from gpufleet.fleet_state import parse_engine_metrics
 
         try:
             async with self._http().get(f"{proc.replica.url}/metrics") as resp:
                 if resp.status != 200:
                     return None
-                return parse_engine_load(await resp.text())
-        except (TimeoutError, aiohttp.ClientError, OSError):
+                return parse_engine_metrics(await resp.text()).load
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
             return None
 
     async def _terminate(self, proc: _Proc) -> None:

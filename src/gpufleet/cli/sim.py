@@ -116,6 +116,10 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
 @click.option("--drain-deadline-s", default=60.0, show_default=True, type=float)
 @click.option("--scrape-interval-s", default=1.0, show_default=True, type=float)
 @click.option("--queue-timeout-s", default=60.0, show_default=True, type=float)
+@click.option(
+    "--queue-max-size", default=256, show_default=True, type=click.IntRange(min=0),
+    help="Gateway queue bound: requests beyond it get the gateway's 503.",
+)  # fmt: skip
 @click.option("--tail-s", default=0.0, show_default=True, type=float, help="Idle time after.")
 # output
 @click.option(
@@ -201,6 +205,7 @@ def command(**kw: Any) -> None:
         drain_deadline_s=kw["drain_deadline_s"],
         scrape_interval_s=kw["scrape_interval_s"],
         queue_timeout_s=kw["queue_timeout_s"],
+        queue_max_size=kw["queue_max_size"],
         tail_s=kw["tail_s"],
     )
     out: dict[str, Any]

@@ -7,6 +7,7 @@ model, and jumps over runs of plain decode iterations (`plan_decode_run` / `run_
 
 from gpufleet.engine.block_pool import BlockPool
 from gpufleet.engine.decode_run import DecodeRun
+from gpufleet.engine.driver import BLOCKED_RETRY_S, Arrivals, EngineDriver, run_virtual
 from gpufleet.engine.engine import Engine
 from gpufleet.engine.kv_cache_manager import KVCacheManager
 from gpufleet.engine.outputs import (
@@ -20,11 +21,14 @@ from gpufleet.engine.request import EngineRequest, FinishReason, RequestStatus
 from gpufleet.engine.scheduler import Scheduler
 
 __all__ = [
+    "BLOCKED_RETRY_S",
+    "Arrivals",
     "BlockPool",
     "DecodeRun",
     "DecodeRunOutcome",
     "Engine",
     "EngineConfig",
+    "EngineDriver",
     "EngineRequest",
     "FinishReason",
     "KVCacheManager",
@@ -33,4 +37,5 @@ __all__ = [
     "Scheduler",
     "SchedulerStats",
     "StepOutcome",
+    "run_virtual",
 ]

@@ -4,9 +4,11 @@
 `SimConfig` and policy objects for programmatic control; `summarize` for the report.
 """
 
+from gpufleet.sim.config import AutoscaleSpec, SimConfig
 from gpufleet.sim.report import summarize
+from gpufleet.sim.results import SimResult
 from gpufleet.sim.scenario import Scenario, run_many, run_scenario
-from gpufleet.sim.simulator import AutoscaleSpec, FleetSimulator, SimConfig, SimResult
+from gpufleet.sim.simulator import FleetSimulator
 from gpufleet.sim.workload import SimRequest, synthetic_requests, trace_requests
 
 __all__ = [

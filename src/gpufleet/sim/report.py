@@ -13,7 +13,7 @@ from dataclasses import asdict
 from typing import Any
 
 from gpufleet.bench.stats import DEFAULT_PERCENTILES, summarize_ms
-from gpufleet.sim.simulator import SimResult
+from gpufleet.sim.results import SimResult
 
 
 def summarize(

@@ -21,8 +21,10 @@ from gpufleet.errors import UserError
 from gpufleet.plan.capacity import DEFAULT_TOKENS_PER_REQUEST, concurrent_sequences
 from gpufleet.plan.profile import replica_profile
 from gpufleet.routing import make_policy as make_routing_policy
+from gpufleet.sim.config import AutoscaleSpec, SimConfig
 from gpufleet.sim.report import summarize
-from gpufleet.sim.simulator import AutoscaleSpec, FleetSimulator, SimConfig, SimResult
+from gpufleet.sim.results import SimResult
+from gpufleet.sim.simulator import FleetSimulator
 from gpufleet.sim.workload import SimRequest, synthetic_requests, trace_requests
 from gpufleet.workload.traces import read_trace
 
@@ -75,6 +77,7 @@ class Scenario:
     scrape_interval_s: float = 1.0
     signals_window_s: float = 60.0
     queue_timeout_s: float = 60.0
+    queue_max_size: int = 256
     tail_s: float = 0.0
     name: str = field(default="", compare=False)
 
@@ -151,6 +154,8 @@ def build_config(sc: Scenario) -> SimConfig:
             "autoscale interval and drain deadline must be > 0, startup >= 0",
             field="--autoscale-interval-s",
         )
+    if sc.queue_max_size < 0:
+        raise UserError("must be >= 0", field="--queue-max-size")
     if not sc.autoscale and sc.replicas < 1:
         raise UserError("must be >= 1", field="--replicas", fix="or pass --autoscale POLICY")
     initial = sc.replicas
@@ -165,6 +170,7 @@ def build_config(sc: Scenario) -> SimConfig:
         scrape_interval_s=sc.scrape_interval_s,
         signals_window_s=sc.signals_window_s,
         queue_timeout_s=sc.queue_timeout_s,
+        queue_max_size=sc.queue_max_size,
         closed_loop_clients=sc.concurrency,
         tail_s=sc.tail_s,
         seed=sc.seed,
