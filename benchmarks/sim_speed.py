@@ -62,15 +62,16 @@ def shared_trace(name: str) -> Path:
 def azure_tiled(path: Path, copies: int, limit: int | None) -> list[SimRequest]:
     """`copies` copies of the trace interleaved: copy k shifted by k/copies of the mean gap,
     so the rate is `copies` times the trace's and its bursts keep their shape."""
-    base = trace_requests(read_trace(path))
-    gap = (base[-1].arrival_s - base[0].arrival_s) / max(1, len(base) - 1)
-    out = []
-    for k in range(copies):
-        for r in trace_requests(read_trace(path), seed=k):
-            out.append(dataclasses.replace(r, arrival_s=r.arrival_s + k * gap / copies))
-    out.sort(key=lambda r: r.arrival_s)
-    out = out[:limit] if limit is not None else out
-    return [dataclasses.replace(r, index=i) for i, r in enumerate(out)]
+    records = read_trace(path)
+    gap = (records[-1].arrival_s - records[0].arrival_s) / max(1, len(records) - 1)
+    tiled = []
+    for k in range(copies):  # each copy its own prompts (its own seed)
+        for r in trace_requests(records, seed=k):
+            tiled.append((r.arrival_s + k * gap / copies, r))
+    tiled.sort(key=lambda pair: pair[0])
+    if limit is not None:
+        tiled = tiled[:limit]
+    return [SimRequest(i, t, r.segments, r.output_tokens) for i, (t, r) in enumerate(tiled)]
 
 
 # -------------------------------------------------------------------------- cases
@@ -125,15 +126,19 @@ def case_scenarios(scale: float) -> dict[str, tuple[Scenario, str | None]]:
     }
 
 
-def run_case(name: str, scale: float, jump: bool) -> dict[str, Any]:
-    """Runs in the child process: build the requests, simulate, measure."""
+def build(name: str, scale: float, jump: bool) -> tuple[Scenario, list[SimRequest], FleetSimulator]:
     sc, special = case_scenarios(scale)[name]
     if special == "azure10x":
         reqs = azure_tiled(shared_trace("azure_llm_2023_conv.csv"), 10, sc.num_requests)
     else:
         reqs = build_requests(sc)
     cfg = dataclasses.replace(build_config(sc), jump_decode_runs=jump)
-    sim = FleetSimulator(cfg, reqs, make_policy(sc.routing, seed=sc.seed))
+    return sc, reqs, FleetSimulator(cfg, reqs, make_policy(sc.routing, seed=sc.seed))
+
+
+def run_case(name: str, scale: float, jump: bool) -> dict[str, Any]:
+    """Runs in the child process: build the requests, simulate, measure."""
+    sc, reqs, sim = build(name, scale, jump)
     wall0, cpu0 = time.perf_counter(), time.process_time()
     result = sim.run()
     cpu_s = time.process_time() - cpu0

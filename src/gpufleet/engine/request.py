@@ -183,3 +183,21 @@ class EngineRequest:
             f"tokens={self.num_tokens}, computed={self.num_computed_tokens}, "
             f"out={self.num_output_tokens}/{self.max_tokens})"
         )
+
+
+def generate_tokens_for(requests: list[EngineRequest], n: int) -> None:
+    """`generate_tokens(n)` for each of `requests`, with one numpy pass when that is many
+    tokens (a decode run of a whole batch)."""
+    if n <= 0:
+        return
+    if n * len(requests) < _VECTOR_MIN_TOKENS or n < 4:
+        for r in requests:
+            r.generate_tokens(n)
+        return
+    mul, add = _LcgJumps.upto(n)
+    seeds = np.array([r._rng or 0 for r in requests], dtype=np.uint64)
+    states = (mul[None, 1 : n + 1] * seeds[:, None] + add[None, 1 : n + 1]) & np.uint64(_LCG_MASK)
+    rows = (states % _WORD_SPAN + _FIRST_WORD_ID).tolist()
+    for r, tokens, x in zip(requests, rows, states[:, -1].tolist(), strict=True):
+        r.all_token_ids.extend(tokens)
+        r._rng = x
