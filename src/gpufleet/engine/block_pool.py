@@ -87,15 +87,15 @@ class BlockPool:
         popitem = self._free.popitem
         hash_of = self._hash_of
         cached = self._cached
+        append = out.append
         for _ in range(n):
-            b, _none = popitem(False)  # the head: least recently freed
+            b = popitem(False)[0]  # the head: least recently freed
             h = hash_of[b]
-            if h is not None:
+            if h is not None:  # a block holds a hash only while it is the cached one
                 hash_of[b] = None
-                if cached.get(h) == b:
-                    del cached[h]
+                del cached[h]
             ref[b] = 1
-            out.append(b)
+            append(b)
         return out
 
     def release(self, blocks: list[int]) -> None:
@@ -103,8 +103,9 @@ class BlockPool:
         ref = self._ref_cnt
         free = self._free
         for b in reversed(blocks):
-            ref[b] -= 1
-            if ref[b] == 0:
+            count = ref[b] - 1
+            ref[b] = count
+            if not count:
                 free[b] = None
 
     def cache_range(self, blocks: list[int], hashes: list[int], start: int, stop: int) -> None:
