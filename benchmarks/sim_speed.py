@@ -104,7 +104,7 @@ def case_scenarios(scale: float) -> dict[str, tuple[Scenario, str | None]]:
                 replicas=256,
                 routing="power_of_two",
                 seed=1,
-            ),  # fmt: skip
+            ),
             None,
         ),
         **{
@@ -118,7 +118,7 @@ def case_scenarios(scale: float) -> dict[str, tuple[Scenario, str | None]]:
                     replicas=16,
                     routing="least_outstanding",
                     seed=2,
-                ),  # fmt: skip
+                ),
                 None,
             )
             for osl in (64, 256, 1024)
@@ -273,6 +273,19 @@ def spawn(kind: str, name: str, scale: float) -> dict[str, Any]:
     return result
 
 
+def python_loop_ns() -> float:
+    """CPU ns of one iteration of a plain Python loop here and now: the unit that makes
+    these figures comparable across machines and loads (a quiet modern core: ~30 ns)."""
+    best = float("inf")
+    for _ in range(5):
+        cpu0 = time.process_time()
+        x = 0
+        for i in range(1_000_000):
+            x += i & 7
+        best = min(best, (time.process_time() - cpu0) * 1e3)
+    return best
+
+
 def plan_runs(cases: list[str]) -> list[tuple[str, str]]:
     runs: list[tuple[str, str]] = []
     for case in cases:
@@ -325,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args.scale)))
         return 0
+    loop_ns = python_loop_ns()
     rows = []
     for kind, name in plan_runs(args.cases.split(",")):
         row = spawn(kind, name, args.scale)
@@ -334,10 +348,14 @@ def main(argv: list[str] | None = None) -> int:
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()  # fmt: skip
     meta = {"date": time.strftime("%Y-%m-%d"), "commit": commit, "scale": args.scale,
-            "python": sys.version.split()[0], "cpus": os.cpu_count(), "one_core": True}  # fmt: skip
+            "python": sys.version.split()[0], "cpus": os.cpu_count(), "one_core": True,
+            "python_loop_ns": loop_ns, "load_average": os.getloadavg()}  # fmt: skip
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"setup": meta, "rows": rows}, indent=2))
-    md = table(rows)
+    md = table(rows) + (
+        f"\n\nOne core; a plain Python loop iteration took {loop_ns:.0f} ns of CPU here "
+        f"(load average {os.getloadavg()[0]:.1f}; ~30 ns on a quiet modern core)."
+    )
     args.json.with_suffix(".md").write_text(md + "\n")
     print(md)
     print(f"\nJSON: {args.json}")
