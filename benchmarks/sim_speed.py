@@ -31,6 +31,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -207,9 +208,9 @@ VIDUR = "vidur==0.0.26"
 
 def run_vidur(scale: float) -> dict[str, Any]:
     """Vidur (pip) on the Mooncake hour's lengths and arrival times, 8 H100 replicas of
-    Llama-3-8B. It predicts step times from its profiling CSVs, which live in its git
-    repository (data/profiling), not in the wheel: without them it stops, and the row
-    records the exact error."""
+    Llama-3-8B, vLLM's scheduler. Vidur predicts step times from profiling data it fetches
+    from the Hugging Face Hub (not in the wheel); where it cannot, the row records the
+    exact error."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     from peers import peer_venv  # type: ignore[import-not-found]
 
@@ -219,10 +220,10 @@ def run_vidur(scale: float) -> dict[str, Any]:
     work = Path(os.environ.get("TMPDIR", "/tmp")) / "gpufleet-vidur"
     work.mkdir(parents=True, exist_ok=True)
     trace = work / "mooncake_vidur.csv"
-    with trace.open("w") as f:  # Vidur's trace_replay format
-        f.write("arrived_at,num_prefill_tokens,num_decode_tokens\n")
+    with trace.open("w") as f:  # the columns of Vidur's trace_replay generator
+        f.write("Date,Time,PromptTokenCount,CompletionTokenCount\n")
         for r in reqs:
-            f.write(f"{r.arrival_s},{r.input_tokens},{r.output_tokens}\n")
+            f.write(f"2023-08-21,{r.arrival_s},{r.input_tokens},{r.output_tokens}\n")
     try:
         python = peer_venv("vidur", [VIDUR]) / "bin" / "python"
     except subprocess.CalledProcessError as e:
@@ -230,14 +231,13 @@ def run_vidur(scale: float) -> dict[str, Any]:
     argv = [
         str(python), "-m", "vidur.main",
         "--replica_config_device", "h100",
-        "--replica_config_model_name", "meta-llama/Meta-Llama-3-8B",
+        "--replica_config_model_name", "meta-llama/Llama-3-8B",
         "--cluster_config_num_replicas", "8",
+        "--replica_scheduler_config_type", "vllm",
         "--request_generator_config_type", "trace_replay",
         "--trace_request_generator_config_trace_file", str(trace),
-        "--replica_scheduler_config_type", "vllm",
+        "--trace_request_generator_config_max_tokens", "131072",
         "--metrics_config_output_dir", str(work / "out"),
-        "--no-metrics_config_write_json_trace",
-        "--no-metrics_config_enable_chrome_trace",
     ]  # fmt: skip
     wall0 = time.perf_counter()
     proc = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=3600)
@@ -245,8 +245,9 @@ def run_vidur(scale: float) -> dict[str, Any]:
     row.update(requests=len(reqs), wall_s=time.perf_counter() - wall0,
                cpu_s=usage.ru_utime + usage.ru_stime)  # fmt: skip
     if proc.returncode != 0:
-        lines = [ln for ln in (proc.stderr or proc.stdout).strip().splitlines() if ln.strip()]
-        return {**row, "error": lines[-1] if lines else f"exit status {proc.returncode}"}
+        lines = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
+        errors = [ln for ln in lines if re.match(r"^[\w.]+(Error|Exception)\b", ln)]
+        return {**row, "error": (errors or lines or [f"exit status {proc.returncode}"])[-1]}
     row["requests_per_cpu_s"] = len(reqs) / row["cpu_s"]
     return row
 
