@@ -23,6 +23,7 @@ from gpufleet.perf.step_time import LinearStepTimeModel, StepBatch, StepTimeMode
 from gpufleet.plan.layout import Layout
 from gpufleet.specs.gpus import load_gpu
 from gpufleet.specs.models import load_model
+from gpufleet.tokenizer import block_hashes
 
 
 @dataclass(frozen=True)
@@ -235,3 +236,14 @@ def test_generating_tokens_in_bulk_equals_one_by_one(n: int) -> None:
         for _ in range(n + 3):
             r.all_token_ids.append(r.next_token_id())
     assert [r.all_token_ids for r in bulk] == [r.all_token_ids for r in single]
+
+
+def test_block_hashes_extend_as_the_tokenizer_chains_them() -> None:
+    rng = random.Random(1)
+    tokens = [rng.randrange(100, 200) for _ in range(100)]
+    req = EngineRequest("h", tokens[:40], 10)
+    req.extend_block_hashes(16, max_blocks=1)
+    assert req.block_hashes == block_hashes(tokens[:16], 16)
+    req.all_token_ids.extend(tokens[40:])
+    req.extend_block_hashes(16)
+    assert req.block_hashes == block_hashes(tokens, 16)  # 6 full blocks of 100 tokens

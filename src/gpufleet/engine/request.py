@@ -167,11 +167,17 @@ class EngineRequest:
         to `max_blocks` in all, chained as `gpufleet.tokenizer.block_hashes` chains them."""
         hashes = self.block_hashes
         tokens = self.all_token_ids
-        limit = len(tokens) if max_blocks is None else min(len(tokens), max_blocks * block_size)
-        while (len(hashes) + 1) * block_size <= limit:
-            k = len(hashes)
-            parent = hashes[-1] if hashes else 0
-            hashes.append(hash((parent, *tokens[k * block_size : (k + 1) * block_size])))
+        stop = len(tokens) // block_size
+        if max_blocks is not None and max_blocks < stop:
+            stop = max_blocks
+        start = len(hashes)
+        if start >= stop:
+            return
+        h = hashes[-1] if hashes else 0
+        append = hashes.append
+        for first in range(start * block_size, stop * block_size, block_size):
+            h = hash((h, *tokens[first : first + block_size]))
+            append(h)
 
     def seed_if_unset(self, seed: int) -> None:
         if self._rng is None:
