@@ -17,11 +17,13 @@ from typing import Any
 import pytest
 
 from gpufleet.engine import Engine, EngineConfig, EngineRequest, FinishReason
+from gpufleet.engine.request import generate_tokens_for
 from gpufleet.perf.roofline import RooflineStepTimeModel
 from gpufleet.perf.step_time import LinearStepTimeModel, StepBatch, StepTimeModel
 from gpufleet.plan.layout import Layout
 from gpufleet.specs.gpus import load_gpu
 from gpufleet.specs.models import load_model
+from gpufleet.tokenizer import block_hashes
 
 
 @dataclass(frozen=True)
@@ -222,12 +224,26 @@ def test_the_random_workloads_jump_preempt_and_pipeline() -> None:
     assert seen["pipelined"] >= 5 and seen["preempting"] >= 5 and seen["prefix_hits"] >= 5
 
 
-@pytest.mark.parametrize("n", [1, 47, 48, 1000])
+@pytest.mark.parametrize("n", [1, 5, 47, 48, 1000])
 def test_generating_tokens_in_bulk_equals_one_by_one(n: int) -> None:
-    bulk = EngineRequest("a", [1], 10, seed=987654321)
-    single = EngineRequest("b", [1], 10, seed=987654321)
-    bulk.generate_tokens(n)
-    bulk.generate_tokens(3)
-    for _ in range(n + 3):
-        single.all_token_ids.append(single.next_token_id())
-    assert bulk.all_token_ids == single.all_token_ids
+    bulk = [EngineRequest(f"a{i}", [1], 10, seed=987654321 + i) for i in range(3)]
+    single = [EngineRequest(f"b{i}", [1], 10, seed=987654321 + i) for i in range(3)]
+    bulk[0].generate_tokens(n)
+    generate_tokens_for(bulk[1:], n)
+    for r in bulk:
+        r.generate_tokens(3)
+    for r in single:
+        for _ in range(n + 3):
+            r.all_token_ids.append(r.next_token_id())
+    assert [r.all_token_ids for r in bulk] == [r.all_token_ids for r in single]
+
+
+def test_block_hashes_extend_as_the_tokenizer_chains_them() -> None:
+    rng = random.Random(1)
+    tokens = [rng.randrange(100, 200) for _ in range(100)]
+    req = EngineRequest("h", tokens[:40], 10)
+    req.extend_block_hashes(16, max_blocks=1)
+    assert req.block_hashes == block_hashes(tokens[:16], 16)
+    req.all_token_ids.extend(tokens[40:])
+    req.extend_block_hashes(16)
+    assert req.block_hashes == block_hashes(tokens, 16)  # 6 full blocks of 100 tokens

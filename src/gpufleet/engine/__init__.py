@@ -7,7 +7,7 @@ model, and jumps over runs of plain decode iterations (`plan_decode_run` / `run_
 
 from gpufleet.engine.block_pool import BlockPool
 from gpufleet.engine.decode_run import DecodeRun
-from gpufleet.engine.driver import BLOCKED_RETRY_S, Arrivals, EngineDriver, run_virtual
+from gpufleet.engine.driver import BLOCKED_RETRY_S, Advance, Arrivals, EngineDriver, run_virtual
 from gpufleet.engine.engine import Engine
 from gpufleet.engine.kv_cache_manager import KVCacheManager
 from gpufleet.engine.outputs import (
@@ -22,6 +22,7 @@ from gpufleet.engine.scheduler import Scheduler
 
 __all__ = [
     "BLOCKED_RETRY_S",
+    "Advance",
     "Arrivals",
     "BlockPool",
     "DecodeRun",

@@ -22,17 +22,20 @@ class BlockPool:
         self._ref_cnt = [0] * num_blocks
         self._hash_of: list[int | None] = [None] * num_blocks
         self._cached: dict[int, int] = {}  # block hash -> block id
-        # Free blocks in eviction order: the head is handed out (and evicted) first.
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        # Free blocks in eviction order: first the never used ones (ids _fresh..num_blocks-1,
+        # kept as a range so that a large idle pool costs nothing), then the freed ones in
+        # the order they were freed; the head is handed out (and evicted) first.
+        self._fresh = 0
+        self._free: OrderedDict[int, None] = OrderedDict()
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        return self.num_blocks - self._fresh + len(self._free)
 
     @property
     def usage(self) -> float:
         """Fraction of blocks held by requests (vLLM's kv_cache_usage_perc)."""
-        return 1.0 - len(self._free) / self.num_blocks
+        return 1.0 - self.num_free / self.num_blocks
 
     def lookup(self, block_hash: int) -> int | None:
         return self._cached.get(block_hash)
@@ -51,6 +54,9 @@ class BlockPool:
     def hashes_of_next_free(self, n: int) -> set[int]:
         """The hashes cached at the next `n` blocks `allocate` would hand out (and evict)."""
         hash_of = self._hash_of
+        n -= self.num_blocks - self._fresh  # never used blocks hold no hash
+        if n <= 0 or not self._cached:
+            return set()
         return {h for b in islice(self._free, n) if (h := hash_of[b]) is not None}
 
     def num_evictable(self, blocks: list[int]) -> int:
@@ -69,20 +75,27 @@ class BlockPool:
 
     def allocate(self, n: int) -> list[int]:
         """Hand out n free blocks (caller checked num_free), evicting their cached hashes."""
-        popitem = self._free.popitem
         ref = self._ref_cnt
+        out: list[int] = []
+        fresh = self._fresh
+        if fresh < self.num_blocks:
+            take = min(n, self.num_blocks - fresh)
+            out = list(range(fresh, fresh + take))
+            ref[fresh : fresh + take] = [1] * take
+            self._fresh = fresh + take
+            n -= take
+        popitem = self._free.popitem
         hash_of = self._hash_of
         cached = self._cached
-        out: list[int] = []
+        append = out.append
         for _ in range(n):
-            b, _none = popitem(False)  # the head: least recently freed
+            b = popitem(False)[0]  # the head: least recently freed
             h = hash_of[b]
-            if h is not None:
+            if h is not None:  # a block holds a hash only while it is the cached one
                 hash_of[b] = None
-                if cached.get(h) == b:
-                    del cached[h]
+                del cached[h]
             ref[b] = 1
-            out.append(b)
+            append(b)
         return out
 
     def release(self, blocks: list[int]) -> None:
@@ -90,8 +103,9 @@ class BlockPool:
         ref = self._ref_cnt
         free = self._free
         for b in reversed(blocks):
-            ref[b] -= 1
-            if ref[b] == 0:
+            count = ref[b] - 1
+            ref[b] = count
+            if not count:
                 free[b] = None
 
     def cache_range(self, blocks: list[int], hashes: list[int], start: int, stop: int) -> None:
@@ -111,4 +125,5 @@ class BlockPool:
     def fingerprint(self) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...], tuple[int, ...]]:
         """The whole state: free blocks in eviction order, cached hashes, reference counts
         (two pools with equal fingerprints behave identically from here on)."""
-        return tuple(self._free), tuple(sorted(self._cached.items())), tuple(self._ref_cnt)
+        free = (*range(self._fresh, self.num_blocks), *self._free)
+        return free, tuple(sorted(self._cached.items())), tuple(self._ref_cnt)

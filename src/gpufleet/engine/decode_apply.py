@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from gpufleet.engine.decode_run import DecodeGroup, DecodeRun, PipelineCall
 from gpufleet.engine.outputs import DecodeRunOutcome, ScheduledBatch
-from gpufleet.engine.request import EngineRequest, RequestStatus
+from gpufleet.engine.request import EngineRequest, RequestStatus, generate_tokens_for
 from gpufleet.engine.scheduler import finish_reason
 from gpufleet.perf.step_time import StepBatch
 
@@ -38,8 +38,8 @@ def apply_decode_run(engine: Engine, run: DecodeRun, num_steps: int) -> DecodeRu
         emitted = scheduled = [num_steps]
     generated = 0
     for g, group in enumerate(groups):
+        generate_tokens_for(group.members, emitted[g])
         for r, computed in zip(group.members, group.computed, strict=True):
-            r.generate_tokens(emitted[g])
             r.num_output_tokens += emitted[g]
             r.num_computed_tokens = computed + scheduled[g]
             r.in_flight = int(group.in_flight) + scheduled[g] - emitted[g]
@@ -49,7 +49,8 @@ def apply_decode_run(engine: Engine, run: DecodeRun, num_steps: int) -> DecodeRu
         or run.step_group
         or not engine.kv.allocate_decode_run(groups[0].members, groups[0].computed, num_steps)
     ):
-        engine.kv.allocate_decode_slots(_slots(run, calls, num_steps, bs))
+        caching = engine.config.enable_prefix_caching
+        engine.kv.allocate_decode_slots(_slots(run, calls, num_steps, bs, caching))
 
     now_s = run.step_end_s[num_steps - 1]
     if calls or run.step_group:
@@ -81,20 +82,21 @@ def apply_decode_run(engine: Engine, run: DecodeRun, num_steps: int) -> DecodeRu
 
 
 def _slots(
-    run: DecodeRun, calls: list[PipelineCall], num_steps: int, bs: int
+    run: DecodeRun, calls: list[PipelineCall], num_steps: int, bs: int, caching: bool
 ) -> list[tuple[EngineRequest, int]]:
     """(request, computed tokens after the step) wherever a step hands out or fills a
     block, in the order the steps would have asked the KV manager."""
     out: list[tuple[EngineRequest, int]] = []
+    phases_of = [g.slots_by_phase(bs, caching) for g in run.groups]
     if not calls and not run.step_group:
-        phases = run.groups[0].slots_by_phase
+        phases = phases_of[0]
         for k in range(num_steps):
             for r, c in phases[k % bs]:
                 out.append((r, c + k + 1))
         return out
     for call in calls:
         k = call.index
-        for r, c in run.groups[call.group].slots_by_phase[k % bs]:
+        for r, c in phases_of[call.group][k % bs]:
             out.append((r, c + k + 1))
     return out
 

@@ -20,14 +20,12 @@ together) through the same start / end arithmetic as `Engine.step`.
 from __future__ import annotations
 
 import bisect
-import math
 from collections import deque
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from gpufleet.engine.request import EngineRequest, RequestStatus
-from gpufleet.engine.scheduler import tokens_until_finish
 from gpufleet.tokenizer import block_hashes
 
 if TYPE_CHECKING:
@@ -41,12 +39,25 @@ class DecodeGroup:
     members: list[EngineRequest]  # in running order
     computed: list[int]  # each member's computed tokens when the run was planned
     in_flight: bool  # its micro-batch was in flight when the run was planned
-    # step phase (the group's k-th step, k % block_size) -> (member, computed) whose blocks
-    # change then: a block handed out (computed + k at a block boundary) or one filled
-    slots_by_phase: list[list[tuple[EngineRequest, int]]]
+    # blocks the group's k-th step hands out, by phase k % block_size (a member needs one
+    # when computed + k is a multiple of the block size)
     new_blocks_by_phase: list[int]
     context_tokens: int  # summed KV length at its next step
     finish_after: int  # steps (completions) until its first member finishes
+
+    def slots_by_phase(
+        self, block_size: int, caching: bool
+    ) -> list[list[tuple[EngineRequest, int]]]:
+        """Phase -> (member, computed) whose blocks change at a step of that phase: a block
+        handed out, or (with prefix caching) one filled and registered."""
+        phases: list[list[tuple[EngineRequest, int]]] = [[] for _ in range(block_size)]
+        for r, c in zip(self.members, self.computed, strict=True):
+            new_block_phase = -c % block_size
+            phases[new_block_phase].append((r, c))
+            full_block_phase = (-c - 1) % block_size
+            if caching and full_block_phase != new_block_phase:
+                phases[full_block_phase].append((r, c))
+        return phases
 
 
 @dataclass(slots=True)
@@ -132,32 +143,33 @@ def _make_group(
     if len(members) > cfg.max_num_batched_tokens:
         return None  # the token budget would split them
     bs = cfg.block_size
-    caching = cfg.enable_prefix_caching
-    slots_by_phase: list[list[tuple[EngineRequest, int]]] = [[] for _ in range(bs)]
+    max_len = cfg.max_model_len
     new_blocks = [0] * bs
     computed = []
-    finish_after = math.inf
+    finish_after = 1 << 62
+    lag = 0 if in_flight else 1
+    flights = int(in_flight)
     for r in members:
         c = r.num_computed_tokens
-        ready_at = len(r.all_token_ids) - (0 if in_flight else 1)
-        if c != ready_at or r.in_flight != int(in_flight) or r.first_token_s is None:
+        n_tokens = len(r.all_token_ids)
+        if c != n_tokens - lag or r.in_flight != flights or r.first_token_s is None:
             return None
         computed.append(c)
-        finish_after = min(finish_after, tokens_until_finish(r, cfg.max_model_len))
-        new_block_phase = -c % bs  # its step k needs a block when (c + k) % bs == 0
-        new_blocks[new_block_phase] += 1
-        slots_by_phase[new_block_phase].append((r, c))
-        full_block_phase = (-c - 1) % bs  # step k fills a block when (c + k + 1) % bs == 0
-        if caching and full_block_phase != new_block_phase:
-            slots_by_phase[full_block_phase].append((r, c))
+        out = r.num_output_tokens
+        # tokens it still produces before `scheduler.finish_reason` ends it
+        left = min(r.max_tokens - out, max_len - n_tokens)
+        if r.stop_after_tokens is not None:
+            left = min(left, r.stop_after_tokens - out)
+        if left < finish_after:
+            finish_after = left
+        new_blocks[-c % bs] += 1  # its step k needs a block when (c + k) % bs == 0
     return DecodeGroup(
         members=members,
         computed=computed,
         in_flight=in_flight,
-        slots_by_phase=slots_by_phase,
         new_blocks_by_phase=new_blocks,
         context_tokens=sum(computed),
-        finish_after=int(finish_after) if members else 1 << 62,
+        finish_after=finish_after,
     )
 
 

@@ -144,7 +144,6 @@ class KVCacheManager:
         total = full_cycles * n + sum(1 for p in phase if p < part)
         pool = self.pool
         if self.enable_caching:
-            evicted = pool.hashes_of_next_free(total)
             fresh: set[int] = set()
             count = 0
             for r, c in zip(members, computed, strict=True):
@@ -154,7 +153,9 @@ class KVCacheManager:
                         r.extend_block_hashes(bs, stop)
                     fresh.update(r.block_hashes[first:stop])
                     count += stop - first
-            if len(fresh) < count or not fresh.isdisjoint(evicted):
+            if count and (
+                len(fresh) < count or not fresh.isdisjoint(pool.hashes_of_next_free(total))
+            ):
                 return False
         handed_out = pool.allocate(total)
         blocks_of = self._blocks

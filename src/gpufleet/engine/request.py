@@ -167,11 +167,17 @@ class EngineRequest:
         to `max_blocks` in all, chained as `gpufleet.tokenizer.block_hashes` chains them."""
         hashes = self.block_hashes
         tokens = self.all_token_ids
-        limit = len(tokens) if max_blocks is None else min(len(tokens), max_blocks * block_size)
-        while (len(hashes) + 1) * block_size <= limit:
-            k = len(hashes)
-            parent = hashes[-1] if hashes else 0
-            hashes.append(hash((parent, *tokens[k * block_size : (k + 1) * block_size])))
+        stop = len(tokens) // block_size
+        if max_blocks is not None and max_blocks < stop:
+            stop = max_blocks
+        start = len(hashes)
+        if start >= stop:
+            return
+        h = hashes[-1] if hashes else 0
+        append = hashes.append
+        for first in range(start * block_size, stop * block_size, block_size):
+            h = hash((h, *tokens[first : first + block_size]))
+            append(h)
 
     def seed_if_unset(self, seed: int) -> None:
         if self._rng is None:
@@ -183,3 +189,21 @@ class EngineRequest:
             f"tokens={self.num_tokens}, computed={self.num_computed_tokens}, "
             f"out={self.num_output_tokens}/{self.max_tokens})"
         )
+
+
+def generate_tokens_for(requests: list[EngineRequest], n: int) -> None:
+    """`generate_tokens(n)` for each of `requests`, with one numpy pass when that is many
+    tokens (a decode run of a whole batch)."""
+    if n <= 0:
+        return
+    if n * len(requests) < _VECTOR_MIN_TOKENS or n < 4:
+        for r in requests:
+            r.generate_tokens(n)
+        return
+    mul, add = _LcgJumps.upto(n)
+    seeds = np.array([r._rng or 0 for r in requests], dtype=np.uint64)
+    states = (mul[None, 1 : n + 1] * seeds[:, None] + add[None, 1 : n + 1]) & np.uint64(_LCG_MASK)
+    rows = (states % _WORD_SPAN + _FIRST_WORD_ID).tolist()
+    for r, tokens, x in zip(requests, rows, states[:, -1].tolist(), strict=True):
+        r.all_token_ids.extend(tokens)
+        r._rng = x

@@ -241,11 +241,3 @@ def finish_reason(req: EngineRequest, max_model_len: int) -> FinishReason | None
     if req.stop_after_tokens is not None and req.num_output_tokens >= req.stop_after_tokens:
         return FinishReason.STOP
     return None
-
-
-def tokens_until_finish(req: EngineRequest, max_model_len: int) -> int:
-    """How many more tokens a running request produces before `finish_reason` ends it."""
-    left = min(req.max_tokens - req.num_output_tokens, max_model_len - len(req.all_token_ids))
-    if req.stop_after_tokens is not None:
-        left = min(left, req.stop_after_tokens - req.num_output_tokens)
-    return left
