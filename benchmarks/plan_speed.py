@@ -15,7 +15,6 @@ benchmarks/results/plan_speed.json) and prints a markdown table.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,9 @@ from typing import Any
 from gpufleet.errors import UserError
 from gpufleet.plan.search import PlanRequest, plan
 from gpufleet.specs import gpu_names, load_gpu, load_model, model_names
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import RESULTS, write_result
 
 CASES: dict[str, list[str]] = {
     "sample 70B h100-sxm": ["--model", "meta-llama/Llama-3.1-70B", "--gpu", "h100-sxm",
@@ -38,6 +40,14 @@ CASES: dict[str, list[str]] = {
                                    "--rps", "10"],
     "8B h100-sxm --json": ["--model", "llama-3.1-8b", "--gpu", "h100", "--rps", "500",
                            "--json"],
+    "DeepSeek-V3 h200 rps 20 (DP×EP over nodes, disagg)": [
+        "--model", "deepseek-ai/DeepSeek-V3", "--gpu", "h200", "--rps", "20"],
+    "Kimi-K2 gb200 (NVL72 DP×EP, disagg)": ["--model", "moonshotai/Kimi-K2-Instruct",
+                                            "--gpu", "gb200", "--rps", "20"],
+    "70B NVFP4 b200": ["--model", "RedHatAI/Llama-3.1-70B-Instruct-NVFP4", "--gpu", "b200",
+                       "--rps", "10"],
+    "gpt-oss-120b h100 sglang": ["--model", "openai/gpt-oss-120b", "--gpu", "h100",
+                                 "--engine", "sglang", "--rps", "10"],
 }  # fmt: skip
 
 
@@ -58,6 +68,7 @@ def time_command(args: list[str], repeat: int) -> dict[str, float]:
 def time_searches() -> dict[str, Any]:
     times = []
     errors = 0
+    slowest = ("", 0.0)
     for m in model_names():
         model = load_model(m)
         for g in gpu_names():
@@ -66,9 +77,13 @@ def time_searches() -> dict[str, Any]:
                 plan(PlanRequest(model=model, gpu=load_gpu(g), rps=10))
             except UserError:
                 errors += 1
-            times.append(time.perf_counter() - start)
+            took = time.perf_counter() - start
+            times.append(took)
+            if took > slowest[1]:
+                slowest = (f"{m} on {g}", took)
     times.sort()
     return {
+        "slowest": slowest[0],
         "plans": len(times),
         "user_errors": errors,
         "median_s": statistics.median(times),
@@ -79,27 +94,27 @@ def time_searches() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", type=Path, default=Path("benchmarks/results/plan_speed.json"))
+    parser.add_argument(
+        "--out", "--json", type=Path, default=RESULTS / "plan_speed", help="path without suffix"
+    )
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
 
     commands = {name: time_command(case, args.repeat) for name, case in CASES.items()}
     searches = time_searches()
     result = {"commands": commands, "search_all_models_x_gpus": searches}
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2))
-
-    print("| what | median s | max s |")
-    print("| --- | ---: | ---: |")
+    lines = ["| what | median s | max s |", "| --- | ---: | ---: |"]
     for name, t in commands.items():
-        print(
+        lines.append(
             f"| `gpufleet plan` {name} (whole process) | {t['median_s']:.3f} | {t['max_s']:.3f} |"
         )
-    print(
+    lines.append(
         f"| search only, {searches['plans']} model × GPU pairs | {searches['median_s']:.3f} "
-        f"| {searches['max_s']:.3f} |"
+        f"| {searches['max_s']:.3f} ({searches['slowest']}) |"
     )
-    print(f"\nJSON: {args.json}")
+    json_path, _ = write_result(args.out, result, "\n".join(lines))
+    print("\n".join(lines))
+    print(f"\nJSON: {json_path}")
     return 0
 
 

@@ -49,7 +49,9 @@ from gpufleet.perf.step_time import LinearStepTimeModel, StepTimeModel
 from gpufleet.plan.profile import replica_profile
 from gpufleet.tokenizer import default_tokenizer
 
-RESULTS = Path(__file__).resolve().parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import write_result
+
 MODEL = "meta-llama/Llama-3.1-8B"  # the ceiling runs (explicit step times)
 LAYOUT_MODEL = "meta-llama/Llama-3.1-70B"  # the fidelity runs: 70B on 4 x H100 (TP=4)
 # GPUFLEET_BENCH_PIN=0 lets the OS place both processes (pinned by default).
@@ -517,7 +519,6 @@ def main() -> None:
         if not row.ok:
             break
         ceiling = row
-    RESULTS.mkdir(parents=True, exist_ok=True)
     result = {
         "rows": [asdict(r) for r in rows],
         "ceiling": asdict(ceiling) if ceiling else None,
@@ -527,7 +528,6 @@ def main() -> None:
         "nice": NICE,
         "pinned": PIN,
     }
-    (RESULTS / "replica_fidelity.json").write_text(json.dumps(result, indent=2))
     lines = [
         "| scenario | C | requests | TTFT pred (ms) | TTFT live (ms) | err | TPOT pred (ms) "
         "| TPOT live (ms) | err | tokens/s | within tol | load 1m | TTFT all: pred / replica (ms) "
@@ -549,7 +549,7 @@ def main() -> None:
             f"\nCeiling: {ceiling.concurrency} streams, {ceiling.tokens_per_s:,.0f} tokens/s "
             f"within {args.tolerance:.0%}."
         )
-    (RESULTS / "replica_fidelity.md").write_text("\n".join(lines) + "\n")
+    write_result("replica_fidelity", result, "\n".join(lines))
     print("\n".join(lines))
 
 

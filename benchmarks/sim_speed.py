@@ -20,9 +20,9 @@ Each case runs in its own process pinned to one CPU (peak memory is that process
 
 For each: CPU seconds, wall seconds, requests per CPU second, simulated seconds per CPU
 second, events, peak memory, and what the run predicts (hit rate, TTFT, TPOT). The traces
-are under $GPUFLEET_SHARED/traces (default: the nearest ancestor's shared/); `--scale`
-shrinks every case (0.1 = a tenth of the requests) for a quick look. Writes JSON (default
-benchmarks/results/sim_speed.json) and prints a markdown table.
+are under $GPUFLEET_SHARED/traces (docs/data.md); `--scale` shrinks every case (0.1 = a
+tenth of the requests) for a quick look. Writes benchmarks/results/sim_speed.{json,md}
+(`--out` elsewhere) and prints the markdown table.
 """
 
 from __future__ import annotations
@@ -39,25 +39,27 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpufleet.errors import UserError
 from gpufleet.routing import make_policy
+from gpufleet.shared_data import shared_file
 from gpufleet.sim.report import summarize
 from gpufleet.sim.scenario import Scenario, build_config, build_requests
 from gpufleet.sim.simulator import FleetSimulator
-from gpufleet.sim.workload import SimRequest, trace_requests
+from gpufleet.workload import SimRequest, sim_requests, trace_shapes
 from gpufleet.workload.traces import read_trace
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peers import peer_venv, pinned
+from record import RESULTS, write_result
+
+TRACES = {"mooncake": "mooncake_conversation.jsonl", "azure": "azure_llm_2023_conv.csv"}
 TARGETS = {"mooncake": 3.0, "azure10x": 30.0, "synthetic1m": 120.0}  # CPU s (issue 12)
 MEMORY_TARGET_GIB = {"synthetic1m": 4.0}
 
 
 def shared_trace(name: str) -> Path:
-    """traces/NAME under $GPUFLEET_SHARED, else in the nearest ancestor's shared/."""
-    rel = Path("traces") / name
-    env = os.environ.get("GPUFLEET_SHARED")
-    candidates = [Path(env) / rel] if env else []
-    candidates += [parent / "shared" / rel for parent in REPO.parents]
-    return next((c for c in candidates if c.is_file()), REPO.parent / "shared" / rel)
+    """traces/NAME of the shared data ($GPUFLEET_SHARED): a UserError naming it if absent."""
+    return shared_file("traces", name)
 
 
 def azure_tiled(path: Path, copies: int, limit: int | None) -> list[SimRequest]:
@@ -67,7 +69,7 @@ def azure_tiled(path: Path, copies: int, limit: int | None) -> list[SimRequest]:
     gap = (records[-1].arrival_s - records[0].arrival_s) / max(1, len(records) - 1)
     tiled = []
     for k in range(copies):  # each copy its own prompts (its own seed)
-        for r in trace_requests(records, seed=k):
+        for r in sim_requests(trace_shapes(records, seed=k)):
             tiled.append((r.arrival_s + k * gap / copies, r))
     tiled.sort(key=lambda pair: pair[0])
     if limit is not None:
@@ -84,7 +86,7 @@ def case_scenarios(scale: float) -> dict[str, tuple[Scenario, str | None]]:
     def n(count: int) -> int:
         return max(1, round(count * scale))
 
-    mooncake = str(shared_trace("mooncake_conversation.jsonl"))
+    mooncake = str(shared_trace(TRACES["mooncake"]))
     return {
         "mooncake": (
             Scenario(trace=mooncake, num_requests=n(12_031), replicas=8, routing="prefix_aware"),
@@ -130,7 +132,7 @@ def case_scenarios(scale: float) -> dict[str, tuple[Scenario, str | None]]:
 def build(name: str, scale: float, jump: bool) -> tuple[Scenario, list[SimRequest], FleetSimulator]:
     sc, special = case_scenarios(scale)[name]
     if special == "azure10x":
-        reqs = azure_tiled(shared_trace("azure_llm_2023_conv.csv"), 10, sc.num_requests)
+        reqs = azure_tiled(shared_trace(TRACES["azure"]), 10, sc.num_requests)
     else:
         reqs = build_requests(sc)
     cfg = dataclasses.replace(build_config(sc), jump_decode_runs=jump)
@@ -173,7 +175,7 @@ def run_replay(scale: float) -> dict[str, Any]:
     """The engine-free fleet replay on the Mooncake hour (FIFO prefill, LRU prefix cache,
     unbounded decode): the quick model the routing work used."""
     from gpufleet.routing.replay import ReplayRequest, ReplicaTiming, replay
-    from gpufleet.sim.prompts import SegmentHasher
+    from gpufleet.workload import SegmentHasher
 
     sc, _ = case_scenarios(scale)["mooncake"]
     cfg = build_config(sc)
@@ -203,7 +205,7 @@ def run_replay(scale: float) -> dict[str, Any]:
     }
 
 
-VIDUR = "vidur==0.0.26"
+VIDUR = pinned("vidur")[0]
 
 
 def run_vidur(scale: float) -> dict[str, Any]:
@@ -211,9 +213,6 @@ def run_vidur(scale: float) -> dict[str, Any]:
     Llama-3-8B, vLLM's scheduler. Vidur predicts step times from profiling data it fetches
     from the Hugging Face Hub (not in the wheel); where it cannot, the row records the
     exact error."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from peers import peer_venv  # type: ignore[import-not-found]
-
     row: dict[str, Any] = {"case": "mooncake", "engines": f"Vidur ({VIDUR})", "replicas": 8}
     sc, _ = case_scenarios(scale)["mooncake"]
     reqs = build_requests(sc)
@@ -332,13 +331,18 @@ def main(argv: list[str] | None = None) -> int:
         "--scale", type=float, default=1.0, help="Fraction of each case's requests."
     )
     parser.add_argument(
-        "--json", type=Path, default=REPO / "benchmarks" / "results" / "sim_speed.json"
+        "--out", "--json", type=Path, default=RESULTS / "sim_speed", help="path without suffix"
     )
     parser.add_argument("--child", nargs=2, metavar=("KIND", "CASE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args.scale)))
         return 0
+    try:
+        for name in TRACES.values():
+            shared_trace(name)
+    except UserError as e:
+        parser.error(str(e))
     loop_ns = python_loop_ns()
     rows = []
     for kind, name in plan_runs(args.cases.split(",")):
@@ -346,20 +350,15 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(f"{name} ({row['engines']}): "
               + (row["error"] if "error" in row else f"{row['cpu_s']:.1f} CPU s"), file=sys.stderr)  # fmt: skip
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()  # fmt: skip
-    meta = {"date": time.strftime("%Y-%m-%d"), "commit": commit, "scale": args.scale,
-            "python": sys.version.split()[0], "cpus": os.cpu_count(), "one_core": True,
-            "python_loop_ns": loop_ns, "load_average": os.getloadavg()}  # fmt: skip
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"setup": meta, "rows": rows}, indent=2))
+    setup = {"scale": args.scale, "one_core": True, "python_loop_ns": loop_ns,
+             "load_average": os.getloadavg()}  # fmt: skip
     md = table(rows) + (
-        f"\n\nOne core; a plain Python loop iteration took {loop_ns:.0f} ns of CPU here "
-        f"(load average {os.getloadavg()[0]:.1f}; ~30 ns on a quiet modern core)."
+        f"\n\nOne core per case; a plain Python loop iteration took {loop_ns:.0f} ns of CPU "
+        f"here (load average {os.getloadavg()[0]:.1f}; ~30 ns on a quiet modern core)."
     )
-    args.json.with_suffix(".md").write_text(md + "\n")
+    json_path, _ = write_result(args.out, {"setup": setup, "rows": rows}, md, peers=["vidur"])
     print(md)
-    print(f"\nJSON: {args.json}")
+    print(f"\nJSON: {json_path}")
     return 0
 
 

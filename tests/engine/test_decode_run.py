@@ -21,8 +21,8 @@ from gpufleet.engine.request import generate_tokens_for
 from gpufleet.perf.roofline import RooflineStepTimeModel
 from gpufleet.perf.step_time import LinearStepTimeModel, StepBatch, StepTimeModel
 from gpufleet.plan.layout import Layout
+from gpufleet.specs.catalog import load_model
 from gpufleet.specs.gpus import load_gpu
-from gpufleet.specs.models import load_model
 from gpufleet.tokenizer import block_hashes
 
 

@@ -30,7 +30,7 @@ from gpufleet.sim.events import EventQueue, SimClock
 from gpufleet.sim.gateway import SimGateway
 from gpufleet.sim.gateway import build_fleet as sim_fleet
 from gpufleet.sim.results import RequestResult
-from gpufleet.sim.workload import SimRequest
+from gpufleet.workload import SimRequest
 
 from .virtual_time import run_virtual
 

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import aiohttp
+import pytest
 
 from gpufleet.routing.types import ReplicaState
 
@@ -20,6 +21,7 @@ async def _json(resp: aiohttp.ClientResponse) -> Any:
     return await resp.json()
 
 
+@pytest.mark.process
 async def test_admin_requires_key(stubs: list[StubBackend], make_gateway: GatewayFactory) -> None:
     gw = await make_gateway([stubs[0].url])
     async with aiohttp.ClientSession() as s:
@@ -32,6 +34,7 @@ async def test_admin_requires_key(stubs: list[StubBackend], make_gateway: Gatewa
         assert resp.status == 403
 
 
+@pytest.mark.process
 async def test_admin_add_drain_delete(
     stubs: list[StubBackend], make_gateway: GatewayFactory
 ) -> None:
@@ -78,6 +81,7 @@ async def test_admin_add_drain_delete(
             assert [r["id"] for r in (await resp.json())["replicas"]] == ["extra"]
 
 
+@pytest.mark.process
 async def test_signals_report_load_and_scraped_stats(
     stubs: list[StubBackend], make_gateway: GatewayFactory
 ) -> None:
@@ -99,6 +103,7 @@ async def test_signals_report_load_and_scraped_stats(
     assert (rep["num_running"], rep["num_waiting"], rep["kv_cache_usage"]) == (3, 2, 0.25)
 
 
+@pytest.mark.process
 async def test_passive_ejection_and_readmission(
     stubs: list[StubBackend], make_gateway: GatewayFactory
 ) -> None:
@@ -132,6 +137,7 @@ async def test_passive_ejection_and_readmission(
     assert f'gpufleet_gateway_replica_ejections_total{{replica="{sick_id}"}} 1.0' in text
 
 
+@pytest.mark.process
 async def test_scale_from_zero_queue(
     stubs: list[StubBackend], make_gateway: GatewayFactory
 ) -> None:
@@ -152,6 +158,7 @@ async def test_scale_from_zero_queue(
     assert gw.signals().queue_depth == 0
 
 
+@pytest.mark.process
 async def test_queue_timeout_and_overflow_give_503(make_gateway: GatewayFactory) -> None:
     gw = await make_gateway(
         [], models=["stub-model"], queue={"timeout_s": 0.2, "max_size": 1, "retry_after_s": 7}
@@ -176,6 +183,7 @@ async def test_queue_timeout_and_overflow_give_503(make_gateway: GatewayFactory)
             assert resp.status == 404
 
 
+@pytest.mark.process
 async def test_starting_replica_requests_wait_until_ready(
     stubs: list[StubBackend], make_gateway: GatewayFactory
 ) -> None:
@@ -218,6 +226,7 @@ def test_lean_histogram_exposes_cumulative_le_buckets() -> None:
     assert 'gpufleet_gateway_requests_total{code="200",model="m",tenant="t"} 1.0' in text
 
 
+@pytest.mark.process
 async def test_drain_and_delete_let_requests_in_flight_finish(
     stubs: list[StubBackend], make_gateway: GatewayFactory
 ) -> None:

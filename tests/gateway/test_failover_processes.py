@@ -16,6 +16,8 @@ from gpufleet.routing.types import ReplicaState
 from .conftest import wait_until
 from .processes import REPLICA_MODEL, BackendProcess, free_port, replica_process
 
+pytestmark = pytest.mark.process  # every test here starts processes or servers
+
 
 @pytest.fixture
 async def replicas() -> AsyncIterator[list[BackendProcess]]:

@@ -16,15 +16,17 @@ from gpufleet.perf.step_time import (
     decode_step_times_fn,
 )
 from gpufleet.plan.layout import Layout
+from gpufleet.specs.catalog import load_model
 from gpufleet.specs.gpus import load_gpu
-from gpufleet.specs.models import load_model
 
 LAYOUTS = [
     # dense, GQA; TP all-reduces; PP hops
     ("meta-llama/Llama-3.1-8B", "h100-sxm", Layout(tp=1, pp=1, ep=1)),
+    # attention data parallelism: the MoE layers see every rank's tokens
+    ("deepseek-ai/DeepSeek-V3", "h200", Layout(tp=2, dp=4, pp=1, ep=8, weight_dtype="fp8")),
     ("meta-llama/Llama-3.1-70B", "h100-sxm", Layout(tp=4, pp=2, ep=1, weight_dtype="fp8")),
-    # MoE with sliding-window layers, fp4 experts
-    ("openai/gpt-oss-20b", "h100-sxm", Layout(tp=2, pp=1, ep=2, weight_dtype="fp4")),
+    # MoE with sliding-window layers, MXFP4 experts
+    ("openai/gpt-oss-20b", "h100-sxm", Layout(tp=2, pp=1, ep=2, weight_dtype="mxfp4")),
     # MLA + MoE, expert parallel, fp8 KV
     (
         "deepseek-ai/DeepSeek-V3",
@@ -43,8 +45,13 @@ def one_by_one(model: StepTimeModel, n: int, context: int, steps: int) -> list[f
 
 
 @pytest.mark.parametrize(("name", "gpu", "layout"), LAYOUTS)
-def test_roofline_decode_runs_are_bit_identical(name: str, gpu: str, layout: Layout) -> None:
-    model = RooflineStepTimeModel(load_model(name), load_gpu(gpu), layout)
+@pytest.mark.parametrize("graph_max", [None, 16])  # batches above 16 pay eager launches
+def test_roofline_decode_runs_are_bit_identical(
+    name: str, gpu: str, layout: Layout, graph_max: int | None
+) -> None:
+    model = RooflineStepTimeModel(
+        load_model(name), load_gpu(gpu), layout, cuda_graph_max_batch=graph_max
+    )
     assert isinstance(model, DecodeStepTimes)
     rng = random.Random(name)
     for steps in (1, 2, 5, 47, 48, 300) * 4:  # Python below 48 steps, numpy from 48

@@ -4,6 +4,7 @@ live system's own objects, and agreement with a bare engine and the planner's mo
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -20,11 +21,10 @@ from gpufleet.routing import make_policy
 from gpufleet.routing.prefix_aware import PrefixAware
 from gpufleet.routing.types import ReplicaView, RequestInfo
 from gpufleet.sim import fleet as sim_fleet_module
-from gpufleet.sim.prompts import SegmentHasher
 from gpufleet.sim.report import summarize
-from gpufleet.sim.scenario import Scenario, build_config, run_scenario
+from gpufleet.sim.scenario import Scenario, build_config, build_requests, run_scenario
 from gpufleet.sim.simulator import AutoscaleSpec, FleetSimulator, SimConfig, SimResult
-from gpufleet.sim.workload import SimRequest, synthetic_requests
+from gpufleet.workload import SegmentHasher, SimRequest, parse_rate_steps
 
 # A made-up linear step time keeps these tests about the driver, not the roofline model.
 STEP = LinearStepTimeModel(base_s=0.004, per_token_s=2e-5, per_context_token_s=1e-7)
@@ -36,6 +36,11 @@ def config(**kw: object) -> SimConfig:
         max_model_len=4096,
     )  # fmt: skip
     return SimConfig(engine=engine, step_time_model=STEP, **kw)  # type: ignore[arg-type]
+
+
+def synthetic_requests(**kw: Any) -> list[SimRequest]:
+    """The requests of a synthetic scenario, as `gpufleet sim` builds them."""
+    return build_requests(Scenario(**kw))
 
 
 def run(cfg: SimConfig, reqs: Sequence[SimRequest], policy: str = "round_robin") -> SimResult:
@@ -117,7 +122,7 @@ def test_prefix_aware_hits_the_cache_more_than_round_robin() -> None:
 
 def test_autoscaled_step_load_scales_out_then_back_in() -> None:
     sc = Scenario(
-        rate_steps=((1.0, 60.0), (25.0, 60.0), (0.5, 150.0)), input_tokens=1500,
+        rate_steps=parse_rate_steps("1:60,25:60,0.5:150"), input_tokens=1500,
         output_tokens=150, autoscale="default", min_replicas=1, max_replicas=5, replicas=1,
         startup_s=10.0, seed=3,
     )  # fmt: skip
@@ -222,8 +227,6 @@ def test_one_replica_agrees_with_a_bare_engine_and_the_planner(clients: int) -> 
         replicas=1,
     )  # fmt: skip
     cfg = build_config(sc)
-    from gpufleet.sim.scenario import build_requests
-
     reqs = build_requests(sc)
     result = FleetSimulator(cfg, reqs, make_policy("round_robin", seed=0)).run()
     bare = bare_engine_closed_loop(cfg, reqs, clients)
@@ -247,11 +250,12 @@ def test_one_replica_agrees_with_a_bare_engine_and_the_planner(clients: int) -> 
         assert s["ttft_ms"]["mean"] == pytest.approx(pred.ttft_s * 1000, rel=0.2)
 
 
+@pytest.mark.process
 def test_sweep_over_autoscaling_policies_in_processes() -> None:
     from gpufleet.sim.scenario import run_many
 
     base = Scenario(
-        rate_steps=((1.0, 20.0), (12.0, 30.0), (0.5, 60.0)), input_tokens=800,
+        rate_steps=parse_rate_steps("1:20,12:30,0.5:60"), input_tokens=800,
         output_tokens=80, min_replicas=1, max_replicas=4, startup_s=5.0, seed=2,
     )  # fmt: skip
     names = ["default", "hpa", "queue_depth"]

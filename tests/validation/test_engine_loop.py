@@ -13,8 +13,8 @@ from gpufleet.perf.roofline import RooflineStepTimeModel
 from gpufleet.perf.step_time import LinearStepTimeModel, StepBatch
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.perf_serving import predict_closed_loop
+from gpufleet.specs.catalog import load_model
 from gpufleet.specs.gpus import load_gpu
-from gpufleet.specs.models import load_model
 from gpufleet.validation.engine_loop import SeparatePrefillStepModel, simulate_closed_loop
 from gpufleet.validation.measured import model_row, read_rows
 
@@ -95,6 +95,7 @@ def test_engine_mode_predicts_measured_rows() -> None:
         assert e.tpot_s == pytest.approx(a.tpot_s, rel=0.3)
 
 
+@pytest.mark.process
 def test_benchmark_engine_mode_reports_both_closed_loops(tmp_path: Path) -> None:
     out_json = tmp_path / "acc.json"
     proc = subprocess.run(

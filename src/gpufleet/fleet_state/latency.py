@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from collections import deque
 
+from gpufleet.stats import percentiles
+
 SIGNAL_QUANTILES = (0.5, 0.9, 0.99)
 
 
 class RecentWindow:
-    """(time, value) samples of the last `window_s` seconds, bounded in count."""
+    """(time, value) samples of the last `window_s` seconds, bounded in count; its
+    percentiles are `gpufleet.stats`' (numpy's linear), keyed 'p50', 'p99', ..."""
 
     def __init__(self, window_s: float, max_samples: int = 20000) -> None:
         self.window_s = window_s
@@ -25,12 +28,10 @@ class RecentWindow:
         cutoff = now_s - self.window_s
         while self.samples and self.samples[0][0] < cutoff:
             self.samples.popleft()
-        values = sorted(v for _, v in self.samples)
-        out: dict[str, float | None] = {}
-        for q in qs:
-            key = f"p{round(q * 100)}"
-            out[key] = values[min(len(values) - 1, int(q * len(values)))] if values else None
-        return out
+        keys = [f"p{round(q * 100)}" for q in qs]
+        got = percentiles([v for _, v in self.samples], [q * 100.0 for q in qs])
+        values: list[float | None] = [*got] if got is not None else [None] * len(qs)
+        return dict(zip(keys, values, strict=True))
 
     def count(self) -> int:
         return len(self.samples)

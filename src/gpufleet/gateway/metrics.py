@@ -1,14 +1,13 @@
 """The gateway's Prometheus metrics; streamed requests also feed the fleet core's recent
 latency windows, which the autoscaler reads.
 
-The hot path only bumps plain Python numbers (`Count.inc`, `LeanHistogram.observe`: no lock,
+The hot path only bumps plain Python numbers (`Count.inc`, `Histogram.observe`: no lock,
 no label lookup); one collector turns them into Prometheus families when /metrics is read.
 A gateway is one event loop, so nothing here is shared across threads.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -17,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from gpufleet.fleet_state import LatencyWindows
 from gpufleet.gateway.replicas import Replica
+from gpufleet.stats import Histogram
 
 # Bucket edges in seconds, like vLLM's request-level histograms.
 TTFT_BUCKETS_S = (
@@ -97,29 +97,6 @@ class Count:
         self.value += amount
 
 
-class LeanHistogram:
-    """Cumulative-on-read histogram: observe is one bisect and two additions."""
-
-    __slots__ = ("bounds", "counts", "sum")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1  # le: value <= bound
-        self.sum += value
-
-    def buckets(self) -> list[tuple[str, float]]:
-        out: list[tuple[str, float]] = []
-        total = 0
-        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
-            total += count
-            out.append(("+Inf" if bound == float("inf") else repr(float(bound)), float(total)))
-        return out
-
-
 _HISTOGRAMS = (
     ("gpufleet_gateway_time_to_first_token_seconds",
      "Gateway-measured time to the first streamed chunk.", TTFT_BUCKETS_S),
@@ -154,7 +131,7 @@ class GatewayMetrics:
         self._queue_depth = queue_depth
         # Replicas removed from the table keep their counters in the exposition.
         self._gone: dict[str, Replica] = {}
-        self._latency: dict[tuple[str, str], tuple[LeanHistogram, ...]] = {}
+        self._latency: dict[tuple[str, str], tuple[Histogram, ...]] = {}
         self._requests: dict[tuple[str, str, str], Count] = {}
         self.windows = windows
         self.registry = CollectorRegistry(auto_describe=False)
@@ -171,12 +148,12 @@ class GatewayMetrics:
         if len(self._gone) < _MAX_SERIES:
             self._gone[replica.replica_id] = replica
 
-    def latency(self, model: str, tenant: str) -> tuple[LeanHistogram, ...]:
+    def latency(self, model: str, tenant: str) -> tuple[Histogram, ...]:
         """(ttft, tpot, itl, e2e) histograms for this model and tenant."""
         key = (model, tenant)
         hists = self._latency.get(key)
         if hists is None:
-            hists = tuple(LeanHistogram(bounds) for _, _, bounds in _HISTOGRAMS)
+            hists = tuple(Histogram(bounds) for _, _, bounds in _HISTOGRAMS)
             if len(self._latency) < _MAX_SERIES:
                 self._latency[key] = hists
         return hists
@@ -243,5 +220,5 @@ class GatewayMetrics:
             hfam = HistogramMetricFamily(name, doc, labels=["model", "tenant"])
             for (model, tenant), hists in self._latency.items():
                 h = hists[i]
-                hfam.add_metric([model, tenant], h.buckets(), h.sum)
+                hfam.add_metric([model, tenant], h.cumulative(), h.sum)
             yield hfam

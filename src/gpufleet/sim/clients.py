@@ -12,10 +12,9 @@ from gpufleet.engine import EngineRequest
 from gpufleet.fleet_state import Refusal
 from gpufleet.routing.types import RequestInfo
 from gpufleet.sim.events import ARRIVAL, EventQueue, SimClock
-from gpufleet.sim.prompts import SegmentHasher, placeholder_token_ids
 from gpufleet.sim.results import RequestResult
-from gpufleet.sim.workload import SimRequest
 from gpufleet.tokenizer import block_hashes
+from gpufleet.workload import SegmentHasher, SimRequest, placeholder_token_ids
 
 if TYPE_CHECKING:
     from gpufleet.sim.config import SimConfig

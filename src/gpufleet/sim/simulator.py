@@ -46,7 +46,7 @@ from gpufleet.sim.fleet import SimFleet
 from gpufleet.sim.gateway import SimGateway, build_fleet
 from gpufleet.sim.replica import SimReplica
 from gpufleet.sim.results import ReplicaRecord, RequestResult, SimResult
-from gpufleet.sim.workload import SimRequest
+from gpufleet.workload import SimRequest
 
 __all__ = [
     "AutoscaleSpec",
