@@ -17,6 +17,7 @@ from gpufleet.routing import make_policy
 from gpufleet.sim.results import SimResult
 from gpufleet.sim.scenario import Scenario, build_config, build_requests
 from gpufleet.sim.simulator import FleetSimulator
+from gpufleet.workload import parse_rate_steps
 
 SCENARIOS = {
     "prefix groups, prefix_aware": Scenario(
@@ -29,8 +30,7 @@ SCENARIOS = {
         max_num_batched_tokens=1024, seed=4,
     ),
     "autoscaled, cold starts and drains, PP=2": Scenario(
-        model="meta-llama/Llama-3.1-70B", tp=4, pp=2, rate_steps=((2.0, 20.0), (40.0, 20.0),
-        (1.0, 30.0)), input_tokens=800, output_tokens=200, range_ratio=0.9, replicas=1,
+        model="meta-llama/Llama-3.1-70B", tp=4, pp=2, rate_steps=parse_rate_steps("2:20,40:20,1:30"), input_tokens=800, output_tokens=200, range_ratio=0.9, replicas=1,
         routing="power_of_two", autoscale="queue_depth", min_replicas=1, max_replicas=4,
         startup_s=5.0, drain_deadline_s=1.0, seed=5,
     ),
