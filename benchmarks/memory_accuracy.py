@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -33,6 +32,9 @@ from gpufleet.plan.layout import Layout
 from gpufleet.plan.memory import GIB, memory_breakdown
 from gpufleet.plan.weights import stage_weight_bytes
 from gpufleet.specs import load_gpu, load_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import RESULTS, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT / "benchmarks" / "data" / "vllm_startups.csv"
@@ -159,16 +161,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument(
-        "--json", type=Path, default=ROOT / "benchmarks" / "results" / "memory_accuracy.json"
-    )
+        "--json", type=Path, default=RESULTS / "memory_accuracy.json",
+        help="where to write the JSON (the markdown table goes beside it)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     report = run(args.data)
     table = markdown(report)
     print(table)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2))
-    args.json.with_suffix(".md").write_text(table + "\n")
-    print(f"\nwrote {args.json} and {args.json.with_suffix('.md')}", file=sys.stderr)
+    json_path, md_path = write_result(args.json.with_suffix(""), report, table,
+                                      note=f"data: {args.data.name}")  # fmt: skip
+    print(f"\nwrote {json_path} and {md_path}", file=sys.stderr)
     return 0
 
 

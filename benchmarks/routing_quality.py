@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import json
 import os
 import signal
@@ -50,23 +49,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 
-def _default_trace() -> Path:
-    """shared/traces/mooncake_conversation.jsonl: under $GPUFLEET_SHARED, else in the nearest
-    ancestor's shared/ (../shared beside a checkout, a level up for a worktree)."""
-    name = Path("traces") / "mooncake_conversation.jsonl"
-    env = os.environ.get("GPUFLEET_SHARED")
-    candidates = [Path(env) / name] if env else []
-    candidates += [parent / "shared" / name for parent in REPO.parents]
-    return next((c for c in candidates if c.is_file()), REPO.parent / "shared" / name)
+from gpufleet.stats import percentile  # noqa: E402
+from record import RESULTS, write_result  # noqa: E402
 
-
-DEFAULT_TRACE = _default_trace()
-RESULTS = REPO / "benchmarks" / "results"
-PEERS = {
-    # name: (pip packages, program, argv builder)
-    "sglang-router": (["sglang-router"], "sglang-router"),
-    "vllm-router": (["vllm-router"], "vllm-router"),
-}
+PEERS = {"sglang-router": "sglang-router", "vllm-router": "vllm-router"}  # name: program
 
 
 # ---------------------------------------------------------------- processes
@@ -153,20 +139,20 @@ class TraceRequest:
 def load_requests(
     trace: Path, offset: int, count: int, speedup: float, max_output_tokens: int
 ) -> list[TraceRequest]:
+    from gpufleet.errors import UserError
+    from gpufleet.workload import read_trace, slice_records, text_conversations, trace_shapes
+
     try:
-        from gpufleet.workload.builders import trace_conversations
-        from gpufleet.workload.traces import read_mooncake_jsonl
-    except ImportError as e:  # pragma: no cover - until the bench branch is merged
-        raise SystemExit(f"needs gpufleet.workload (trace readers, prompt builders): {e}") from e
-    if not trace.is_file():
-        raise SystemExit(f"{trace}: no such trace; pass TRACE or set GPUFLEET_SHARED")
-    records = read_mooncake_jsonl(trace, limit=offset + count)[offset:]
+        records = read_trace(trace, limit=offset + count)[offset:]
+    except UserError as e:
+        raise SystemExit(f"{e} (pass TRACE or set GPUFLEET_SHARED)") from None
     if not records:
         raise SystemExit(f"{trace}: no records at offset {offset}")
-    t0 = records[0].arrival_s
-    records = [dataclasses.replace(r, arrival_s=r.arrival_s - t0) for r in records]
+    records = slice_records(records, start_s=records[0].arrival_s)
     out = []
-    for rec, conv in zip(records, trace_conversations(records, speedup=speedup), strict=True):
+    for rec, conv in zip(
+        records, text_conversations(trace_shapes(records, speedup=speedup)), strict=True
+    ):
         turn = conv.turns[0]
         # A conversation's turns share their leading blocks; name the session by them so
         # the `session` policy has a key a client would send (the trace has none).
@@ -289,10 +275,9 @@ async def scrape(url: str) -> dict[str, Any]:
 
 
 def quantile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    """gpufleet.stats' percentile (numpy's linear, as every gpufleet figure); nan if none."""
+    got = percentile(values, q * 100.0)
+    return float("nan") if got is None else got
 
 
 def max_over_mean(values: Sequence[float]) -> float:
@@ -374,8 +359,7 @@ def router_argv(kind: str, setup: Setup, urls: list[str], port: int, workdir: Pa
         return gpufleet_argv("gateway", "--config", str(path), "--log-level", "WARNING")
     from peers import peer_bin
 
-    packages, program = PEERS[kind]
-    binary = str(peer_bin(kind, packages, program))
+    binary = str(peer_bin(kind, PEERS[kind]))
     if kind == "sglang-router":
         return [
             binary,
@@ -494,7 +478,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     from gpufleet.routing import POLICY_NAMES
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("trace", nargs="?", default=str(DEFAULT_TRACE))
+    p.add_argument(
+        "trace", nargs="?", default=None, help="default: $GPUFLEET_SHARED/traces/mooncake_..."
+    )
     p.add_argument("--requests", type=int, default=600, help="slice length")
     p.add_argument("--offset", type=int, default=0, help="first record of the slice")
     p.add_argument("--speedup", type=float, default=8.0, help="replay at this x the trace pace")
@@ -528,6 +514,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default=str(RESULTS / "routing_quality"), help="path without suffix")
     args = p.parse_args(argv)
     args.served_model = args.served_model or args.model
+    if args.trace is None:
+        from gpufleet.errors import UserError
+        from gpufleet.shared_data import shared_file
+
+        try:
+            args.trace = str(shared_file("traces", "mooncake_conversation.jsonl"))
+        except UserError as e:
+            p.error(str(e))
     return args
 
 
@@ -563,8 +557,6 @@ async def main_async(args: argparse.Namespace) -> list[RunResult]:
             f"[{time.perf_counter() - t:.0f}s]",
             flush=True,
         )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "args": vars(args),
         "ideal_hit_rate": setup.ideal,
@@ -572,8 +564,8 @@ async def main_async(args: argparse.Namespace) -> list[RunResult]:
         "prompt_bytes_per_token": setup.bytes_per_token,
         "results": [asdict(r) for r in results],
     }
-    out.with_suffix(".json").write_text(json.dumps(payload, indent=2))
-    out.with_suffix(".md").write_text(markdown(results, setup))
+    peers = [k for k in kinds if k in PEERS]
+    write_result(Path(args.out), payload, markdown(results, setup), peers=peers)
     print(markdown(results, setup))
     return results
 

@@ -248,3 +248,15 @@ def test_generic_configs_parse(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 64}))
     with pytest.raises(UserError):
         load_model(str(tmp_path / "config.json"))
+
+
+def test_a_models_own_name_wins_over_a_quantized_variant_of_it() -> None:
+    """`Llama-3.1-405B` is Meta's bf16 checkpoint, not the `-Instruct-FP8` copy that the
+    catalog also ships (both reduce to the same name once variant suffixes are dropped)."""
+    from gpufleet.specs.catalog import load_model
+
+    assert load_model("meta-llama/Llama-3.1-405B").name == "meta-llama/Meta-Llama-3.1-405B"
+    assert load_model("Llama-3.1-405B").name == "meta-llama/Meta-Llama-3.1-405B"
+    fp8 = "meta-llama/Llama-3.1-405B-Instruct-FP8"
+    assert load_model(fp8).name == fp8
+    assert load_model("meta-llama/Llama-3.1-8B-Instruct").name == "meta-llama/Meta-Llama-3.1-8B"

@@ -7,12 +7,15 @@ import os
 import time
 
 import aiohttp
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.replica.metrics import TTFT_BUCKETS_S
 from gpufleet.replica.testing import DEFAULT_MODEL as MODEL
 from gpufleet.replica.testing import ReplicaProcess
 from gpufleet.tokenizer import default_tokenizer
+
+pytestmark = pytest.mark.process  # every test here starts processes or servers
 
 
 def scrape(text: str) -> dict[str, float]:
@@ -100,7 +103,7 @@ async def test_bad_requests_get_vllm_error_json(replica: ReplicaProcess) -> None
     cases = [
         ({"model": "other", "messages": [{"role": "user", "content": "x"}]}, 404, "model"),
         ({"model": MODEL, "messages": []}, 400, "messages"),
-        ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "n": 3}, 400, "n"),
+        ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "n": 0}, 400, "n"),
         ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 0},
          400, "max_tokens"),
         ({"model": MODEL, "messages": [{"role": "user", "content": "x"}],

@@ -9,6 +9,8 @@ from gpufleet.replica.testing import DEFAULT_MODEL as MODEL
 from gpufleet.replica.testing import ReplicaProcess
 from gpufleet.tokenizer import apply_chat_template, default_tokenizer
 
+pytestmark = pytest.mark.process  # every test here starts processes or servers
+
 
 def client(replica: ReplicaProcess) -> openai.OpenAI:
     return openai.OpenAI(base_url=replica.url + "/v1", api_key="none", max_retries=0, timeout=30)
@@ -116,7 +118,7 @@ def test_errors_are_openai_errors(replica: ReplicaProcess) -> None:
     with pytest.raises(openai.NotFoundError):
         c.completions.create(model="nope", prompt="x", max_tokens=1)
     with pytest.raises(openai.BadRequestError):
-        c.completions.create(model=MODEL, prompt="x", max_tokens=1, n=2)
+        c.completions.create(model=MODEL, prompt="x", max_tokens=1, logprobs=50)
     with pytest.raises(openai.BadRequestError, match="maximum context length"):
         c.completions.create(model=MODEL, prompt="x " * 9000, max_tokens=1)
 

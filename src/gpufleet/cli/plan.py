@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import TYPE_CHECKING
 
 import click
 
+from gpufleet.cli.jsonout import JsonOut, json_option
 from gpufleet.specs.dtypes import KV_DTYPES, WEIGHT_DTYPES
 
 if TYPE_CHECKING:
@@ -108,6 +108,17 @@ KV_CHOICES = ("auto", *KV_DTYPES)
     help="$ per GPU-hour (default: the catalog's on-demand price).",
 )
 @click.option(
+    "--emit",
+    nargs=2,
+    type=(click.Choice(["k8s"]), click.Path(file_okay=False)),
+    default=None,
+    metavar="k8s DIR",
+    help="Also write Kubernetes manifests for the plan to DIR (as `gpufleet deploy k8s`).",
+)
+@click.option(
+    "--namespace", default=None, help="With --emit k8s: the namespace [default: gpufleet]."
+)
+@click.option(
     "--engine",
     type=click.Choice(ENGINE_CHOICES),
     default="vllm",
@@ -129,7 +140,7 @@ KV_CHOICES = ("auto", *KV_DTYPES)
     show_default=True,
     help="auto: also plan disaggregated prefill / decode pools and say which wins.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the whole plan as JSON.")
+@json_option("the whole plan")
 def command(
     model: str,
     gpu: str,
@@ -144,10 +155,12 @@ def command(
     max_model_len: int | None,
     max_gpus: int | None,
     gpu_price: float | None,
+    emit: tuple[str, str] | None,
+    namespace: str | None,
     engine: str,
     gpu_memory_utilization: float | None,
     disagg: str,
-    as_json: bool,
+    json_path: str | None,
 ) -> None:
     """Memory per GPU, the layout decision trail, predicted TTFT/TPOT/throughput/cost,
     and launch commands for vLLM, SGLang and TRT-LLM (and for disaggregated prefill /
@@ -174,10 +187,26 @@ def command(
         disaggregation=disagg,
     )
     result = plan(req)
-    if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2))
-        return
-    print_plan(result, width=None if sys.stdout.isatty() else 140)
+    emitted, out_dir = None, emit[1] if emit is not None else ""
+    if emit is not None:
+        from gpufleet.k8s.emit import emit_plan
+
+        emitted = emit_plan(result, out_dir, namespace=namespace)
+    data = result.to_dict()
+    if emitted is not None:
+        data["emitted"] = {"files": [str(p) for p in emitted.paths], "summary": emitted.summary}
+    with JsonOut(json_path) as out:
+        if out.to_stdout:
+            out.write(data)
+            return
+        print_plan(result, width=None if sys.stdout.isatty() else 140)
+        if emitted is not None:
+            from gpufleet.cli.deploy import print_emitted
+
+            print_emitted(emitted, out_dir, as_json=False)
+        written = out.write(data)
+        if written:
+            click.echo(f"wrote {written}")
 
 
 def _gib(x: float) -> str:

@@ -20,6 +20,10 @@ autoscale:
 gateway:                   # the gateway's own config keys (gpufleet gateway --config)
   port: 8000
   policy: prefix_aware
+backend:                   # local (default) or ray (docs/ray.md)
+  kind: ray
+  address: auto            # auto | ray://HOST:10001; unset: a local Ray cluster of its own
+  namespace: gpufleet
 ```
 """
 
@@ -27,14 +31,14 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpufleet.autoscale.decision import ReplicaBounds
 from gpufleet.autoscale.local import DEFAULT_COMMAND, check_template
 from gpufleet.autoscale.policies import make_policy
+from gpufleet.config_errors import Positions, load_yaml, user_error
 from gpufleet.errors import UserError
 from gpufleet.plan.capacity import DEFAULT_TOKENS_PER_REQUEST, ReplicaCapacity, replica_capacity
 
@@ -53,6 +57,7 @@ class ReplicaSpec(_Strict):
     model: str = "meta-llama/Llama-3.1-8B"
     gpu: str = "h100-sxm"
     tp: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1)  # pipeline stages (Ray: one bundle per stage)
     startup_s: float = Field(default=20.0, ge=0)
     time_scale: float = Field(default=1.0, gt=0)
     # What the autoscaler assumes a cold start takes before it has seen one.
@@ -95,6 +100,7 @@ class ReplicaSpec(_Strict):
             "model": self.model,
             "gpu": self.gpu,
             "tp": self.tp,
+            "pp": self.pp,
             "startup_s": self.startup_s,
             "time_scale": self.time_scale,
         }
@@ -130,12 +136,35 @@ class AutoscaleSpec(_Strict):
         return max(1, self.min_replicas)
 
 
+class BackendSpec(_Strict):
+    """Where replicas run: `local` child processes, or `ray` placement groups and actors."""
+
+    kind: Literal["local", "ray"] = "local"
+    # ray: auto | ray://HOST:10001 | HOST:PORT; unset: a local Ray cluster of its own.
+    address: str | None = None
+    namespace: str = Field(default="gpufleet", min_length=1)
+    fleet_name: str = Field(default="gpufleet", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    # Per placement-group bundle (one per pipeline stage), beside the stage's TP GPUs.
+    cpus_per_bundle: float = Field(default=1.0, ge=0)
+    memory_gb_per_bundle: float | None = Field(default=None, gt=0)
+    resources_per_bundle: dict[str, float] = Field(default_factory=dict)
+    # GPUs the local cluster of its own declares (none need exist); default: enough for
+    # max_replicas.
+    local_gpus: int | None = Field(default=None, ge=0)
+    # Seconds between a ready replica's /health probes; this many failures replace it.
+    probe_interval_s: float = Field(default=1.0, gt=0)
+    probe_failures: int = Field(default=3, ge=1)
+
+
 class FleetConfig(_Strict):
     replicas: ReplicaSpec = Field(default_factory=ReplicaSpec)
     autoscale: AutoscaleSpec = Field(default_factory=AutoscaleSpec)
     # Passed to the gateway's own config (validated there); host/port/policy defaults below.
     gateway: dict[str, Any] = Field(default_factory=dict)
     log_dir: str | None = None  # replica logs; default: a temporary directory
+    # `gpufleet deploy k8s` reads it (gpufleet.k8s.settings validates it there); `up` ignores it.
+    kubernetes: dict[str, Any] = Field(default_factory=dict)
+    backend: BackendSpec = Field(default_factory=BackendSpec)
 
     def gateway_settings(self) -> dict[str, Any]:
         out: dict[str, Any] = {"host": "127.0.0.1", "port": 8000, "policy": "prefix_aware"}
@@ -190,7 +219,21 @@ class FleetConfig(_Strict):
         return params
 
 
-def validate_fleet(data: Any, source: str = "fleet config") -> FleetConfig:
+def validate_fleet(
+    data: Any, source: str = "fleet config", positions: Positions | None = None
+) -> FleetConfig:
+    cfg = parse_fleet(data, source, positions)
+    check_template(cfg.replicas.full_command())
+    # Build the policy once now so a bad parameter fails before any process starts.
+    make_policy(cfg.autoscale.policy, cfg.autoscale.bounds(), cfg.policy_params())
+    return cfg
+
+
+def parse_fleet(
+    data: Any, source: str = "fleet config", positions: Positions | None = None
+) -> FleetConfig:
+    """The fleet config's fields, checked; nothing derived yet (`gpufleet deploy k8s`
+    sizes replicas from the plan, not from the local replica command)."""
     if not isinstance(data, dict):
         raise UserError(
             "the top level must be a mapping", field=source, fix="see `gpufleet up --help`"
@@ -198,28 +241,25 @@ def validate_fleet(data: Any, source: str = "fleet config") -> FleetConfig:
     try:
         cfg = FleetConfig.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or source
-        fix = (
-            "remove it or check its spelling"
-            if err["type"] == "extra_forbidden"
-            else "see the example in `gpufleet up --help`"
-        )
-        raise UserError(err["msg"], field=field, fix=fix) from None
-    check_template(cfg.replicas.full_command())
-    # Build the policy once now so a bad parameter fails before any process starts.
-    make_policy(cfg.autoscale.policy, cfg.autoscale.bounds(), cfg.policy_params())
+        raise user_error(
+            exc,
+            FleetConfig,
+            source if positions else "",
+            positions,
+            fix="see the example in `gpufleet up --help`",
+        ) from None
+    gateway = data.get("gateway")
+    if isinstance(gateway, dict):  # checked now, with its place in this file
+        from gpufleet.gateway.config import validate_config
+
+        validate_config(gateway, source, positions, prefix=("gateway",))
     return cfg
 
 
-def load_fleet(path: str | Path | None) -> FleetConfig:
+def load_fleet(path: str | Path | None, *, derive: bool = True) -> FleetConfig:
+    """derive=False: `parse_fleet` only (for `gpufleet deploy k8s`)."""
+    check = validate_fleet if derive else parse_fleet
     if path is None:
-        return validate_fleet({})
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as exc:
-        raise UserError(str(exc), field="FLEET_YAML", fix="pass an existing YAML file") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"not valid YAML: {exc}", field=str(p), fix="fix the YAML syntax") from None
-    return validate_fleet(data or {}, source=str(p))
+        return check({})
+    data, positions = load_yaml(path, "FLEET_YAML")
+    return check(data or {}, source=str(path), positions=positions)

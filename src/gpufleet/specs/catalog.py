@@ -20,16 +20,20 @@ _VARIANT_SUFFIX = re.compile(
 )
 
 
-def _name_keys(name: str) -> set[str]:
-    """Every spelling a user might type for a model named `org/Name`."""
+def _name_keys(name: str) -> dict[str, int]:
+    """Every spelling a user might type for a model named `org/Name`, each with its
+    distance: 0 for the name itself (or without Meta's `Meta-` prefix), 1 once a variant
+    suffix (`-Instruct`, `-FP8`, ...) was dropped to reach it."""
     full = name.strip().lower()
     short = full.rsplit("/", 1)[-1]
-    keys = {full, short}
+    keys = {full: 0, short: 0}
     for k in list(keys):
-        keys.add(_VARIANT_SUFFIX.sub("", k))
-    for k in list(keys):
+        stripped = _VARIANT_SUFFIX.sub("", k)
+        if stripped != k:
+            keys.setdefault(stripped, 1)
+    for k, distance in list(keys.items()):
         if k.rsplit("/", 1)[-1].startswith("meta-"):
-            keys.add(k.rsplit("/", 1)[-1].removeprefix("meta-"))
+            keys.setdefault(k.rsplit("/", 1)[-1].removeprefix("meta-"), distance)
     return keys
 
 
@@ -46,11 +50,25 @@ def _catalog_files() -> dict[str, str]:
 
 @functools.cache
 def _catalog_index() -> dict[str, str]:
-    index: dict[str, str] = {}
-    for canonical in _catalog_files():
-        for key in _name_keys(canonical):
-            index.setdefault(key, canonical)
-    return index
+    """Spelling -> canonical name. A spelling that is a model's own name wins over one that
+    only a variant reaches once its suffix is dropped (`Llama-3.1-405B` is the bf16 model,
+    not `Llama-3.1-405B-Instruct-FP8`); ties go to the first name in sorted order."""
+    best: dict[str, tuple[int, str]] = {}
+    for canonical in sorted(_catalog_files()):
+        for key, distance in _name_keys(canonical).items():
+            if key not in best or distance < best[key][0]:
+                best[key] = (distance, canonical)
+    return {key: canonical for key, (_, canonical) in best.items()}
+
+
+@functools.cache
+def _catalog_distances() -> dict[str, int]:
+    return {
+        key: distance
+        for canonical in _catalog_files()
+        for key, distance in _name_keys(canonical).items()
+        if _catalog_index()[key] == canonical
+    }
 
 
 def model_names() -> list[str]:
@@ -84,9 +102,12 @@ def load_model(name_or_path: str) -> ModelSpec:
         return _load_path(path, name=str(path.parent) if path.name == "config.json" else "")
 
     index = _catalog_index()
-    for key in sorted(_name_keys(name_or_path), key=len, reverse=True):
-        if key in index:
-            return _load_catalog_model(index[key])
+    distances = _catalog_distances()
+    found = [
+        (d + distances[k], -len(k), k) for k, d in _name_keys(name_or_path).items() if k in index
+    ]
+    if found:  # the fewest dropped suffixes on both sides, then the longest spelling
+        return _load_catalog_model(index[min(found)[2]])
     lowered = name_or_path.strip().lower()
     close = difflib.get_close_matches(lowered, list(index), n=8, cutoff=0.5)
     close_names = sorted({index[c] for c in close})

@@ -25,17 +25,17 @@ from gpufleet.specs.models import ModelSpec
 from gpufleet.specs.quant import BF16, QuantScheme
 from gpufleet.validation.engine_loop import EngineLoopResult, simulate_closed_loop
 from gpufleet.validation.rows import (
-    DEFAULT_CSV,
     QUANT_MODES,
     MeasuredRow,
+    default_csv,
     read_rows,
     resolve_model,
 )
 
 __all__ = [
-    "DEFAULT_CSV",
     "MeasuredRow",
     "RowPrediction",
+    "default_csv",
     "model_row",
     "predict_row",
     "predict_rows",

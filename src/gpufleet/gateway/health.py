@@ -1,0 +1,104 @@
+"""The gateway's background checks: /health probes move replicas through their states,
+/metrics scrapes feed the fleet core the engines' own view of their load."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import aiohttp
+
+from gpufleet.fleet_state import FleetState, parse_engine_metrics
+from gpufleet.gateway import probe_reasons, probes
+from gpufleet.gateway.config import GatewayConfig
+from gpufleet.gateway.replicas import Replica
+from gpufleet.routing.types import ReplicaState
+
+log = logging.getLogger("gpufleet.gateway")
+
+
+class HealthChecks:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        fleet: FleetState[Replica],
+        session: Callable[[], aiohttp.ClientSession | None],
+    ) -> None:
+        self.config = config
+        self.fleet = fleet
+        self._session = session
+        self._probing: set[str] = set()
+
+    async def probe_one(self, replica: Replica) -> None:
+        session = self._session()
+        if replica.replica_id in self._probing or session is None:
+            return
+        self._probing.add(replica.replica_id)
+        table = self.fleet.table
+        try:
+            timeout_s = self.config.health.probe_timeout_s
+            result = await probe_reasons.probe(
+                session, replica.url, timeout_s, models_probe=replica.uses_models_probe
+            )
+            if result.uses_models_probe and not replica.uses_models_probe:
+                replica.uses_models_probe = True
+                log.info("replica %s has no /health: probing it through GET /v1/models",
+                         replica.replica_id)  # fmt: skip
+            if replica.state is ReplicaState.DRAINING:
+                return
+            if not result.ok:
+                was = replica.state
+                if result.reason != replica.down_reason:
+                    log.warning("replica %s (%s) %s: %s", replica.replica_id, replica.url,
+                                was, result.reason)  # fmt: skip
+                replica.down_reason = result.reason
+                table.probe_failed(replica)
+                if replica.state is not was:
+                    log.warning("replica %s %s -> %s: %s", replica.replica_id, was,
+                                replica.state, result.reason)  # fmt: skip
+                return
+            replica.down_reason = ""
+            if not table.probe_passed(replica):
+                return
+            if not replica.fixed_models:
+                cards = result.model_cards
+                if cards is None:
+                    cards = await probes.fetch_models(session, replica.url, timeout_s)
+                if cards is None:
+                    replica.down_reason = "healthy, but GET /v1/models does not say what it serves"
+                    return  # try next tick
+                replica.model_cards = cards
+                replica.models = frozenset(c["id"] for c in cards)
+            was = replica.state
+            if table.mark_ready(replica):
+                log.info("replica %s %s -> ready (%s)", replica.replica_id, was, result.reason)
+        finally:
+            self._probing.discard(replica.replica_id)
+
+    async def probe_loop(self) -> None:
+        interval_s = self.config.health.probe_interval_s
+        while True:
+            await asyncio.gather(*(self.probe_one(r) for r in self.fleet.table))
+            await asyncio.sleep(interval_s)
+
+    async def scrape_one(self, replica: Replica) -> None:
+        session = self._session()
+        assert session is not None
+        text = await probes.scrape_metrics(session, replica.url, self.config.health.probe_timeout_s)
+        if text is None:
+            return
+        try:
+            scraped = parse_engine_metrics(text)
+        except ValueError:
+            return
+        self.fleet.apply_scrape(replica, scraped, time.monotonic())
+
+    async def scrape_loop(self) -> None:
+        interval_s = self.config.scrape_interval_s
+        live = (ReplicaState.READY, ReplicaState.DRAINING)
+        while True:
+            scraped = [r for r in self.fleet.table if r.state in live]
+            await asyncio.gather(*(self.scrape_one(r) for r in scraped))
+            await asyncio.sleep(interval_s)
