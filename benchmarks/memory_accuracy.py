@@ -8,7 +8,8 @@ gpu_memory_utilization, KV-cache dtype, runtime --quantization and vLLM version 
 with, and what vLLM logged — the weights of rank 0 ("Model loading took X GiB"), the KV
 cache it sized ("Available KV cache memory: Y GiB") and the tokens that holds ("GPU KV cache
 size: N tokens"; empty where the log does not say); `pp_stage` names the pipeline stage
-whose weights line it is. Models come from the catalog or from
+whose weights line it is; `max_num_batched_tokens` is set where the run set it (it sizes
+vLLM's profiling pass), empty for the default. Models come from the catalog or from
 `benchmarks/data/model_configs/` (public config.json files).
 
 For every row the planner's `plan.memory.memory_breakdown` predicts the same three figures
@@ -70,6 +71,7 @@ def predict(row: dict[str, str]) -> dict[str, Any]:
         layout,
         int(row["max_model_len"]),
         gpu_memory_utilization=float(row["gpu_memory_utilization"]),
+        max_num_batched_tokens=int(row["max_num_batched_tokens"] or 0) or None,
         engine="vllm",
         engine_version=_version(row["vllm_version"]),
     )

@@ -8,7 +8,8 @@ batch their CUDA graphs cover.
   request when blocks for its prompt are free, and preempts (recomputes) when decoding
   runs out of blocks, so a request holds the blocks it has filled: prompt + tokens so
   far. Chunked prefill shares iterations with decodes (budget 8192 tokens on ≥ 70 GiB
-  GPUs, 2048 below; max_num_seqs 1024 / 256). CUDA graphs cover batches up to 512.
+  GPUs other than the A100, 2048 on those; max_num_seqs 1024 / 256). CUDA graphs cover
+  batches up to 512.
 * SGLang: `--mem-fraction-static` of total memory holds weights + KV pool; the default is
   (total − reserved) / total with reserved = 512 MiB + 1.5 × max(chunked_prefill_size,
   2048) MiB + 2 × cuda_graph_max_bs MiB + tp × pp / 8 GiB, at least 10 GiB on > 60 GiB
@@ -113,7 +114,9 @@ def engine_rules(
             field="--gpu-memory-utilization",
             fix="use a fraction such as 0.9",
         )
-    big = gpu.memory_bytes >= 70 * GIB
+    # vLLM's larger serving defaults are for >= 70 GiB GPUs other than the A100
+    # (EngineArgs._set_default_args: "a100" not in the device name).
+    big = gpu.memory_bytes >= 70 * GIB and not gpu.name.startswith("a100")
     if name == "vllm":
         return EngineRules(
             name, memory_fraction or 0.9, "--gpu-memory-utilization",

@@ -85,12 +85,12 @@ CUDA_GRAPH_MIB = 1024
 
 
 def default_max_num_batched_tokens(gpu: GpuSpec) -> int:
-    """vLLM V1's serving default: 8192 on GPUs with >= 70 GiB, 2048 on smaller ones."""
+    """vLLM V1's serving default: 8192 on GPUs with >= 70 GiB but the A100, else 2048."""
     return engine_rules("vllm", gpu).max_num_batched_tokens
 
 
 def default_max_num_seqs(gpu: GpuSpec) -> int:
-    """vLLM V1's serving default: 1024 on GPUs with >= 70 GiB, 256 on smaller ones."""
+    """vLLM V1's serving default: 1024 on GPUs with >= 70 GiB but the A100, else 256."""
     return engine_rules("vllm", gpu).max_num_seqs
 
 
