@@ -26,7 +26,7 @@ from typing import Any
 
 from gpufleet.routing import make_policy
 from gpufleet.routing.replay import ReplayRequest, ReplicaTiming, replay
-from gpufleet.sim.prompts import SegmentHasher
+from gpufleet.sim.prompts import SegmentHasher, segment_tokens
 from gpufleet.sim.report import summarize
 from gpufleet.sim.scenario import Scenario, build_config, build_requests
 from gpufleet.sim.simulator import FleetSimulator
@@ -66,10 +66,14 @@ def run_replay(sc: Scenario) -> dict[str, Any]:
     cfg = build_config(sc)
     reqs = build_requests(sc)
     hasher = SegmentHasher(cfg.routing_block_tokens)
-    rr = [ReplayRequest(r.arrival_s, tuple(hasher.hashes(r.segments)), r.output_tokens)
-          for r in reqs]  # fmt: skip
+    rr = [
+        ReplayRequest(r.arrival_s, tuple(hasher.hashes(r.segments)), r.output_tokens,
+                      prompt_tokens=segment_tokens(r.segments))
+        for r in reqs
+    ]  # fmt: skip
     kv_tokens = cfg.engine.num_gpu_blocks * cfg.engine.block_size
-    timing = ReplicaTiming(cache_blocks=max(1, kv_tokens // cfg.routing_block_tokens))
+    blocks = max(1, kv_tokens // cfg.routing_block_tokens)
+    timing = ReplicaTiming(cache_blocks=blocks, block_tokens=cfg.routing_block_tokens)
     start = time.perf_counter()
     cpu0 = time.process_time()
     report = replay(make_policy(sc.routing, seed=sc.seed), rr, replicas=sc.replicas, timing=timing)
