@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck pytest clean
+.PHONY: run test test-fast lint typecheck pytest clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ pytest: $(STAMP)
 	$(BIN)/pytest -q
 
 test: lint typecheck pytest
+
+# The pure tests only (no processes, servers or sockets: see tests/conftest.py), in seconds.
+test-fast: $(STAMP)
+	$(BIN)/pytest -q -m "not process"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

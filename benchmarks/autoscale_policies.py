@@ -34,15 +34,16 @@ from rich.console import Console
 from gpufleet.fleet.config import validate_fleet
 from gpufleet.fleet.demo import demo_fleet_data
 from gpufleet.fleet.run import run_up
-from gpufleet.fleet.traffic import Phase
+from gpufleet.workload import RatePhase
 
 PHASES = (
-    Phase("quiet", 10.0, 1.0, 1.0),
-    Phase("ramp", 30.0, 1.0, 12.0),
-    Phase("burst", 20.0, 15.0, 15.0),
-    Phase("quiet", 60.0, 1.0, 1.0),
+    RatePhase("quiet", 10.0, 1.0, 1.0),
+    RatePhase("ramp", 30.0, 1.0, 12.0),
+    RatePhase("burst", 20.0, 15.0, 15.0),
+    RatePhase("quiet", 60.0, 1.0, 1.0),
 )
-RESULTS = Path(__file__).resolve().parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import RESULTS, write_result  # noqa: E402
 
 
 def fleet_for(policy: str) -> dict[str, Any]:
@@ -86,19 +87,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policies", default="default,hpa,kpa,ray_serve,queue_depth")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", type=Path, default=RESULTS / "autoscale_policies.json")
-    ap.add_argument("--md", type=Path, default=RESULTS / "autoscale_policies.md")
+    ap.add_argument(
+        "--out", type=Path, default=RESULTS / "autoscale_policies", help="path without suffix"
+    )
     args = ap.parse_args()
     rows = []
     for policy in args.policies.split(","):
         print(f"running {policy} …", file=sys.stderr)
         rows.append(asyncio.run(one(policy.strip(), args.seed)))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(
-        json.dumps({"phases": [asdict(p) for p in PHASES], "rows": rows}, indent=2)
-    )
     table = markdown(rows)
-    args.md.write_text(table)
+    write_result(args.out, {"phases": [asdict(p) for p in PHASES], "rows": rows}, table)
     print(table)
 
 

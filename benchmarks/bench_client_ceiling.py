@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import RAW, write_result
 
 
 def _sse_events(tokens: int) -> list[bytes]:
@@ -151,7 +152,7 @@ def wait_port(port: int, timeout_s: float = 15.0) -> None:
 def run_client(
     port: int, client_cpu: int, load: list[str], requests: int, tokens: int
 ) -> dict[str, Any]:
-    out_json = RESULTS / "client_ceiling_run.json"
+    out_json = RAW / "client_ceiling_run.json"
     gpufleet = Path(sys.executable).parent / "gpufleet"
     cmd = [
         "taskset", "-c", str(client_cpu), str(gpufleet), "bench",
@@ -207,7 +208,7 @@ def main() -> None:
         serve_stub(args.serve, args.tokens, args.gap_ms / 1000)
         return
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    RAW.mkdir(parents=True, exist_ok=True)
     cpus = sorted(os.sched_getaffinity(0))
     client_cpu = args.client_cpu if args.client_cpu in cpus else cpus[0]
     stub_cpus = [c for c in cpus if c != client_cpu] or cpus
@@ -248,12 +249,11 @@ def main() -> None:
             s.kill()
             s.wait(timeout=10)
     result = {
-        "machine": {"cpus": len(cpus), "client_cpu": client_cpu, "loadavg": os.getloadavg()},
+        "client": {"cpus": len(cpus), "client_cpu": client_cpu},
         "stub": {"processes": args.stub_procs, "cpus": stub_cpus, "token_events": args.tokens},
         "target_requests_per_s": 1000,
         "runs": rows,
     }
-    (RESULTS / "client_ceiling.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         "| client (1 core) | load | stub event gap (ms) | requests | req/s | token events/s "
         "| client CPU (cores) | req per client CPU-s | loop lag mean / p99 (ms) "
@@ -270,7 +270,7 @@ def main() -> None:
             f"| {_ms(r['schedule_lag_mean_ms'])} / {_ms(r['schedule_lag_p99_ms'])} | {r['failed']} |"
         )
     table = "\n".join(lines) + "\n"
-    (RESULTS / "client_ceiling.md").write_text(table)
+    write_result("client_ceiling", result, table)
     print(table)
     for r in rows:
         print(f"command: {r['command']}")

@@ -27,16 +27,15 @@ import re
 import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpufleet.tokenizer import Tokenizer
-from peers import peer_bin
+from peers import PEER_VERSIONS, peer_bin
+from record import RAW, write_result
 
-RESULTS = Path(__file__).resolve().parent / "results"
-AIPERF_VERSION = "0.13.0"
+AIPERF_VERSION = PEER_VERSIONS["aiperf"]
 MODEL = "meta-llama/Llama-3.1-8B"
 TOLERANCE = 0.05
 
@@ -121,10 +120,10 @@ def main() -> None:
     ap.add_argument("--step-time", default="base_s=0.02,per_token_s=1e-4")
     args = ap.parse_args()
     rates = [float(x) for x in args.rates.split(",")]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    tok_dir = RESULTS / "parity_tokenizer"
+    RAW.mkdir(parents=True, exist_ok=True)
+    tok_dir = RAW / "parity_tokenizer"
     Tokenizer().save_hf_directory(str(tok_dir))
-    aiperf = peer_bin("aiperf", [f"aiperf=={AIPERF_VERSION}"], "aiperf")
+    aiperf = peer_bin("aiperf", "aiperf")
 
     replica, url, replica_cmd = start_replica(args.step_time)
     rows: list[dict[str, Any]] = []
@@ -132,9 +131,9 @@ def main() -> None:
         for rate in rates:
             n = max(8, round(rate * args.seconds))
             gcmd, g = run_gpufleet(url, rate, n, args.input_tokens, args.output_tokens,
-                                   RESULTS / f"parity_gpufleet_r{rate:g}.json")  # fmt: skip
+                                   RAW / f"parity_gpufleet_r{rate:g}.json")  # fmt: skip
             acmd, a = run_aiperf(aiperf, url, tok_dir, rate, n, args.input_tokens,
-                                 args.output_tokens, RESULTS / f"parity_aiperf_r{rate:g}")  # fmt: skip
+                                 args.output_tokens, RAW / f"parity_aiperf_r{rate:g}")  # fmt: skip
             row = {
                 "rate": rate,
                 "requests": n,
@@ -163,12 +162,9 @@ def main() -> None:
         "replica_command": shlex.join(replica_cmd),
         "aiperf_version": AIPERF_VERSION,
         "tolerance": TOLERANCE,
-        "machine": {"cpus": os.cpu_count(), "loadavg": os.getloadavg()},
-        "when_unix_s": time.time(),
         "rows": rows,
         "all_within_tolerance": all(r["within_tolerance"] for r in rows),
     }
-    (RESULTS / "parity.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         f"replica: `{result['replica_command']}`",
         "",
@@ -188,7 +184,7 @@ def main() -> None:
         lines.append(f"- rate {r['rate']:g} gpufleet: `{r['commands']['gpufleet']}`")
         lines.append(f"- rate {r['rate']:g} aiperf: `{r['commands']['aiperf']}`")
     table = "\n".join(lines) + "\n"
-    (RESULTS / "parity.md").write_text(table)
+    write_result("parity", result, table, peers=["aiperf"])
     print(table)
     print("PARITY OK" if result["all_within_tolerance"] else "PARITY NOT MET")
 

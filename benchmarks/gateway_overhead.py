@@ -46,8 +46,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpufleet.stats import percentile
+
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
+sys.path.insert(0, str(HERE))
+from peers import PEER_VERSIONS, peer_bin  # noqa: E402
+from record import RESULTS, write_result  # noqa: E402
+
 MODEL = "stub-model"
 STREAM_EVENTS = 16  # token events per streamed answer (plus one role event and [DONE])
 
@@ -286,8 +291,8 @@ async def _loadgen(
 
 
 def _pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+    got = percentile(values, q * 100.0)  # gpufleet.stats: numpy's linear, as every figure
+    return float("nan") if got is None else got
 
 
 def run_load(url: str, path: str, concurrency: int, total: int, cpu: str | None,
@@ -319,9 +324,6 @@ def run_load(url: str, path: str, concurrency: int, total: int, cpu: str | None,
 
 # -- peers ---------------------------------------------------------------------------------
 def peer_argv(name: str, port: int, upstreams: list[str], tmp: Path) -> list[str] | None:
-    sys.path.insert(0, str(HERE))
-    from peers import peer_bin
-
     if name == "gpufleet":
         args = [sys.executable, "-c", "from gpufleet.cli import main; main()", "gateway",
                 "--port", str(port), "--policy", "round_robin", "--log-level", "WARNING"]  # fmt: skip
@@ -329,12 +331,12 @@ def peer_argv(name: str, port: int, upstreams: list[str], tmp: Path) -> list[str
             args += ["--replica", u]
         return args
     if name == "sglang-router":
-        py = peer_bin("sglang-router", ["sglang-router"], "python")
+        py = peer_bin("sglang-router", "python")
         return [str(py), "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
                 "--port", str(port), "--policy", "round_robin", "--log-level", "error",
                 "--worker-urls", *upstreams]  # fmt: skip
     if name == "vllm-router":
-        exe = peer_bin("vllm-router", ["vllm-router"], "vllm-router")
+        exe = peer_bin("vllm-router", "vllm-router")
         return [str(exe), "--host", "127.0.0.1", "--port", str(port), "--policy",
                 "round_robin", "--log-level", "error", "--worker-urls", *upstreams]  # fmt: skip
     if name == "nginx":
@@ -457,12 +459,11 @@ def main() -> None:
                         runner.run_peer(peer, rnd, backends)
             finally:
                 backends.stop()
-    write_results(runner.rows, args.out, pin)
+    write_results(runner.rows, args.out, pin, peers)
 
 
 def median(values: list[float]) -> float:
-    s = sorted(values)
-    return s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+    return percentile(values, 50.0) or 0.0
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -486,7 +487,9 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     )
 
 
-def write_results(raw_rows: list[dict[str, Any]], out: Path, pinned: bool) -> None:
+def write_results(
+    raw_rows: list[dict[str, Any]], out: Path, pinned: bool, peers: list[str]
+) -> None:
     results = summarize(raw_rows)
     direct = {
         (r["backend"], r["concurrency"], r["stream"]): r for r in results if r["peer"] == "direct"
@@ -495,11 +498,8 @@ def write_results(raw_rows: list[dict[str, Any]], out: Path, pinned: bool) -> No
         d = direct.get((r["backend"], r["concurrency"], r["stream"]))
         r["added_e2e_p50_ms"] = r["e2e_p50_ms"] - d["e2e_p50_ms"] if d else None
         r["added_ttft_p50_ms"] = r["ttft_p50_ms"] - d["ttft_p50_ms"] if d else None
-    out.mkdir(parents=True, exist_ok=True)
-    meta = {"pinned": pinned, "cpus": os.cpu_count(), "stream_events": STREAM_EVENTS}
-    (out / "gateway_overhead.json").write_text(
-        json.dumps({"meta": meta, "summary": results, "rounds": raw_rows}, indent=2)
-    )
+    setup = {"pinned": pinned, "cpus": os.cpu_count(), "stream_events": STREAM_EVENTS}
+    data = {"setup": setup, "summary": results, "rounds": raw_rows}
     lines = [
         "| backend | peer | clients | stream | req/s | p50 e2e ms | p99 e2e ms | p50 TTFT ms | "
         "p99 TTFT ms | added p50 TTFT ms | proxy CPU ms/req | errors |",
@@ -514,7 +514,12 @@ def write_results(raw_rows: list[dict[str, Any]], out: Path, pinned: bool) -> No
             f"{r['ttft_p99_ms']:.2f} | {'' if added is None else f'{added:.3f}'} | "
             f"{'' if cpu is None else f'{cpu:.3f}'} | {r['errors']} |"
         )
-    (out / "gateway_overhead.md").write_text("\n".join(lines) + "\n")
+    write_result(
+        out / "gateway_overhead",
+        data,
+        "\n".join(lines),
+        peers=[p for p in peers if p in PEER_VERSIONS],
+    )
     print("\n".join(lines))
 
 

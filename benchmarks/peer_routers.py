@@ -32,8 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpufleet.replica.testing import DEFAULT_MODEL as MODEL
 from gpufleet.replica.testing import ReplicaProcess
 from peers import peer_bin
-
-RESULTS = Path(__file__).resolve().parent / "results"
+from record import RAW, write_result
 
 
 def free_port() -> int:
@@ -46,7 +45,7 @@ def free_port() -> int:
 def router_command(name: str, port: int, workers: list[str]) -> list[str]:
     metrics_port = str(free_port())
     if name == "sglang-router":
-        exe = peer_bin("sglang-router", ["sglang-router"], "sglang-router")
+        exe = peer_bin("sglang-router", "sglang-router")
         return [
             str(exe),
             "launch",
@@ -58,7 +57,7 @@ def router_command(name: str, port: int, workers: list[str]) -> list[str]:
             "--prometheus-port", metrics_port,
             "--log-level", "warn",
         ]  # fmt: skip
-    exe = peer_bin("vllm-router", ["vllm-router"], "vllm-router")
+    exe = peer_bin("vllm-router", "vllm-router")
     return [
         str(exe),
         "--host", "127.0.0.1",
@@ -157,7 +156,7 @@ def run_router(name: str, n: int) -> dict[str, object]:
     port = free_port()
     result: dict[str, object] = {"router": name}
     proc: subprocess.Popen[bytes] | None = None
-    log = RESULTS / f"peer_routers_{name}.log"
+    log = RAW / f"peer_routers_{name}.log"
     try:
         cmd = router_command(name, port, [r.url for r in replicas])
         with log.open("wb") as log_file:
@@ -201,9 +200,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=40)
     ap.add_argument("--routers", nargs="*", default=["sglang-router", "vllm-router"])
     args = ap.parse_args()
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    RAW.mkdir(parents=True, exist_ok=True)
     rows = [run_router(name, args.requests) for name in args.routers]
-    (RESULTS / "peer_routers.json").write_text(json.dumps(rows, indent=2))
     lines = [
         "| router | ready (s) | completed | errors | split over replicas | replica 404/405 "
         "| router warnings |",
@@ -219,7 +217,7 @@ def main() -> None:
             f"| {r.get('errors') or r.get('failure') or '-'} | {' / '.join(split)} "
             f"| {r.get('replica_404s') or 'none'} | {len(r.get('router_warnings', []))} |"
         )
-    (RESULTS / "peer_routers.md").write_text("\n".join(lines) + "\n")
+    write_result("peer_routers", {"rows": rows}, "\n".join(lines), peers=args.routers)
     print("\n".join(lines))
     for r in rows:
         print(r["router"], "replica requests:", r.get("replica_requests"))

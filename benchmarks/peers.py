@@ -1,7 +1,9 @@
 """Peers to measure against, each installed from PyPI into its own venv outside the project.
 
-`peer_bin("sglang-router", ["sglang-router"], "python")` returns the path of a program in
-that peer's venv, creating the venv on first use. The venvs live under
+Their versions are pinned here, so a result names what it measured and a re-run installs
+exactly that (`record.run_meta` writes them into every result). `peer_bin("sglang-router",
+"python")` returns the path of a program in that peer's venv, creating the venv (or
+re-creating it when the pin changed) on first use. The venvs live under
 $GPUFLEET_PEERS_DIR (default ~/.cache/gpufleet/peers), never inside the repository.
 """
 
@@ -12,6 +14,13 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+# The versions the committed results were measured with. Change one, re-run its benchmarks.
+PEER_VERSIONS: dict[str, str] = {
+    "sglang-router": "0.3.2",
+    "vllm-router": "0.1.17",
+    "aiperf": "0.13.0",
+}
 
 PEERS_DIR = Path(
     os.environ.get("GPUFLEET_PEERS_DIR", Path.home() / ".cache" / "gpufleet" / "peers")
@@ -36,5 +45,13 @@ def peer_venv(name: str, packages: list[str]) -> Path:
     return venv
 
 
-def peer_bin(name: str, packages: list[str], program: str) -> Path:
-    return peer_venv(name, packages) / "bin" / program
+def pinned(name: str) -> list[str]:
+    """The pip requirement of peer `name`, exactly its pinned version."""
+    if name not in PEER_VERSIONS:
+        raise KeyError(f"peer {name!r} has no pinned version; add it to PEER_VERSIONS")
+    return [f"{name}=={PEER_VERSIONS[name]}"]
+
+
+def peer_bin(name: str, program: str) -> Path:
+    """`program` in the venv of peer `name`, installed at its pinned version."""
+    return peer_venv(name, pinned(name)) / "bin" / program

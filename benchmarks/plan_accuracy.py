@@ -4,7 +4,7 @@
                                        [--engine]
 
 Predicts every row of a measured-serving CSV (default:
-/work/shared/validation/measured_serving_dev.csv; any CSV with the same columns works) by
+$GPUFLEET_SHARED/validation/measured_serving_dev.csv; any CSV with the same columns works) by
 modelling its closed loop — batch_size concurrent clients of isl input and osl output
 tokens — with the roofline step-time model and the closed-loop solver. Prints the median
 and p90 absolute percentage error of TTFT and TPOT per backend, per model and overall as
@@ -22,7 +22,6 @@ each model left out and scores that model's rows with constants that never saw i
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -33,15 +32,19 @@ from typing import Any
 
 from gpufleet.errors import UserError
 from gpufleet.perf.calibration import default_calibration
+from gpufleet.stats import percentile
 from gpufleet.validation.fit import fit
 from gpufleet.validation.measured import (
-    DEFAULT_CSV,
     MeasuredRow,
     RowPrediction,
+    default_csv,
     predict_rows,
     read_rows,
     resolve_model,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import RESULTS, write_result
 
 TARGET_TPOT_MEDIAN_PCT = 10.0
 TARGET_TTFT_MEDIAN_PCT = 20.0
@@ -52,8 +55,7 @@ def _pct(pred: float, measured: float) -> float:
 
 
 def _p90(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+    return percentile(values, 90.0) or 0.0  # gpufleet.stats: numpy's linear
 
 
 def summarize(preds: Iterable[RowPrediction]) -> dict[str, Any]:
@@ -253,12 +255,12 @@ def run(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("csv", nargs="?", type=Path, default=DEFAULT_CSV)
+    parser.add_argument(
+        "csv", nargs="?", type=Path, default=None, help="default: $GPUFLEET_SHARED/validation/"
+    )
     parser.add_argument("--model-configs", type=Path, default=None)
     parser.add_argument(
-        "--json",
-        type=Path,
-        default=Path(__file__).parent / "results" / "plan_accuracy.json",
+        "--out", "--json", type=Path, default=RESULTS / "plan_accuracy", help="path without suffix"
     )
     parser.add_argument(
         "--no-lomo", action="store_true", help="skip the leave-one-model-out refits"
@@ -272,16 +274,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.model_configs is not None and not args.model_configs.is_dir():
         parser.error(f"--model-configs {args.model_configs} is not a directory")
     try:
+        args.csv = args.csv or default_csv()
         report = run(args.csv, args.model_configs, lomo=not args.no_lomo, engine=args.engine)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     table = markdown(report)
     print(table)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2))
-    args.json.with_suffix(".md").write_text(table + "\n")
-    print(f"\nwrote {args.json} and {args.json.with_suffix('.md')}", file=sys.stderr)
+    json_path, md_path = write_result(args.out, report, table, note=f"CSV: {args.csv.name}")
+    print(f"\nwrote {json_path} and {md_path}", file=sys.stderr)
     return 0
 
 

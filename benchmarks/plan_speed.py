@@ -15,7 +15,6 @@ benchmarks/results/plan_speed.json) and prints a markdown table.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,9 @@ from typing import Any
 from gpufleet.errors import UserError
 from gpufleet.plan.search import PlanRequest, plan
 from gpufleet.specs import gpu_names, load_gpu, load_model, model_names
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import RESULTS, write_result
 
 CASES: dict[str, list[str]] = {
     "sample 70B h100-sxm": ["--model", "meta-llama/Llama-3.1-70B", "--gpu", "h100-sxm",
@@ -79,27 +81,27 @@ def time_searches() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", type=Path, default=Path("benchmarks/results/plan_speed.json"))
+    parser.add_argument(
+        "--out", "--json", type=Path, default=RESULTS / "plan_speed", help="path without suffix"
+    )
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
 
     commands = {name: time_command(case, args.repeat) for name, case in CASES.items()}
     searches = time_searches()
     result = {"commands": commands, "search_all_models_x_gpus": searches}
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2))
-
-    print("| what | median s | max s |")
-    print("| --- | ---: | ---: |")
+    lines = ["| what | median s | max s |", "| --- | ---: | ---: |"]
     for name, t in commands.items():
-        print(
+        lines.append(
             f"| `gpufleet plan` {name} (whole process) | {t['median_s']:.3f} | {t['max_s']:.3f} |"
         )
-    print(
+    lines.append(
         f"| search only, {searches['plans']} model × GPU pairs | {searches['median_s']:.3f} "
         f"| {searches['max_s']:.3f} |"
     )
-    print(f"\nJSON: {args.json}")
+    json_path, _ = write_result(args.out, result, "\n".join(lines))
+    print("\n".join(lines))
+    print(f"\nJSON: {json_path}")
     return 0
 
 

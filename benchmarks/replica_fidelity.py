@@ -36,12 +36,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from gpufleet.engine import Engine, EngineConfig, EngineRequest
+from gpufleet.engine import (
+    BLOCKED_RETRY_S,
+    Arrivals,
+    Engine,
+    EngineConfig,
+    EngineDriver,
+    EngineRequest,
+    run_virtual,
+)
 from gpufleet.perf.step_time import LinearStepTimeModel, StepTimeModel
 from gpufleet.plan.profile import replica_profile
 from gpufleet.tokenizer import default_tokenizer
 
-RESULTS = Path(__file__).resolve().parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import write_result
+
 MODEL = "meta-llama/Llama-3.1-8B"  # the ceiling runs (explicit step times)
 LAYOUT_MODEL = "meta-llama/Llama-3.1-70B"  # the fidelity runs: 70B on 4 x H100 (TP=4)
 # GPUFLEET_BENCH_PIN=0 lets the OS place both processes (pinned by default).
@@ -118,9 +128,11 @@ def predict(sc: Scenario) -> tuple[float, float, float]:
     mean TTFT of all requests (warm-up included, to set beside the replica's /metrics).
 
     Live, the replica starts computing step k+1 as soon as step k's tokens are out, so a
-    request sent on receiving its predecessor's last token joins step k+2; the same here.
+    request sent on receiving its predecessor's last token joins step k+2; the same here
+    (the engine-driver contract, with clients that answer after the next step began).
     """
     engine = Engine(sc.engine_config, sc.step_time, seed=0)
+    driver = EngineDriver(engine)
     sent_count = dict.fromkeys(range(sc.concurrency), 0)
     owner: dict[str, tuple[int, int]] = {}
     done: list[EngineRequest] = []
@@ -134,7 +146,7 @@ def predict(sc: Scenario) -> tuple[float, float, float]:
         req = EngineRequest(rid, prompt, sc.output_len(client, k))
         req.arrival_s = arrival_s
         owner[rid] = (client, k)
-        engine.add(req)
+        driver.submit(req, arrival_s)
 
     for c in range(sc.concurrency):
         send(c, 0.0)
@@ -145,10 +157,13 @@ def predict(sc: Scenario) -> tuple[float, float, float]:
                 send(c, engine.now_s)
             pending = []
         before_s = engine.now_s
-        out = engine.step()
+        out = driver.begin()
         for c in pending:  # they arrived while this step was already running
             send(c, before_s)
         pending = []
+        if out is None:  # blocked: try again a little later, as the runner does
+            engine.advance_to(engine.now_s + BLOCKED_RETRY_S)
+            continue
         for req in out.finished:
             c, k = owner[req.request_id]
             all_ttft_s.append(req.first_token_s - req.arrival_s)  # type: ignore[operator]
@@ -173,25 +188,22 @@ def predict_same_arrivals(
     A request that arrives during a step joins the next one, as in the live runner.
     """
     engine = Engine(sc.engine_config, sc.step_time, seed=0)
-    pending = sorted(arrivals)
+    sends: Arrivals[tuple[int, int]] = Arrivals()
+    for t, c, k in sorted(arrivals):
+        sends.add(t, (c, k))
     owner: dict[str, int] = {}
     done: list[EngineRequest] = []
-    i = 0
-    while i < len(pending) or engine.has_work:
-        if not engine.has_work:
-            engine.advance_to(pending[i][0])
-        while i < len(pending) and pending[i][0] <= engine.now_s:
-            t, c, k = pending[i]
-            i += 1
-            req = EngineRequest(
-                f"c{c}k{k}",
-                prompt_ids(sc.prompt_index(c, k), sc.prompt_tokens),
-                sc.output_len(c, k),
-            )
-            req.arrival_s = t
-            owner[req.request_id] = k
-            engine.add(req)
-        out = engine.step()
+
+    def admit(t: float, client_k: tuple[int, int]) -> EngineRequest:
+        c, k = client_k
+        req = EngineRequest(
+            f"c{c}k{k}", prompt_ids(sc.prompt_index(c, k), sc.prompt_tokens), sc.output_len(c, k)
+        )
+        req.arrival_s = t
+        owner[req.request_id] = k
+        return req
+
+    for out in run_virtual(EngineDriver(engine), sends, admit):
         done.extend(r for r in out.finished if owner[r.request_id] >= sc.warmup)
     ttft = [r.first_token_s - r.arrival_s for r in done]  # type: ignore[operator]
     tpot = [
@@ -507,7 +519,6 @@ def main() -> None:
         if not row.ok:
             break
         ceiling = row
-    RESULTS.mkdir(parents=True, exist_ok=True)
     result = {
         "rows": [asdict(r) for r in rows],
         "ceiling": asdict(ceiling) if ceiling else None,
@@ -517,7 +528,6 @@ def main() -> None:
         "nice": NICE,
         "pinned": PIN,
     }
-    (RESULTS / "replica_fidelity.json").write_text(json.dumps(result, indent=2))
     lines = [
         "| scenario | C | requests | TTFT pred (ms) | TTFT live (ms) | err | TPOT pred (ms) "
         "| TPOT live (ms) | err | tokens/s | within tol | load 1m | TTFT all: pred / replica (ms) "
@@ -539,7 +549,7 @@ def main() -> None:
             f"\nCeiling: {ceiling.concurrency} streams, {ceiling.tokens_per_s:,.0f} tokens/s "
             f"within {args.tolerance:.0%}."
         )
-    (RESULTS / "replica_fidelity.md").write_text("\n".join(lines) + "\n")
+    write_result("replica_fidelity", result, "\n".join(lines))
     print("\n".join(lines))
 
 

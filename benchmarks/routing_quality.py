@@ -57,26 +57,18 @@ from prometheus_client.parser import text_string_to_metric_families
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+from gpufleet.stats import percentile  # noqa: E402
+from record import RESULTS, write_result  # noqa: E402
 from routing_workloads import TraceRequest, load_requests, source_label  # noqa: E402
 
-
-def _default_trace() -> Path:
-    """shared/traces/mooncake_conversation.jsonl: under $GPUFLEET_SHARED, else in the nearest
-    ancestor's shared/ (../shared beside a checkout, a level up for a worktree)."""
-    name = Path("traces") / "mooncake_conversation.jsonl"
-    env = os.environ.get("GPUFLEET_SHARED")
-    candidates = [Path(env) / name] if env else []
-    candidates += [parent / "shared" / name for parent in REPO.parents]
-    return next((c for c in candidates if c.is_file()), REPO.parent / "shared" / name)
+PEERS = {"sglang-router": "sglang-router", "vllm-router": "vllm-router"}  # name: program
 
 
-DEFAULT_TRACE = _default_trace()
-RESULTS = REPO / "benchmarks" / "results"
-PEERS = {
-    # name: (pip packages, program, argv builder)
-    "sglang-router": (["sglang-router"], "sglang-router"),
-    "vllm-router": (["vllm-router"], "vllm-router"),
-}
+def default_trace() -> str:
+    """$GPUFLEET_SHARED/traces/mooncake_conversation.jsonl (or ../shared beside a checkout)."""
+    from gpufleet.shared_data import shared_file
+
+    return str(shared_file("traces", "mooncake_conversation.jsonl"))
 
 
 # ---------------------------------------------------------------- processes
@@ -253,10 +245,9 @@ async def scrape(url: str) -> dict[str, Any]:
 
 
 def quantile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    """gpufleet.stats' percentile (numpy's linear, as every gpufleet figure); nan if none."""
+    got = percentile(values, q * 100.0)
+    return float("nan") if got is None else got
 
 
 def max_over_mean(values: Sequence[float]) -> float:
@@ -348,8 +339,7 @@ def router_argv(kind: str, setup: Setup, urls: list[str], port: int) -> list[str
         return gateway_argv(kind, setup, urls, port)
     from peers import peer_bin
 
-    packages, program = PEERS[kind]
-    binary = str(peer_bin(kind, packages, program))
+    binary = str(peer_bin(kind, PEERS[kind]))
     # Each its own metrics port: the default may be taken by another router.
     common = [
         "--worker-urls",
@@ -512,7 +502,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default=str(RESULTS / "routing_quality"), help="path without suffix")
     args = p.parse_args(argv)
     args.served_model = args.served_model or args.model
-    args.sources = args.sources or [str(DEFAULT_TRACE)]
+    if not args.sources:
+        from gpufleet.errors import UserError
+
+        try:
+            args.sources = [default_trace()]
+        except UserError as e:
+            p.error(str(e))
     return args
 
 
@@ -551,8 +547,6 @@ async def main_async(args: argparse.Namespace) -> list[Source]:
                     f"[{time.perf_counter() - t:.0f}s]",
                     flush=True,
                 )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         "args": vars(args),
         "cache_tokens_per_replica": setup.cache_tokens,
@@ -561,8 +555,8 @@ async def main_async(args: argparse.Namespace) -> list[Source]:
             for s in sources
         ],
     }
-    out.with_suffix(".json").write_text(json.dumps(payload, indent=2))
-    out.with_suffix(".md").write_text(markdown(sources, setup))
+    peers = [k for k in kinds if k in PEERS]
+    write_result(Path(args.out), payload, markdown(sources, setup), peers=peers)
     print(markdown(sources, setup))
     return sources
 

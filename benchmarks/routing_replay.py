@@ -45,6 +45,7 @@ from gpufleet.routing.replay import (  # noqa: E402
     pooled_cache_hit_rate,
     replay,
 )
+from record import RESULTS, write_result  # noqa: E402
 from routing_workloads import (  # noqa: E402
     SYNTHETIC,
     HashedRequest,
@@ -53,17 +54,15 @@ from routing_workloads import (  # noqa: E402
     source_label,
 )
 
-RESULTS = REPO / "benchmarks" / "results"
 BLOCK_TOKENS = 16
 ORACLES = ("oracle_prefix_aware", "oracle_longest")
 
 
 def default_sources() -> list[str]:
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from routing_quality import DEFAULT_TRACE
+    from gpufleet.workload.prefix_sharing import WORKLOAD_NAMES
+    from routing_quality import default_trace
 
-    synthetic = [f"{SYNTHETIC}{n}" for n in ("system_prompts", "multi_turn", "tool_agent", "mixed")]
-    return [str(DEFAULT_TRACE), *synthetic]
+    return [default_trace(), *(f"{SYNTHETIC}{n}" for n in WORKLOAD_NAMES)]
 
 
 class _TrueIndex:
@@ -278,12 +277,7 @@ def main() -> None:
         res = run_source(source, args)
         results.append(res)
         print(markdown([res], args).split("\n", 2)[2], flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(
-        json.dumps({"args": vars(args), "results": results}, indent=2)
-    )
-    out.with_suffix(".md").write_text(markdown(results, args))
+    write_result(Path(args.out), {"args": vars(args), "results": results}, markdown(results, args))
 
 
 if __name__ == "__main__":

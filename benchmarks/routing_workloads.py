@@ -41,45 +41,39 @@ def load_requests(
     source: str, offset: int, count: int, speedup: float, max_output_tokens: int
 ) -> list[TraceRequest]:
     """`count` requests of `source` from its `offset`-th, arrivals at `speedup` x pace."""
-    from gpufleet.workload.builders import trace_conversations
-    from gpufleet.workload.prefix_sharing import prefix_sharing_workload
-    from gpufleet.workload.traces import read_trace
+    from gpufleet.errors import UserError
+    from gpufleet.workload import read_trace, slice_records, text_conversations, trace_shapes
+    from gpufleet.workload.prefix_sharing import prefix_sharing_shapes
 
     if source.startswith(SYNTHETIC):
-        convs = prefix_sharing_workload(
+        shapes = prefix_sharing_shapes(
             source[len(SYNTHETIC) :],
             duration_s=SYNTHETIC_DURATION_S,
             rate_per_s=SYNTHETIC_RATE_PER_S,
         )[offset : offset + count]
-        if not convs:
+        if not shapes:
             raise SystemExit(f"{source}: no requests at offset {offset}")
-        t0 = convs[0].arrival_s or 0.0
-        return [
-            TraceRequest(
-                arrival_s=((c.arrival_s or 0.0) - t0) / speedup,
-                text=c.turns[0].text,
-                input_tokens=c.turns[0].input_tokens,
-                output_tokens=min(c.turns[0].output_tokens, max_output_tokens),
-                session=f"s{c.prefix_group}",
-            )
-            for c in convs
-        ]
-    if not Path(source).is_file():
-        raise SystemExit(f"{source}: no such trace; pass a path or set GPUFLEET_SHARED")
-    records = read_trace(source, limit=offset + count)[offset:]
-    if not records:
-        raise SystemExit(f"{source}: no records at offset {offset}")
-    t0 = records[0].arrival_s
-    records = [dataclasses.replace(r, arrival_s=r.arrival_s - t0) for r in records]
-    out = []
-    for i, (rec, conv) in enumerate(
-        zip(records, trace_conversations(records, speedup=speedup), strict=True)
-    ):
-        turn = conv.turns[0]
+        t0 = shapes[0].arrival_s
+        shapes = [dataclasses.replace(s, arrival_s=(s.arrival_s - t0) / speedup) for s in shapes]
+        sessions = [s.session_key or f"group-{s.prefix_group}" for s in shapes]
+    else:
+        try:
+            records = read_trace(source, limit=offset + count)[offset:]
+        except UserError as e:
+            raise SystemExit(f"{e} (pass a trace or set GPUFLEET_SHARED)") from None
+        if not records:
+            raise SystemExit(f"{source}: no records at offset {offset}")
+        records = slice_records(records, start_s=records[0].arrival_s)
+        shapes = list(trace_shapes(records, speedup=speedup))
         # A conversation's turns share their leading blocks; name the session by them so
         # the `session` policy has a key a client would send (the trace has none).
-        ids = rec.hash_ids or ()
-        session = "conv-" + "-".join(str(h) for h in ids[:2]) if ids else f"req-{i}"
+        sessions = [
+            "conv-" + "-".join(str(h) for h in rec.hash_ids[:2]) if rec.hash_ids else f"req-{i}"
+            for i, rec in enumerate(records)
+        ]
+    out = []
+    for conv, session in zip(text_conversations(shapes), sessions, strict=True):
+        turn = conv.turns[0]
         out.append(
             TraceRequest(
                 arrival_s=conv.arrival_s or 0.0,

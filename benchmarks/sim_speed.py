@@ -18,20 +18,22 @@ benchmarks/results/sim_speed.json) and prints a markdown table.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from gpufleet.errors import UserError
 from gpufleet.routing import make_policy
 from gpufleet.routing.replay import ReplayRequest, ReplicaTiming, replay
-from gpufleet.sim.prompts import SegmentHasher, segment_tokens
+from gpufleet.shared_data import shared_file
 from gpufleet.sim.report import summarize
 from gpufleet.sim.scenario import Scenario, build_config, build_requests
 from gpufleet.sim.simulator import FleetSimulator
+from gpufleet.workload import SegmentHasher
 
-DEFAULT_TRACE = "/work/shared/traces/mooncake_conversation.jsonl"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import RESULTS, write_result
 
 
 def run_engine_sim(sc: Scenario) -> dict[str, Any]:
@@ -68,7 +70,7 @@ def run_replay(sc: Scenario) -> dict[str, Any]:
     hasher = SegmentHasher(cfg.routing_block_tokens)
     rr = [
         ReplayRequest(r.arrival_s, tuple(hasher.hashes(r.segments)), r.output_tokens,
-                      prompt_tokens=segment_tokens(r.segments))
+                      prompt_tokens=r.input_tokens)
         for r in reqs
     ]  # fmt: skip
     kv_tokens = cfg.engine.num_gpu_blocks * cfg.engine.block_size
@@ -101,14 +103,25 @@ def run_replay(sc: Scenario) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trace", default=DEFAULT_TRACE)
+    parser.add_argument(
+        "--trace",
+        default=None,
+        help="default: $GPUFLEET_SHARED/traces/mooncake_conversation.jsonl (or sample:mooncake)",
+    )
     parser.add_argument("--requests", type=int, default=None, help="First N requests only.")
     parser.add_argument("--replicas", type=int, default=8)
     parser.add_argument("--model", default="meta-llama/Llama-3.1-8B")
     parser.add_argument("--gpu", default="h100-sxm")
     parser.add_argument("--policies", default="round_robin,prefix_aware")
-    parser.add_argument("--json", type=Path, default=Path("benchmarks/results/sim_speed.json"))
+    parser.add_argument(
+        "--out", "--json", type=Path, default=RESULTS / "sim_speed", help="path without suffix"
+    )
     args = parser.parse_args(argv)
+    if args.trace is None:
+        try:
+            args.trace = str(shared_file("traces", "mooncake_conversation.jsonl"))
+        except UserError as e:
+            parser.error(str(e))
 
     rows = []
     for policy in args.policies.split(","):
@@ -120,23 +133,25 @@ def main(argv: list[str] | None = None) -> int:
             row = runner(sc)
             rows.append(row)
             print(f"{row['model']} {policy}: {row['wall_s']:.1f} s", file=sys.stderr)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"trace": args.trace, "replicas": args.replicas, "model": args.model, "gpu": args.gpu}
-    args.json.write_text(json.dumps({"setup": meta, "rows": rows}, indent=2))
-
-    print(f"{rows[0]['requests']} requests from {Path(args.trace).name}, {args.replicas} "
-          f"replicas of {args.model} on {args.gpu}\n")  # fmt: skip
-    print("| model | policy | wall s | CPU s | events | events/CPU s | sim s / wall s | hit rate "
-          "| TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | preemptions |")  # fmt: skip
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    setup = {"trace": args.trace, "replicas": args.replicas, "model": args.model, "gpu": args.gpu}
+    lines = [
+        f"{rows[0]['requests']} requests from {Path(args.trace).name}, {args.replicas} "
+        f"replicas of {args.model} on {args.gpu}",
+        "",
+        "| model | policy | wall s | CPU s | events | events/CPU s | sim s / wall s | hit rate "
+        "| TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | preemptions |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for r in rows:
-        print(
+        lines.append(
             f"| {r['model']} | {r['policy']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
             f"{r['events']} | {r['events_per_cpu_s']:.0f} | {r['speedup_x']:.0f} | {r['prefix_hit_rate']:.1%} | "
             f"{r['ttft_p50_ms']:.0f} | {r['ttft_p99_ms']:.0f} | {r['tpot_p50_ms']:.1f} | "
             f"{r['preemptions']} |"
         )
-    print(f"\nJSON: {args.json}")
+    json_path, _ = write_result(args.out, {"setup": setup, "rows": rows}, "\n".join(lines))
+    print("\n".join(lines))
+    print(f"\nJSON: {json_path}")
     return 0
 
 

@@ -14,6 +14,7 @@ from gpufleet.autoscale.controller import Controller
 from gpufleet.autoscale.decision import ReplicaBounds
 from gpufleet.autoscale.gateway_link import fleet_signals
 from gpufleet.autoscale.policies import QueueDepthPolicy
+from gpufleet.fleet_state import GatewaySignals
 from gpufleet.routing.types import ReplicaState
 
 
@@ -65,9 +66,10 @@ def gw_replica(rid: str, running: int, waiting: int = 0, in_flight: int | None =
 
 
 def scripted(*frames: dict[str, Any]):  # type: ignore[no-untyped-def]
-    frames_left = list(frames)
+    """A signal source answering these frames (the admin API's JSON) in turn."""
+    frames_left = [GatewaySignals.from_json(f) for f in frames]
 
-    async def read() -> dict[str, Any]:
+    async def read() -> GatewaySignals:
         return frames_left.pop(0) if len(frames_left) > 1 else frames_left[0]
 
     return read
@@ -120,7 +122,7 @@ def test_fleet_signals_merge_gateway_and_actuator_views() -> None:
         managed("d", ReplicaState.DRAINING),
         managed("n", ReplicaState.STARTING),  # not registered until /health passes
     ]
-    s = fleet_signals(raw, mine, cold_start_s=12.0)
+    s = fleet_signals(GatewaySignals.from_json(raw), mine, cold_start_s=12.0)
     states = {r.replica_id: r.state for r in s.replicas}
     assert states == {
         "a": ReplicaState.READY,

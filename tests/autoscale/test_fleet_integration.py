@@ -10,12 +10,21 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from gpufleet.fleet.config import validate_fleet
 from gpufleet.fleet.run import fleet_up
-from gpufleet.fleet.traffic import Phase, TrafficLog, drive
+from gpufleet.fleet.traffic import TrafficLog, drive
 from gpufleet.routing.types import ReplicaState
+from gpufleet.workload import RatePhase
 
-STEP = (Phase("low", 3.0, 1.0, 1.0), Phase("step", 10.0, 6.0, 6.0), Phase("low", 14.0, 1.0, 1.0))
+pytestmark = pytest.mark.process  # every test here starts processes or servers
+
+STEP = (
+    RatePhase("low", 3.0, 1.0, 1.0),
+    RatePhase("step", 10.0, 6.0, 6.0),
+    RatePhase("low", 14.0, 1.0, 1.0),
+)
 
 
 def counts(run) -> dict[ReplicaState, int]:  # type: ignore[no-untyped-def]

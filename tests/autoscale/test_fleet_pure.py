@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -13,16 +14,10 @@ from gpufleet.errors import UserError
 from gpufleet.fleet.config import load_fleet, validate_fleet
 from gpufleet.fleet.demo import demo_fleet
 from gpufleet.fleet.summary import ReplicaTimeline, summarize, summary_lines
-from gpufleet.fleet.traffic import (
-    DEMO_PHASES,
-    Phase,
-    RequestResult,
-    arrival_times,
-    phase_at,
-    total_duration_s,
-)
+from gpufleet.fleet.traffic import DEMO_PHASES, RequestResult
 from gpufleet.fleet.view import Snapshot, render
 from gpufleet.routing.types import ReplicaState
+from gpufleet.workload import RatePhase, phase_at, schedule_offsets, total_duration_s
 
 
 def test_default_fleet_is_what_the_issue_says() -> None:
@@ -71,17 +66,18 @@ def test_fleet_yaml_file_errors(tmp_path: Path) -> None:
 def test_demo_schedule_follows_its_phases() -> None:
     assert 100 <= total_duration_s(DEMO_PHASES) <= 150  # about two minutes
     assert [p.name for p in DEMO_PHASES] == ["quiet", "ramp", "burst", "quiet"]
-    phases = (Phase("a", 10, 1, 1), Phase("b", 10, 1, 21))
+    phases = (RatePhase("a", 10, 1, 1), RatePhase("b", 10, 1, 21))
     assert phase_at(phases, 5)[1] == 1
     p, rate = phase_at(phases, 15)
     assert p is not None and p.name == "b" and rate == pytest.approx(11)
     assert phase_at(phases, 25) == (None, 0.0)
-    times = arrival_times((Phase("low", 100, 1, 1), Phase("high", 100, 10, 10)), seed=3)
+    steps = (RatePhase("low", 100, 1, 1), RatePhase("high", 100, 10, 10))
+    times = schedule_offsets(steps, rng=random.Random(3))
     low = sum(1 for t in times if t < 100)
     high = len(times) - low
     assert 60 < low < 140 and 850 < high < 1150  # Poisson counts around 100 and 1000
     assert times == sorted(times)
-    assert times == arrival_times((Phase("low", 100, 1, 1), Phase("high", 100, 10, 10)), seed=3)
+    assert times == schedule_offsets(steps, rng=random.Random(3))
 
 
 def test_summary_counts_errors_and_replica_seconds() -> None:
@@ -96,7 +92,8 @@ def test_summary_counts_errors_and_replica_seconds() -> None:
     s = summarize(results, tl, scale_outs=1, scale_ins=2)
     assert (s.requests, s.ok, s.errors) == (3, 2, 1)
     assert s.error_kinds == {"HTTP 503": 1}
-    assert s.ttft_p50_s == 0.1 and s.ttft_p99_s == 0.3
+    # numpy's linear percentiles, as `gpufleet bench` reports them
+    assert s.ttft_p50_s == pytest.approx(0.2) and s.ttft_p99_s == pytest.approx(0.298)
     assert s.replica_seconds == pytest.approx(10 + 30 + 20)
     assert s.static_peak_replica_seconds == pytest.approx(3 * 40)
     assert s.saved_fraction == pytest.approx(0.5)
@@ -124,8 +121,9 @@ def test_view_renders_replicas_and_reasons() -> None:
 
 
 def test_histogram_quantile_and_windowed_ttft() -> None:
-    from gpufleet.autoscale.scrape import bucket_delta, histogram_quantile, parse_histogram
+    from gpufleet.autoscale.scrape import parse_histogram
     from gpufleet.fleet.replica_latency import ReplicaTtft
+    from gpufleet.stats import bucket_delta, histogram_quantile
 
     text = (
         "# TYPE vllm:time_to_first_token_seconds histogram\n"

@@ -15,6 +15,8 @@ from gpufleet.gateway.config import validate_config
 from gpufleet.gateway.server import Gateway
 from gpufleet.routing.types import ReplicaState
 
+pytestmark = pytest.mark.process  # every test here starts processes or servers
+
 TINY = Path(__file__).with_name("tiny_server.py")
 
 

@@ -91,6 +91,7 @@ async def actuator(tmp_path: Path) -> AsyncIterator[LocalProcessActuator]:
         await act.close()
 
 
+@pytest.mark.process
 async def test_start_waits_for_health_then_registers(actuator: LocalProcessActuator) -> None:
     [r] = await actuator.start(1)
     assert r.state == ReplicaState.STARTING
@@ -105,6 +106,7 @@ async def test_start_waits_for_health_then_registers(actuator: LocalProcessActua
         assert resp.status == 200
 
 
+@pytest.mark.process
 async def test_drain_lets_in_flight_finish_then_stops(actuator: LocalProcessActuator) -> None:
     [r] = await actuator.start(1)
     await wait_for(lambda: r.state == ReplicaState.READY)
@@ -126,6 +128,7 @@ async def test_drain_lets_in_flight_finish_then_stops(actuator: LocalProcessActu
     assert [c for c, _ in rec.calls] == ["add", "drain", "remove"]
 
 
+@pytest.mark.process
 async def test_crashed_replica_is_restarted_on_its_port(actuator: LocalProcessActuator) -> None:
     [r] = await actuator.start(1)
     await wait_for(lambda: r.state == ReplicaState.READY)
@@ -150,6 +153,7 @@ async def test_crashed_replica_is_restarted_on_its_port(actuator: LocalProcessAc
     assert rec.calls.count(("add", r.replica_id)) == 2
 
 
+@pytest.mark.process
 async def test_close_leaves_no_process_even_grandchildren(tmp_path: Path) -> None:
     # A shell that starts the server as its child: stopping must take the whole group.
     act = LocalProcessActuator(
@@ -175,6 +179,7 @@ def test_bad_templates_name_the_field() -> None:
     check_template("vllm serve {model} --port {port} --tensor-parallel-size {tp}")
 
 
+@pytest.mark.process
 async def test_a_replica_that_cannot_start_says_why(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

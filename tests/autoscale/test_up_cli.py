@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.process  # every test here starts processes or servers
+
 GPUFLEET = str(Path(sys.executable).with_name("gpufleet"))
 
 FLEET = """

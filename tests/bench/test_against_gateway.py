@@ -10,7 +10,11 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from gpufleet.replica.testing import ReplicaProcess
+
+pytestmark = pytest.mark.process  # every test here starts processes or servers
 
 CLI = [sys.executable, "-c", "from gpufleet.cli import main; main()"]
 

@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gpufleet.replica.testing import ReplicaProcess
+
+pytestmark = pytest.mark.process  # every test here starts processes or servers
 
 CLI = [sys.executable, "-c", "from gpufleet.cli import main; main()", "bench"]
 
@@ -39,12 +43,7 @@ def test_bench_reads_prefix_cache_hits_from_a_replica(tmp_path: Path) -> None:
 
 
 def test_mooncake_hash_ids_become_prefix_cache_hits(tmp_path: Path) -> None:
-    here = Path(__file__).resolve()
-    trace = next(
-        p / "shared" / "traces" / "mooncake_conversation.jsonl"
-        for p in here.parents
-        if (p / "shared" / "traces").is_dir()
-    )
+    trace = "sample:mooncake"  # the first rows of the Mooncake trace, shipped with the package
     out = tmp_path / "m.json"
     with ReplicaProcess(
         "--step-time", "base_s=0.001,per_token_s=1e-7", "--time-scale", "0.2"
@@ -52,7 +51,7 @@ def test_mooncake_hash_ids_become_prefix_cache_hits(tmp_path: Path) -> None:
         # The first 5 records share only hash id 0 (one 512-token block); closed loop at
         # concurrency 1 so each prefill lands in the cache before the next request.
         r = subprocess.run(
-            [*CLI, "--url", replica.url, "--trace", str(trace), "--num-requests", "5",
+            [*CLI, "--url", replica.url, "--trace", trace, "--num-requests", "5",
              "--concurrency", "1", "--json", str(out), "--quiet"],
             capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip

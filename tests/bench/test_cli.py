@@ -24,6 +24,7 @@ def bench(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.process
 def test_cli_run_writes_json_and_table(stub_process: str, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     plot = tmp_path / "r.png"
@@ -49,6 +50,7 @@ def test_cli_run_writes_json_and_table(stub_process: str, tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     "stub_process", [("--fail-every", "3", "--malformed-every", "4")], indirect=True
 )
+@pytest.mark.process
 def test_cli_reports_failures(stub_process: str, tmp_path: Path) -> None:
     out = tmp_path / "f.json"
     r = bench("--url", stub_process, "--concurrency", "3", "--num-requests", "12",
@@ -60,6 +62,7 @@ def test_cli_reports_failures(stub_process: str, tmp_path: Path) -> None:
     assert "Failures" in r.stdout
 
 
+@pytest.mark.process
 def test_cli_sweep_marks_a_knee_or_says_why(stub_process: str, tmp_path: Path) -> None:
     out = tmp_path / "s.json"
     r = bench("--url", stub_process, "--sweep", "concurrency=1,2", "--num-requests", "6",
@@ -92,6 +95,7 @@ def test_cli_bad_input_is_a_user_error_naming_the_flag(args: list[str], flag: st
     assert e.value.field == flag and e.value.fix
 
 
+@pytest.mark.process
 def test_cli_bad_input_exits_2_without_traceback() -> None:
     r = bench("--url", "http://127.0.0.1:9", "--model", "m", "--goodput", "ttft=5")
     assert r.returncode == 2, r.stdout + r.stderr
@@ -99,6 +103,7 @@ def test_cli_bad_input_exits_2_without_traceback() -> None:
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.process
 def test_cli_all_failed_exits_1() -> None:
     r = bench("--url", "http://127.0.0.1:9", "--model", "m", "--num-requests", "2", "--no-scrape")
     assert r.returncode == 1
@@ -113,6 +118,7 @@ def _started_requests(url: str) -> int:
     return 0
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("stub_process", [("--itl-ms", "2")], indirect=True)
 def test_ctrl_c_stops_and_reports_what_finished(stub_process: str, tmp_path: Path) -> None:
     out = tmp_path / "i.json"

@@ -7,7 +7,7 @@ import pytest
 from gpufleet.bench.client import _apply_event, _StreamError
 from gpufleet.bench.metrics import parse_goodput, request_metrics, summarize
 from gpufleet.bench.records import RequestRecord
-from gpufleet.bench.stats import mean, percentile, std
+from gpufleet.stats import mean, percentile, std
 
 
 def rec(
@@ -166,7 +166,7 @@ def test_stats_follow_numpy_linear_percentile() -> None:
     assert percentile(xs, 0) == 1.0 and percentile(xs, 100) == 9.0
     assert mean(xs) == pytest.approx(31 / 8)
     assert std([1.0, 3.0]) == pytest.approx(1.0)  # population std, ddof=0
-    assert percentile([], 99) == 0.0
+    assert percentile([], 99) is None
 
 
 def test_parse_goodput() -> None:

@@ -15,6 +15,8 @@ from gpufleet.workload import Conversation, Turn
 
 from .conftest import InProcessStub, start_in_process
 
+pytestmark = pytest.mark.process  # every test here starts processes or servers
+
 
 async def test_open_loop_completions_with_goodput_and_server_deltas(stub: InProcessStub) -> None:
     cfg = BenchConfig(

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import aiohttp
+import openai
 import pytest
 
 from gpufleet.gateway.config import validate_config
@@ -36,11 +39,51 @@ async def stubs() -> AsyncIterator[list[StubBackend]]:
 GatewayFactory = Callable[..., Awaitable[Gateway]]
 
 
-@pytest.fixture(params=[True, False], ids=["fast-front", "aiohttp-front"])
-def fast_front(request: pytest.FixtureRequest) -> bool:
+class Front:
+    """How a test's client reaches the completion endpoints: through the lean HTTP front,
+    or through aiohttp, on one connection the lean front handed over to aiohttp after a
+    request for another endpoint (a client mixing /v1/models and completions does that)."""
+
+    def __init__(self, handed_over: bool) -> None:
+        self.handed_over = handed_over
+
+    @contextlib.asynccontextmanager
+    async def session(self, gw: Gateway) -> AsyncIterator[aiohttp.ClientSession]:
+        connector = aiohttp.TCPConnector(limit=1)  # one keep-alive connection for all
+        async with aiohttp.ClientSession(connector=connector) as session:
+            if self.handed_over:
+                async with session.get(gw.url + "/health") as resp:
+                    await resp.read()
+                self._check_handed_over(gw)
+            yield session
+
+    @contextlib.asynccontextmanager
+    async def openai_async(self, gw: Gateway) -> AsyncIterator[openai.AsyncOpenAI]:
+        # Sequential requests reuse the client's one kept-alive connection.
+        async with openai.DefaultAsyncHttpxClient() as http:
+            if self.handed_over:
+                (await http.get(gw.url + "/health")).raise_for_status()
+                self._check_handed_over(gw)
+            yield openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="unused",
+                                     max_retries=0, http_client=http)  # fmt: skip
+
+    def openai_sync(self, gw: Gateway) -> openai.OpenAI:
+        http = openai.DefaultHttpxClient()
+        if self.handed_over:
+            http.get(gw.url + "/health").raise_for_status()
+        return openai.OpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0,
+                             http_client=http)  # fmt: skip
+
+    @staticmethod
+    def _check_handed_over(gw: Gateway) -> None:
+        front = gw._front
+        assert front is not None and not front.connections, "the connection was not handed over"
+
+
+@pytest.fixture(params=[False, True], ids=["fast-front", "handed-over"])
+def front(request: pytest.FixtureRequest) -> Front:
     """Run a test against both HTTP fronts: the lean one and aiohttp's (handed-over conns)."""
-    value: bool = request.param
-    return value
+    return Front(bool(request.param))
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import aiohttp
+import pytest
 
 from gpufleet.routing.types import ReplicaState
 
@@ -20,6 +21,7 @@ async def _json(resp: aiohttp.ClientResponse) -> Any:
     return await resp.json()
 
 
+@pytest.mark.process
 async def test_admin_requires_key(stubs: list[StubBackend], make_gateway: GatewayFactory) -> None:
     gw = await make_gateway([stubs[0].url])
     async with aiohttp.ClientSession() as s:
@@ -32,6 +34,7 @@ async def test_admin_requires_key(stubs: list[StubBackend], make_gateway: Gatewa
         assert resp.status == 403
 
 
+@pytest.mark.process
 async def test_admin_add_drain_delete(
     stubs: list[StubBackend], make_gateway: GatewayFactory
 ) -> None:
@@ -78,6 +81,7 @@ async def test_admin_add_drain_delete(
             assert [r["id"] for r in (await resp.json())["replicas"]] == ["extra"]
 
 
+@pytest.mark.process
 async def test_signals_report_load_and_scraped_stats(
     stubs: list[StubBackend], make_gateway: GatewayFactory
 ) -> None:
@@ -99,6 +103,7 @@ async def test_signals_report_load_and_scraped_stats(
     assert (rep["num_running"], rep["num_waiting"], rep["kv_cache_usage"]) == (3, 2, 0.25)
 
 
+@pytest.mark.process
 async def test_passive_ejection_and_readmission(
     stubs: list[StubBackend], make_gateway: GatewayFactory
 ) -> None:
@@ -132,6 +137,7 @@ async def test_passive_ejection_and_readmission(
     assert f'gpufleet_gateway_replica_ejections_total{{replica="{sick_id}"}} 1.0' in text
 
 
+@pytest.mark.process
 async def test_scale_from_zero_queue(
     stubs: list[StubBackend], make_gateway: GatewayFactory
 ) -> None:
@@ -145,13 +151,14 @@ async def test_scale_from_zero_queue(
                 return resp.status
 
         tasks = [asyncio.create_task(call()) for _ in range(3)]
-        await wait_until(lambda: gw.signals()["queue_depth"] == 3)
-        assert gw.signals()["queue_depth_by_model"] == {"stub-model": 3}
+        await wait_until(lambda: gw.signals().queue_depth == 3)
+        assert gw.signals().queue_depth_by_model == {"stub-model": 3}
         gw.add_replica(stubs[0].url)  # the in-process API the autoscaler uses
         assert await asyncio.gather(*tasks) == [200, 200, 200]
-    assert gw.signals()["queue_depth"] == 0
+    assert gw.signals().queue_depth == 0
 
 
+@pytest.mark.process
 async def test_queue_timeout_and_overflow_give_503(make_gateway: GatewayFactory) -> None:
     gw = await make_gateway(
         [], models=["stub-model"], queue={"timeout_s": 0.2, "max_size": 1, "retry_after_s": 7}
@@ -159,7 +166,7 @@ async def test_queue_timeout_and_overflow_give_503(make_gateway: GatewayFactory)
     async with aiohttp.ClientSession() as s:
         body = {"model": "stub-model", "messages": MSG}
         first = asyncio.create_task(s.post(gw.url + "/v1/chat/completions", json=body))
-        await wait_until(lambda: gw.signals()["queue_depth"] == 1)
+        await wait_until(lambda: gw.signals().queue_depth == 1)
         async with s.post(gw.url + "/v1/chat/completions", json=body) as resp:
             assert resp.status == 503  # overflow
             assert resp.headers["Retry-After"] == "7"
@@ -176,6 +183,7 @@ async def test_queue_timeout_and_overflow_give_503(make_gateway: GatewayFactory)
             assert resp.status == 404
 
 
+@pytest.mark.process
 async def test_starting_replica_requests_wait_until_ready(
     stubs: list[StubBackend], make_gateway: GatewayFactory
 ) -> None:
@@ -184,38 +192,21 @@ async def test_starting_replica_requests_wait_until_ready(
     async with aiohttp.ClientSession() as s:
         body = {"model": "stub-model", "messages": MSG}
         task = asyncio.create_task(s.post(gw.url + "/v1/chat/completions", json=body))
-        await wait_until(lambda: gw.signals()["queue_depth"] == 1)
+        await wait_until(lambda: gw.signals().queue_depth == 1)
         stubs[0].healthy = True
         resp = await task
         assert resp.status == 200
         resp.release()
 
 
-def test_parse_engine_stats_sums_label_sets_and_reads_capacity() -> None:
-    from gpufleet.gateway.probes import parse_engine_stats
-
-    text = (
-        "# TYPE vllm:num_requests_running gauge\n"
-        'vllm:num_requests_running{engine="0",model_name="m"} 3\n'
-        'vllm:num_requests_running{engine="1",model_name="m"} 2\n'
-        'vllm:num_requests_waiting{engine="0",model_name="m"} 7\n'
-        'vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.5\n'
-        'vllm:cache_config_info{block_size="16",num_gpu_blocks="1000",engine="0"} 1.0\n'
-        'vllm:time_to_first_token_seconds_bucket{le="0.1"} 9\n'
-    )
-    stats, capacity = parse_engine_stats(text, scraped_at_s=12.0, in_flight=4)
-    assert (stats.num_running, stats.num_waiting, stats.kv_cache_usage) == (5, 7, 0.5)
-    assert (stats.scraped_at_s, stats.in_flight_at_scrape) == (12.0, 4)
-    assert capacity == 16000
-
-
 def test_lean_histogram_exposes_cumulative_le_buckets() -> None:
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
+    from gpufleet.fleet_state import LatencyWindows
     from gpufleet.gateway.metrics import GatewayMetrics
 
-    metrics = GatewayMetrics(lambda: [], lambda: 0, window_s=60.0)
+    metrics = GatewayMetrics(lambda: [], lambda: 0, LatencyWindows(60.0))
     ttft = metrics.latency("m", "t")[0]
     for value in (0.001, 0.001, 0.05, 100.0):  # 0.001 sits on a bound: le counts it
         ttft.observe(value)
@@ -235,6 +226,7 @@ def test_lean_histogram_exposes_cumulative_le_buckets() -> None:
     assert 'gpufleet_gateway_requests_total{code="200",model="m",tenant="t"} 1.0' in text
 
 
+@pytest.mark.process
 async def test_drain_and_delete_let_requests_in_flight_finish(
     stubs: list[StubBackend], make_gateway: GatewayFactory
 ) -> None:

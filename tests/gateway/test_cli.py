@@ -16,6 +16,8 @@ import yaml
 
 from .processes import REPLICA_MODEL, BackendProcess, free_port, replica_process
 
+pytestmark = pytest.mark.process  # every test here starts processes or servers
+
 GPUFLEET = [sys.executable, "-c", "from gpufleet.cli import main; main()"]
 
 

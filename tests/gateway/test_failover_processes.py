@@ -16,6 +16,8 @@ from gpufleet.routing.types import ReplicaState
 from .conftest import wait_until
 from .processes import REPLICA_MODEL, BackendProcess, free_port, replica_process
 
+pytestmark = pytest.mark.process  # every test here starts processes or servers
+
 
 @pytest.fixture
 async def replicas() -> AsyncIterator[list[BackendProcess]]:
@@ -129,9 +131,7 @@ async def test_replica_faults_are_retried_and_probed(
             pass
         await wait_until(lambda: gw.replicas.by_id["p1"].state is ReplicaState.READY)
         # Scraped engine stats reach the signals the autoscaler reads.
-        await wait_until(
-            lambda: all(r["num_running"] is not None for r in gw.signals()["replicas"])
-        )
+        await wait_until(lambda: all(r.num_running is not None for r in gw.signals().replicas))
 
 
 async def test_openai_client_through_gateway_to_real_replicas(gateway: Gateway) -> None:

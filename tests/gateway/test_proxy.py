@@ -9,8 +9,10 @@ import aiohttp
 import openai
 import pytest
 
-from .conftest import GatewayFactory, wait_until
+from .conftest import Front, GatewayFactory, wait_until
 from .stub_backend import StubBackend
+
+pytestmark = pytest.mark.process  # every test here starts processes or servers
 
 MSG = [{"role": "user", "content": "hello there"}]
 
@@ -24,11 +26,10 @@ def assert_openai_error(body: dict, status: int) -> None:
 
 
 async def test_openai_async_client_chat_and_completions(
-    stubs: list[StubBackend], make_gateway: GatewayFactory, fast_front: bool
+    stubs: list[StubBackend], make_gateway: GatewayFactory, front: Front
 ) -> None:
-    gw = await make_gateway([s.url for s in stubs], fast_front=fast_front)
-    client = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0)
-    try:
+    gw = await make_gateway([s.url for s in stubs])
+    async with front.openai_async(gw) as client:
         chat = await client.chat.completions.create(model="stub-model", messages=MSG)  # type: ignore[arg-type]
         assert chat.choices[0].message.content == "w0 w1 w2 w3 w4"
         stream = await client.chat.completions.create(
@@ -45,19 +46,17 @@ async def test_openai_async_client_chat_and_completions(
         assert "".join(texts) == " w0 w1 w2 w3 w4"
         models = await client.models.list()
         assert [m.id for m in models.data] == ["stub-model"]
-    finally:
-        await client.close()
     # Round robin spread the four requests over both replicas.
     assert all(len(s.received) == 2 for s in stubs)
 
 
 async def test_openai_sync_client(
-    stubs: list[StubBackend], make_gateway: GatewayFactory, fast_front: bool
+    stubs: list[StubBackend], make_gateway: GatewayFactory, front: Front
 ) -> None:
-    gw = await make_gateway([s.url for s in stubs], fast_front=fast_front)
+    gw = await make_gateway([s.url for s in stubs])
 
     def call() -> tuple[str, str]:
-        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0)
+        client = front.openai_sync(gw)
         with client:
             full = client.chat.completions.create(model="stub-model", messages=MSG)  # type: ignore[arg-type]
             stream = client.chat.completions.create(
@@ -74,9 +73,9 @@ async def test_openai_sync_client(
 
 
 async def test_body_forwarded_byte_for_byte(
-    stubs: list[StubBackend], make_gateway: GatewayFactory, fast_front: bool
+    stubs: list[StubBackend], make_gateway: GatewayFactory, front: Front
 ) -> None:
-    gw = await make_gateway([stubs[0].url], fast_front=fast_front)
+    gw = await make_gateway([stubs[0].url])
     # Odd spacing, key order, unknown fields and unicode must all survive untouched.
     raw = (
         b'{ "messages":[{"role":"user","content":"caf\\u00e9 \xe2\x98\x95"}],\n'
@@ -84,7 +83,7 @@ async def test_body_forwarded_byte_for_byte(
         b' "stream": false }'
     )
     async with (
-        aiohttp.ClientSession() as session,
+        front.session(gw) as session,
         session.post(
             gw.url + "/v1/chat/completions",
             data=raw,
@@ -99,9 +98,9 @@ async def test_body_forwarded_byte_for_byte(
 
 
 async def test_bad_requests_get_openai_errors(
-    stubs: list[StubBackend], make_gateway: GatewayFactory, fast_front: bool
+    stubs: list[StubBackend], make_gateway: GatewayFactory, front: Front
 ) -> None:
-    gw = await make_gateway([stubs[0].url], fast_front=fast_front)
+    gw = await make_gateway([stubs[0].url])
     url = gw.url + "/v1/chat/completions"
     cases = [
         (b"{not json", 400, None),
@@ -113,7 +112,7 @@ async def test_bad_requests_get_openai_errors(
         (json.dumps({"messages": MSG}).encode(), 400, "model"),
         (json.dumps({"model": "nope", "messages": MSG}).encode(), 404, "model"),
     ]  # fmt: skip
-    async with aiohttp.ClientSession() as session:
+    async with front.session(gw) as session:
         for raw, status, param in cases:
             async with session.post(url, data=raw) as resp:
                 assert resp.status == status, raw
@@ -177,13 +176,11 @@ async def test_models_union_and_model_aware_routing(make_gateway: GatewayFactory
 
 
 async def test_retry_before_first_byte_on_5xx(
-    stubs: list[StubBackend], make_gateway: GatewayFactory, fast_front: bool
+    stubs: list[StubBackend], make_gateway: GatewayFactory, front: Front
 ) -> None:
-    gw = await make_gateway(
-        [s.url for s in stubs], health={"eject_after_failures": 100}, fast_front=fast_front
-    )
+    gw = await make_gateway([s.url for s in stubs], health={"eject_after_failures": 100})
     stubs[0].fail_status = 500
-    async with aiohttp.ClientSession() as session:
+    async with front.session(gw) as session:
         for stream in (False, True, False, True):
             body = {"model": "stub-model", "messages": MSG, "stream": stream}
             async with session.post(gw.url + "/v1/chat/completions", json=body) as resp:
@@ -217,13 +214,13 @@ async def test_all_replicas_failing_returns_last_error(
 
 
 async def test_broken_stream_ends_with_error_event_and_done(
-    stubs: list[StubBackend], make_gateway: GatewayFactory, fast_front: bool
+    stubs: list[StubBackend], make_gateway: GatewayFactory, front: Front
 ) -> None:
-    gw = await make_gateway([stubs[0].url], fast_front=fast_front)
+    gw = await make_gateway([stubs[0].url])
     stubs[0].break_after_chunks = 2
     body = {"model": "stub-model", "messages": MSG, "stream": True}
     async with (
-        aiohttp.ClientSession() as session,
+        front.session(gw) as session,
         session.post(gw.url + "/v1/chat/completions", json=body) as resp,
     ):
         assert resp.status == 200
@@ -236,9 +233,9 @@ async def test_broken_stream_ends_with_error_event_and_done(
 
 
 async def test_client_disconnect_closes_upstream(
-    stubs: list[StubBackend], make_gateway: GatewayFactory, fast_front: bool
+    stubs: list[StubBackend], make_gateway: GatewayFactory, front: Front
 ) -> None:
-    gw = await make_gateway([stubs[0].url], fast_front=fast_front)
+    gw = await make_gateway([stubs[0].url])
     for stream in (False, True):
         stub = stubs[0]
         stub.hold = asyncio.Event()
@@ -247,18 +244,18 @@ async def test_client_disconnect_closes_upstream(
 
         async def call(body: dict = body) -> None:
             async with (
-                aiohttp.ClientSession() as session,
+                front.session(gw) as session,
                 session.post(gw.url + "/v1/chat/completions", json=body) as resp,
             ):
                 await resp.read()
 
         task = asyncio.create_task(call())
-        await wait_until(lambda: gw.signals()["in_flight_total"] == 1)
+        await wait_until(lambda: gw.signals().in_flight_total == 1)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         await asyncio.wait_for(stub.disconnected.wait(), 20)
-        await wait_until(lambda: gw.signals()["in_flight_total"] == 0)
+        await wait_until(lambda: gw.signals().in_flight_total == 0)
         stub.hold.set()
 
 
@@ -364,13 +361,13 @@ async def test_http10_stream_is_delimited_by_close(
 
 
 async def test_each_chunk_leaves_as_it_arrives(
-    stubs: list[StubBackend], make_gateway: GatewayFactory, fast_front: bool
+    stubs: list[StubBackend], make_gateway: GatewayFactory, front: Front
 ) -> None:
     """The first chunk reaches the client while the replica holds the rest back, on a
     fresh upstream connection and then on a reused one."""
-    gw = await make_gateway([stubs[0].url], fast_front=fast_front)
+    gw = await make_gateway([stubs[0].url])
     body = {"model": "stub-model", "messages": MSG, "stream": True}
-    async with aiohttp.ClientSession() as s:
+    async with front.session(gw) as s:
         for _ in range(2):  # the second request reuses the kept-alive upstream connection
             stubs[0].gate = asyncio.Event()
             async with s.post(gw.url + "/v1/chat/completions", json=body) as resp:

@@ -29,6 +29,7 @@ def _tenants() -> list[dict]:
     ]
 
 
+@pytest.mark.process
 async def test_keys_pools_and_limits(
     stubs: list[StubBackend], make_gateway: GatewayFactory
 ) -> None:
@@ -74,15 +75,16 @@ async def test_keys_pools_and_limits(
         resp.release()
 
 
+@pytest.mark.process
 async def test_per_tenant_policy(stubs: list[StubBackend], make_gateway: GatewayFactory) -> None:
     tenants = [
         {"name": "t", "api_keys": ["k"], "policy": "least_outstanding"},
         {"name": "s", "api_keys": ["k2"], "policy": "session", "policy_options": {"vnodes": 7}},
     ]
     gw = await make_gateway([s.url for s in stubs], tenants=tenants)
-    assert gw._tenant_policies["t"].name == "least_outstanding"
-    assert gw._tenant_policies["s"].name == "session"
-    assert gw.policy.name == "round_robin"
+    assert gw.fleet.tenant_policies["t"].name == "least_outstanding"
+    assert gw.fleet.tenant_policies["s"].name == "session"
+    assert gw.fleet.policy.name == "round_robin"
     with pytest.raises(UserError, match="policy_options"):
         bad = [{"name": "t", "api_keys": ["k"], "policy": "session",
                 "policy_options": {"nope": 1}}]  # fmt: skip
@@ -131,6 +133,7 @@ def test_load_config_file_errors(tmp_path: Path) -> None:
         load_config(tmp_path / "missing.yaml")
 
 
+@pytest.mark.process
 async def test_replica_list_reloads_from_file(stubs: list[StubBackend], tmp_path: Path) -> None:
     path = tmp_path / "fleet.yaml"
     cfg = {"replicas": [{"url": stubs[0].url}], "reload_interval_s": 0.05,

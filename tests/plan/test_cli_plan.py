@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.process  # every test here starts processes or servers
+
 GPUFLEET = [sys.executable, "-c", "from gpufleet.cli import main; main()"]
 SAMPLE = [
     "plan", "--model", "meta-llama/Llama-3.1-70B", "--gpu", "h100-sxm", "--gpus-per-node", "8",

@@ -7,12 +7,15 @@ import os
 import time
 
 import aiohttp
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.replica.metrics import TTFT_BUCKETS_S
 from gpufleet.replica.testing import DEFAULT_MODEL as MODEL
 from gpufleet.replica.testing import ReplicaProcess
 from gpufleet.tokenizer import default_tokenizer
+
+pytestmark = pytest.mark.process  # every test here starts processes or servers
 
 
 def scrape(text: str) -> dict[str, float]:

@@ -9,6 +9,8 @@ from gpufleet.replica.testing import DEFAULT_MODEL as MODEL
 from gpufleet.replica.testing import ReplicaProcess
 from gpufleet.tokenizer import apply_chat_template, default_tokenizer
 
+pytestmark = pytest.mark.process  # every test here starts processes or servers
+
 
 def client(replica: ReplicaProcess) -> openai.OpenAI:
     return openai.OpenAI(base_url=replica.url + "/v1", api_key="none", max_retries=0, timeout=30)

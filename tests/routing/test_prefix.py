@@ -69,6 +69,7 @@ def test_unknown_endpoint_is_an_error() -> None:
         request_prefix_hashes({"prompt": "x"}, "/v1/embeddings")
 
 
+@pytest.mark.process
 def test_hashes_agree_across_processes_with_different_hash_seeds() -> None:
     code = (
         "from gpufleet.routing.prefix import text_prefix_hashes;"

@@ -6,12 +6,11 @@ from gpufleet.routing import make_policy
 from gpufleet.routing.prefix_aware import PrefixAware
 from gpufleet.routing.replay import (
     ReplicaTiming,
-    hot_prefix_workload,
     pooled_cache_hit_rate,
     replay,
 )
 
-from .helpers import request, views
+from .helpers import hot_prefix_workload, request, views
 
 P = tuple(range(100, 120))  # a 20-block prefix
 

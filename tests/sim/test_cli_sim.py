@@ -23,6 +23,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.process
 def test_report_and_json(tmp_path: Path) -> None:
     out = tmp_path / "sim.json"
     r = run(*SMALL, "--replicas", "2", "--policy", "least_outstanding", "--json", str(out))
@@ -35,6 +36,7 @@ def test_report_and_json(tmp_path: Path) -> None:
     assert d["sim_events"] > 80 and d["scenario"] == "least_outstanding"
 
 
+@pytest.mark.process
 def test_sweep_over_routing_policies_prints_one_row_each(tmp_path: Path) -> None:
     out = tmp_path / "sweep.json"
     r = run(
@@ -52,6 +54,7 @@ def test_sweep_over_routing_policies_prints_one_row_each(tmp_path: Path) -> None
     )
 
 
+@pytest.mark.process
 def test_sweep_over_fleet_size_cuts_queueing() -> None:
     r = run(
         "sim", "--rate", "30", "--num-requests", "150", "--input-tokens", "2000",
@@ -64,6 +67,7 @@ def test_sweep_over_fleet_size_cuts_queueing() -> None:
     assert p99["replicas=4"] < p99["replicas=1"] / 2, r.stdout
 
 
+@pytest.mark.process
 def test_trace_replay_with_autoscaling(tmp_path: Path) -> None:
     trace = tmp_path / "mc.jsonl"
     lines = [
@@ -79,6 +83,7 @@ def test_trace_replay_with_autoscaling(tmp_path: Path) -> None:
     assert "60 / 0" in r.stdout and "Scaling ticks / changes" in r.stdout
 
 
+@pytest.mark.process
 def test_bad_input_names_the_flag() -> None:
     r = run(*SMALL, "--policy", "nope")  # as a user sees it: exit 2, no traceback
     assert r.returncode == 2 and "policy" in r.stderr and "round_robin" in r.stderr
@@ -115,6 +120,7 @@ def test_more_bad_input_in_process(
     assert expected in err and err.startswith("error:")
 
 
+@pytest.mark.process
 def test_a_seed_fixes_the_run_across_processes(tmp_path: Path) -> None:
     """Same figures from processes with different string-hash salts (PYTHONHASHSEED)."""
     args = [*SMALL, "--prefix-groups", "6", "--prefix-tokens", "256", "--replicas", "3",
@@ -131,3 +137,33 @@ def test_a_seed_fixes_the_run_across_processes(tmp_path: Path) -> None:
         figures.append({k: v for k, v in d.items() if not k.startswith("sim_")})
     assert figures[0] == figures[1]
     assert figures[0]["prefix_cache_hits_tokens"] > 0
+
+
+def test_queue_max_size_answers_the_gateways_503(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fleet scaling from zero: 3 requests wait for the cold start, the rest of the burst
+    finds the gateway's queue full (`--queue-max-size`) and fails as `queue_full`."""
+    out = tmp_path / "q.json"
+    monkeypatch.setattr(sys, "argv", [
+        "gpufleet", "sim", "--rate", "200", "--num-requests", "30", "--input-tokens", "100",
+        "--output-tokens", "10", "--autoscale", "queue_depth", "--min-replicas", "0",
+        "--replicas", "0", "--startup-s", "5", "--queue-max-size", "3", "--json", str(out),
+    ])  # fmt: skip
+    try:
+        main()
+    except SystemExit as exc:
+        assert exc.code in (0, None)
+    d = json.loads(out.read_text())
+    assert d["failures"] == {"queue_full": 27} and d["completed"] == 3
+
+
+def test_the_sample_trace_replays_on_a_fresh_install(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--trace sample:mooncake` needs nothing beside the package (the README's example)."""
+    args = ["sim", "--trace", "sample:mooncake", "--duration", "20", "--replicas", "2",
+            "--policy", "prefix_aware", "--max-num-seqs", "32"]  # fmt: skip
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "argv", ["gpufleet", *args])
+        main()
+    out = capsys.readouterr().out
+    assert "gpufleet sim (prefix_aware)" in out and "Prefix cache hit rate" in out

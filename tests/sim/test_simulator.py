@@ -4,6 +4,7 @@ live system's own objects, and agreement with a bare engine and the planner's mo
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -12,19 +13,18 @@ from gpufleet.autoscale.decision import ReplicaBounds, ScalingDecision
 from gpufleet.autoscale.policies import DefaultPolicy
 from gpufleet.autoscale.policies import make_policy as make_scaling_policy
 from gpufleet.autoscale.signals import FleetSignals
-from gpufleet.engine import Engine, EngineConfig, EngineRequest
-from gpufleet.gateway import signals as gateway_signals_module
+from gpufleet.engine import Engine, EngineConfig, EngineDriver, EngineRequest
+from gpufleet.fleet_state import FleetReplica, FleetState
 from gpufleet.perf.step_time import LinearStepTimeModel
 from gpufleet.plan.perf_serving import SchedulerShape, predict_closed_loop
 from gpufleet.routing import make_policy
 from gpufleet.routing.prefix_aware import PrefixAware
 from gpufleet.routing.types import ReplicaView, RequestInfo
-from gpufleet.sim import simulator as sim_module
-from gpufleet.sim.prompts import SegmentHasher
+from gpufleet.sim import fleet as sim_fleet_module
 from gpufleet.sim.report import summarize
-from gpufleet.sim.scenario import Scenario, build_config, run_scenario
+from gpufleet.sim.scenario import Scenario, build_config, build_requests, run_scenario
 from gpufleet.sim.simulator import AutoscaleSpec, FleetSimulator, SimConfig, SimResult
-from gpufleet.sim.workload import SimRequest, synthetic_requests
+from gpufleet.workload import SegmentHasher, SimRequest, parse_rate_steps
 
 # A made-up linear step time keeps these tests about the driver, not the roofline model.
 STEP = LinearStepTimeModel(base_s=0.004, per_token_s=2e-5, per_context_token_s=1e-7)
@@ -36,6 +36,11 @@ def config(**kw: object) -> SimConfig:
         max_model_len=4096,
     )  # fmt: skip
     return SimConfig(engine=engine, step_time_model=STEP, **kw)  # type: ignore[arg-type]
+
+
+def synthetic_requests(**kw: Any) -> list[SimRequest]:
+    """The requests of a synthetic scenario, as `gpufleet sim` builds them."""
+    return build_requests(Scenario(**kw))
 
 
 def run(cfg: SimConfig, reqs: Sequence[SimRequest], policy: str = "round_robin") -> SimResult:
@@ -117,7 +122,7 @@ def test_prefix_aware_hits_the_cache_more_than_round_robin() -> None:
 
 def test_autoscaled_step_load_scales_out_then_back_in() -> None:
     sc = Scenario(
-        rate_steps=((1.0, 60.0), (25.0, 60.0), (0.5, 150.0)), input_tokens=1500,
+        rate_steps=parse_rate_steps("1:60,25:60,0.5:150"), input_tokens=1500,
         output_tokens=150, autoscale="default", min_replicas=1, max_replicas=5, replicas=1,
         startup_s=10.0, seed=3,
     )  # fmt: skip
@@ -153,15 +158,17 @@ def test_runs_the_live_systems_own_objects() -> None:
     sim.run()
     assert type(routing) is PrefixAware and isinstance(scaling, DefaultPolicy)
     assert sim.routing is routing and cfg.autoscale is not None and cfg.autoscale.policy is scaling
-    assert sim_module.fleet_signals is gateway_link.fleet_signals
-    assert sim_module.gateway_signals is gateway_signals_module.gateway_signals
-    assert sim_module.scale_in_order is controller.scale_in_order
+    assert sim_fleet_module.fleet_signals is gateway_link.fleet_signals
+    assert sim_fleet_module.scale_in_order is controller.scale_in_order
     assert controller.Controller._scale_in_order.__code__.co_names.count("scale_in_order") == 1
+    # The gateway's bookkeeping is the fleet core the live gateway drives.
+    assert type(sim.fleet_state) is FleetState and sim.fleet_state.policy is routing
     signals = sim.gateway_signals()
-    assert {r["id"] for r in signals["replicas"]} == set(sim.replicas)
+    assert {r.replica_id for r in signals.replicas} == set(sim.replicas)
     for replica in sim.replicas.values():
         assert type(replica.engine) is Engine
-        assert type(replica.view) is ReplicaView
+        assert type(replica.view) is FleetReplica
+        assert sim.fleet_state.table.by_id[replica.replica_id] is replica.view
     assert len(seen) == len(reqs)
     for info, views in seen:
         assert type(info) is RequestInfo and info.prefix_hashes
@@ -174,9 +181,11 @@ def test_runs_the_live_systems_own_objects() -> None:
 def bare_engine_closed_loop(
     cfg: SimConfig, reqs: Sequence[SimRequest], clients: int
 ) -> dict[int, tuple[float, float]]:
-    """One engine, `clients` closed-loop clients, driven as the replica runner drives it:
-    the next step is scheduled at a step's end before any reply can come back."""
+    """One engine, `clients` closed-loop clients, driven as the replica runner drives it
+    (the engine-driver contract): the next step begins at a step's end before any reply
+    can come back."""
     engine = Engine(cfg.engine, cfg.step_time_model, seed=0)
+    driver = EngineDriver(engine)
     hasher = SegmentHasher(cfg.engine.block_size)
     pending = list(reqs)
     out: dict[int, tuple[float, float]] = {}
@@ -187,17 +196,15 @@ def bare_engine_closed_loop(
         req = pending.pop(0)
         rid = f"sim-{req.index}"
         arrival[rid] = t
-        if not engine.has_work:
-            engine.advance_to(t)
-        engine.add(EngineRequest(
+        driver.submit(EngineRequest(
             rid, [0] * req.input_tokens, req.output_tokens, seed=cfg.seed * 1_000_003 + req.index,
             prompt_block_hashes=hasher.hashes(req.segments), arrival_s=t,
-        ))  # fmt: skip
+        ), t)  # fmt: skip
 
     for _ in range(clients):
         add(0.0)
-    outcome = engine.step()
-    while outcome.duration_s > 0:
+    outcome = driver.begin()
+    while outcome is not None:
         t = outcome.now_s
         for r in outcome.emitted:
             first.setdefault(r.request_id, t)
@@ -205,11 +212,11 @@ def bare_engine_closed_loop(
         for r in outcome.finished:
             out[int(r.request_id[4:])] = (first[r.request_id] - arrival[r.request_id],
                                           t - arrival[r.request_id])  # fmt: skip
-        outcome = engine.step()  # the runner starts the next step at once...
+        outcome = driver.begin()  # the runner starts the next step at once...
         for _ in range(min(replies, len(pending))):
             add(t)  # ...and the clients' next requests arrive after it started
-        if outcome.duration_s <= 0 and engine.has_work:
-            outcome = engine.step()
+        if outcome is None and engine.has_work:
+            outcome = driver.begin()
     return out
 
 
@@ -220,8 +227,6 @@ def test_one_replica_agrees_with_a_bare_engine_and_the_planner(clients: int) -> 
         replicas=1,
     )  # fmt: skip
     cfg = build_config(sc)
-    from gpufleet.sim.scenario import build_requests
-
     reqs = build_requests(sc)
     result = FleetSimulator(cfg, reqs, make_policy("round_robin", seed=0)).run()
     bare = bare_engine_closed_loop(cfg, reqs, clients)
@@ -245,11 +250,12 @@ def test_one_replica_agrees_with_a_bare_engine_and_the_planner(clients: int) -> 
         assert s["ttft_ms"]["mean"] == pytest.approx(pred.ttft_s * 1000, rel=0.2)
 
 
+@pytest.mark.process
 def test_sweep_over_autoscaling_policies_in_processes() -> None:
     from gpufleet.sim.scenario import run_many
 
     base = Scenario(
-        rate_steps=((1.0, 20.0), (12.0, 30.0), (0.5, 60.0)), input_tokens=800,
+        rate_steps=parse_rate_steps("1:20,12:30,0.5:60"), input_tokens=800,
         output_tokens=80, min_replicas=1, max_replicas=4, startup_s=5.0, seed=2,
     )  # fmt: skip
     names = ["default", "hpa", "queue_depth"]
@@ -347,3 +353,24 @@ def test_scale_in_drains_then_cuts_at_the_deadline() -> None:
         if r.dispatched_s is not None and r.dispatched_s > 3.0:
             assert by_replica[r.replica_id or ""].stopped_s is None  # none sent to a drainer
     assert [c.desired_replicas for c in result.scaling_changes] == [1]
+
+
+def test_a_full_gateway_queue_answers_503_as_the_live_gateway_does() -> None:
+    """The gateway's queue is bounded (`queue.max_size`): beyond it a request gets a 503 at
+    once. The simulator used to queue without a bound and never answered it."""
+    reqs = synthetic_requests(num_requests=20, rate=1000.0, input_tokens=100, output_tokens=8,
+                              seed=1)  # fmt: skip
+    policy = make_scaling_policy("queue_depth", ReplicaBounds(0, 1))
+    cfg = config(
+        replicas=0, queue_max_size=5, queue_timeout_s=30.0,
+        autoscale=AutoscaleSpec(policy, interval_s=1.0, startup_s=2.0),
+    )  # fmt: skip
+    result = run(cfg, reqs)
+    errors = [r.error for r in result.requests]
+    assert errors.count("queue_full") == 15
+    assert all(r.dispatched_s is None for r in result.requests if r.error == "queue_full")
+    # The five that found room waited for the cold start and then completed.
+    waited = [r for r in result.requests if r.ok]
+    assert len(waited) == 5
+    assert all(r.dispatched_s is not None and r.dispatched_s >= 2.0 for r in waited)
+    assert summarize(result)["failures"] == {"queue_full": 15}

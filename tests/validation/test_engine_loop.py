@@ -95,6 +95,7 @@ def test_engine_mode_predicts_measured_rows() -> None:
         assert e.tpot_s == pytest.approx(a.tpot_s, rel=0.3)
 
 
+@pytest.mark.process
 def test_benchmark_engine_mode_reports_both_closed_loops(tmp_path: Path) -> None:
     out_json = tmp_path / "acc.json"
     proc = subprocess.run(

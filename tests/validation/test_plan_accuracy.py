@@ -22,6 +22,7 @@ CONFIGS = ROOT / "src" / "gpufleet" / "specs" / "data" / "models"
 SAMPLE = Path(__file__).parent / "data" / "measured_serving_sample.csv"
 
 
+@pytest.mark.process
 def test_benchmark_reports_errors_per_group_and_names_unmodelled_rows(tmp_path: Path) -> None:
     out_json = tmp_path / "acc.json"
     proc = subprocess.run(
@@ -107,6 +108,7 @@ def test_calibration_refits_and_writes_loadable_constants(tmp_path: Path) -> Non
     assert model_row(row, cal).tpot_s > 0
 
 
+@pytest.mark.process
 def test_benchmark_on_a_missing_csv_says_so() -> None:
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "/nonexistent/rows.csv", "--no-lomo"],

@@ -15,18 +15,19 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from gpufleet.autoscale.actuator import Actuator, ManagedReplica
 from gpufleet.autoscale.decision import ScalingDecision, ScalingPolicy
 from gpufleet.autoscale.gateway_link import fleet_signals
 from gpufleet.autoscale.signals import FleetSignals
+from gpufleet.fleet_state import GatewaySignals
 from gpufleet.routing.types import ReplicaState
 
 log = logging.getLogger("gpufleet.autoscale")
 
-SignalReader = Callable[[], Awaitable[dict[str, Any]]]
+SignalReader = Callable[[], Awaitable[GatewaySignals]]
 
 
 def scale_in_order(signals: FleetSignals, mine: set[str]) -> list[str]:
@@ -62,11 +63,17 @@ class Controller:
         self._task: asyncio.Task[None] | None = None
 
     async def tick(self) -> ScalingDecision:
-        raw = await self.read_signals()
+        gateway = await self.read_signals()
         managed = self.actuator.list()
-        signals = fleet_signals(raw, managed, self.actuator.observed_cold_start_s())
+        signals = fleet_signals(gateway, managed, self.actuator.observed_cold_start_s())
         self.last_signals = signals
         decision = self.policy.decide(self.clock(), signals)
+        # A backend that cannot place a replica yet (Ray: a pending placement group) says
+        # what is short and for how long, so the decision does not read as a silent hang.
+        pending = getattr(self.actuator, "pending_reason", None)
+        note = pending() if callable(pending) else None
+        if note:
+            decision = replace(decision, reason=f"{decision.reason}; {note}")
         self.decisions.append(decision)
         if decision.delta != 0:
             self.changes.append(decision)

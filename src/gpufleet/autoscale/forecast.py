@@ -28,10 +28,6 @@ class _Window:
 class LinearTrend(_Window):
     window_s: float = 30.0
 
-    def slope_per_s(self) -> float | None:
-        fit = self._fit()
-        return None if fit is None else fit[0]
-
     def forecast(self, at_s: float) -> float | None:
         """The fitted line's value at `at_s`, or None with too few samples to fit."""
         fit = self._fit()

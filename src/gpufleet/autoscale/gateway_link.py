@@ -1,18 +1,20 @@
 """The controller's and actuator's view of the gateway: signals in, replica changes out.
 
 Two ways to reach it: the in-process `Gateway` object (`gpufleet up`) or its admin API
-over HTTP (a gateway run elsewhere). Both speak the JSON of `Gateway.signals()`.
+over HTTP (a gateway run elsewhere). Both give the fleet core's typed `GatewaySignals`
+(the admin API as its JSON, parsed back into the same snapshot).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 import aiohttp
 
 from gpufleet.autoscale.actuator import ManagedReplica
 from gpufleet.autoscale.signals import FleetSignals, Percentiles, ReplicaSignals
+from gpufleet.fleet_state import GatewaySignals, LatencyPercentiles
 from gpufleet.routing.types import ReplicaState
 
 
@@ -22,7 +24,7 @@ class GatewayLike(Protocol):
     def add_replica(self, url: str, replica_id: str | None = None) -> dict[str, Any]: ...
     def drain_replica(self, replica_id: str) -> dict[str, Any]: ...
     def remove_replica(self, replica_id: str) -> dict[str, Any]: ...
-    def signals(self) -> dict[str, Any]: ...
+    def signals(self) -> GatewaySignals: ...
 
 
 class InProcessGateway:
@@ -41,12 +43,10 @@ class InProcessGateway:
         self.gateway.remove_replica(replica_id)
 
     async def in_flight(self, replica_id: str) -> int | None:
-        for r in self.gateway.signals().get("replicas", []):
-            if r.get("id") == replica_id:
-                return int(r.get("in_flight") or 0)
-        return None
+        r = self.gateway.signals().replica(replica_id)
+        return None if r is None else r.in_flight
 
-    async def read_signals(self) -> dict[str, Any]:
+    async def read_signals(self) -> GatewaySignals:
         return self.gateway.signals()
 
 
@@ -81,14 +81,18 @@ class AdminApiGateway:
         await self._call("DELETE", f"/admin/replicas/{replica_id}")
 
     async def in_flight(self, replica_id: str) -> int | None:
-        for r in (await self.read_signals()).get("replicas", []):
-            if r.get("id") == replica_id:
-                return int(r.get("in_flight") or 0)
-        return None
+        r = (await self.read_signals()).replica(replica_id)
+        return None if r is None else r.in_flight
 
-    async def read_signals(self) -> dict[str, Any]:
-        data: dict[str, Any] = await self._call("GET", "/admin/signals")
-        return data
+    async def read_signals(self) -> GatewaySignals:
+        data = await self._call("GET", "/admin/signals")
+        if not isinstance(data, dict):
+            raise ValueError("the gateway's /admin/signals did not answer a JSON object")
+        return GatewaySignals.from_json(data)
+
+    async def list_replicas(self) -> list[dict[str, Any]]:
+        data = await self._call("GET", "/admin/replicas")
+        return list(data.get("replicas", []))
 
     async def close(self) -> None:
         if self._session is not None:
@@ -96,23 +100,16 @@ class AdminApiGateway:
             self._session = None
 
 
-def _percentiles(raw: Mapping[str, Any] | None) -> Percentiles | None:
-    if not raw or raw.get("p90") is None:
+def _percentiles(p: LatencyPercentiles) -> Percentiles | None:
+    if p.p90_s is None:
         return None
-    p90 = float(raw["p90"])
-    p50, p99 = raw.get("p50"), raw.get("p99")
-    return Percentiles(p90 if p50 is None else float(p50), p90, p90 if p99 is None else float(p99))
-
-
-def _state(raw: object) -> ReplicaState:
-    try:
-        return ReplicaState(str(raw))
-    except ValueError:
-        return ReplicaState.DEAD
+    p90 = p.p90_s
+    return Percentiles(p90 if p.p50_s is None else p.p50_s, p90,
+                       p90 if p.p99_s is None else p.p99_s)  # fmt: skip
 
 
 def fleet_signals(
-    gateway: Mapping[str, Any],
+    gateway: GatewaySignals,
     managed: Iterable[ManagedReplica],
     cold_start_s: float | None = None,
 ) -> FleetSignals:
@@ -125,10 +122,10 @@ def fleet_signals(
     managed_by_id = {m.replica_id: m for m in managed}
     seen: set[str] = set()
     replicas: list[ReplicaSignals] = []
-    for r in gateway.get("replicas", []):
-        rid = str(r.get("id"))
+    for r in gateway.replicas:
+        rid = r.replica_id
         seen.add(rid)
-        state = _state(r.get("state"))
+        state = r.state
         m = managed_by_id.get(rid)
         if m is not None and m.state in (ReplicaState.DRAINING, ReplicaState.DEAD):
             state = m.state
@@ -136,10 +133,10 @@ def fleet_signals(
             ReplicaSignals(
                 rid,
                 state,
-                running=int(r.get("num_running") or 0),
-                waiting=int(r.get("num_waiting") or 0),
-                kv_usage=float(r.get("kv_cache_usage") or 0.0),
-                in_flight=int(r.get("in_flight") or 0),
+                running=r.num_running or 0,
+                waiting=r.num_waiting or 0,
+                kv_usage=r.kv_cache_usage or 0.0,
+                in_flight=r.in_flight,
                 expected_ready_s=m.expected_ready_s if m is not None else None,
             )
         )
@@ -151,10 +148,10 @@ def fleet_signals(
         replicas.append(ReplicaSignals(m.replica_id, state, expected_ready_s=m.expected_ready_s))
     return FleetSignals(
         replicas=tuple(replicas),
-        queue_depth=int(gateway.get("queue_depth") or 0),
-        in_flight=int(gateway.get("in_flight_total") or 0),
-        ttft_s=_percentiles(gateway.get("ttft_s")),
-        tpot_s=_percentiles(gateway.get("tpot_s")),
-        window_s=float(gateway.get("window_s") or 0.0),
+        queue_depth=gateway.queue_depth,
+        in_flight=gateway.in_flight_total,
+        ttft_s=_percentiles(gateway.ttft_s),
+        tpot_s=_percentiles(gateway.tpot_s),
+        window_s=gateway.window_s,
         cold_start_s=cold_start_s,
     )

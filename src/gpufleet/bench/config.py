@@ -6,8 +6,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from gpufleet.bench.stats import DEFAULT_PERCENTILES
 from gpufleet.errors import UserError
+from gpufleet.stats import DEFAULT_PERCENTILES
 
 DEFAULT_NUM_REQUESTS = 1000
 # Cap on the requests of a timed run, so no loop is unbounded even at rate=inf.
@@ -65,15 +65,6 @@ class BenchConfig:
     @property
     def closed_loop(self) -> bool:
         return self.concurrency is not None
-
-    def workload_kind(self) -> str:
-        if self.trace:
-            return "trace"
-        if self.sessions is not None:
-            return "sessions"
-        if self.prefix_groups is not None:
-            return "prefix-groups"
-        return "random"
 
     def validate(self) -> BenchConfig:
         """Raise UserError naming the flag for the first inconsistent setting."""

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gpufleet.bench.report import BenchReport, SweepReport
-from gpufleet.bench.stats import format_percentile
+from gpufleet.stats import format_percentile
 
 
 class ProgressBar:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.bench.records import RequestRecord
-from gpufleet.bench.stats import DEFAULT_PERCENTILES, summarize_ms
+from gpufleet.stats import DEFAULT_PERCENTILES, summarize_ms
 
 GOODPUT_KEYS = ("ttft", "tpot", "e2el")
 

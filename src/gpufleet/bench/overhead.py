@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.bench.stats import mean, percentile
+from gpufleet.stats import mean, percentile
 
 BUSY_CPU_UTIL = 0.9  # of one core
 LATE_LOOP_P99_MS = 10.0
@@ -86,9 +86,11 @@ class LoopLagMonitor:
         lags = self.lags_s
         return ClientOverhead(
             loop_lag_mean_ms=mean(lags) * 1000,
-            loop_lag_p99_ms=percentile(lags, 99) * 1000,
+            loop_lag_p99_ms=(percentile(lags, 99) or 0.0) * 1000,
             loop_lag_max_ms=(max(lags) if lags else 0.0) * 1000,
             cpu_util=self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0,
             schedule_lag_mean_ms=mean(schedule_lags_s) * 1000 if schedule_lags_s else None,
-            schedule_lag_p99_ms=percentile(schedule_lags_s, 99) * 1000 if schedule_lags_s else None,
+            schedule_lag_p99_ms=(percentile(schedule_lags_s, 99) or 0.0) * 1000
+            if schedule_lags_s
+            else None,
         )

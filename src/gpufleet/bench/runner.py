@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
 from collections.abc import Callable, Iterable, Iterator, Sized
 from time import perf_counter
 from typing import Any
 
 import aiohttp
 
-from gpufleet.bench.arrivals import arrival_offsets, iter_arrival_offsets
 from gpufleet.bench.client import stream_request
 from gpufleet.bench.config import DEFAULT_NUM_REQUESTS, TIMED_RUN_MAX_REQUESTS, BenchConfig
 from gpufleet.bench.metrics import request_metrics, summarize
@@ -29,12 +27,13 @@ from gpufleet.errors import UserError
 from gpufleet.workload import (
     Conversation,
     PromptFactory,
-    prefix_group_conversations,
-    random_conversations,
+    WorkloadSpec,
     read_trace,
-    session_conversations,
-    trace_conversations,
+    synthetic_shapes,
+    text_conversations,
+    trace_shapes,
 )
+from gpufleet.workload.shapes import arrivals, spec_from_flags
 
 # Gaps shorter than this are slept plainly (stop is checked after); longer ones wake on stop.
 STOP_POLL_S = 0.05
@@ -61,57 +60,33 @@ def planned_requests(config: BenchConfig) -> int | None:
     return DEFAULT_NUM_REQUESTS
 
 
+def workload_spec(config: BenchConfig) -> WorkloadSpec:
+    """The synthetic workload of `config` in the shared workload model (as `gpufleet sim`)."""
+    planned = planned_requests(config)
+    conversations = config.sessions if config.sessions is not None else planned
+    return spec_from_flags(config, conversations=conversations, rate=config.rate, ramp=config.ramp)
+
+
 def build_conversations(
     config: BenchConfig, factory: PromptFactory | None = None
 ) -> tuple[Iterator[Conversation], int | None]:
-    """The workload of `config` (lazy) and its request count (None if only time-bounded)."""
-    factory = factory or PromptFactory()
-    planned = planned_requests(config)
-    n = planned if planned is not None else TIMED_RUN_MAX_REQUESTS
-    kind = config.workload_kind()
-    if kind == "trace":
-        assert config.trace is not None
-        records = read_trace(config.trace, limit=config.num_requests, fmt=config.trace_format)
-        if config.duration_s is not None:
-            horizon = config.duration_s * config.speedup
-            records = [r for r in records if r.arrival_s < horizon]
-        if not records:
-            raise UserError(
-                "the trace has no request inside the run",
-                field="--trace",
-                fix="raise --duration or --num-requests",
-            )
-        convs = trace_conversations(records, config.speedup, config.seed, factory)
-        return convs, len(records)
-    if kind == "sessions":
-        assert config.sessions is not None
-        convs = session_conversations(
-            config.sessions,
-            config.turns,
-            config.input_tokens,
-            config.output_tokens,
-            config.range_ratio,
-            config.seed,
-            factory,
+    """The workload of `config` as text (lazy), with arrival times, and its request count
+    (None if only time-bounded)."""
+    if not config.trace:
+        shapes = synthetic_shapes(workload_spec(config))
+        return text_conversations(shapes, factory), planned_requests(config)
+    records = read_trace(config.trace, limit=config.num_requests, fmt=config.trace_format)
+    if config.duration_s is not None:
+        horizon = config.duration_s * config.speedup
+        records = [r for r in records if r.arrival_s < horizon]
+    if not records:
+        raise UserError(
+            "the trace has no request inside the run",
+            field="--trace",
+            fix="raise --duration or --num-requests",
         )
-        return convs, planned
-    if kind == "prefix-groups":
-        assert config.prefix_groups is not None
-        convs = prefix_group_conversations(
-            n,
-            config.prefix_groups,
-            config.prefix_tokens,
-            config.input_tokens,
-            config.output_tokens,
-            config.range_ratio,
-            config.seed,
-            factory,
-        )
-        return convs, planned
-    convs = random_conversations(
-        n, config.input_tokens, config.output_tokens, config.range_ratio, config.seed, factory
-    )
-    return convs, planned
+    shapes = trace_shapes(records, speedup=config.speedup, seed=config.seed)
+    return text_conversations(shapes, factory), len(records)
 
 
 async def resolve_model(session: aiohttp.ClientSession, root: str, headers: dict[str, str]) -> str:
@@ -156,12 +131,13 @@ async def warm_up(
     Their prompts are unique (their own seed), so they warm connections and the server
     without pre-filling the prefix cache with the measured prompts.
     """
-    convs = random_conversations(
-        config.warmup_requests,
-        max(1, config.input_tokens),
-        config.output_tokens,
+    spec = WorkloadSpec(
+        conversations=config.warmup_requests,
+        input_tokens=max(1, config.input_tokens),
+        output_tokens=config.output_tokens,
         seed=config.seed + 1_000_003,
     )
+    convs = text_conversations(synthetic_shapes(spec))
     width = max(1, min(config.warmup_requests, config.concurrency or config.max_concurrency or 8))
     sem = asyncio.Semaphore(width)
 
@@ -325,12 +301,13 @@ class _Run:
 
 
 def _offsets(config: BenchConfig, n_conversations: int | None) -> Iterator[float]:
-    rng = random.Random(config.seed)
-    if n_conversations is not None and n_conversations <= TIMED_RUN_MAX_REQUESTS:
-        return iter(
-            arrival_offsets(n_conversations, config.rate, config.burstiness, rng, config.ramp)
-        )
-    return iter_arrival_offsets(config.rate, config.burstiness, rng)
+    """Arrival times for conversations handed in without their own (`conversations=`)."""
+    n = n_conversations
+    if n is not None and n > TIMED_RUN_MAX_REQUESTS:
+        n = None  # too many to draw up front: unbounded, not rescaled
+    ramp = config.ramp if n is not None else None  # a ramp spans a known count
+    spec = WorkloadSpec(n, config.rate, config.burstiness, ramp, seed=config.seed)
+    return arrivals(spec)
 
 
 async def run_benchmark(
@@ -356,9 +333,7 @@ async def run_benchmark(
             planned = min(planned, total) if planned is not None else total
         convs: Iterator[Conversation] = iter(conversations)
     else:
-        convs, planned = build_conversations(config)
-        if planned is not None:
-            n_convs = config.sessions if config.sessions is not None else planned
+        convs, planned = build_conversations(config)  # each carries its arrival time
     root = base_url(config.url)
     url = root + ENDPOINT_PATHS[config.endpoint]
     headers = {"Content-Type": "application/json"}
@@ -386,7 +361,9 @@ async def run_benchmark(
                 assert config.concurrency is not None
                 await run.closed_loop(convs, config.concurrency)
             else:
-                await run.open_loop(convs, _offsets(config, n_convs))
+                # Conversations handed in may lack arrival times; built ones carry theirs.
+                given = conversations is not None
+                await run.open_loop(convs, _offsets(config, n_convs) if given else iter(()))
         finally:
             duration_s = perf_counter() - run.t0
             await monitor.stop()

@@ -137,7 +137,7 @@ def _parse_extra_body(text: str | None) -> dict[str, Any]:
     "--trace",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Replay an Azure CSV or Mooncake JSONL trace.",
+    help="Replay an Azure CSV or Mooncake JSONL trace (.gz too), or sample:mooncake / sample:azure.",
 )
 @click.option(
     "--trace-format",

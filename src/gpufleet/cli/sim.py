@@ -83,7 +83,12 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
 @click.option("--gpu-memory-utilization", default=0.9, show_default=True, type=float)
 @click.option("--enable-prefix-caching/--no-enable-prefix-caching", default=True)
 # workload
-@click.option("--trace", default=None, help="Azure LLM CSV or Mooncake JSONL trace to replay.")
+@click.option(
+    "--trace",
+    default=None,
+    help="Azure LLM CSV or Mooncake JSONL trace to replay (.gz too), or sample:mooncake / "
+    "sample:azure (shipped with the package).",
+)
 @click.option("--trace-format", default="auto", type=click.Choice(["auto", "azure", "mooncake"]))
 @click.option("--speedup", default=1.0, show_default=True, type=float, help="Trace pace ×.")
 @click.option("--trace-start-s", default=0.0, show_default=True, type=float, help="Slice start.")
@@ -116,18 +121,27 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
 @click.option("--drain-deadline-s", default=60.0, show_default=True, type=float)
 @click.option("--scrape-interval-s", default=1.0, show_default=True, type=float)
 @click.option("--queue-timeout-s", default=60.0, show_default=True, type=float)
+@click.option(
+    "--queue-max-size", default=256, show_default=True, type=click.IntRange(min=0),
+    help="Gateway queue bound: requests beyond it get the gateway's 503.",
+)  # fmt: skip
 @click.option("--tail-s", default=0.0, show_default=True, type=float, help="Idle time after.")
 # output
 @click.option(
     "--sweep", default=None, help="KEY=V1,V2,...: routing, autoscale, replicas, rate, speedup, ..."
 )
 @click.option("--workers", default=None, type=click.IntRange(min=1), help="Sweep processes.")
+@click.option(
+    "--ray-address",
+    default=None,
+    help="Run the sweep on a Ray cluster, one scenario per task: auto | ray://HOST:10001.",
+)
 @click.option("--json", "json_path", default=None, help="Write every figure as JSON here.")
 def command(**kw: Any) -> None:
     """Simulate a fleet of replicas behind a router (and an autoscaler) on a virtual clock."""
     from gpufleet.sim.report import comparison_row, comparison_table, format_summary
     from gpufleet.sim.scenario import Scenario, run_many, run_scenario
-    from gpufleet.sim.workload import parse_rate_steps
+    from gpufleet.workload import parse_rate_steps
 
     if kw["autoscale"] is None and kw["replicas"] < 1:
         raise UserError("must be >= 1", field="--replicas", fix="or pass --autoscale POLICY")
@@ -178,7 +192,7 @@ def command(**kw: Any) -> None:
         duration_s=kw["duration"],
         num_requests=kw["num_requests"],
         rate=kw["rate"],
-        rate_steps=tuple(parse_rate_steps(kw["rate_steps"])) if kw["rate_steps"] else (),
+        rate_steps=parse_rate_steps(kw["rate_steps"]) if kw["rate_steps"] else (),
         concurrency=kw["concurrency"],
         burstiness=kw["burstiness"],
         input_tokens=kw["input_tokens"],
@@ -201,9 +215,12 @@ def command(**kw: Any) -> None:
         drain_deadline_s=kw["drain_deadline_s"],
         scrape_interval_s=kw["scrape_interval_s"],
         queue_timeout_s=kw["queue_timeout_s"],
+        queue_max_size=kw["queue_max_size"],
         tail_s=kw["tail_s"],
     )
     out: dict[str, Any]
+    if kw["ray_address"] and not kw["sweep"]:
+        raise UserError("--ray-address runs a sweep", field="--ray-address", fix="add --sweep")
     if kw["sweep"]:
         field, values = _parse_sweep(kw["sweep"])
         names = [label for label, _ in values]
@@ -216,7 +233,12 @@ def command(**kw: Any) -> None:
 
         for s in scenarios:
             build_config(s)
-        summaries = run_many(scenarios, kw["workers"])
+        if kw["ray_address"]:
+            from gpufleet.sim.ray_sweep import run_many_on_ray
+
+            summaries = run_many_on_ray(scenarios, kw["ray_address"])
+        else:
+            summaries = run_many(scenarios, kw["workers"])
         rows = [comparison_row(s["scenario"], s) for s in summaries]
         click.echo(f"sweep over {field}: {', '.join(names)}")
         click.echo(comparison_table(rows))

@@ -11,7 +11,8 @@ from collections import deque
 
 import aiohttp
 
-from gpufleet.autoscale.scrape import bucket_delta, histogram_quantile, parse_histogram
+from gpufleet.autoscale.scrape import parse_histogram
+from gpufleet.stats import bucket_delta, histogram_quantile
 
 TTFT = "vllm:time_to_first_token_seconds"
 

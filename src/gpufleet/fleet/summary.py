@@ -1,5 +1,7 @@
 """The end-of-run summary: what clients saw, and what the fleet cost in replica-seconds.
 
+Percentiles are `gpufleet.stats`' (numpy's linear, as `gpufleet bench` reports them).
+
 Replica-seconds count every replica that holds a GPU (starting, ready or draining), sampled
 over the run; "static peak" is what provisioning the run's peak count for the whole run
 would have cost — what a fleet without autoscaling needs to serve the same burst.
@@ -11,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpufleet.fleet.traffic import RequestResult, percentile
+from gpufleet.fleet.traffic import RequestResult
+from gpufleet.stats import percentiles
 
 
 @dataclass(slots=True)
@@ -87,6 +90,9 @@ def summarize(
             kinds[key] = kinds.get(key, 0) + 1
     ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
     tpots = [r.tpot_s for r in ok if r.tpot_s is not None]
+    none: list[float | None] = [None, None, None]
+    ttft: list[float | None] = [*(percentiles(ttfts, (50, 90, 99)) or none)]
+    tpot: list[float | None] = [*(percentiles(tpots, (50, 90, 99)) or none)]
     duration = timeline.duration_s()
     peak = timeline.peak()
     return Summary(
@@ -94,12 +100,12 @@ def summarize(
         ok=len(ok),
         errors=len(results) - len(ok),
         error_kinds=kinds,
-        ttft_p50_s=percentile(ttfts, 50),
-        ttft_p90_s=percentile(ttfts, 90),
-        ttft_p99_s=percentile(ttfts, 99),
-        tpot_p50_s=percentile(tpots, 50),
-        tpot_p90_s=percentile(tpots, 90),
-        tpot_p99_s=percentile(tpots, 99),
+        ttft_p50_s=ttft[0],
+        ttft_p90_s=ttft[1],
+        ttft_p99_s=ttft[2],
+        tpot_p50_s=tpot[0],
+        tpot_p90_s=tpot[1],
+        tpot_p99_s=tpot[2],
         duration_s=duration,
         replica_seconds=timeline.replica_seconds(),
         peak_replicas=peak,

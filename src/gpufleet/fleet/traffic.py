@@ -1,10 +1,12 @@
 """Built-in demo traffic: phases of Poisson arrivals (quiet, ramp, burst, quiet) at a gateway.
 
-The schedule is pure (seeded, no clock); `drive` plays it in real time with streaming chat
-requests and records what each client saw (TTFT, TPOT, errors). Chats share a few long
-system prompts so that prefix-aware routing and the replicas' prefix caches have work.
-Each request is sent and measured by gpufleet.bench's streaming client (vLLM's metric
-definitions), so the demo and `gpufleet bench` read streams the same way.
+The schedule and the request shapes are `gpufleet.workload`'s (a rate schedule; six shared
+system prompts as prefix groups, each followed by a short question of its own), so
+prefix-aware routing and the replicas' prefix caches have work, and `gpufleet sim` can
+replay the very same requests. `drive` plays them in real time as streaming chat requests
+and records what each client saw (TTFT, TPOT, errors). Each request is sent and measured
+by gpufleet.bench's streaming client (vLLM's metric definitions), so the demo and
+`gpufleet bench` read streams the same way.
 """
 
 from __future__ import annotations
@@ -12,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,77 +24,30 @@ from gpufleet.bench.client import stream_request
 from gpufleet.bench.metrics import request_metrics
 from gpufleet.bench.records import RequestRecord
 from gpufleet.bench.requests import chat_body
+from gpufleet.workload import RatePhase, WorkloadSpec, synthetic_shapes, text_conversations
 
 _JSON = {"Content-Type": "application/json"}
 
-
-@dataclass(frozen=True, slots=True)
-class Phase:
-    name: str
-    duration_s: float
-    start_rps: float
-    end_rps: float  # linear from start to end over the phase
-
-
-DEMO_PHASES: tuple[Phase, ...] = (
-    Phase("quiet", 15.0, 1.0, 1.0),
-    Phase("ramp", 30.0, 1.0, 12.0),
-    Phase("burst", 25.0, 15.0, 15.0),
-    Phase("quiet", 50.0, 1.0, 1.0),
+DEMO_PHASES: tuple[RatePhase, ...] = (
+    RatePhase("quiet", 15.0, 1.0, 1.0),
+    RatePhase("ramp", 30.0, 1.0, 12.0),
+    RatePhase("burst", 25.0, 15.0, 15.0),
+    RatePhase("quiet", 50.0, 1.0, 1.0),
 )
 
 
-def total_duration_s(phases: Sequence[Phase]) -> float:
-    return sum(p.duration_s for p in phases)
-
-
-def phase_at(phases: Sequence[Phase], t_s: float) -> tuple[Phase | None, float]:
-    """The phase at `t_s` seconds from the start and its request rate then."""
-    start = 0.0
-    for p in phases:
-        if t_s < start + p.duration_s:
-            frac = (t_s - start) / p.duration_s if p.duration_s > 0 else 0.0
-            return p, p.start_rps + (p.end_rps - p.start_rps) * frac
-        start += p.duration_s
-    return None, 0.0
-
-
-def arrival_times(phases: Sequence[Phase], seed: int = 0) -> list[float]:
-    """Poisson arrivals whose rate follows the phases (thinning), in seconds from the start."""
-    rng = random.Random(seed)
-    peak = max((max(p.start_rps, p.end_rps) for p in phases), default=0.0)
-    if peak <= 0:
-        return []
-    end = total_duration_s(phases)
-    out: list[float] = []
-    t = 0.0
-    while True:
-        t += rng.expovariate(peak)
-        if t >= end:
-            return out
-        _, rate = phase_at(phases, t)
-        if rng.random() < rate / peak:
-            out.append(t)
-
-
-_SYSTEM_PROMPTS = tuple(
-    " ".join(
-        f"{topic} guideline {i}: answer clearly, cite the manual section, keep it short."
-        for i in range(40)
+def demo_workload(
+    phases: Sequence[RatePhase] = DEMO_PHASES, seed: int = 0, max_tokens: int = 64
+) -> WorkloadSpec:
+    """The demo's requests: six ~500-token system prompts (round robin) + a 12-word question."""
+    return WorkloadSpec(
+        schedule=tuple(phases),
+        prefix_groups=6,
+        prefix_tokens=500,
+        input_tokens=12,
+        output_tokens=max_tokens,
+        seed=seed,
     )
-    for topic in ("billing", "shipping", "returns", "accounts", "devices", "security")
-)
-
-
-def demo_messages(rng: random.Random) -> list[dict[str, str]]:
-    system = rng.choice(_SYSTEM_PROMPTS)
-    question = " ".join(
-        rng.choice(
-            ("how", "when", "why", "can", "my", "order", "refund", "login", "screen", "fast")
-        )
-        for _ in range(12)
-    )
-    return [{"role": "system", "content": system}, {"role": "user", "content": question}]
 
 
 @dataclass(slots=True)
@@ -132,6 +85,11 @@ async def _one_request(
     rec = await stream_request(
         session, f"{url}/v1/chat/completions", body, _JSON, RequestRecord(max_tokens=max_tokens)
     )
+    return result_from_record(rec, sent_s)
+
+
+def result_from_record(rec: RequestRecord, sent_s: float) -> RequestResult:
+    """What the summary keeps of one request, measured with `gpufleet bench`'s definitions."""
     m = request_metrics(rec)
     if m is None:
         error = f"{rec.error_type}: {rec.error}"[:200]
@@ -144,7 +102,7 @@ async def _one_request(
 async def drive(
     url: str,
     model: str,
-    phases: Sequence[Phase] = DEMO_PHASES,
+    phases: Sequence[RatePhase] = DEMO_PHASES,
     *,
     log: TrafficLog,
     seed: int = 0,
@@ -154,8 +112,7 @@ async def drive(
     clock: Callable[[], float] = time.monotonic,
 ) -> TrafficLog:
     """Play the phases against `url`; returns once every request sent has finished."""
-    rng = random.Random(seed)
-    times = arrival_times(phases, seed)
+    convs = text_conversations(synthetic_shapes(demo_workload(phases, seed, max_tokens)))
     t0 = clock()
     tasks: set[asyncio.Task[None]] = set()
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=300)
@@ -170,7 +127,8 @@ async def drive(
                 log.in_flight -= 1
             log.results.append(result)
 
-        for at_s in times:
+        for conv in convs:
+            at_s = conv.arrival_s or 0.0
             delay = at_s - (clock() - t0)
             if delay > 0:
                 if stop is not None:
@@ -183,18 +141,10 @@ async def drive(
             if log.in_flight >= max_in_flight:
                 continue  # bound the load generator itself; counted as not sent
             log.sent += 1
-            task = asyncio.get_running_loop().create_task(run_one(at_s, demo_messages(rng)))
+            messages = [{"role": "user", "content": conv.turns[0].text}]
+            task = asyncio.get_running_loop().create_task(run_one(at_s, messages))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
     return log
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    k = max(0, min(len(ordered) - 1, math.ceil(q / 100.0 * len(ordered)) - 1))
-    return ordered[k]

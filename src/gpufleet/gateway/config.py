@@ -101,8 +101,6 @@ class GatewayConfig(_Strict):
     signals_window_s: float = Field(default=60.0, gt=0)
     # Re-read the config file's replica list when it changes (0 = only on SIGHUP or admin).
     reload_interval_s: float = Field(default=2.0, ge=0)
-    # Serve the two completion endpoints with the lean HTTP front (false: aiohttp only).
-    fast_front: bool = True
     health: HealthConfig = Field(default_factory=HealthConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     queue: QueueConfig = Field(default_factory=QueueConfig)

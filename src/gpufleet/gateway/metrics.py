@@ -1,23 +1,22 @@
-"""The gateway's Prometheus metrics and the recent-window latencies the autoscaler reads.
+"""The gateway's Prometheus metrics; streamed requests also feed the fleet core's recent
+latency windows, which the autoscaler reads.
 
-The hot path only bumps plain Python numbers (`Count.inc`, `LeanHistogram.observe`: no lock,
+The hot path only bumps plain Python numbers (`Count.inc`, `Histogram.observe`: no lock,
 no label lookup); one collector turns them into Prometheus families when /metrics is read.
 A gateway is one event loop, so nothing here is shared across threads.
 """
 
 from __future__ import annotations
 
-import time
-from bisect import bisect_left
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from gpufleet.fleet_state import LatencyWindows
 from gpufleet.gateway.replicas import Replica
-from gpufleet.gateway.signals import latency_signals
+from gpufleet.stats import Histogram
 
 # Bucket edges in seconds, like vLLM's request-level histograms.
 TTFT_BUCKETS_S = (
@@ -98,54 +97,6 @@ class Count:
         self.value += amount
 
 
-class LeanHistogram:
-    """Cumulative-on-read histogram: observe is one bisect and two additions."""
-
-    __slots__ = ("bounds", "counts", "sum")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1  # le: value <= bound
-        self.sum += value
-
-    def buckets(self) -> list[tuple[str, float]]:
-        out: list[tuple[str, float]] = []
-        total = 0
-        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
-            total += count
-            out.append(("+Inf" if bound == float("inf") else repr(float(bound)), float(total)))
-        return out
-
-
-class RecentWindow:
-    """(time, value) samples of the last `window_s` seconds, bounded in count."""
-
-    def __init__(self, window_s: float, max_samples: int = 20000) -> None:
-        self.window_s = window_s
-        self.samples: deque[tuple[float, float]] = deque(maxlen=max_samples)
-
-    def add(self, now_s: float, value: float) -> None:
-        self.samples.append((now_s, value))
-
-    def percentiles(self, now_s: float, qs: tuple[float, ...]) -> dict[str, float | None]:
-        cutoff = now_s - self.window_s
-        while self.samples and self.samples[0][0] < cutoff:
-            self.samples.popleft()
-        values = sorted(v for _, v in self.samples)
-        out: dict[str, float | None] = {}
-        for q in qs:
-            key = f"p{round(q * 100)}"
-            out[key] = values[min(len(values) - 1, int(q * len(values)))] if values else None
-        return out
-
-    def count(self) -> int:
-        return len(self.samples)
-
-
 _HISTOGRAMS = (
     ("gpufleet_gateway_time_to_first_token_seconds",
      "Gateway-measured time to the first streamed chunk.", TTFT_BUCKETS_S),
@@ -174,16 +125,15 @@ class GatewayMetrics:
         self,
         replicas: Callable[[], Iterable[Replica]],
         queue_depth: Callable[[], int],
-        window_s: float,
+        windows: LatencyWindows,
     ) -> None:
         self._replicas = replicas
         self._queue_depth = queue_depth
         # Replicas removed from the table keep their counters in the exposition.
         self._gone: dict[str, Replica] = {}
-        self._latency: dict[tuple[str, str], tuple[LeanHistogram, ...]] = {}
+        self._latency: dict[tuple[str, str], tuple[Histogram, ...]] = {}
         self._requests: dict[tuple[str, str, str], Count] = {}
-        self.ttft_window = RecentWindow(window_s)
-        self.tpot_window = RecentWindow(window_s)
+        self.windows = windows
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 
@@ -198,12 +148,12 @@ class GatewayMetrics:
         if len(self._gone) < _MAX_SERIES:
             self._gone[replica.replica_id] = replica
 
-    def latency(self, model: str, tenant: str) -> tuple[LeanHistogram, ...]:
+    def latency(self, model: str, tenant: str) -> tuple[Histogram, ...]:
         """(ttft, tpot, itl, e2e) histograms for this model and tenant."""
         key = (model, tenant)
         hists = self._latency.get(key)
         if hists is None:
-            hists = tuple(LeanHistogram(bounds) for _, _, bounds in _HISTOGRAMS)
+            hists = tuple(Histogram(bounds) for _, _, bounds in _HISTOGRAMS)
             if len(self._latency) < _MAX_SERIES:
                 self._latency[key] = hists
         return hists
@@ -223,15 +173,11 @@ class GatewayMetrics:
         ttft, tpot, _, e2e = self.latency(model, tenant)
         ttft.observe(ttft_s)
         e2e.observe(e2e_s)
-        self.ttft_window.add(now_s, ttft_s)
+        tpot_s = None
         if chunks > 1:
             tpot_s = (e2e_s - ttft_s) / (chunks - 1)
             tpot.observe(tpot_s)
-            self.tpot_window.add(now_s, tpot_s)
-
-    def signals_latency(self, now_s: float | None = None) -> dict[str, Any]:
-        now_s = time.monotonic() if now_s is None else now_s
-        return latency_signals(now_s, self.ttft_window, self.tpot_window)
+        self.windows.observe(now_s, ttft_s, tpot_s)
 
     # -- exposition (prometheus_client calls this on every /metrics read) ----------------
     def collect(self) -> Iterator[Any]:
@@ -274,5 +220,5 @@ class GatewayMetrics:
             hfam = HistogramMetricFamily(name, doc, labels=["model", "tenant"])
             for (model, tenant), hists in self._latency.items():
                 h = hists[i]
-                hfam.add_metric([model, tenant], h.buckets(), h.sum)
+                hfam.add_metric([model, tenant], h.cumulative(), h.sum)
             yield hfam

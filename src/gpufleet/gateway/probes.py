@@ -1,4 +1,5 @@
-"""Active health probes, model discovery and /metrics scrapes of one replica."""
+"""Active health probes, model discovery and /metrics scrapes of one replica (the I/O;
+what a scrape says is read by `gpufleet.fleet_state.parse_engine_metrics`)."""
 
 from __future__ import annotations
 
@@ -6,16 +7,6 @@ import asyncio
 from typing import Any
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
-
-from gpufleet.routing.types import EngineStats
-
-# vLLM gauge names (sums over their label sets). Older vLLM calls KV usage gpu_cache_usage_perc.
-RUNNING = "vllm:num_requests_running"
-WAITING = "vllm:num_requests_waiting"
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-CACHE_INFO = "vllm:cache_config_info"  # labels num_gpu_blocks and block_size: KV capacity
-_WANTED = (RUNNING, WAITING, *KV_USAGE, CACHE_INFO)
 
 PROBE_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError)
 
@@ -48,37 +39,6 @@ async def fetch_models(
     if not isinstance(data, list):
         return None
     return [card for card in data if isinstance(card, dict) and isinstance(card.get("id"), str)]
-
-
-def parse_engine_stats(
-    text: str, scraped_at_s: float, in_flight: int
-) -> tuple[EngineStats, int | None]:
-    """EngineStats from a vLLM-style exposition, and the KV capacity in tokens if reported.
-
-    Only the lines needed are handed to the Prometheus parser (replicas expose hundreds).
-    """
-    lines = [ln for ln in text.splitlines() if ln.startswith(_WANTED)]
-    totals: dict[str, float] = {}
-    capacity_tokens: int | None = None
-    for family in text_string_to_metric_families("\n".join(lines) + "\n"):
-        for sample in family.samples:
-            if sample.name == CACHE_INFO:
-                try:
-                    blocks = int(sample.labels["num_gpu_blocks"])
-                    capacity_tokens = blocks * int(sample.labels["block_size"])
-                except (KeyError, ValueError):
-                    pass
-                continue
-            totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
-    kv = next((totals[n] for n in KV_USAGE if n in totals), 0.0)
-    stats = EngineStats(
-        num_running=int(totals.get(RUNNING, 0.0)),
-        num_waiting=int(totals.get(WAITING, 0.0)),
-        kv_cache_usage=float(kv),
-        scraped_at_s=scraped_at_s,
-        in_flight_at_scrape=in_flight,
-    )
-    return stats, capacity_tokens
 
 
 async def scrape_metrics(session: aiohttp.ClientSession, url: str, timeout_s: float) -> str | None:

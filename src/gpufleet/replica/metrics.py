@@ -1,14 +1,13 @@
 """/metrics with vLLM's names, labels (model_name, engine) and histogram buckets.
 
 Engine gauges and counters are read from `Engine.stats` at scrape time (nothing to update
-per step). Latency histograms are filled per token on the hot path, so they use a small
-bisect-based histogram instead of prometheus_client's locked one, and are exposed through
-the same custom collector.
+per step). Latency histograms are filled per token on the hot path, so they use
+`gpufleet.stats.Histogram` (one bisect, no lock) instead of prometheus_client's locked one,
+and are exposed through the same custom collector.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -21,6 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from gpufleet.engine import SchedulerStats
+from gpufleet.stats import Histogram
 
 # vLLM v1's buckets (vllm/v1/metrics/loggers.py).
 TTFT_BUCKETS_S = (
@@ -53,31 +53,6 @@ def build_1_2_5_buckets(max_value: int) -> tuple[int, ...]:
         exponent += 1
 
 
-class FastHistogram:
-    """Bucket counts and a sum; `observe` is one bisect and two adds."""
-
-    __slots__ = ("bounds", "counts", "sum")
-
-    def __init__(self, bounds: tuple[float, ...] | tuple[int, ...]):
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
-        self.sum += value
-
-    def cumulative(self) -> list[tuple[str, float]]:
-        out = []
-        acc = 0
-        for bound, count in zip(self.bounds, self.counts, strict=False):
-            acc += count
-            out.append((repr(float(bound)), float(acc)))
-        acc += self.counts[-1]
-        out.append(("+Inf", float(acc)))
-        return out
-
-
 class ReplicaMetrics(Collector):
     def __init__(
         self,
@@ -91,18 +66,18 @@ class ReplicaMetrics(Collector):
         self._stats = stats
         self._labels = [model_name, str(engine_index)]
         self._cache_config = dict(cache_config)
-        self.ttft = FastHistogram(TTFT_BUCKETS_S)
-        self.itl = FastHistogram(TOKEN_LATENCY_BUCKETS_S)
-        self.tpot = FastHistogram(TOKEN_LATENCY_BUCKETS_S)
-        self.e2e = FastHistogram(REQUEST_LATENCY_BUCKETS_S)
-        self.queue = FastHistogram(REQUEST_LATENCY_BUCKETS_S)
-        self.inference = FastHistogram(REQUEST_LATENCY_BUCKETS_S)
-        self.prefill = FastHistogram(REQUEST_LATENCY_BUCKETS_S)
-        self.decode = FastHistogram(REQUEST_LATENCY_BUCKETS_S)
+        self.ttft = Histogram(TTFT_BUCKETS_S)
+        self.itl = Histogram(TOKEN_LATENCY_BUCKETS_S)
+        self.tpot = Histogram(TOKEN_LATENCY_BUCKETS_S)
+        self.e2e = Histogram(REQUEST_LATENCY_BUCKETS_S)
+        self.queue = Histogram(REQUEST_LATENCY_BUCKETS_S)
+        self.inference = Histogram(REQUEST_LATENCY_BUCKETS_S)
+        self.prefill = Histogram(REQUEST_LATENCY_BUCKETS_S)
+        self.decode = Histogram(REQUEST_LATENCY_BUCKETS_S)
         token_buckets = build_1_2_5_buckets(max_model_len)
-        self.prompt_tokens = FastHistogram(token_buckets)
-        self.generation_tokens = FastHistogram(token_buckets)
-        self.iteration_tokens = FastHistogram(ITERATION_TOKENS_BUCKETS)
+        self.prompt_tokens = Histogram(token_buckets)
+        self.generation_tokens = Histogram(token_buckets)
+        self.iteration_tokens = Histogram(ITERATION_TOKENS_BUCKETS)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
 

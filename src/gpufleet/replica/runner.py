@@ -1,6 +1,8 @@
 """Runs the pure engine in real time: step, sleep until the step's end, hand out tokens.
 
-The loop schedules against absolute wall time (`target` = when the current step ends), so
+It keeps the engine-driver contract of `gpufleet.engine.driver` (step at start, deliver at
+end) on the wall clock; the simulator keeps the same contract on a virtual one. The loop
+schedules against absolute wall time (`target` = when the current step ends), so
 it does not drift: a late wake-up shortens the next sleep. One step costs
 `duration_s x time_scale x slow_factor` of wall time. A request's handler waits on its
 `RequestStream`; the loop wakes it once per step in which the request got tokens.
@@ -13,7 +15,14 @@ import contextlib
 import time
 from collections.abc import Callable
 
-from gpufleet.engine import Engine, EngineRequest, FinishReason, StepOutcome
+from gpufleet.engine import (
+    BLOCKED_RETRY_S,
+    Engine,
+    EngineDriver,
+    EngineRequest,
+    FinishReason,
+    StepOutcome,
+)
 
 # Steps at least this long (wall) end to the sub-millisecond; shorter ones within the
 # event loop's timer tick, which spares the CPU of replicas stepping every few ms.
@@ -81,6 +90,7 @@ class EngineRunner:
         if time_scale <= 0:
             raise ValueError(f"time_scale must be > 0, got {time_scale}")
         self.engine = engine
+        self.driver = EngineDriver(engine)
         self.time_scale = time_scale
         self.slow_factor = 1.0  # fault injection: every iteration takes this much longer
         self.on_step = on_step  # called once per step when its tokens are handed out
@@ -114,9 +124,7 @@ class EngineRunner:
         """
         now = time.monotonic()
         arrival = now if received_wall_s is None else min(received_wall_s, now)
-        if not self.engine.has_work:
-            self._sync_idle_clock(arrival)
-        self.engine.add(req)
+        self.driver.submit(req, self._engine_time_s(arrival))
         stream = RequestStream(req, arrival)
         self.streams[req.request_id] = stream
         self._wake.set()
@@ -126,13 +134,15 @@ class EngineRunner:
         self.streams.pop(request_id, None)
         self.engine.abort(request_id, reason)
 
-    def _sync_idle_clock(self, now: float) -> None:
-        """Carry the engine clock across an idle gap, so arrival times are right."""
-        if now > self._target_wall_s:
-            self.engine.advance_to(
-                self.engine.now_s + (now - self._target_wall_s) / self.time_scale
-            )
-            self._target_wall_s = now
+    def _engine_time_s(self, wall_s: float) -> float:
+        """`wall_s` on the engine clock. Past the last step's end (the engine may be idle),
+        the wall clock is the reference from then on, so idle gaps carry over."""
+        engine = self.engine
+        if engine.has_work or wall_s <= self._target_wall_s:
+            return engine.now_s
+        engine_s = engine.now_s + (wall_s - self._target_wall_s) / self.time_scale
+        self._target_wall_s = wall_s
+        return engine_s
 
     async def _run(self) -> None:
         try:
@@ -148,6 +158,7 @@ class EngineRunner:
 
     async def _loop(self) -> None:
         engine = self.engine
+        begin = self.driver.begin
         streams = self.streams
         clock = time.monotonic  # event-loop clocks (uvloop) tick in whole milliseconds
         self._target_wall_s = clock()
@@ -160,9 +171,9 @@ class EngineRunner:
                 # requests that arrived together finish parsing first, so they share the
                 # step as in vLLM, whose engine drains its whole input queue before a step.
                 await asyncio.sleep(_GATHER_ARRIVALS_S)
-            outcome = engine.step()
-            if outcome.duration_s <= 0.0 and not outcome.emitted:
-                await asyncio.sleep(0.001)  # nothing schedulable right now; never spin
+            outcome = begin()
+            if outcome is None:
+                await asyncio.sleep(BLOCKED_RETRY_S)  # nothing schedulable right now; never spin
                 continue
             step_wall_s = outcome.duration_s * self.time_scale * self.slow_factor
             self._target_wall_s += step_wall_s

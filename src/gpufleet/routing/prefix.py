@@ -16,10 +16,13 @@ from typing import Any
 
 from gpufleet.tokenizer import apply_chat_template
 
-# ~50 tokens of English or of the shipped tokenizer's words: fine enough that a shared
+# 256 bytes of text ≈ 64 tokens of English (~4 bytes a token): fine enough that a shared
 # system prompt of a few hundred tokens matches, coarse enough that a 10k-token prompt is
 # a couple of hundred hashes.
 ROUTING_BLOCK_BYTES = 256
+# The same block in tokens, for drivers that see token counts rather than text (the
+# simulator hashes its prompts' segments in blocks of this many tokens).
+ROUTING_BLOCK_TOKENS = 64
 # For turning a cache size in tokens into routing blocks. English text averages ~4 bytes a
 # token, the shipped tokenizer's words ~6.7. Errs high on purpose: an index that forgets a
 # prefix the replica still holds sends its next request elsewhere (a miss and a duplicate),

@@ -15,12 +15,12 @@ latter the router's blocks are the cache's blocks.
 from __future__ import annotations
 
 import heapq
-import random
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpufleet.routing.types import ReplicaView, RequestInfo, RoutingPolicy
+from gpufleet.stats import percentile
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,10 +173,8 @@ class ReplayReport:
         return sum(self.ttft_s) / len(self.ttft_s) if self.ttft_s else 0.0
 
     def ttft_quantile_s(self, q: float) -> float:
-        if not self.ttft_s:
-            return 0.0
-        ordered = sorted(self.ttft_s)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+        """Quantile `q` (0..1) of the TTFTs, `gpufleet.stats`' definition; 0 when none."""
+        return percentile(self.ttft_s, q * 100.0) or 0.0
 
 
 def _max_over_mean(values: Sequence[float]) -> float:
@@ -313,35 +311,3 @@ def pooled_cache_hit_rate(
         while len(cache) > cache_blocks:
             cache.popitem(last=False)
     return hits / total if total else 0.0
-
-
-def hot_prefix_workload(
-    *,
-    n_requests: int,
-    rate_per_s: float,
-    hot_weights: Sequence[float] = (0.3, 0.2, 0.1),
-    tail_prefixes: int = 40,
-    prefix_blocks: int = 40,
-    suffix_blocks: int = 4,
-    output_tokens: int = 100,
-    seed: int = 0,
-) -> list[ReplayRequest]:
-    """Poisson arrivals; each prompt is a shared prefix followed by a suffix of its own.
-    A few hot prefixes take `hot_weights` of the traffic; `tail_prefixes` colder ones share
-    the rest evenly."""
-    rng = random.Random(seed)
-    rest = max(0.0, 1.0 - sum(hot_weights))
-    weights = (
-        list(hot_weights) + [rest / tail_prefixes] * tail_prefixes
-        if tail_prefixes
-        else list(hot_weights)
-    )
-    out: list[ReplayRequest] = []
-    t = 0.0
-    for i in range(n_requests):
-        t += rng.expovariate(rate_per_s)
-        p = rng.choices(range(len(weights)), weights=weights)[0]
-        shared = tuple(1_000_000 * (p + 1) + b for b in range(prefix_blocks))
-        own = tuple(-(i * 1000 + b + 1) for b in range(suffix_blocks))
-        out.append(ReplayRequest(t, shared + own, output_tokens))
-    return out

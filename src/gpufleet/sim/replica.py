@@ -1,8 +1,8 @@
 """One simulated replica: an `Engine` plus what the gateway and the actuator know of it.
 
-The gateway's `ReplicaView` (state, in-flight count, scraped stats) and the actuator's
-`ManagedReplica` (start time, expected ready time) are the live system's own classes, so
-the routing and scaling policies read exactly what they read live.
+The gateway's view (`FleetReplica`: state, in-flight count, scraped stats) and the
+actuator's `ManagedReplica` (start time, expected ready time) are the live system's own
+classes, so the routing and scaling policies read exactly what they read live.
 """
 
 from __future__ import annotations
@@ -10,16 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpufleet.autoscale.actuator import ManagedReplica
-from gpufleet.engine import Engine, EngineConfig
+from gpufleet.engine import Engine, EngineConfig, EngineDriver
+from gpufleet.fleet_state import FleetReplica, ScrapedMetrics
 from gpufleet.perf.step_time import StepTimeModel
-from gpufleet.routing.types import ReplicaState, ReplicaView
+from gpufleet.routing.types import ReplicaState
 
 
 @dataclass(slots=True)
 class SimReplica:
     replica_id: str
     engine: Engine
-    view: ReplicaView
+    driver: EngineDriver
+    view: FleetReplica
     managed: ManagedReplica
     stepping: bool = False  # a step is in flight (its completion event is queued)
     stopped_at_s: float | None = None
@@ -27,7 +29,6 @@ class SimReplica:
     in_flight_seconds: float = 0.0  # integral of in-flight over time (time-averaged load)
     last_change_s: float = 0.0
     peak_in_flight: int = 0
-    capacity_reported: bool = False  # the gateway has read its KV capacity from /metrics
     live_ids: set[str] = field(default_factory=set)
 
     @classmethod
@@ -48,11 +49,13 @@ class SimReplica:
         return cls(
             replica_id=replica_id,
             engine=engine,
-            view=ReplicaView(
+            driver=EngineDriver(engine),
+            view=FleetReplica(
                 replica_id=replica_id,
                 url=f"sim://{replica_id}",
                 models=frozenset({model}),
                 state=state,
+                fixed_models=True,
             ),
             managed=ManagedReplica(
                 replica_id=replica_id,
@@ -73,15 +76,26 @@ class SimReplica:
         self.view.state = state
         self.managed.state = state
 
-    def change_in_flight(self, now_s: float, delta: int) -> None:
+    def scraped(self) -> ScrapedMetrics:
+        """What its /metrics would say now (`vllm:cache_config_info` included)."""
+        e = self.engine
+        cfg = e.config
+        return ScrapedMetrics(
+            num_running=e.num_running,
+            num_waiting=e.num_waiting,
+            kv_cache_usage=e.kv_cache_usage,
+            kv_capacity_tokens=cfg.num_gpu_blocks * cfg.block_size,
+            engine="vllm",
+        )
+
+    def account(self, now_s: float) -> None:
+        """Integrate the in-flight count up to now; call before it changes."""
         self.in_flight_seconds += self.view.in_flight * (now_s - self.last_change_s)
         self.last_change_s = now_s
-        self.view.in_flight += delta
+
+    def note_peak(self) -> None:
         if self.view.in_flight > self.peak_in_flight:
             self.peak_in_flight = self.view.in_flight
-
-    def close_books(self, now_s: float) -> None:
-        self.change_in_flight(now_s, 0)
 
     def lifetime_s(self, end_s: float) -> float:
         """Seconds the replica held its GPUs: from start (cold start included) to stop."""

@@ -1,6 +1,6 @@
 """What a simulated run reports, with `gpufleet bench`'s metric definitions (vLLM's).
 
-TTFT, TPOT and E2E are summarized by `gpufleet.bench.stats.summarize_ms` (mean, median,
+TTFT, TPOT and E2E are summarized by `gpufleet.stats.summarize_ms` (mean, median,
 std and percentiles in ms, numpy's linear percentiles); throughputs divide by the span
 from the first arrival to the last completion; failed requests add no tokens.
 """
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from gpufleet.bench.stats import DEFAULT_PERCENTILES, summarize_ms
-from gpufleet.sim.simulator import SimResult
+from gpufleet.sim.results import SimResult
+from gpufleet.stats import DEFAULT_PERCENTILES, summarize_ms
 
 
 def summarize(

@@ -8,6 +8,7 @@ large sweeps; Ray can take the same function later).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -21,10 +22,21 @@ from gpufleet.errors import UserError
 from gpufleet.plan.capacity import DEFAULT_TOKENS_PER_REQUEST, concurrent_sequences
 from gpufleet.plan.profile import replica_profile
 from gpufleet.routing import make_policy as make_routing_policy
+from gpufleet.sim.config import AutoscaleSpec, SimConfig
 from gpufleet.sim.report import summarize
-from gpufleet.sim.simulator import AutoscaleSpec, FleetSimulator, SimConfig, SimResult
-from gpufleet.sim.workload import SimRequest, synthetic_requests, trace_requests
-from gpufleet.workload.traces import read_trace
+from gpufleet.sim.results import SimResult
+from gpufleet.sim.simulator import FleetSimulator
+from gpufleet.workload import (
+    RatePhase,
+    SimRequest,
+    WorkloadSpec,
+    read_trace,
+    sim_requests,
+    slice_records,
+    spec_from_flags,
+    synthetic_shapes,
+    trace_shapes,
+)
 
 
 @dataclass(frozen=True)
@@ -50,7 +62,7 @@ class Scenario:
     duration_s: float | None = None
     num_requests: int | None = None
     rate: float | None = None
-    rate_steps: tuple[tuple[float, float], ...] = ()
+    rate_steps: tuple[RatePhase, ...] = ()
     concurrency: int | None = None  # closed loop
     burstiness: float = 1.0
     input_tokens: int = 1024
@@ -75,6 +87,7 @@ class Scenario:
     scrape_interval_s: float = 1.0
     signals_window_s: float = 60.0
     queue_timeout_s: float = 60.0
+    queue_max_size: int = 256
     tail_s: float = 0.0
     name: str = field(default="", compare=False)
 
@@ -83,32 +96,54 @@ class Scenario:
 
 
 def build_requests(sc: Scenario) -> list[SimRequest]:
+    """The scenario's requests, from the workload model `gpufleet bench` uses too."""
     if sc.trace:
-        limit = sc.num_requests
-        records = read_trace(sc.trace, fmt=sc.trace_format)
-        return trace_requests(
-            records,
-            speedup=sc.speedup,
+        if not sc.speedup > 0:
+            raise UserError("must be > 0", field="--speedup", fix="e.g. --speedup 2")
+        if sc.trace_start_s < 0:
+            raise UserError("must be >= 0", field="--trace-start-s")
+        records = slice_records(
+            read_trace(sc.trace, fmt=sc.trace_format),
             start_s=sc.trace_start_s,
             duration_s=sc.duration_s,
-            limit=limit,
-            seed=sc.seed,
+            limit=sc.num_requests,
         )
-    return synthetic_requests(
-        num_requests=sc.num_requests,
-        rate=None if sc.concurrency else sc.rate,
-        rate_steps=list(sc.rate_steps) or None,
-        duration_s=sc.duration_s,
-        burstiness=sc.burstiness,
-        input_tokens=sc.input_tokens,
-        output_tokens=sc.output_tokens,
-        range_ratio=sc.range_ratio,
-        prefix_groups=sc.prefix_groups,
-        prefix_tokens=sc.prefix_tokens,
-        sessions=sc.sessions,
-        turns=sc.turns,
-        seed=sc.seed,
-    )
+        return sim_requests(trace_shapes(records, speedup=sc.speedup, seed=sc.seed))
+    return sim_requests(synthetic_shapes(workload_spec(sc)))
+
+
+def workload_spec(sc: Scenario) -> WorkloadSpec:
+    """A synthetic scenario's workload; a bad setting is a UserError naming its flag."""
+    checks = (
+        (sc.burstiness > 0, "--burstiness", "must be > 0", "1 is Poisson"),
+        (sc.input_tokens >= 1 or sc.prefix_tokens > 0, "--input-tokens", "must be >= 1", ""),
+        (sc.output_tokens >= 1, "--output-tokens", "must be >= 1", ""),
+        (sc.prefix_groups is None or sc.prefix_groups >= 1, "--prefix-groups", "must be >= 1", ""),
+        (0.0 <= sc.range_ratio < 1.0, "--range-ratio", "must be in [0, 1)", "e.g. 0.5"),
+        (not sc.prefix_tokens or bool(sc.prefix_groups), "--prefix-tokens",
+         "a shared prefix needs groups", "add --prefix-groups G"),
+        (sc.sessions is None or min(sc.sessions, sc.turns, sc.input_tokens) >= 1, "--sessions",
+         "sessions, turns and their input tokens must be >= 1", ""),
+        (sc.rate is None or sc.rate > 0, "--rate", "must be > 0", ""),
+    )  # fmt: skip
+    for ok, flag, message, fix in checks:
+        if not ok:
+            raise UserError(message, field=flag, fix=fix or None)
+    count = sc.sessions if sc.sessions is not None else sc.num_requests
+    open_rate = sc.rate if sc.concurrency is None else None
+    if sc.rate_steps:
+        pass  # the schedule ends the arrivals
+    elif open_rate is not None:
+        if count is None and sc.duration_s is None:
+            raise UserError(
+                "an open-loop run needs a length",
+                field="--num-requests",
+                fix="pass --num-requests N or --duration S",
+            )
+    elif count is None:
+        raise UserError("a closed-loop run needs a count", field="--num-requests")
+    rate = open_rate if open_rate is not None else math.inf
+    return spec_from_flags(sc, conversations=count, rate=rate, schedule=sc.rate_steps)
 
 
 def build_config(sc: Scenario) -> SimConfig:
@@ -151,6 +186,8 @@ def build_config(sc: Scenario) -> SimConfig:
             "autoscale interval and drain deadline must be > 0, startup >= 0",
             field="--autoscale-interval-s",
         )
+    if sc.queue_max_size < 0:
+        raise UserError("must be >= 0", field="--queue-max-size")
     if not sc.autoscale and sc.replicas < 1:
         raise UserError("must be >= 1", field="--replicas", fix="or pass --autoscale POLICY")
     initial = sc.replicas
@@ -165,6 +202,7 @@ def build_config(sc: Scenario) -> SimConfig:
         scrape_interval_s=sc.scrape_interval_s,
         signals_window_s=sc.signals_window_s,
         queue_timeout_s=sc.queue_timeout_s,
+        queue_max_size=sc.queue_max_size,
         closed_loop_clients=sc.concurrency,
         tail_s=sc.tail_s,
         seed=sc.seed,

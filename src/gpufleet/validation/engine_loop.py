@@ -27,12 +27,12 @@ of prefill.
 
 from __future__ import annotations
 
-import heapq
+import itertools
 import math
 import random
 from dataclasses import dataclass
 
-from gpufleet.engine import Engine, EngineConfig, EngineRequest
+from gpufleet.engine import Arrivals, Engine, EngineConfig, EngineDriver, EngineRequest, run_virtual
 from gpufleet.perf.step_time import StepBatch, StepTimeModel
 
 _BLOCK_SIZE = 16
@@ -154,6 +154,7 @@ def _steady_state(
     seed: int,
 ) -> tuple[float, float, int, int, int]:
     rng = random.Random(seed)
+    driver = EngineDriver(engine)
     # Warm-up: client i's request is g_i tokens into its output, g spread uniformly; the
     # order of admission is shuffled so it is not sorted by phase.
     phases = [int((i + rng.random()) / c * osl) for i in range(c)]
@@ -163,13 +164,12 @@ def _steady_state(
         g = min(g, osl - 1)
         rid = f"w{i}"
         client_of[rid] = i
-        engine.add(EngineRequest(rid, [_TOKEN_ID] * (isl + g), osl - g, arrival_s=0.0))
+        driver.submit(EngineRequest(rid, [_TOKEN_ID] * (isl + g), osl - g, arrival_s=0.0), 0.0)
     warm_ids = set(client_of)
     warm_left = len(warm_ids)
     warm_end_s: float | None = None
 
-    pending: list[tuple[float, int, int]] = []  # (send time, sequence, client)
-    seq = 0
+    sends: Arrivals[int] = Arrivals()  # clients' next prompts (the value: the client)
     last_token_s: dict[str, float] = {}
     measured_ttft: list[float] = []
     gap_sum_s = 0.0
@@ -178,25 +178,24 @@ def _steady_state(
     arrivals_measured = 0
     steps = 0
     request_steps = 0
+    running = 0  # requests running when the next iteration begins
     warm_steps = -1
+    ids = itertools.count(1)
 
-    while True:
-        while pending and pending[0][0] <= engine.now_s:
-            send_s, _, client = heapq.heappop(pending)
-            seq += 1
-            rid = f"r{seq}"
-            client_of[rid] = client
-            engine.add(EngineRequest(rid, [_TOKEN_ID] * isl, osl, arrival_s=send_s))
-            if warm_end_s is not None and arrivals_measured < target_arrivals:
-                open_measured.add(rid)
-                arrivals_measured += 1
-        if not engine.has_work:
-            if not pending:
-                break
-            engine.advance_to(pending[0][0])
-            continue
-        request_steps += engine.num_running
-        out = engine.step()
+    def send(send_s: float, client: int) -> EngineRequest:
+        nonlocal arrivals_measured
+        rid = f"r{next(ids)}"
+        client_of[rid] = client
+        if warm_end_s is not None and arrivals_measured < target_arrivals:
+            open_measured.add(rid)
+            arrivals_measured += 1
+        return EngineRequest(rid, [_TOKEN_ID] * isl, osl, arrival_s=send_s)
+
+    for out in run_virtual(driver, sends, send):
+        # Arrivals only join the waiting queue: what runs at an iteration's start is what
+        # ran at the previous one's end.
+        request_steps += running
+        running = engine.num_running
         steps += 1
         now = out.now_s
         for req in out.emitted:
@@ -216,9 +215,7 @@ def _steady_state(
             last_token_s[rid] = now
         for req in out.finished:
             last_token_s.pop(req.request_id, None)
-            client = client_of.pop(req.request_id)
-            heapq.heappush(pending, (now + think_s, seq, client))
-            seq += 1
+            sends.add(now + think_s, client_of.pop(req.request_id))
         if warm_end_s is None or warm_steps < 0:
             # The warm-up always runs to its end; the cap counts from the step after it.
             warm_steps = request_steps if warm_end_s is not None else -1
@@ -241,18 +238,23 @@ def _steady_state(
 def _first_wave_ttft_s(engine: Engine, isl: int, osl: int, c: int, max_request_steps: int) -> float:
     """Mean TTFT of `c` prompts sent at once to an idle engine (decodes of the early ones
     interleave with the later prefills, as they do in the real first wave)."""
+    driver = EngineDriver(engine)
     for i in range(c):
-        engine.add(EngineRequest(f"f{i}", [_TOKEN_ID] * isl, osl, arrival_s=0.0))
+        driver.submit(EngineRequest(f"f{i}", [_TOKEN_ID] * isl, osl, arrival_s=0.0), 0.0)
     total_s = 0.0
     left = c
     request_steps = 0
-    while left and engine.has_work and request_steps < 4 * max_request_steps:
-        request_steps += engine.num_running
-        out = engine.step()
+    running = 0
+    nothing: Arrivals[None] = Arrivals()
+    for out in run_virtual(driver, nothing, lambda _t, _x: None):
+        request_steps += running
+        running = engine.num_running
         for req in out.emitted:
             if req.num_output_tokens == 1:
                 total_s += out.now_s
                 left -= 1
+        if not left or request_steps >= 4 * max_request_steps:
+            break
     # (a cap hit leaves `left` prompts unserved: count them at the time reached)
     total_s += left * engine.now_s
     return total_s / c

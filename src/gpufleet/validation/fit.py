@@ -1,7 +1,7 @@
 """Refit the step-time model's constants on measured serving rows.
 
 `python -m gpufleet.validation.fit [CSV]` (default: the measured-serving CSV found by
-`gpufleet.validation.measured.DEFAULT_CSV`) runs a coordinate search minimising the
+`gpufleet.validation.measured.default_csv()`) runs a coordinate search minimising the
 median absolute log-errors of TTFT and TPOT, each scaled by its accuracy target, and
 writes `gpufleet/perf/data/calibration.yaml`.
 """
@@ -19,13 +19,14 @@ from typing import Any
 
 import yaml
 
+from gpufleet.errors import UserError
 from gpufleet.perf.calibration import (
     SCALAR_CONSTANTS,
     Calibration,
     calibration_to_dict,
     default_calibration,
 )
-from gpufleet.validation.measured import DEFAULT_CSV, predict_row, read_rows
+from gpufleet.validation.measured import default_csv, predict_row, read_rows
 
 
 def _score(cal: Calibration, rows: Sequence[Any]) -> float:
@@ -103,7 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(description="Refit the step-time model's constants.")
-    parser.add_argument("csv", nargs="?", type=Path, default=DEFAULT_CSV)
+    parser.add_argument(
+        "csv", nargs="?", type=Path, default=None, help="default: $GPUFLEET_SHARED/validation/"
+    )
     parser.add_argument(
         "--out",
         type=Path,
@@ -112,7 +115,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--rounds", type=int, default=3, help="coordinate-search rounds (1-3)")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    rows = read_rows(args.csv)
+    try:
+        args.csv = args.csv or default_csv()
+        rows = read_rows(args.csv)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     cal = fit(rows, default_calibration(), rounds=args.rounds)
     header = (
         "# Fitted by `python -m gpufleet.validation.fit` on "

@@ -25,18 +25,19 @@ from gpufleet.perf.roofline import RooflineStepTimeModel
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.memory import memory_breakdown
 from gpufleet.plan.perf_serving import SchedulerShape, ServingPrediction, predict_closed_loop
+from gpufleet.shared_data import shared_file
 from gpufleet.specs.gpus import GpuSpec, load_gpu
 from gpufleet.specs.models import ModelSpec, load_model, parse_config
 from gpufleet.validation.engine_loop import EngineLoopResult, simulate_closed_loop
 
-_CSV_NAME = "measured_serving_dev.csv"
-# ../shared/validation next to the repository (as the issue names it), else the shared
-# checkout every worktree on this machine sees.
-_CSV_CANDIDATES = (
-    Path(__file__).resolve().parents[3].parent / "shared" / "validation" / _CSV_NAME,
-    Path("/work/shared/validation") / _CSV_NAME,
-)
-DEFAULT_CSV = next((p for p in _CSV_CANDIDATES if p.exists()), _CSV_CANDIDATES[-1])
+# The full measured-serving table is optional shared data (gpufleet.shared_data).
+MEASURED_CSV = ("validation", "measured_serving_dev.csv")
+
+
+def default_csv() -> Path:
+    """The full measured-serving CSV under $GPUFLEET_SHARED (a UserError naming it if absent)."""
+    return shared_file(*MEASURED_CSV)
+
 
 REQUIRED_COLUMNS = (
     "backend", "model_path", "system", "isl", "osl", "batch_size", "tp_size", "pp_size",

@@ -1,16 +1,19 @@
-"""Prompt text of an exact token count, from the shared word tokenizer.
+"""Prompt text of an exact token count, rendered from a prompt's segments.
 
 One token is one whitespace word (`gpufleet.tokenizer`), so joining N vocabulary words
-gives a prompt the replica counts as N tokens. Texts are deterministic in their seed, so
-equal seeds give equal text and hence equal prefix-cache blocks.
+gives a prompt the replica counts as N tokens. A segment `(key, n)` renders as the first
+n words of the key's own deterministic word stream, so equal keys give equal words (a
+shared prefix, a Mooncake block cut anywhere) and hence equal prefix-cache blocks.
 """
 
 from __future__ import annotations
 
 import zlib
 from collections import OrderedDict
+from collections.abc import Iterable
 
 from gpufleet.tokenizer import Tokenizer, default_tokenizer
+from gpufleet.workload.segments import KIND_UNIQUE, segment_kind
 
 
 def mix_seed(*parts: int | str) -> int:
@@ -19,52 +22,36 @@ def mix_seed(*parts: int | str) -> int:
 
 
 class PromptFactory:
-    """Builds prompt texts: unique random text, and fixed blocks addressed by an id."""
+    """Renders segments as words; remembers the words of shared segments (LRU)."""
 
-    def __init__(
-        self, tokenizer: Tokenizer | None = None, block_tokens: int = 512, cache_blocks: int = 4096
-    ):
-        if block_tokens < 1:
-            raise ValueError("block_tokens must be at least 1")
+    def __init__(self, tokenizer: Tokenizer | None = None, cache_segments: int = 4096):
         self.tokenizer = tokenizer or default_tokenizer()
-        self.block_tokens = block_tokens
-        self._block_cache: OrderedDict[int, list[str]] = OrderedDict()
-        self._cache_blocks = cache_blocks
+        self._cache: OrderedDict[int, list[str]] = OrderedDict()
+        self._cache_segments = cache_segments
 
     def words(self, seed: int, n_tokens: int) -> list[str]:
+        """`n_tokens` vocabulary words of the stream `seed` (a prefix of any longer draw)."""
         vocab = self.tokenizer.vocab
         return [vocab[i] for i in self.tokenizer.word_ids_for_seed(seed, n_tokens)]
 
-    def text(self, seed: int, n_tokens: int) -> str:
-        """Text of exactly `n_tokens` words, determined by `seed`."""
-        if n_tokens <= 0:
-            return ""
-        return " ".join(self.words(seed, n_tokens))
-
-    def block_words(self, block_id: int) -> list[str]:
-        """The `block_tokens` words of block `block_id` (equal ids give equal words)."""
-        cached = self._block_cache.get(block_id)
-        if cached is not None:
-            self._block_cache.move_to_end(block_id)
-            return cached
-        words = self.words(mix_seed("block", block_id), self.block_tokens)
-        self._block_cache[block_id] = words
-        if len(self._block_cache) > self._cache_blocks:
-            self._block_cache.popitem(last=False)
+    def segment_words(self, key: int, n_tokens: int) -> list[str]:
+        """The first `n_tokens` words of segment `key`."""
+        if segment_kind(key) == KIND_UNIQUE:  # seen once: not worth a cache slot
+            return self.words(mix_seed("segment", key), n_tokens)
+        cached = self._cache.get(key)
+        if cached is not None and len(cached) >= n_tokens:
+            self._cache.move_to_end(key)
+            return cached[:n_tokens]
+        words = self.words(mix_seed("segment", key), n_tokens)
+        self._cache[key] = words
+        self._cache.move_to_end(key)
+        if len(self._cache) > self._cache_segments:
+            self._cache.popitem(last=False)
         return words
 
-    def text_from_blocks(self, block_ids: list[int], n_tokens: int, fill_seed: int) -> str:
-        """Text of exactly `n_tokens` words: the blocks in order, cut at `n_tokens`.
-
-        If the blocks hold fewer words than asked, unique words seeded by `fill_seed`
-        fill the rest, so the count is always exact.
-        """
+    def segments_text(self, segments: Iterable[tuple[int, int]]) -> str:
+        """The text of a segmented prompt: exactly as many words as its tokens."""
         words: list[str] = []
-        for block_id in block_ids:
-            if len(words) >= n_tokens:
-                break
-            words.extend(self.block_words(block_id))
-        del words[n_tokens:]
-        if len(words) < n_tokens:
-            words.extend(self.words(fill_seed, n_tokens - len(words)))
+        for key, n in segments:
+            words.extend(self.segment_words(key, n))
         return " ".join(words)

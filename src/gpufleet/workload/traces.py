@@ -1,21 +1,33 @@
-"""Readers for the request traces in ../shared/traces (Azure LLM 2023, Mooncake).
+"""Readers for request traces (Azure LLM 2023 CSV, Mooncake JSONL; plain or gzipped).
 
 Both give `TraceRecord`s with arrival times in seconds from the trace's first request.
 A malformed line is a `UserError` naming the file and line, never a silent skip.
+`sample:mooncake` and `sample:azure` name the samples shipped with the package (the
+first rows of each public trace, see `data/README.md`); the full traces are optional.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
+import gzip
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from importlib import resources
 from pathlib import Path
+from typing import IO
 
 from gpufleet.errors import UserError
 
 # Mooncake's hash_ids name one 512-token block each (FAST'25 release README).
 MOONCAKE_BLOCK_TOKENS = 512
+SAMPLE_TRACES = {
+    "mooncake": "mooncake_conversation_sample.jsonl.gz",
+    "azure": "azure_llm_2023_conv_sample.csv.gz",
+}
+_SAMPLE_PREFIX = "sample:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,18 +55,39 @@ def _parse_azure_timestamp(text: str) -> tuple[datetime, float]:
     return datetime.fromisoformat(whole), fraction
 
 
+def trace_path(name: str | Path) -> Path:
+    """A trace file: a path, or `sample:NAME` for a sample shipped with the package."""
+    text = str(name)
+    if not text.startswith(_SAMPLE_PREFIX):
+        return Path(name)
+    sample = text[len(_SAMPLE_PREFIX) :]
+    if sample not in SAMPLE_TRACES:
+        raise UserError(
+            f"no sample trace {sample!r}",
+            field="--trace",
+            fix=f"one of {', '.join(_SAMPLE_PREFIX + k for k in SAMPLE_TRACES)}, or a file",
+        )
+    return Path(str(resources.files("gpufleet.workload") / "data" / SAMPLE_TRACES[sample]))
+
+
+def _open_text(path: Path) -> IO[str]:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", newline="")
+    return path.open(newline="")
+
+
 def _bad_line(path: Path, line_no: int, why: str) -> UserError:
     return UserError(
         f"{path}:{line_no}: {why}",
         field="--trace",
-        fix="pass an Azure LLM trace CSV or a Mooncake JSONL trace (see shared/traces/README.md)",
+        fix="pass an Azure LLM trace CSV or a Mooncake JSONL trace (see docs/data.md)",
     )
 
 
 def _nonnegative_int(value: object, name: str) -> int:
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError(f"{name} must be an integer")
-    n = int(value)  # type: ignore[call-overload]
+    n = int(value)
     if n < 0:
         raise ValueError(f"{name} must be >= 0, got {n}")
     return n
@@ -62,10 +95,10 @@ def _nonnegative_int(value: object, name: str) -> int:
 
 def read_azure_csv(path: str | Path, limit: int | None = None) -> list[TraceRecord]:
     """Azure LLM inference trace: TIMESTAMP (wall clock), ContextTokens, GeneratedTokens."""
-    path = Path(path)
+    path = trace_path(path)
     out: list[TraceRecord] = []
     t0: tuple[datetime, float] | None = None
-    with path.open(newline="") as f:
+    with _open_text(path) as f:
         reader = csv.DictReader(f)
         needed = {"TIMESTAMP", "ContextTokens", "GeneratedTokens"}
         if reader.fieldnames is None or not needed <= set(reader.fieldnames):
@@ -89,10 +122,10 @@ def read_azure_csv(path: str | Path, limit: int | None = None) -> list[TraceReco
 
 def read_mooncake_jsonl(path: str | Path, limit: int | None = None) -> list[TraceRecord]:
     """Mooncake trace: timestamp (ms), input_length, output_length, hash_ids (512-token blocks)."""
-    path = Path(path)
+    path = trace_path(path)
     out: list[TraceRecord] = []
     t0_ms: float | None = None
-    with path.open() as f:
+    with _open_text(path) as f:
         for line_no, line in enumerate(f, start=1):
             if limit is not None and len(out) >= limit:
                 break
@@ -128,12 +161,12 @@ def read_mooncake_jsonl(path: str | Path, limit: int | None = None) -> list[Trac
 
 def detect_trace_format(path: str | Path) -> str:
     """'azure' or 'mooncake', from the file's first line."""
-    path = Path(path)
+    path = trace_path(path)
     try:
-        with path.open() as f:
+        with _open_text(path) as f:
             first = f.readline().strip()
-    except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror}", field="--trace") from None
+    except (OSError, EOFError) as e:
+        raise UserError(f"cannot read {path}: {e}", field="--trace") from None
     if first.startswith("{"):
         return "mooncake"
     if "TIMESTAMP" in first:
@@ -141,17 +174,43 @@ def detect_trace_format(path: str | Path) -> str:
     raise UserError(
         f"{path}: not an Azure CSV (header with TIMESTAMP) nor Mooncake JSONL",
         field="--trace",
-        fix="pass a file in one of the formats of shared/traces",
+        fix="pass a file in one of those formats (see docs/data.md), or sample:mooncake",
     )
 
 
 def read_trace(path: str | Path, limit: int | None = None, fmt: str = "auto") -> list[TraceRecord]:
     """Read either trace format; `fmt` is 'auto', 'azure' or 'mooncake'."""
-    if not Path(path).is_file():
-        raise UserError(f"{path}: no such file", field="--trace", fix="check the path")
+    if not trace_path(path).is_file():
+        raise UserError(
+            f"{path}: no such file", field="--trace", fix="check the path, or use sample:mooncake"
+        )
     kind = detect_trace_format(path) if fmt == "auto" else fmt
     if kind == "azure":
         return read_azure_csv(path, limit)
     if kind == "mooncake":
         return read_mooncake_jsonl(path, limit)
     raise UserError(f"unknown trace format {fmt!r}", field="--trace-format", fix="azure|mooncake")
+
+
+def slice_records(
+    records: Sequence[TraceRecord],
+    *,
+    start_s: float = 0.0,
+    duration_s: float | None = None,
+    limit: int | None = None,
+) -> list[TraceRecord]:
+    """The records arriving in [start_s, start_s + duration_s) of trace time (at most
+    `limit` of them), shifted so the slice starts at 0."""
+    if start_s < 0:
+        raise ValueError("start_s must be >= 0")
+    end_s = None if duration_s is None else start_s + duration_s
+    out: list[TraceRecord] = []
+    for rec in records:
+        if rec.arrival_s < start_s:
+            continue
+        if (end_s is not None and rec.arrival_s >= end_s) or (
+            limit is not None and len(out) >= limit
+        ):
+            break
+        out.append(dataclasses.replace(rec, arrival_s=rec.arrival_s - start_s))
+    return out

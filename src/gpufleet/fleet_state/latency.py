@@ -1,0 +1,53 @@
+"""Recent-window latencies the autoscaler reads: TTFT and TPOT of streamed requests.
+
+The gateway adds each streamed request when its stream ends; the simulator when its
+virtual request finishes. Times are passed in; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from gpufleet.stats import percentiles
+
+SIGNAL_QUANTILES = (0.5, 0.9, 0.99)
+
+
+class RecentWindow:
+    """(time, value) samples of the last `window_s` seconds, bounded in count; its
+    percentiles are `gpufleet.stats`' (numpy's linear), keyed 'p50', 'p99', ..."""
+
+    def __init__(self, window_s: float, max_samples: int = 20000) -> None:
+        self.window_s = window_s
+        self.samples: deque[tuple[float, float]] = deque(maxlen=max_samples)
+
+    def add(self, now_s: float, value: float) -> None:
+        self.samples.append((now_s, value))
+
+    def percentiles(self, now_s: float, qs: tuple[float, ...]) -> dict[str, float | None]:
+        cutoff = now_s - self.window_s
+        while self.samples and self.samples[0][0] < cutoff:
+            self.samples.popleft()
+        keys = [f"p{round(q * 100)}" for q in qs]
+        got = percentiles([v for _, v in self.samples], [q * 100.0 for q in qs])
+        values: list[float | None] = [*got] if got is not None else [None] * len(qs)
+        return dict(zip(keys, values, strict=True))
+
+    def count(self) -> int:
+        return len(self.samples)
+
+
+class LatencyWindows:
+    """TTFT and TPOT over the same recent window."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.ttft = RecentWindow(window_s)
+        self.tpot = RecentWindow(window_s)
+
+    def observe(self, now_s: float, ttft_s: float | None, tpot_s: float | None) -> None:
+        """One finished request: TTFT when it streamed a token, TPOT when it had > 1."""
+        if ttft_s is not None:
+            self.ttft.add(now_s, ttft_s)
+        if tpot_s is not None:
+            self.tpot.add(now_s, tpot_s)

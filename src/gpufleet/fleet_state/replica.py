@@ -1,0 +1,26 @@
+"""One replica as the fleet core tracks it: what a router sees, plus health bookkeeping."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpufleet.routing.types import ReplicaView
+
+
+@dataclass(slots=True, eq=False)
+class FleetReplica(ReplicaView):
+    """A `ReplicaView` (what policies read) with what the core needs besides.
+
+    Drivers may subclass it for their own per-replica data (the gateway keeps its
+    connection address and Prometheus counters there). Compared by identity.
+    """
+
+    fixed_models: bool = False  # models were configured, not learned from /v1/models
+    consecutive_failures: int = 0
+    consecutive_successes: int = 0
+    streaming: int = 0  # of in_flight, those whose first token reached the client
+    kv_capacity_tokens: int | None = None  # from the engine's metrics, when it reports it
+
+    def serves(self, model: str) -> bool:
+        # A replica whose models are not known yet (no /v1/models) is offered none.
+        return model in self.models

@@ -1,0 +1,192 @@
+"""The gateway's autoscaling signals as one typed snapshot.
+
+`FleetState.signals(now_s)` builds it for the live gateway and the simulator alike; the
+controller merges it with its actuator's view (`gpufleet.autoscale.gateway_link`). Only the
+admin API turns it into JSON (`to_json`), and a controller that reads a gateway over HTTP
+turns that JSON back into the same snapshot (`from_json`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufleet.fleet_state.latency import SIGNAL_QUANTILES, LatencyWindows, RecentWindow
+from gpufleet.routing.types import ReplicaState, ReplicaView
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyPercentiles:
+    """Percentiles over the recent window, in seconds (None: no request in the window)."""
+
+    p50_s: float | None = None
+    p90_s: float | None = None
+    p99_s: float | None = None
+
+    @classmethod
+    def of(cls, window: RecentWindow, now_s: float) -> LatencyPercentiles:
+        p = window.percentiles(now_s, SIGNAL_QUANTILES)
+        return cls(p["p50"], p["p90"], p["p99"])
+
+    def to_json(self) -> dict[str, float | None]:
+        return {"p50": self.p50_s, "p90": self.p90_s, "p99": self.p99_s}
+
+    @classmethod
+    def from_json(cls, raw: object) -> LatencyPercentiles:
+        if not isinstance(raw, Mapping):
+            return cls()
+        return cls(_opt_float(raw.get("p50")), _opt_float(raw.get("p90")),
+                   _opt_float(raw.get("p99")))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSnapshot:
+    """One replica as the gateway sees it: state, its own in-flight count, last scrape."""
+
+    replica_id: str
+    url: str = ""
+    state: ReplicaState = ReplicaState.READY
+    pool: str | None = None
+    models: tuple[str, ...] = ()
+    in_flight: int = 0
+    num_running: int | None = None  # None: not scraped yet
+    num_waiting: int | None = None
+    kv_cache_usage: float | None = None
+    stats_age_s: float | None = None
+
+    @classmethod
+    def of(cls, r: ReplicaView, now_s: float) -> ReplicaSnapshot:
+        s = r.stats
+        return cls(
+            replica_id=r.replica_id,
+            url=r.url,
+            state=r.state,
+            pool=r.pool,
+            models=tuple(sorted(r.models)),
+            in_flight=r.in_flight,
+            num_running=s.num_running if s else None,
+            num_waiting=s.num_waiting if s else None,
+            kv_cache_usage=s.kv_cache_usage if s else None,
+            stats_age_s=(now_s - s.scraped_at_s) if s else None,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.replica_id,
+            "url": self.url,
+            "state": str(self.state),
+            "pool": self.pool,
+            "models": list(self.models),
+            "in_flight": self.in_flight,
+            "num_running": self.num_running,
+            "num_waiting": self.num_waiting,
+            "kv_cache_usage": self.kv_cache_usage,
+            "stats_age_s": self.stats_age_s,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> ReplicaSnapshot:
+        running, waiting = raw.get("num_running"), raw.get("num_waiting")
+        return cls(
+            replica_id=str(raw.get("id")),
+            url=str(raw.get("url") or ""),
+            state=_state(raw.get("state")),
+            pool=None if raw.get("pool") is None else str(raw["pool"]),
+            models=tuple(str(m) for m in raw.get("models") or ()),
+            in_flight=int(raw.get("in_flight") or 0),
+            num_running=None if running is None else int(running),
+            num_waiting=None if waiting is None else int(waiting),
+            kv_cache_usage=_opt_float(raw.get("kv_cache_usage")),
+            stats_age_s=_opt_float(raw.get("stats_age_s")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySignals:
+    """What an autoscaler needs from the gateway at one instant."""
+
+    time_s: float = 0.0
+    queue_depth: int = 0  # requests waiting for a ready replica of their model
+    queue_depth_by_model: Mapping[str, int] = field(default_factory=dict)
+    in_flight_total: int = 0  # requests sent to replicas and not finished
+    replicas_by_state: Mapping[str, int] = field(default_factory=dict)
+    window_s: float = 0.0
+    ttft_s: LatencyPercentiles = LatencyPercentiles()
+    tpot_s: LatencyPercentiles = LatencyPercentiles()
+    streamed_requests_in_window: int = 0
+    replicas: tuple[ReplicaSnapshot, ...] = ()
+
+    def replica(self, replica_id: str) -> ReplicaSnapshot | None:
+        return next((r for r in self.replicas if r.replica_id == replica_id), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "time_s": self.time_s,
+            "queue_depth": self.queue_depth,
+            "queue_depth_by_model": dict(self.queue_depth_by_model),
+            "in_flight_total": self.in_flight_total,
+            "replicas_by_state": dict(self.replicas_by_state),
+            "window_s": self.window_s,
+            "ttft_s": self.ttft_s.to_json(),
+            "tpot_s": self.tpot_s.to_json(),
+            "streamed_requests_in_window": self.streamed_requests_in_window,
+            "replicas": [r.to_json() for r in self.replicas],
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> GatewaySignals:
+        """The snapshot back from `to_json` (missing fields: their defaults)."""
+        by_model = raw.get("queue_depth_by_model") or {}
+        by_state = raw.get("replicas_by_state") or {}
+        return cls(
+            time_s=float(raw.get("time_s") or 0.0),
+            queue_depth=int(raw.get("queue_depth") or 0),
+            queue_depth_by_model={str(k): int(v) for k, v in by_model.items()},
+            in_flight_total=int(raw.get("in_flight_total") or 0),
+            replicas_by_state={str(k): int(v) for k, v in by_state.items()},
+            window_s=float(raw.get("window_s") or 0.0),
+            ttft_s=LatencyPercentiles.from_json(raw.get("ttft_s")),
+            tpot_s=LatencyPercentiles.from_json(raw.get("tpot_s")),
+            streamed_requests_in_window=int(raw.get("streamed_requests_in_window") or 0),
+            replicas=tuple(ReplicaSnapshot.from_json(r) for r in raw.get("replicas") or ()),
+        )
+
+
+def build_signals(
+    now_s: float,
+    replicas: Iterable[ReplicaView],
+    queue_depth_by_model: Mapping[str, int],
+    latency: LatencyWindows,
+) -> GatewaySignals:
+    views = list(replicas)
+    by_state = {str(s): 0 for s in ReplicaState}
+    for r in views:
+        by_state[str(r.state)] += 1
+    return GatewaySignals(
+        time_s=now_s,
+        queue_depth=sum(queue_depth_by_model.values()),
+        queue_depth_by_model=dict(queue_depth_by_model),
+        in_flight_total=sum(r.in_flight for r in views),
+        replicas_by_state=by_state,
+        window_s=latency.window_s,
+        ttft_s=LatencyPercentiles.of(latency.ttft, now_s),
+        tpot_s=LatencyPercentiles.of(latency.tpot, now_s),
+        streamed_requests_in_window=latency.ttft.count(),
+        replicas=tuple(ReplicaSnapshot.of(r, now_s) for r in views),
+    )
+
+
+def _opt_float(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, int | float | str):
+        return float(value)
+    raise ValueError(f"not a number: {value!r}")
+
+
+def _state(raw: object) -> ReplicaState:
+    try:
+        return ReplicaState(str(raw))
+    except ValueError:
+        return ReplicaState.DEAD

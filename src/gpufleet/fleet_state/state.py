@@ -1,0 +1,166 @@
+"""`FleetState`: the one bookkeeping between routing policies and the drivers.
+
+It owns the replica table, the admission queue, the recent latency windows, and the
+routing policies (the fleet's and each tenant's), and it applies what drivers observe:
+requests starting, streaming and finishing on a replica, scraped engine metrics. The live
+gateway drives it with sockets and the real clock, the simulator with a virtual clock; the
+same calls in the same order give the same decisions. Pure: times come in as arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Generic, Protocol, TypeVar, runtime_checkable
+
+from gpufleet.fleet_state.engine_metrics import ScrapedMetrics
+from gpufleet.fleet_state.latency import LatencyWindows
+from gpufleet.fleet_state.queue import AdmissionQueue, QueueTicket, Refusal
+from gpufleet.fleet_state.replica import FleetReplica
+from gpufleet.fleet_state.signals import GatewaySignals, build_signals
+from gpufleet.fleet_state.table import ReplicaTable
+from gpufleet.routing.types import EngineStats, RequestInfo, RoutingPolicy
+
+R = TypeVar("R", bound=FleetReplica)
+
+
+@runtime_checkable
+class SizedByCapacity(Protocol):
+    """A policy that sizes per-replica state by the KV capacity replicas report."""
+
+    def set_capacity_tokens(self, replica_id: str, tokens: int) -> None: ...
+
+
+def needs_prefix_hashes(policy: RoutingPolicy) -> bool:
+    """Whether `choose` reads `RequestInfo.prefix_hashes` (hashing a prompt costs time on
+    the gateway's hot path and in the simulator, so drivers skip it when no policy reads it)."""
+    return bool(getattr(policy, "uses_prefix_hashes", False))
+
+
+class FleetState(Generic[R]):
+    def __init__(
+        self,
+        policy: RoutingPolicy,
+        *,
+        tenant_policies: Mapping[str, RoutingPolicy] | None = None,
+        served_models: Iterable[str] = (),
+        queue: AdmissionQueue | None = None,
+        eject_after_failures: int = 3,
+        readmit_after_successes: int = 1,
+        signals_window_s: float = 60.0,
+    ) -> None:
+        self.policy = policy
+        self.tenant_policies: dict[str, RoutingPolicy] = dict(tenant_policies or {})
+        self.policies: tuple[RoutingPolicy, ...] = (policy, *self.tenant_policies.values())
+        self.needs_prefix = any(needs_prefix_hashes(p) for p in self.policies)
+        # Models the fleet serves even while no replica is up (scale from zero); when set,
+        # this list is the truth and other models are refused at once.
+        self.served_models: frozenset[str] = frozenset(served_models)
+        self.table: ReplicaTable[R] = ReplicaTable(eject_after_failures, readmit_after_successes)
+        self.table.on_removed.append(self._forget_replica)
+        self.queue = queue if queue is not None else AdmissionQueue()
+        self.latency = LatencyWindows(signals_window_s)
+
+    def policy_for(self, tenant: str | None) -> RoutingPolicy:
+        if self.tenant_policies and tenant is not None:
+            return self.tenant_policies.get(tenant, self.policy)
+        return self.policy
+
+    # -- admission ------------------------------------------------------------------------
+    def model_known(self, model: str) -> bool:
+        """Whether a request for `model` may be served (now or after waiting)."""
+        if model in self.table.known or model in self.served_models:
+            return True
+        return not self.served_models and self.table.discovering()
+
+    def admit(
+        self,
+        model: str,
+        pool: str | None,
+        now_s: float,
+        deadline_s: float,
+        ticket: QueueTicket | None = None,
+    ) -> Sequence[R] | QueueTicket | Refusal:
+        """The replicas a request may go to now; else a ticket to wait with (the same one
+        when `ticket` is passed and still waits); else why it is refused (404, 503)."""
+        candidates = self.table.eligible(model, pool)
+        if candidates:
+            if ticket is not None:
+                self.queue.leave(ticket)
+            return candidates
+        refusal: Refusal | None = None
+        if not self.model_known(model):
+            refusal = Refusal(404, f"the model '{model}' does not exist", "model_not_found",
+                              param="model", code="model_not_found")  # fmt: skip
+        elif now_s >= deadline_s:
+            refusal = self._unavailable(model, "timed out in the queue", "queue_timeout")
+        elif ticket is None and self.queue.full:
+            refusal = self._unavailable(model, "the queue is full", "queue_full")
+        if refusal is not None:
+            if ticket is not None:
+                self.queue.leave(ticket)
+            return refusal
+        if ticket is None:
+            ticket = QueueTicket(model, pool, deadline_s)
+            self.queue.join(ticket)
+        return ticket
+
+    def leave_queue(self, ticket: QueueTicket) -> None:
+        """A waiting request gave up (its client left)."""
+        self.queue.leave(ticket)
+
+    def _unavailable(self, model: str, why: str, reason: str) -> Refusal:
+        return Refusal(503, f"no replica ready for model '{model}' ({why})", reason,
+                       retry_after_s=self.queue.retry_after_s)  # fmt: skip
+
+    # -- requests on replicas (policy notifications) --------------------------------------
+    def started(self, info: RequestInfo, replica: R, policy: RoutingPolicy) -> None:
+        replica.in_flight += 1
+        policy.on_started(info, replica)
+
+    def first_token(self, info: RequestInfo, replica: R, policy: RoutingPolicy) -> None:
+        replica.streaming += 1
+        policy.on_first_token(info, replica)
+
+    def finished(
+        self,
+        info: RequestInfo,
+        replica: R,
+        policy: RoutingPolicy,
+        ok: bool,
+        streamed: bool = False,
+    ) -> None:
+        """The request left the replica (`streamed`: after `first_token`)."""
+        replica.in_flight -= 1
+        if streamed:
+            replica.streaming -= 1
+        policy.on_finished(info, replica, ok)
+
+    def observe_latency(self, now_s: float, ttft_s: float | None, tpot_s: float | None) -> None:
+        self.latency.observe(now_s, ttft_s, tpot_s)
+
+    # -- scraped engine metrics -----------------------------------------------------------
+    def apply_scrape(self, replica: R, scraped: ScrapedMetrics, now_s: float) -> None:
+        """What a replica's /metrics said at `now_s`. The in-flight count at that moment
+        goes with it, so a policy can correct the stale numbers by what was sent since; a
+        newly reported KV capacity resizes the policies' per-replica state."""
+        replica.stats = EngineStats(
+            num_running=scraped.num_running,
+            num_waiting=scraped.num_waiting,
+            kv_cache_usage=scraped.kv_cache_usage,
+            scraped_at_s=now_s,
+            in_flight_at_scrape=replica.in_flight,
+        )
+        capacity = scraped.kv_capacity_tokens
+        if capacity and capacity != replica.kv_capacity_tokens:
+            replica.kv_capacity_tokens = capacity
+            for policy in self.policies:
+                if isinstance(policy, SizedByCapacity):
+                    policy.set_capacity_tokens(replica.replica_id, capacity)
+
+    # -- signals --------------------------------------------------------------------------
+    def signals(self, now_s: float) -> GatewaySignals:
+        return build_signals(now_s, self.table, self.queue.depth_by_model, self.latency)
+
+    def _forget_replica(self, replica_id: str) -> None:
+        for policy in self.policies:
+            policy.on_replica_removed(replica_id)

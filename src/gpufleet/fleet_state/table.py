@@ -1,0 +1,164 @@
+"""The replica table: membership, the state machine, and who is eligible for a request.
+
+Only this module changes a replica's state, so the rules live in one place:
+
+    starting --probe passes--> ready --N consecutive failures--> dead (ejected)
+    dead --M passing probes--> ready;  drain: starting/ready --> draining (no new requests)
+    remove: any --> dead, and out of the table
+
+Every change calls the listeners (the gateway wakes requests waiting for a replica; the
+simulator re-admits its queue) and a replica that leaves routing is reported to
+`on_removed` (policies drop their soft state about it).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from typing import Generic, TypeVar
+
+from gpufleet.fleet_state.replica import FleetReplica
+from gpufleet.routing.types import ReplicaState
+
+R = TypeVar("R", bound=FleetReplica)
+_CAN_BECOME_READY = (ReplicaState.STARTING, ReplicaState.DEAD)
+
+
+class ReplicaTable(Generic[R]):
+    """Replicas by id. `eligible()` is the hot path: cached per (model, pool) until the
+    next change, so the lists it returns must not be modified."""
+
+    def __init__(self, eject_after_failures: int = 3, readmit_after_successes: int = 1) -> None:
+        self.by_id: dict[str, R] = {}
+        self.eject_after_failures = eject_after_failures
+        self.readmit_after_successes = readmit_after_successes
+        self.known: frozenset[str] = frozenset()  # every model some replica serves
+        self.listeners: list[Callable[[], None]] = []  # called after every change
+        self.on_removed: list[Callable[[str], None]] = []  # a replica left routing
+        self.on_ejected: list[Callable[[R], None]] = []
+        self._ids = itertools.count(1)
+        self._ready: list[R] = []
+        self._eligible: dict[tuple[str, str | None], list[R]] = {}
+
+    # -- membership -------------------------------------------------------------------
+    def new_id(self) -> str:
+        while True:
+            rid = f"r{next(self._ids)}"
+            if rid not in self.by_id:
+                return rid
+
+    def add(self, replica: R) -> R:
+        """Put a replica in the table (as the caller built it: `starting` or `ready`).
+        Raises KeyError if its id is taken."""
+        if replica.replica_id in self.by_id:
+            raise KeyError(replica.replica_id)
+        self.by_id[replica.replica_id] = replica
+        self.changed()
+        return replica
+
+    def remove(self, replica_id: str) -> R:
+        """Forget it (requests in flight on it still finish). KeyError if unknown."""
+        replica = self.by_id.pop(replica_id)
+        replica.state = ReplicaState.DEAD
+        self._removed(replica_id)
+        self.changed()
+        return replica
+
+    def drain(self, replica_id: str) -> R:
+        """No new requests go to it; requests in flight finish. KeyError if unknown."""
+        replica = self.by_id[replica_id]
+        replica.state = ReplicaState.DRAINING
+        self.changed()
+        return replica
+
+    def find_by_url(self, url: str) -> R | None:
+        url = url.rstrip("/")
+        for r in self.by_id.values():
+            if r.url == url:
+                return r
+        return None
+
+    # -- health -------------------------------------------------------------------------
+    def record_success(self, replica: R) -> None:
+        replica.consecutive_failures = 0
+
+    def record_failure(self, replica: R) -> None:
+        """A failed request or probe; a ready replica is ejected after too many in a row."""
+        replica.consecutive_successes = 0
+        replica.consecutive_failures += 1
+        if (
+            replica.state is ReplicaState.READY
+            and replica.consecutive_failures >= self.eject_after_failures
+        ):
+            replica.state = ReplicaState.DEAD
+            for listener in self.on_ejected:
+                listener(replica)
+            self._removed(replica.replica_id)
+            self.changed()
+
+    def probe_failed(self, replica: R) -> None:
+        """A failed /health probe: counts against a ready replica, resets the others."""
+        if replica.state is ReplicaState.READY:
+            self.record_failure(replica)
+        else:
+            replica.consecutive_successes = 0
+
+    def probe_passed(self, replica: R) -> bool:
+        """A passing /health probe. True when the replica may become ready now (the
+        caller learns its models first if need be, then calls `mark_ready`)."""
+        replica.consecutive_failures = 0
+        replica.consecutive_successes += 1
+        if replica.state is ReplicaState.STARTING:
+            return True
+        return (
+            replica.state is ReplicaState.DEAD
+            and replica.consecutive_successes >= self.readmit_after_successes
+        )
+
+    def mark_ready(self, replica: R) -> bool:
+        """starting or dead (ejected) -> ready, if still in the table. True if it changed."""
+        if self.by_id.get(replica.replica_id) is not replica:
+            return False
+        if replica.state not in _CAN_BECOME_READY:
+            return False
+        replica.state = ReplicaState.READY
+        replica.consecutive_failures = 0
+        self.changed()
+        return True
+
+    # -- queries ------------------------------------------------------------------------
+    def changed(self) -> None:
+        """Rebuild the caches and tell the listeners (after any state or model change)."""
+        self._ready = [r for r in self.by_id.values() if r.state is ReplicaState.READY]
+        self._eligible = {}
+        self.known = frozenset(m for r in self.by_id.values() for m in r.models)
+        for listener in self.listeners:
+            listener()
+
+    def eligible(self, model: str, pool: str | None, exclude: Sequence[R] = ()) -> list[R]:
+        """Ready replicas that serve `model` in tenant pool `pool` (None: the shared one)."""
+        key = (model, pool)
+        out = self._eligible.get(key)
+        if out is None:
+            out = [r for r in self._ready if r.pool == pool and model in r.models]
+            self._eligible[key] = out
+        if exclude:
+            return [r for r in out if r not in exclude]
+        return out
+
+    def discovering(self) -> bool:
+        """Whether some replica's models are not known yet (it may serve any model)."""
+        return any(not r.models and r.state is not ReplicaState.DRAINING for r in self)
+
+    def count(self, state: ReplicaState) -> int:
+        return sum(1 for r in self.by_id.values() if r.state is state)
+
+    def _removed(self, replica_id: str) -> None:
+        for listener in self.on_removed:
+            listener(replica_id)
+
+    def __iter__(self) -> Iterator[R]:
+        return iter(list(self.by_id.values()))
+
+    def __len__(self) -> int:
+        return len(self.by_id)

@@ -1,0 +1,86 @@
+"""The gateway's background checks: /health probes move replicas through their states,
+/metrics scrapes feed the fleet core the engines' own view of their load."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import aiohttp
+
+from gpufleet.fleet_state import FleetState, parse_engine_metrics
+from gpufleet.gateway import probes
+from gpufleet.gateway.config import GatewayConfig
+from gpufleet.gateway.replicas import Replica
+from gpufleet.routing.types import ReplicaState
+
+log = logging.getLogger("gpufleet.gateway")
+
+
+class HealthChecks:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        fleet: FleetState[Replica],
+        session: Callable[[], aiohttp.ClientSession | None],
+    ) -> None:
+        self.config = config
+        self.fleet = fleet
+        self._session = session
+        self._probing: set[str] = set()
+
+    async def probe_one(self, replica: Replica) -> None:
+        session = self._session()
+        if replica.replica_id in self._probing or session is None:
+            return
+        self._probing.add(replica.replica_id)
+        table = self.fleet.table
+        try:
+            timeout_s = self.config.health.probe_timeout_s
+            ok = await probes.probe_health(session, replica.url, timeout_s)
+            if replica.state is ReplicaState.DRAINING:
+                return
+            if not ok:
+                table.probe_failed(replica)
+                return
+            if not table.probe_passed(replica):
+                return
+            if not replica.fixed_models:
+                cards = await probes.fetch_models(session, replica.url, timeout_s)
+                if cards is None:
+                    return  # healthy but cannot say what it serves yet: try next tick
+                replica.model_cards = cards
+                replica.models = frozenset(c["id"] for c in cards)
+            was = replica.state
+            if table.mark_ready(replica):
+                log.info("replica %s %s -> ready", replica.replica_id, was)
+        finally:
+            self._probing.discard(replica.replica_id)
+
+    async def probe_loop(self) -> None:
+        interval_s = self.config.health.probe_interval_s
+        while True:
+            await asyncio.gather(*(self.probe_one(r) for r in self.fleet.table))
+            await asyncio.sleep(interval_s)
+
+    async def scrape_one(self, replica: Replica) -> None:
+        session = self._session()
+        assert session is not None
+        text = await probes.scrape_metrics(session, replica.url, self.config.health.probe_timeout_s)
+        if text is None:
+            return
+        try:
+            scraped = parse_engine_metrics(text)
+        except ValueError:
+            return
+        self.fleet.apply_scrape(replica, scraped, time.monotonic())
+
+    async def scrape_loop(self) -> None:
+        interval_s = self.config.scrape_interval_s
+        live = (ReplicaState.READY, ReplicaState.DRAINING)
+        while True:
+            scraped = [r for r in self.fleet.table if r.state in live]
+            await asyncio.gather(*(self.scrape_one(r) for r in scraped))
+            await asyncio.sleep(interval_s)

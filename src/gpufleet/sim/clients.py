@@ -1,0 +1,182 @@
+"""The simulated clients: requests arrive, become engine requests, end in a result; a
+client whose request ended sends its next one (a session's next turn, or in a closed loop
+the next request)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpufleet.engine import EngineRequest
+from gpufleet.fleet_state import Refusal
+from gpufleet.routing.types import RequestInfo
+from gpufleet.sim.events import ARRIVAL, EventQueue, SimClock
+from gpufleet.sim.results import RequestResult
+from gpufleet.tokenizer import block_hashes
+from gpufleet.workload import SegmentHasher, SimRequest, placeholder_token_ids
+
+if TYPE_CHECKING:
+    from gpufleet.sim.config import SimConfig
+    from gpufleet.sim.gateway import SimGateway
+    from gpufleet.sim.replica import SimReplica
+
+
+@dataclass(slots=True)
+class LiveRequest:
+    req: SimRequest
+    info: RequestInfo
+    result: RequestResult
+    replica: SimReplica | None = None
+    engine_req: EngineRequest | None = None
+
+
+class Clients:
+    def __init__(
+        self,
+        config: SimConfig,
+        requests: Sequence[SimRequest],
+        events: EventQueue,
+        clock: SimClock,
+        needs_prefix: bool,
+    ) -> None:
+        self.config = config
+        self.requests = list(requests)
+        self.events = events
+        self.clock = clock
+        self.needs_prefix = needs_prefix
+        self.gateway: SimGateway | None = None  # set by the simulator
+        eng = config.engine
+        self._engine_hasher = SegmentHasher(eng.block_size) if eng.enable_prefix_caching else None
+        self._routing_hasher = SegmentHasher(config.routing_block_tokens)
+        self.live: dict[str, LiveRequest] = {}  # sent and not ended, by request id
+        self.results: list[RequestResult] = []
+        self.arrivals_left = len(self.requests)
+        self._next_request = 0  # closed loop: next request to hand a client
+        self._turn_tokens: dict[int, tuple[list[int], list[int]]] = {}
+        # Multi-turn sessions: request index -> the next turn, sent when it ends.
+        self._followers: dict[int, int] = {
+            r.after: r.index for r in self.requests if r.after is not None
+        }
+
+    def start(self) -> None:
+        """The first arrivals: every open-loop request (first turns), or one per client."""
+        clients = self.config.closed_loop_clients
+        if clients:
+            if self._followers:
+                raise ValueError("closed-loop clients cannot replay multi-turn sessions")
+            for _ in range(min(clients, len(self.requests))):
+                self.events.push(0.0, ARRIVAL, self._next_request)
+                self._next_request += 1
+        else:
+            for r in self.requests:
+                if r.after is None:
+                    self.events.push(r.arrival_s, ARRIVAL, r.index)
+
+    @property
+    def done(self) -> bool:
+        return self.arrivals_left == 0 and not self.live
+
+    def on_arrival(self, index: int) -> None:
+        req = self.requests[index]
+        now = self.clock.now_s
+        self.arrivals_left -= 1
+        result = RequestResult(
+            index=index, arrival_s=now, input_tokens=req.input_tokens, output_tokens=0
+        )
+        hashes: tuple[int, ...] = ()
+        if self.needs_prefix:
+            hashes = tuple(self._routing_hasher.hashes(req.segments))
+        info = RequestInfo(
+            request_id=f"sim-{index}",
+            model=self.config.model,
+            prompt_tokens=0,  # the live gateway does not tokenize either
+            session_key=req.session_key,
+            prefix_hashes=hashes,
+        )
+        live = LiveRequest(req, info, result)
+        if req.input_tokens + req.output_tokens > self.config.engine.max_model_len:
+            # The replica refuses it with a 400, as vLLM does.
+            self.fail(live, "context_length_exceeded")
+            return
+        self.live[info.request_id] = live
+        assert self.gateway is not None
+        self.gateway.arrive(live)
+
+    def engine_request(self, live: LiveRequest, now_s: float) -> EngineRequest:
+        req = live.req
+        tokens, hashes = self._engine_prompt(req)
+        return EngineRequest(
+            live.info.request_id,
+            tokens,
+            req.output_tokens,
+            seed=self.config.seed * 1_000_003 + req.index,
+            prompt_block_hashes=hashes,
+            arrival_s=now_s,
+        )
+
+    def _engine_prompt(self, req: SimRequest) -> tuple[list[int], list[int] | None]:
+        """Token ids and engine block hashes of a prompt. A session's next turn starts with
+        the previous turn's own tokens (its prompt and the answer the engine generated), so
+        the engine finds the answer's cached blocks as a live replica would."""
+        prev = self._turn_tokens.pop(req.after, None) if req.after is not None else None
+        hasher = self._engine_hasher
+        if prev is None:
+            hashes = hasher.hashes(req.segments) if hasher is not None else None
+            return placeholder_token_ids(req.input_tokens), hashes
+        prev_tokens, prev_hashes = prev
+        tokens = prev_tokens + placeholder_token_ids(req.input_tokens - len(prev_tokens))
+        if hasher is None:
+            return tokens, None
+        bs = hasher.block_tokens
+        k = min(len(prev_hashes), len(prev_tokens) // bs)
+        parent = prev_hashes[k - 1] if k else 0
+        return tokens, prev_hashes[:k] + block_hashes(tokens[k * bs :], bs, parent)
+
+    def finish(self, live: LiveRequest, ereq: EngineRequest, now_s: float) -> RequestResult:
+        """The request's last token reached its client (it left `live` already)."""
+        res = live.result
+        res.finished_s = now_s
+        res.output_tokens = ereq.num_output_tokens
+        res.prefix_hit_tokens = ereq.num_prefix_hit_tokens
+        res.preemptions = ereq.num_preemptions
+        self.results.append(res)
+        if live.req.index in self._followers:  # the next turn resends these tokens
+            self._turn_tokens[live.req.index] = (ereq.all_token_ids, ereq.block_hashes)
+        return res
+
+    def refused(self, live: LiveRequest, refusal: Refusal) -> None:
+        """The gateway answered an error (the queue's 503)."""
+        self.live.pop(live.info.request_id, None)
+        self.fail(live, refusal.reason)
+
+    def fail(self, live: LiveRequest, error: str) -> None:
+        live.result.error = error
+        self.results.append(live.result)
+        self.client_done(live.req.index, ok=False)
+
+    def client_done(self, index: int, ok: bool = True) -> None:
+        """The client whose request just ended sends its next one now: the session's next
+        turn (or, after a failure, none: every later turn is counted as not sent), or in
+        a closed loop the next request."""
+        now = self.clock.now_s
+        nxt = self._followers.get(index)
+        while nxt is not None:
+            if ok:
+                self.events.push(now, ARRIVAL, nxt)
+                return
+            req = self.requests[nxt]
+            self.arrivals_left -= 1
+            self.results.append(
+                RequestResult(
+                    index=nxt,
+                    arrival_s=now,
+                    input_tokens=req.input_tokens,
+                    output_tokens=0,
+                    error="previous_turn_failed",
+                )
+            )
+            nxt = self._followers.get(nxt)
+        if self.config.closed_loop_clients and self._next_request < len(self.requests):
+            self.events.push(now, ARRIVAL, self._next_request)
+            self._next_request += 1

@@ -1,0 +1,48 @@
+"""The simulator's events: one heap ordered by (time, kind, sequence).
+
+At equal times: hand out a step's tokens first, then new replicas, scrapes, arrivals,
+idle engines waking for them (so requests arriving at one instant share a first step, as
+the live runner wakes only after the submitting handlers yield), the autoscaler (which
+then sees this instant's arrivals), and timeouts last.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+(
+    STEP_DONE,  # (SimReplica, StepOutcome): an engine iteration ends, its tokens go out
+    REPLICA_READY,  # SimReplica: its cold start is over
+    SCRAPE,  # None: the gateway reads every replica's /metrics
+    ARRIVAL,  # int: request index, its client sends it
+    WAKE,  # SimReplica: an idle engine starts on what arrived this instant
+    TICK,  # None: the autoscaler decides
+    QUEUE_TIMEOUT,  # QueueTicket: a request waiting at the gateway reaches its deadline
+    DRAIN_DEADLINE,  # SimReplica: a draining replica's requests are cut
+    RETRY,  # SimReplica: a blocked engine tries again
+) = range(9)
+
+
+class EventQueue:
+    __slots__ = ("heap", "seq")
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, int, int, Any]] = []
+        self.seq = 0
+
+    def push(self, t: float, kind: int, payload: Any = None) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, kind, self.seq, payload))
+
+
+class SimClock:
+    """The virtual clock every part of the simulator reads (`clock()` or `clock.now_s`)."""
+
+    __slots__ = ("now_s",)
+
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s

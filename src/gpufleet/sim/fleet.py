@@ -1,0 +1,253 @@
+"""The simulated replicas: their engines stepped by the engine-driver contract, their
+lifecycle (start, cold start, ready, drain, stop) and the autoscaler that changes it.
+
+Each engine is driven as `gpufleet.replica.runner` drives it (`gpufleet.engine.driver`):
+an iteration begins at once, its tokens are handed out at its end (a STEP_DONE event), and
+the next iteration begins at that instant, before what the hand-out causes arrives.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from gpufleet.autoscale.controller import scale_in_order
+from gpufleet.autoscale.decision import ScalingDecision
+from gpufleet.autoscale.gateway_link import fleet_signals
+from gpufleet.engine import BLOCKED_RETRY_S
+from gpufleet.fleet_state import FleetReplica, FleetState
+from gpufleet.routing.types import ReplicaState
+from gpufleet.sim.clients import Clients, LiveRequest
+from gpufleet.sim.config import SimConfig
+from gpufleet.sim.events import (
+    DRAIN_DEADLINE,
+    REPLICA_READY,
+    RETRY,
+    STEP_DONE,
+    WAKE,
+    EventQueue,
+    SimClock,
+)
+from gpufleet.sim.replica import SimReplica
+from gpufleet.sim.results import ReplicaRecord
+
+
+class SimFleet:
+    def __init__(
+        self,
+        config: SimConfig,
+        fleet: FleetState[FleetReplica],
+        clients: Clients,
+        events: EventQueue,
+        clock: SimClock,
+    ) -> None:
+        self.config = config
+        self.fleet = fleet
+        self.clients = clients
+        self.events = events
+        self.clock = clock
+        # What the gateway tells the routing policy, through the fleet core.
+        self.policy = fleet.policy
+        self._live = clients.live
+        self.replicas: dict[str, SimReplica] = {}
+        self.decisions: list[ScalingDecision] = []
+        self.fleet_size: list[tuple[float, int, int]] = []  # (t, ready, total)
+        self._cold_starts_s: deque[float] = deque(maxlen=8)
+        self._next_replica = 0
+
+    # -- requests on engines ------------------------------------------------------------
+    def dispatch(self, live: LiveRequest, view: FleetReplica) -> None:
+        """The gateway chose `view` for this request: it starts there now."""
+        now = self.clock.now_s
+        replica = self.replicas[view.replica_id]
+        replica.account(now)
+        self.fleet.started(live.info, view, self.policy)
+        replica.note_peak()
+        replica.requests_routed += 1
+        ereq = self.clients.engine_request(live, now)
+        live.replica = replica
+        live.engine_req = ereq
+        live.result.replica_id = replica.replica_id
+        live.result.dispatched_s = now
+        replica.live_ids.add(live.info.request_id)
+        replica.driver.submit(ereq, now)
+        if not replica.stepping:
+            replica.stepping = True  # woken below, once this instant's arrivals are in
+            self.events.push(now, WAKE, replica)
+
+    def step(self, replica: SimReplica) -> None:
+        outcome = replica.driver.begin()
+        if outcome is None:
+            replica.stepping = replica.engine.has_work
+            if replica.stepping:
+                self.events.push(self.clock.now_s + BLOCKED_RETRY_S, RETRY, replica)
+            return
+        replica.stepping = True
+        self.events.push(outcome.now_s, STEP_DONE, (replica, outcome))
+
+    def on_wake(self, replica: SimReplica) -> None:
+        if replica.stopped_at_s is None:
+            self.step(replica)
+
+    def on_retry(self, replica: SimReplica) -> None:
+        if replica.stopped_at_s is None:
+            replica.engine.advance_to(self.clock.now_s)
+            self.step(replica)
+
+    def on_step_done(self, payload: Any) -> None:
+        """An iteration ends: its tokens reach their clients, the next one begins."""
+        replica, outcome = payload
+        now = self.clock.now_s
+        view = replica.view
+        live_map = self._live
+        for ereq in outcome.emitted:
+            live = live_map.get(ereq.request_id)
+            if live is None:
+                continue
+            if live.result.first_token_s is None:
+                live.result.first_token_s = now
+                self.fleet.first_token(live.info, view, self.policy)
+        for ereq in outcome.finished:
+            live = live_map.pop(ereq.request_id, None)
+            if live is None:
+                continue
+            res = self.clients.finish(live, ereq, now)
+            replica.live_ids.discard(ereq.request_id)
+            replica.account(now)
+            self.fleet.finished(live.info, view, self.policy, True, res.first_token_s is not None)
+            self.fleet.observe_latency(now, res.ttft_s, res.tpot_s)
+            self.clients.client_done(live.req.index)
+        if replica.stopped_at_s is not None:
+            replica.stepping = False
+            return
+        if replica.engine.has_work:
+            self.step(replica)
+        else:
+            replica.stepping = False
+            if replica.state is ReplicaState.DRAINING and view.in_flight == 0:
+                self.stop(replica)
+
+    def on_scrape(self) -> None:
+        """The gateway reads every ready or draining replica's /metrics."""
+        now = self.clock.now_s
+        for view in self.fleet.table:
+            self.fleet.apply_scrape(view, self.replicas[view.replica_id].scraped(), now)
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def start(self, startup_s: float) -> SimReplica:
+        now = self.clock.now_s
+        rid = f"r{self._next_replica}"
+        replica = SimReplica.create(
+            rid,
+            self.config.model,
+            self.config.engine,
+            self.config.step_time_model,
+            now_s=now,
+            startup_s=startup_s,
+            seed=self.config.seed * 7919 + self._next_replica,
+        )
+        self._next_replica += 1
+        self.replicas[rid] = replica
+        if replica.state is ReplicaState.READY:
+            self.fleet.table.add(replica.view)  # the gateway knows it once it is ready
+        else:
+            self.events.push(now + startup_s, REPLICA_READY, replica)
+        return replica
+
+    def on_ready(self, replica: SimReplica) -> None:
+        if replica.state is not ReplicaState.STARTING:
+            return  # stopped while starting
+        now = self.clock.now_s
+        replica.set_state(ReplicaState.READY)
+        replica.managed.ready_at_s = now
+        replica.engine.advance_to(now)
+        replica.last_change_s = now
+        self._cold_starts_s.append(now - replica.managed.started_at_s)
+        self.record_size()
+        self.fleet.table.add(replica.view)  # the queue is re-admitted
+
+    def drain(self, replica: SimReplica) -> None:
+        if replica.state is ReplicaState.STARTING:
+            self.stop(replica)  # never served: nothing to drain
+            return
+        if replica.state is not ReplicaState.READY:
+            return
+        self.fleet.table.drain(replica.replica_id)
+        replica.managed.state = ReplicaState.DRAINING
+        if replica.view.in_flight == 0:
+            self.stop(replica)
+        else:
+            assert self.config.autoscale is not None
+            deadline_s = self.clock.now_s + self.config.autoscale.drain_deadline_s
+            self.events.push(deadline_s, DRAIN_DEADLINE, replica)
+
+    def on_drain_deadline(self, replica: SimReplica) -> None:
+        if replica.stopped_at_s is not None:
+            return
+        now = self.clock.now_s
+        for rid in sorted(replica.live_ids):
+            live = self._live.pop(rid, None)
+            replica.engine.abort(rid)
+            if live is not None:
+                replica.account(now)
+                streamed = live.result.first_token_s is not None
+                self.fleet.finished(live.info, replica.view, self.policy, False, streamed)
+                self.clients.fail(live, "drain_deadline")
+        replica.live_ids.clear()
+        self.stop(replica)
+
+    def stop(self, replica: SimReplica) -> None:
+        now = self.clock.now_s
+        replica.account(now)
+        replica.stopped_at_s = now
+        if replica.replica_id in self.fleet.table.by_id:
+            self.fleet.table.remove(replica.replica_id)  # policies forget it
+        replica.set_state(ReplicaState.DEAD)
+        self.record_size()
+
+    def record_size(self) -> None:
+        live = [r for r in self.replicas.values() if r.stopped_at_s is None]
+        ready = sum(1 for r in live if r.state is ReplicaState.READY)
+        self.fleet_size.append((self.clock.now_s, ready, len(live)))
+
+    # -- autoscaling ----------------------------------------------------------------------
+    def on_tick(self) -> None:
+        spec = self.config.autoscale
+        assert spec is not None
+        now = self.clock.now_s
+        managed = [r.managed for r in self.replicas.values() if r.state is not ReplicaState.DEAD]
+        cold = sum(self._cold_starts_s) / len(self._cold_starts_s) if self._cold_starts_s else None
+        signals = fleet_signals(self.fleet.signals(now), managed, cold)
+        decision = spec.policy.decide(now, signals)
+        self.decisions.append(decision)
+        delta = decision.desired_replicas - signals.current_replicas
+        if delta > 0:
+            for _ in range(delta):
+                self.start(spec.startup_s)
+            self.record_size()
+        elif delta < 0:
+            mine = {m.replica_id for m in managed}
+            for rid in scale_in_order(signals, mine)[:-delta]:
+                self.drain(self.replicas[rid])
+
+    # -- results --------------------------------------------------------------------------
+    def record(self, r: SimReplica, end_s: float) -> ReplicaRecord:
+        if r.stopped_at_s is None:
+            r.account(end_s)
+        s = r.engine.stats
+        ready = r.managed.ready_at_s
+        served_s = max(0.0, (r.stopped_at_s or end_s) - (ready if ready is not None else end_s))
+        return ReplicaRecord(
+            replica_id=r.replica_id,
+            started_s=r.managed.started_at_s,
+            ready_s=ready,
+            stopped_s=r.stopped_at_s,
+            lifetime_s=r.lifetime_s(end_s),
+            requests=r.requests_routed,
+            mean_in_flight=r.in_flight_seconds / served_s if served_s > 0 else 0.0,
+            peak_in_flight=r.peak_in_flight,
+            prefix_queries_tokens=s.prefix_cache_queries_tokens,
+            prefix_hits_tokens=s.prefix_cache_hits_tokens,
+            preemptions=s.num_preemptions,
+            steps=s.num_steps,
+        )

@@ -1,0 +1,78 @@
+"""What a simulated run returns: per request, per replica, per scaling decision."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpufleet.autoscale.decision import ScalingDecision
+
+
+@dataclass(slots=True)
+class RequestResult:
+    """What a client saw of one request (times in seconds of virtual time)."""
+
+    index: int
+    arrival_s: float
+    input_tokens: int
+    output_tokens: int  # generated
+    replica_id: str | None = None
+    dispatched_s: float | None = None  # left the gateway queue for a replica
+    first_token_s: float | None = None
+    finished_s: float | None = None
+    prefix_hit_tokens: int = 0
+    preemptions: int = 0
+    # None: completed. Else why not: queue_full and queue_timeout (the gateway's 503),
+    # context_length_exceeded (the replica's 400), drain_deadline, previous_turn_failed.
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.finished_s is not None
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_token_s is None else self.first_token_s - self.arrival_s
+
+    @property
+    def e2e_s(self) -> float | None:
+        return None if self.finished_s is None else self.finished_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> float | None:
+        """vLLM's definition: (E2E - TTFT) / (output tokens - 1), for > 1 token."""
+        if not self.ok or self.output_tokens <= 1 or self.first_token_s is None:
+            return None
+        assert self.finished_s is not None
+        return (self.finished_s - self.first_token_s) / (self.output_tokens - 1)
+
+
+@dataclass(slots=True)
+class ReplicaRecord:
+    replica_id: str
+    started_s: float
+    ready_s: float | None
+    stopped_s: float | None
+    lifetime_s: float
+    requests: int
+    mean_in_flight: float
+    peak_in_flight: int
+    prefix_queries_tokens: int
+    prefix_hits_tokens: int
+    preemptions: int
+    steps: int
+
+
+@dataclass(slots=True)
+class SimResult:
+    requests: list[RequestResult]
+    replicas: list[ReplicaRecord]
+    decisions: list[ScalingDecision]  # every tick
+    end_s: float
+    events: int
+    wall_s: float
+    cpu_s: float = 0.0  # this process's CPU time (the machine may be shared)
+    fleet_size: list[tuple[float, int, int]] = field(default_factory=list)  # (t, ready, total)
+
+    @property
+    def scaling_changes(self) -> list[ScalingDecision]:
+        return [d for d in self.decisions if d.delta != 0]

@@ -1,0 +1,122 @@
+"""Prompts as named segments, and their block hashes, without building any text.
+
+A prompt's shape is a sequence of segments `(key, tokens)`: a Mooncake 512-token block,
+a shared-prefix group's prefix, a request's own suffix. Two prompts share their first L
+tokens exactly when their segments agree up to L, which is all a prefix cache (engine,
+16-token blocks) and a prefix router (routing blocks) can see. Live traffic renders a
+segment as words (`PromptFactory.segments_text`: the first n words of the key's own word
+stream); the simulator never builds text: its hashes are chained over the segment pieces
+a block covers, not over token ids, so equal prefixes give equal hashes as real tokens
+would, at a fraction of the cost (an hour of Mooncake is 144M prompt tokens; building and
+hashing their words would take minutes).
+
+Keys are ints, and hashes are Python hashes of int tuples, so they are the same in every
+process (no string hashing, which is salted per process).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Sequence
+
+# Segment kinds, packed into the key's high bits so keys of different kinds never collide.
+KIND_TRACE_BLOCK = 1  # a trace's named block (Mooncake hash_ids)
+KIND_UNIQUE = 2  # a request's own text (suffix, random prompt, Azure prompt)
+KIND_PREFIX = 3  # a shared-prefix group's prefix
+KIND_ANSWER = 4  # an earlier answer, resent in a multi-turn session
+_KIND_SHIFT = 48
+
+Segments = tuple[tuple[int, int], ...]  # (key, tokens)
+
+
+def segment_key(kind: int, ident: int) -> int:
+    return (kind << _KIND_SHIFT) | (ident & ((1 << _KIND_SHIFT) - 1))
+
+
+def segment_kind(key: int) -> int:
+    return key >> _KIND_SHIFT
+
+
+def named_key(kind: int, *parts: int | str) -> int:
+    """The key of a segment named by several parts (e.g. 'suffix', seed, request index):
+    48 bits of a stable digest, so distinct names practically never share a key."""
+    digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=6).digest()
+    return segment_key(kind, int.from_bytes(digest, "big"))
+
+
+class SegmentHasher:
+    """Chained hashes of the full `block_tokens` blocks of a segmented prompt.
+
+    Block i's hash covers everything up to the end of block i (like
+    `gpufleet.tokenizer.block_hashes`). A bounded LRU remembers the hashes that follow a
+    (parent hash, segment) pair when the segment starts on a block boundary, so shared
+    prefixes (and the same prompt seen twice) are hashed once.
+    """
+
+    def __init__(self, block_tokens: int, cache_entries: int = 50_000) -> None:
+        if block_tokens < 1:
+            raise ValueError("block_tokens must be >= 1")
+        self.block_tokens = block_tokens
+        self._cache: OrderedDict[tuple[int, int, int], tuple[int, ...]] = OrderedDict()
+        self._cache_entries = cache_entries
+
+    def hashes(self, segments: Segments) -> list[int]:
+        bs = self.block_tokens
+        out: list[int] = []
+        parent = 0
+        pieces: list[int] = []  # (key, offset, count) triples of the open block, flattened
+        open_tokens = 0
+        cache = self._cache
+        for key, n in segments:
+            offset = 0
+            if open_tokens == 0 and n >= bs:
+                # Aligned start: whole blocks of this segment depend only on (parent, key).
+                full = n // bs
+                ck = (parent, key, full)
+                cached = cache.get(ck)
+                if cached is None:
+                    h = parent
+                    built = []
+                    for b in range(full):
+                        h = hash((h, key, b * bs))
+                        built.append(h)
+                    cached = tuple(built)
+                    cache[ck] = cached
+                    if len(cache) > self._cache_entries:
+                        cache.popitem(last=False)
+                else:
+                    cache.move_to_end(ck)
+                out.extend(cached)
+                parent = cached[-1]
+                offset = full * bs
+            while offset < n:
+                take = min(n - offset, bs - open_tokens)
+                pieces.extend((key, offset, take))
+                open_tokens += take
+                offset += take
+                if open_tokens == bs:
+                    parent = hash((parent, *pieces))
+                    out.append(parent)
+                    pieces.clear()
+                    open_tokens = 0
+        return out
+
+
+def placeholder_token_ids(n_tokens: int) -> list[int]:
+    """Token ids for the engine when block hashes are given: only the count matters (the
+    engine hashes generated tokens onto the prompt's last full-block hash, which is unique
+    to the prefix)."""
+    return [0] * n_tokens
+
+
+def common_prefix_tokens(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> int:
+    """How many leading tokens two segmented prompts share (for tests and reports)."""
+    shared = 0
+    for (ka, na), (kb, nb) in zip(a, b, strict=False):
+        if ka != kb:
+            break
+        shared += min(na, nb)
+        if na != nb:
+            break
+    return shared

@@ -1,0 +1,87 @@
+"""The replica table: the state machine, eligibility per model and pool, and who hears of
+changes (no sockets: the gateway's probes and the simulator call the same methods)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.fleet_state import ReplicaTable
+from gpufleet.routing.types import ReplicaState
+
+from .helpers import fleet, ready, replica
+
+
+def test_probes_move_a_replica_through_its_states() -> None:
+    table: ReplicaTable = ReplicaTable(eject_after_failures=2, readmit_after_successes=2)
+    ejected: list[str] = []
+    removed: list[str] = []
+    table.on_ejected.append(lambda r: ejected.append(r.replica_id))
+    table.on_removed.append(removed.append)
+    r = table.add(replica("a"))
+    assert r.state is ReplicaState.STARTING and table.eligible("m", None) == []
+    table.probe_failed(r)  # a starting replica is not counted against
+    assert r.state is ReplicaState.STARTING and r.consecutive_failures == 0
+    assert table.probe_passed(r) and table.mark_ready(r)
+    assert table.eligible("m", None) == [r]
+    table.record_failure(r)
+    assert r.state is ReplicaState.READY
+    table.probe_failed(r)  # the second failure in a row ejects
+    assert r.state is ReplicaState.DEAD and ejected == ["a"] and removed == ["a"]
+    assert table.eligible("m", None) == []
+    assert not table.probe_passed(r)  # one pass is not enough to come back
+    assert table.probe_passed(r) and table.mark_ready(r)
+    assert r.state is ReplicaState.READY and r.consecutive_failures == 0
+    table.record_failure(r)
+    table.record_success(r)
+    table.record_failure(r)  # not two in a row
+    assert r.state is ReplicaState.READY
+
+
+def test_drain_and_remove() -> None:
+    f = fleet()
+    a, b = ready(f, "a"), ready(f, "b")
+    forgotten: list[str] = []
+    f.policy.on_replica_removed = forgotten.append  # type: ignore[method-assign]
+    f.table.drain("a")
+    assert a.state is ReplicaState.DRAINING and f.table.eligible("m", None) == [b]
+    assert not f.table.mark_ready(a)  # a probe does not bring a draining replica back
+    f.table.remove("a")
+    assert a.state is ReplicaState.DEAD and "a" not in f.table.by_id and forgotten == ["a"]
+    assert not f.table.mark_ready(a)  # nor a removed one
+    with pytest.raises(KeyError):
+        f.table.remove("a")
+    with pytest.raises(KeyError):
+        f.table.add(replica("b"))
+
+
+def test_eligibility_by_model_and_pool_follows_changes() -> None:
+    f = fleet()
+    shared = ready(f, "s", models=("m", "n"))
+    gold = ready(f, "g", pool="gold")
+    other = ready(f, "o", models=("n",))
+    table = f.table
+    assert table.eligible("m", None) == [shared]
+    assert table.eligible("m", "gold") == [gold]
+    assert table.eligible("n", None) == [shared, other]
+    assert table.eligible("n", None, (shared,)) == [other]
+    assert table.known == frozenset({"m", "n"})
+    changes: list[int] = []
+    table.listeners.append(lambda: changes.append(1))
+    table.drain("s")
+    assert changes == [1]
+    assert table.eligible("n", None) == [other]  # the cached list was rebuilt
+    assert table.count(ReplicaState.READY) == 2 and len(table) == 3
+
+
+def test_a_replica_whose_models_are_unknown_is_discovering() -> None:
+    f = fleet(served=())
+    r = f.table.add(replica("a", models=()))
+    assert f.table.discovering() and f.model_known("anything")
+    r.models = frozenset({"m"})
+    f.table.changed()
+    assert not f.table.discovering()
+    assert f.model_known("m") and not f.model_known("anything")
+    # With configured models, they are the truth even while one is discovering.
+    g = fleet(served=("m",))
+    g.table.add(replica("a", models=()))
+    assert g.model_known("m") and not g.model_known("anything")
