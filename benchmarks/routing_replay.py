@@ -99,6 +99,7 @@ def make_router(
     by_routing: dict[tuple[int, ...], HashedRequest],
     capacity_tokens: int,
     seed: int,
+    block_bytes: int = 256,
 ) -> Any:
     """A router from `NAME` or `NAME:{json options}`; the oracles take prefix_aware's options."""
     name, _, raw = spec.partition(":")
@@ -118,6 +119,7 @@ def make_router(
         return policy
     if name == "prefix_aware":
         options.setdefault("capacity_tokens", capacity_tokens)
+        options.setdefault("block_bytes", block_bytes)
     return make_policy(name, seed=seed, **options)
 
 
@@ -141,7 +143,7 @@ def router_specs(args: argparse.Namespace) -> list[str]:
 def run_source(source: str, args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     raw = load_requests(source, args.offset, args.requests, args.load, args.max_output_tokens)
-    hashed = hash_requests(raw, BLOCK_TOKENS)
+    hashed = hash_requests(raw, BLOCK_TOKENS, args.routing_block_bytes)
     load_s = time.perf_counter() - t0
     requests = [
         ReplayRequest(
@@ -169,7 +171,14 @@ def run_source(source: str, args: argparse.Namespace) -> dict[str, Any]:
         t = time.perf_counter()
         for seed in range(args.seeds):
             caches: dict[str, EngineCacheModel] = {}
-            router = make_router(name, caches, by_routing, args.kv_blocks * BLOCK_TOKENS, seed)
+            router = make_router(
+                name,
+                caches,
+                by_routing,
+                args.kv_blocks * BLOCK_TOKENS,
+                seed,
+                args.routing_block_bytes,
+            )
             report = replay(
                 router,
                 jittered(requests, seed, args.jitter_s),
@@ -254,6 +263,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prefill-base-s", type=float, default=0.01)
     p.add_argument("--tpot-s", type=float, default=0.015)
     p.add_argument("--max-output-tokens", type=int, default=1024)
+    p.add_argument(
+        "--routing-block-bytes",
+        type=int,
+        default=256,
+        help="the gateway's routing block (prefix_aware is told with block_bytes)",
+    )
     p.add_argument("--seeds", type=int, default=3, help="runs to average (seed > 0 jitters)")
     p.add_argument("--jitter-s", type=float, default=0.05, help="arrival jitter of seeds > 0")
     p.add_argument("--policies", default="prefix_aware,session,least_outstanding,round_robin")

@@ -99,14 +99,16 @@ class HashedRequest:
     session: str
 
 
-def hash_requests(requests: Sequence[TraceRequest], block_size: int) -> list[HashedRequest]:
+def hash_requests(
+    requests: Sequence[TraceRequest], block_size: int, routing_block_bytes: int = 256
+) -> list[HashedRequest]:
     """Each prompt rendered with the chat template, hashed as the gateway and the engine
     hash it. Cached on disk (a temp dir) by content, since building them takes seconds."""
     from gpufleet.routing.prefix import text_prefix_hashes
     from gpufleet.tokenizer import apply_chat_template, block_hashes, default_tokenizer
 
     digest = hashlib.blake2b(digest_size=16)
-    digest.update(str(block_size).encode())
+    digest.update(f"{block_size}|{routing_block_bytes}".encode())
     for r in requests:
         digest.update(f"{r.arrival_s}|{r.output_tokens}|{r.session}|".encode())
         digest.update(r.text.encode())
@@ -124,7 +126,7 @@ def hash_requests(requests: Sequence[TraceRequest], block_size: int) -> list[Has
         out.append(
             HashedRequest(
                 arrival_s=r.arrival_s,
-                routing_hashes=text_prefix_hashes(text),
+                routing_hashes=text_prefix_hashes(text, routing_block_bytes),
                 engine_hashes=tuple(block_hashes(ids, block_size)),
                 prompt_tokens=len(ids),
                 prompt_bytes=len(text.encode()),
