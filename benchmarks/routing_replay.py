@@ -12,11 +12,15 @@ replica of `gpufleet.routing.replay` is a FIFO prefill server with vLLM's prefix
 (running blocks pinned, LRU by release, generated tokens taking room); prefill and decode
 speeds are Qwen3-8B on an H100 by the project's step-time model.
 
+`cache_aware_peer` models sglang-router's / vllm-router's cache_aware rule (their defaults).
 Besides the policies by name it runs two study routers that see the replicas' real
 caches ("oracle"): `oracle_prefix_aware` (prefix_aware's rules, true matches) and
 `oracle_longest` (true longest match, least loaded on ties, no bounds). The gap from a
 policy to its oracle is what its index gets wrong; the gap from the oracles to the pooled
-cache is the cost of splitting one cache into replicas (and of the bounds).
+cache is the cost of splitting one cache into replicas (and of the bounds). Two pooled
+references: one LRU of prompt blocks only (what routing_quality.py reports), and one
+engine with the fleet's KV under the replicas' own rules (generated blocks and running
+requests take room); the first overstates what one pooled engine reaches.
 
 Writes benchmarks/results/routing_replay.json and .md (one table per workload).
 """
@@ -37,14 +41,18 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from gpufleet.routing import make_policy  # noqa: E402
+from gpufleet.routing.base import PolicyBase  # noqa: E402
 from gpufleet.routing.prefix_aware import PrefixAware  # noqa: E402
+from gpufleet.routing.prefix_index import PrefixIndex  # noqa: E402
 from gpufleet.routing.replay import (  # noqa: E402
     EngineCacheModel,
     ReplayRequest,
     ReplicaTiming,
     pooled_cache_hit_rate,
+    pooled_engine_hit_rate,
     replay,
 )
+from gpufleet.routing.types import ReplicaView, RequestInfo  # noqa: E402
 from record import RESULTS, write_result  # noqa: E402
 from routing_workloads import (  # noqa: E402
     SYNTHETIC,
@@ -56,6 +64,53 @@ from routing_workloads import (  # noqa: E402
 
 BLOCK_TOKENS = 16
 ORACLES = ("oracle_prefix_aware", "oracle_longest")
+PEER_MODELS = ("cache_aware_peer",)
+
+
+class CacheAwarePeer(PolicyBase):
+    """sglang-router's (and its fork vllm-router's) cache_aware rule, as documented, on
+    this replay's routing blocks: when loads are imbalanced (max - min > `balance_abs` and
+    max > `balance_rel` x min, in-flight counts) the least loaded replica; else the
+    longest match if it covers more than `cache_threshold` of the prompt, else the replica
+    whose tree is smallest. Its defaults are sglang-router 0.3's. A model for the replay
+    (the real routers run live in routing_quality.py), not a gpufleet policy."""
+
+    name = "cache_aware_peer"
+    uses_prefix_hashes = True
+
+    def __init__(
+        self,
+        *,
+        seed: int | None = None,
+        cache_threshold: float = 0.3,
+        balance_abs: int = 64,
+        balance_rel: float = 1.5,
+    ) -> None:
+        super().__init__(seed=seed)
+        self.cache_threshold = cache_threshold
+        self.balance_abs = balance_abs
+        self.balance_rel = balance_rel
+        self.index = PrefixIndex(1 << 30)  # max_tree_size 2^26 chars: never reached here
+
+    def choose(self, request: RequestInfo, replicas: Sequence[ReplicaView]) -> ReplicaView | None:
+        if not replicas:
+            return None
+        loads = [r.in_flight for r in replicas]
+        hashes = request.prefix_hashes
+        if max(loads) - min(loads) > self.balance_abs and max(loads) > self.balance_rel * min(
+            loads
+        ):
+            chosen = min(replicas, key=lambda r: r.in_flight)
+        else:
+            matches = self.index.match(hashes, (r.replica_id for r in replicas))
+            best = max(replicas, key=lambda r: matches[r.replica_id])
+            if hashes and matches[best.replica_id] > self.cache_threshold * len(hashes):
+                chosen = best
+            else:
+                chosen = min(replicas, key=lambda r: self.index.blocks_held(r.replica_id))
+        if hashes:
+            self.index.insert(chosen.replica_id, hashes)
+        return chosen
 
 
 def default_sources() -> list[str]:
@@ -113,6 +168,8 @@ def make_router(
             "miss_weight": 1e9,
             **options,
         }
+    if name in PEER_MODELS:
+        return CacheAwarePeer(seed=seed, **options)
     if name in ORACLES:
         policy = PrefixAware(seed=seed, **options)
         policy.index = _TrueIndex(caches, by_routing)  # type: ignore[assignment]
@@ -165,6 +222,7 @@ def run_source(source: str, args: argparse.Namespace) -> dict[str, Any]:
         tpot_s=args.tpot_s,
     )
     pooled = pooled_cache_hit_rate(requests, args.kv_blocks * args.replicas, BLOCK_TOKENS)
+    pooled_engine = pooled_engine_hit_rate(requests, timing, args.replicas)
     rows = []
     for name in router_specs(args):
         runs = []
@@ -190,6 +248,9 @@ def run_source(source: str, args: argparse.Namespace) -> dict[str, Any]:
                 {
                     "hit_rate": report.hit_rate,
                     "vs_pooled": report.hit_rate / pooled if pooled else float("nan"),
+                    "vs_pooled_engine": (
+                        report.hit_rate / pooled_engine if pooled_engine else float("nan")
+                    ),
                     "mean_ttft_s": report.mean_ttft_s,
                     "p99_ttft_s": report.ttft_quantile_s(0.99),
                     "max_mean_requests": report.max_mean_requests,
@@ -211,6 +272,7 @@ def run_source(source: str, args: argparse.Namespace) -> dict[str, Any]:
         "mean_prompt_tokens": tokens / max(1, len(hashed)),
         "bytes_per_token": sum(h.prompt_bytes for h in hashed) / max(1, tokens),
         "pooled_hit_rate": pooled,
+        "pooled_engine_hit_rate": pooled_engine,
         "load_s": load_s,
         "rows": rows,
     }
@@ -227,18 +289,20 @@ def markdown(results: Sequence[dict[str, Any]], args: argparse.Namespace) -> str
     for res in results:
         lines += [
             f"## {res['label']}: {res['requests']} requests over {res['span_s']:.0f} s, "
-            f"{res['mean_prompt_tokens']:.0f} prompt tokens on average; one pooled cache "
-            f"would hit {res['pooled_hit_rate']:.3f}",
+            f"{res['mean_prompt_tokens']:.0f} prompt tokens on average; one pooled LRU of "
+            f"prompts would hit {res['pooled_hit_rate']:.3f}, one pooled engine (outputs "
+            f"and running requests take room) {res['pooled_engine_hit_rate']:.3f}",
             "",
-            "| router | hit rate | vs pooled | mean TTFT ms | p99 TTFT ms | max/mean requests "
+            "| router | hit rate | vs pooled | vs pooled engine | mean TTFT ms | p99 TTFT ms | max/mean requests "
             "| max/mean prefill |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for r in res["rows"]:
             lo, hi = r["vs_pooled_range"]
             spread = f" ({lo:.3f}–{hi:.3f})" if args.seeds > 1 else ""
             lines.append(
                 f"| {r['router']} | {r['hit_rate']:.3f} | {r['vs_pooled']:.3f}{spread} "
+                f"| {r['vs_pooled_engine']:.3f} "
                 f"| {r['mean_ttft_s'] * 1e3:.0f} | {r['p99_ttft_s'] * 1e3:.0f} "
                 f"| {r['max_mean_requests']:.3f} | {r['max_mean_prefill']:.3f} |"
             )
@@ -271,7 +335,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seeds", type=int, default=3, help="runs to average (seed > 0 jitters)")
     p.add_argument("--jitter-s", type=float, default=0.05, help="arrival jitter of seeds > 0")
-    p.add_argument("--policies", default="prefix_aware,session,least_outstanding,round_robin")
+    p.add_argument(
+        "--policies",
+        default="prefix_aware,cache_aware_peer,session,least_outstanding,round_robin",
+        help="gpufleet policies, or cache_aware_peer (sglang-/vllm-router's rule, modelled)",
+    )
     p.add_argument(
         "--policy",
         action="append",

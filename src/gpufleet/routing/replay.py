@@ -17,8 +17,9 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from gpufleet.routing.simple import RoundRobin
 from gpufleet.routing.types import ReplicaView, RequestInfo, RoutingPolicy
 from gpufleet.stats import percentile
 
@@ -311,3 +312,19 @@ def pooled_cache_hit_rate(
         while len(cache) > cache_blocks:
             cache.popitem(last=False)
     return hits / total if total else 0.0
+
+
+def pooled_engine_hit_rate(
+    requests: Sequence[ReplayRequest], timing: ReplicaTiming, replicas: int
+) -> float:
+    """Hit rate of one engine holding the whole fleet's KV (`replicas` x its cache blocks)
+    and prefilling `replicas` times as fast, replayed like the fleet. Unlike
+    `pooled_cache_hit_rate` (prompts only) its cache also holds what running requests pin
+    and their generated blocks, as vLLM's does: the pooled reference under the same rules
+    as the replicas it is compared with."""
+    pooled = replace(
+        timing,
+        cache_blocks=timing.cache_blocks * replicas,
+        prefill_s_per_token=timing.prefill_s_per_token / replicas,
+    )
+    return replay(RoundRobin(), requests, replicas=1, timing=pooled).hit_rate
