@@ -10,6 +10,7 @@ from gpufleet.routing.replay import (
     ReplayRequest,
     ReplicaTiming,
     pooled_cache_hit_rate,
+    pooled_engine_hit_rate,
     replay,
 )
 
@@ -72,6 +73,22 @@ def test_pooled_cache_hit_rate_is_one_lru_over_prompts() -> None:
     reqs = [ReplayRequest(float(i), h, 1) for i, h in enumerate((a, b, a))]
     assert pooled_cache_hit_rate(reqs, cache_blocks=8) == pytest.approx(4 / 12)
     assert pooled_cache_hit_rate(reqs, cache_blocks=4) == 0.0  # b evicted a
+
+
+def test_pooled_engine_counts_the_room_generated_tokens_take() -> None:
+    # a, then b with 4 blocks of output, then a again one block longer: a prompt-only LRU
+    # of 8 blocks keeps a (4 + 4 blocks), an engine of 2 x 4 blocks evicts it for b's output.
+    a, b = (1, 2, 3, 4), (11, 12, 13, 14)
+    reqs = [
+        ReplayRequest(0.0, a, output_tokens=0),
+        ReplayRequest(10.0, b, output_tokens=64),
+        ReplayRequest(20.0, (*a, 5), output_tokens=0),
+    ]
+    assert pooled_cache_hit_rate(reqs, cache_blocks=8) == pytest.approx(64 / 208)
+    assert pooled_engine_hit_rate(reqs, ReplicaTiming(cache_blocks=4), replicas=2) == 0.0
+    # with room for b's output too, the engine keeps a as the LRU does
+    roomy = ReplicaTiming(cache_blocks=6)
+    assert pooled_engine_hit_rate(reqs, roomy, replicas=2) == pytest.approx(64 / 208)
 
 
 def test_replay_hands_back_the_replicas_caches() -> None:
