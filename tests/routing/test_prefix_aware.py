@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gpufleet.routing import make_policy
 from gpufleet.routing.prefix_aware import PrefixAware
 from gpufleet.routing.replay import (
@@ -63,6 +65,33 @@ def test_requests_with_nothing_to_gain_keep_away_from_replicas_ahead_on_share() 
     assert p.choose(request(10, prefix_hashes=hot), rs) is holder
 
 
+def test_cold_prompts_even_out_the_blocks_written_not_the_request_counts() -> None:
+    # One long cold prompt wrote 100 blocks on one replica: the next short cold prompts all
+    # go to the other, so both caches evict at the same pace (as one pooled LRU would);
+    # counting requests instead would alternate and evict the long prompt's replica first.
+    def placements(share: str) -> list[str]:
+        p = PrefixAware(seed=0, share=share)
+        rs = views(2)
+        long = p.choose(request(0, prefix_hashes=tuple(range(1000, 1100))), rs)
+        assert long is not None
+        p.on_first_token(request(0), long)
+        out = []
+        for i in range(1, 5):
+            short = p.choose(request(i, prefix_hashes=(i, 10 + i)), rs)
+            assert short is not None
+            p.on_first_token(request(i), short)
+            out.append("same" if short is long else "other")
+        return out
+
+    assert placements("new_blocks") == ["other"] * 4
+    assert placements("requests").count("same") >= 1
+
+
+def test_share_signal_is_validated() -> None:
+    with pytest.raises(ValueError, match="share must be one of"):
+        PrefixAware(share="tokens")
+
+
 def test_pending_prefill_is_tracked_per_request_and_settled_once() -> None:
     p = PrefixAware(seed=0)
     rs = views(2)
@@ -79,7 +108,7 @@ def test_pending_prefill_is_tracked_per_request_and_settled_once() -> None:
 
 
 def test_a_long_prefill_queue_on_the_holder_sends_a_small_match_elsewhere() -> None:
-    p = PrefixAware(seed=0, miss_weight=2.0)
+    p = PrefixAware(seed=0, miss_weight=2.0, share_weight=0.0)  # queue vs match alone
     rs = views(2)
     holder = p.choose(request(0, prefix_hashes=(1, 2)), rs)
     assert holder is not None
