@@ -9,7 +9,8 @@ blocks of prefill:
            + share_weight x its share past the mean
 
 With `share="new_blocks"` the last term keeps the blocks written into each replica's
-cache (its misses: the "churn") even, not just the request counts: a prefix survives in an LRU cache for about capacity /
+cache (its misses: the "churn") even, not just the request counts (`"cold_blocks"`: only
+for prompts no replica holds any of, the rest by request share): a prefix survives in an LRU cache for about capacity /
 churn, so even churn gives every replica the same horizon, as one pooled cache has.
 Measured in benchmarks/routing_replay.py it lifts Mooncake's synthetic trace (0.78x ->
 1.00x the pooled hits at offset 2000, half the TTFT) but costs the conversation slice
@@ -55,7 +56,7 @@ from gpufleet.routing.prefix_index import PrefixIndex
 from gpufleet.routing.types import ReplicaView, RequestInfo
 
 LOAD_SIGNALS = ("in_flight", "queue_depth")
-SHARE_SIGNALS = ("requests", "new_blocks")
+SHARE_SIGNALS = ("requests", "new_blocks", "cold_blocks")
 MAX_TRACKED_REQUESTS = 65_536
 
 
@@ -151,7 +152,8 @@ class PrefixAware(PolicyBase):
         if hashes:
             matches = self.index.match(hashes, (replicas[i].replica_id for i in allowed))
             uncached = [len(hashes) - matches.get(r.replica_id, 0) for r in replicas]
-            if self.share != "requests":
+            cold = not any(matches.values())
+            if self.share == "new_blocks" or (self.share == "cold_blocks" and cold):
                 # Each replica's cache is an LRU: a prefix lives there about capacity /
                 # (blocks written per decision). Even blocks written keep that horizon
                 # the same on every replica, as in one pooled cache; even request counts
