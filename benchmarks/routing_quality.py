@@ -1,26 +1,34 @@
 #!/usr/bin/env python3
-"""Routing quality: replay a Mooncake trace slice through each router onto the same replicas.
+"""Routing quality: replay workloads through each router onto the same live replicas.
 
-    .venv/bin/python benchmarks/routing_quality.py [TRACE] [--requests 600] [--speedup 8]
+    .venv/bin/python benchmarks/routing_quality.py [SOURCE ...] [--requests 600]
+        [--speedup 8] [--repeat 3] [--policy 'prefix_aware:{"option": 1}']
+        [--gateway-args '--workers 2']
 
-For every gpufleet policy (and beside sglang-router and vllm-router in cache_aware mode,
-installed into venvs outside the repo by benchmarks/peers.py) it starts 4 fresh
-`gpufleet replica` processes with prefix caching (fresh, so every router starts from cold
-caches), the router in front of them, and replays the slice open-loop at `--speedup` x
-the trace's pace with streaming chat requests. Prompts are built so that equal Mooncake
-hash_ids give equal 512-token blocks (gpufleet.workload). It reports, per router:
+SOURCE is a trace (Mooncake JSONL with hash_ids, Azure CSV) or synthetic:NAME (one of
+system_prompts, multi_turn, tool_agent, mixed: `gpufleet.workload.prefix_sharing`);
+default: the shared Mooncake conversation slice. For every gpufleet policy (and beside
+sglang-router and vllm-router in cache_aware mode, installed into venvs outside the repo
+by benchmarks/peers.py) it starts 4 fresh `gpufleet replica` processes with prefix caching
+(fresh, so every router starts from cold caches), the router in front of them, and replays
+the workload open-loop at `--speedup` x its pace with streaming chat requests. Mooncake
+prompts are built so that equal hash_ids give equal 512-token blocks. Per source and
+router it reports:
 
 - mean and p99 TTFT measured by the client (first streamed token),
 - prefix-cache hit rate from the replicas' own /metrics (vllm:prefix_cache_hits /
   vllm:prefix_cache_queries, summed over replicas),
 - max/mean load: requests served per replica (vllm:request_success) and prefill work
-  (prompt tokens not served from cache) per replica,
+  (prompt tokens not served from cache) per replica; preemptions,
 - the hit rate one LRU prefix cache holding all four replicas' blocks would reach on the
   same prompts (computed offline with the engine's block size), and the ratio to it.
 
-Writes benchmarks/results/routing_quality.json and .md (results/ is git-ignored). The
-replicas and routers all run on this machine's CPUs: on a small machine the absolute TTFTs
-include CPU contention, so compare routers within one run, not across runs.
+`--repeat N` runs every router N times (in turns, so machine noise spreads evenly) and
+reports the mean and the range. `--gateway-args` passes extra flags to every
+`gpufleet gateway` (e.g. more workers). Writes benchmarks/results/routing_quality.json and
+.md (one table per source; results/ is git-ignored). The replicas and routers all run on
+this machine's CPUs: on a small machine the absolute TTFTs include CPU contention, so
+compare routers within one run, not across runs.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -48,11 +57,18 @@ from prometheus_client.parser import text_string_to_metric_families
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-
 from gpufleet.stats import percentile  # noqa: E402
 from record import RESULTS, write_result  # noqa: E402
+from routing_workloads import TraceRequest, load_requests, source_label  # noqa: E402
 
 PEERS = {"sglang-router": "sglang-router", "vllm-router": "vllm-router"}  # name: program
+
+
+def default_trace() -> str:
+    """$GPUFLEET_SHARED/traces/mooncake_conversation.jsonl (or ../shared beside a checkout)."""
+    from gpufleet.shared_data import shared_file
+
+    return str(shared_file("traces", "mooncake_conversation.jsonl"))
 
 
 # ---------------------------------------------------------------- processes
@@ -127,64 +143,18 @@ def cleanup(procs: list[Proc]) -> Iterator[list[Proc]]:
 # ---------------------------------------------------------------- workload
 
 
-@dataclass(frozen=True)
-class TraceRequest:
-    arrival_s: float
-    text: str
-    input_tokens: int
-    output_tokens: int
-    session: str
-
-
-def load_requests(
-    trace: Path, offset: int, count: int, speedup: float, max_output_tokens: int
-) -> list[TraceRequest]:
-    from gpufleet.errors import UserError
-    from gpufleet.workload import read_trace, slice_records, text_conversations, trace_shapes
-
-    try:
-        records = read_trace(trace, limit=offset + count)[offset:]
-    except UserError as e:
-        raise SystemExit(f"{e} (pass TRACE or set GPUFLEET_SHARED)") from None
-    if not records:
-        raise SystemExit(f"{trace}: no records at offset {offset}")
-    records = slice_records(records, start_s=records[0].arrival_s)
-    out = []
-    for rec, conv in zip(
-        records, text_conversations(trace_shapes(records, speedup=speedup)), strict=True
-    ):
-        turn = conv.turns[0]
-        # A conversation's turns share their leading blocks; name the session by them so
-        # the `session` policy has a key a client would send (the trace has none).
-        session = "conv-" + "-".join(str(h) for h in (rec.hash_ids or ())[:2])
-        out.append(
-            TraceRequest(
-                arrival_s=conv.arrival_s or 0.0,
-                text=turn.text,
-                input_tokens=turn.input_tokens,
-                output_tokens=min(turn.output_tokens, max_output_tokens),
-                session=session,
-            )
-        )
-    return out
-
-
 def ideal_hit_rate(requests: Sequence[TraceRequest], block_size: int, blocks: int) -> float:
     """Hit rate of one LRU prefix cache of `blocks` engine blocks over the prompts as the
     replica tokenizes them (chat template), in arrival order."""
-    from gpufleet.routing.prefix_index import PrefixIndex
-    from gpufleet.tokenizer import apply_chat_template, block_hashes, default_tokenizer
+    from gpufleet.routing.replay import ReplayRequest, pooled_cache_hit_rate
+    from routing_workloads import hash_requests
 
-    tok = default_tokenizer()
-    cache = PrefixIndex(blocks)
-    hit_tokens = query_tokens = 0
-    for req in requests:
-        ids = tok.encode(apply_chat_template([{"role": "user", "content": req.text}]))
-        hashes = block_hashes(ids, block_size)
-        hit_tokens += cache.match(hashes, ("all",))["all"] * block_size
-        cache.insert("all", hashes)
-        query_tokens += len(ids)
-    return hit_tokens / query_tokens if query_tokens else 0.0
+    hashed = hash_requests(requests, block_size)
+    prompts = [
+        ReplayRequest(h.arrival_s, (), cache_hashes=h.engine_hashes, prompt_tokens=h.prompt_tokens)
+        for h in hashed
+    ]
+    return pooled_cache_hit_rate(prompts, blocks, block_size)
 
 
 # ---------------------------------------------------------------- client
@@ -296,6 +266,7 @@ class RunResult:
     hit_rate_vs_ideal: float
     max_mean_requests: float
     max_mean_prefill_tokens: float
+    preemptions: int = 0
     requests_per_replica: list[int] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -306,11 +277,17 @@ class RunResult:
 @dataclass
 class Setup:
     args: argparse.Namespace
-    requests: list[TraceRequest]
     logdir: Path
-    bytes_per_token: float
-    ideal: float | None = None
     cache_tokens: int | None = None
+    block_size: int = 16
+
+
+@dataclass
+class Source:
+    name: str
+    requests: list[TraceRequest]
+    ideal: float | None = None
+    results: list[RunResult] = field(default_factory=list)
 
 
 def replica_argv(args: argparse.Namespace, port: int, seed: int) -> list[str]:
@@ -335,53 +312,36 @@ def replica_argv(args: argparse.Namespace, port: int, seed: int) -> list[str]:
     return argv
 
 
-def router_argv(kind: str, setup: Setup, urls: list[str], port: int, workdir: Path) -> list[str]:
+def gateway_argv(kind: str, setup: Setup, urls: list[str], port: int) -> list[str]:
+    """`gpufleet:POLICY` or `gpufleet:POLICY:{json options}` behind `gpufleet gateway`."""
+    policy, _, raw = kind.split(":", 1)[1].partition(":")
+    options: dict[str, Any] = json.loads(raw) if raw else {}
+    if policy == "prefix_aware" and setup.cache_tokens:
+        # What the replicas report (vllm:cache_config_info) sizes the index, as the
+        # gateway's own scrape does; bytes per token stays the policy's default.
+        options.setdefault("capacity_tokens", setup.cache_tokens)
+    config = {
+        "host": "127.0.0.1",
+        "port": port,
+        "policy": policy,
+        "policy_options": options,
+        "seed": 0,
+        "replicas": [{"url": u} for u in urls],
+    }
+    path = setup.logdir / f"gateway-{port}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    extra = shlex.split(setup.args.gateway_args)
+    return gpufleet_argv("gateway", "--config", str(path), "--log-level", "WARNING", *extra)
+
+
+def router_argv(kind: str, setup: Setup, urls: list[str], port: int) -> list[str]:
     if kind.startswith("gpufleet:"):
-        policy = kind.split(":", 1)[1]
-        options: dict[str, Any] = {}
-        if policy == "prefix_aware" and setup.cache_tokens:
-            # What the replicas report (vllm:cache_config_info) sizes the index, as the
-            # gateway's own scrape does; bytes per token stays the policy's default.
-            options = {
-                "capacity_tokens": setup.cache_tokens,
-                **json.loads(setup.args.prefix_options),
-            }
-        config = {
-            "host": "127.0.0.1",
-            "port": port,
-            "policy": policy,
-            "policy_options": options,
-            "seed": 0,
-            "replicas": [{"url": u} for u in urls],
-        }
-        path = workdir / f"gateway-{policy}.yaml"
-        path.write_text(yaml.safe_dump(config))
-        return gpufleet_argv("gateway", "--config", str(path), "--log-level", "WARNING")
+        return gateway_argv(kind, setup, urls, port)
     from peers import peer_bin
 
     binary = str(peer_bin(kind, PEERS[kind]))
-    if kind == "sglang-router":
-        return [
-            binary,
-            "launch",
-            "--worker-urls",
-            *urls,
-            "--policy",
-            "cache_aware",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warn",
-            # Its own metrics port: the default 29000 may be taken by another router.
-            "--prometheus-host",
-            "127.0.0.1",
-            "--prometheus-port",
-            str(free_port()),
-        ]
-    return [
-        binary,
+    # Each its own metrics port: the default may be taken by another router.
+    common = [
         "--worker-urls",
         *urls,
         "--policy",
@@ -390,16 +350,17 @@ def router_argv(kind: str, setup: Setup, urls: list[str], port: int, workdir: Pa
         "127.0.0.1",
         "--port",
         str(port),
-        "--log-level",
-        "warning",
         "--prometheus-host",
         "127.0.0.1",
         "--prometheus-port",
         str(free_port()),
     ]
+    if kind == "sglang-router":
+        return [binary, "launch", *common, "--log-level", "warn"]
+    return [binary, *common, "--log-level", "warning"]
 
 
-async def run_one(kind: str, setup: Setup) -> RunResult:
+async def run_one(kind: str, setup: Setup, source: Source) -> RunResult:
     args = setup.args
     procs: list[Proc] = []
     with cleanup(procs):
@@ -411,32 +372,32 @@ async def run_one(kind: str, setup: Setup) -> RunResult:
             await wait_ready(url + "/health", proc)
         if setup.cache_tokens is None:
             cfg = (await scrape(urls[0]))["cache_config"]
-            blocks, block_size = int(cfg.get("num_gpu_blocks", 0)), int(cfg.get("block_size", 16))
-            setup.cache_tokens = blocks * block_size
-            setup.ideal = ideal_hit_rate(setup.requests, block_size, blocks * args.replicas)
+            blocks, setup.block_size = (
+                int(cfg.get("num_gpu_blocks", 0)),
+                int(cfg.get("block_size", 16)),
+            )
+            setup.cache_tokens = blocks * setup.block_size
+        if source.ideal is None:
+            blocks = (setup.cache_tokens or 0) // setup.block_size
+            source.ideal = ideal_hit_rate(source.requests, setup.block_size, blocks * args.replicas)
         rport = free_port()
-        router = spawn(
-            kind.replace(":", "-"),
-            router_argv(kind, setup, urls, rport, setup.logdir),
-            setup.logdir,
-        )
+        name = kind.split(":{")[0].replace(":", "-")
+        router = spawn(name, router_argv(kind, setup, urls, rport), setup.logdir)
         procs.append(router)
         rurl = f"http://127.0.0.1:{rport}"
         await wait_ready(rurl + "/v1/models", router)
         await asyncio.sleep(1.0)  # let routers finish their first health checks
-        outcomes = await replay(rurl, args.served_model, setup.requests, args.timeout_s)
+        outcomes = await replay(rurl, args.served_model, source.requests, args.timeout_s)
         metrics = [(await scrape(u))["sums"] for u in urls]
     ok = [o for o in outcomes if o.ok]
     ttfts = [o.ttft_s for o in ok if o.ttft_s is not None]
-    hits = sum(m.get("vllm:prefix_cache_hits_total", 0.0) for m in metrics)
-    queries = sum(m.get("vllm:prefix_cache_queries_total", 0.0) for m in metrics)
-    served = [int(m.get("vllm:request_success_total", 0.0)) for m in metrics]
-    prefill = [
-        m.get("vllm:prefix_cache_queries_total", 0.0) - m.get("vllm:prefix_cache_hits_total", 0.0)
-        for m in metrics
-    ]
-    hit_rate = hits / queries if queries else 0.0
-    ideal = setup.ideal or 0.0
+
+    def total(name: str) -> list[float]:
+        return [m.get(name, 0.0) for m in metrics]
+
+    hits, queries = total("vllm:prefix_cache_hits_total"), total("vllm:prefix_cache_queries_total")
+    hit_rate = sum(hits) / sum(queries) if sum(queries) else 0.0
+    served = [int(v) for v in total("vllm:request_success_total")]
     return RunResult(
         router=kind,
         requests=len(outcomes),
@@ -444,33 +405,53 @@ async def run_one(kind: str, setup: Setup) -> RunResult:
         mean_ttft_s=sum(ttfts) / len(ttfts) if ttfts else float("nan"),
         p99_ttft_s=quantile(ttfts, 0.99),
         hit_rate=hit_rate,
-        hit_rate_vs_ideal=hit_rate / ideal if ideal else float("nan"),
+        hit_rate_vs_ideal=hit_rate / source.ideal if source.ideal else float("nan"),
         max_mean_requests=max_over_mean(served),
-        max_mean_prefill_tokens=max_over_mean(prefill),
+        max_mean_prefill_tokens=max_over_mean([q - h for q, h in zip(queries, hits, strict=True)]),
+        preemptions=int(sum(total("vllm:num_preemptions_total"))),
         requests_per_replica=served,
         errors=sorted({o.error for o in outcomes if o.error})[:5],
     )
 
 
-def markdown(results: Sequence[RunResult], setup: Setup) -> str:
+def _mean_range(values: Sequence[float], fmt: str) -> str:
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return format(mean, fmt)
+    return f"{format(mean, fmt)} ({format(min(values), fmt)}–{format(max(values), fmt)})"
+
+
+def markdown(sources: Sequence[Source], setup: Setup) -> str:
     a = setup.args
     lines = [
-        f"# routing_quality: {a.requests} requests of {Path(a.trace).name} from #{a.offset}, "
-        f"{a.speedup}x pace, {a.replicas} x `gpufleet replica --model {a.model} "
-        f"--time-scale {a.time_scale}` (TTFT in wall ms; engine time = wall / time scale)",
-        "",
-        f"One LRU cache of all replicas' blocks would hit {setup.ideal or 0:.3f} of prompt tokens.",
-        "",
-        "| router | mean TTFT ms | p99 TTFT ms | hit rate | vs one cache | max/mean requests "
-        "| max/mean prefill | failed |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"# routing_quality: {a.requests} requests per source from #{a.offset}, {a.speedup}x "
+        f"pace, {a.replicas} x `gpufleet replica --model {a.model} --time-scale {a.time_scale}` "
+        f"with {setup.cache_tokens} KV tokens each; TTFT in wall ms (engine time = wall / "
+        f"time scale); {a.repeat} run(s) per router: mean (min–max)"
+        + (f"; gateway flags `{a.gateway_args}`" if a.gateway_args else ""),
     ]
-    for r in results:
-        lines.append(
-            f"| {r.router} | {r.mean_ttft_s * 1e3:.0f} | {r.p99_ttft_s * 1e3:.0f} "
-            f"| {r.hit_rate:.3f} | {r.hit_rate_vs_ideal:.3f} | {r.max_mean_requests:.3f} "
-            f"| {r.max_mean_prefill_tokens:.3f} | {r.failed} |"
-        )
+    for src in sources:
+        lines += [
+            "",
+            f"## {source_label(src.name)}: one LRU cache of all replicas' blocks would hit "
+            f"{src.ideal or 0:.3f} of prompt tokens",
+            "",
+            "| router | mean TTFT ms | p99 TTFT ms | hit rate | vs one cache | max/mean requests "
+            "| max/mean prefill | preemptions | failed |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        kinds = list(dict.fromkeys(r.router for r in src.results))
+        for kind in kinds:
+            rs = [r for r in src.results if r.router == kind]
+            lines.append(
+                f"| {kind} | {_mean_range([r.mean_ttft_s * 1e3 for r in rs], '.0f')} "
+                f"| {_mean_range([r.p99_ttft_s * 1e3 for r in rs], '.0f')} "
+                f"| {_mean_range([r.hit_rate for r in rs], '.3f')} "
+                f"| {_mean_range([r.hit_rate_vs_ideal for r in rs], '.3f')} "
+                f"| {_mean_range([r.max_mean_requests for r in rs], '.3f')} "
+                f"| {_mean_range([r.max_mean_prefill_tokens for r in rs], '.3f')} "
+                f"| {sum(r.preemptions for r in rs)} | {sum(r.failed for r in rs)} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -479,11 +460,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
-        "trace", nargs="?", default=None, help="default: $GPUFLEET_SHARED/traces/mooncake_..."
+        "sources",
+        nargs="*",
+        help="traces or synthetic:NAME (default: the shared Mooncake conversation slice)",
     )
     p.add_argument("--requests", type=int, default=600, help="slice length")
-    p.add_argument("--offset", type=int, default=0, help="first record of the slice")
-    p.add_argument("--speedup", type=float, default=8.0, help="replay at this x the trace pace")
+    p.add_argument("--offset", type=int, default=0, help="first request of the slice")
+    p.add_argument("--speedup", type=float, default=8.0, help="replay at this x the pace")
     p.add_argument(
         "--time-scale",
         type=float,
@@ -507,67 +490,75 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-output-tokens", type=int, default=1024)
     p.add_argument("--timeout-s", type=float, default=600.0)
     p.add_argument("--policies", default=",".join(POLICY_NAMES), help="gpufleet policies")
-    p.add_argument("--peers", default="sglang-router,vllm-router", help="'' for none")
     p.add_argument(
-        "--prefix-options", default="{}", help="extra prefix_aware options, as a JSON object"
+        "--policy",
+        action="append",
+        default=[],
+        help='one more gpufleet policy, NAME or NAME:{"option": value} (repeatable)',
     )
+    p.add_argument("--peers", default="sglang-router,vllm-router", help="'' for none")
+    p.add_argument("--repeat", type=int, default=1, help="runs per router and source")
+    p.add_argument("--gateway-args", default="", help="extra `gpufleet gateway` flags")
     p.add_argument("--out", default=str(RESULTS / "routing_quality"), help="path without suffix")
     args = p.parse_args(argv)
     args.served_model = args.served_model or args.model
-    if args.trace is None:
+    if not args.sources:
         from gpufleet.errors import UserError
-        from gpufleet.shared_data import shared_file
 
         try:
-            args.trace = str(shared_file("traces", "mooncake_conversation.jsonl"))
+            args.sources = [default_trace()]
         except UserError as e:
             p.error(str(e))
     return args
 
 
-async def main_async(args: argparse.Namespace) -> list[RunResult]:
-    requests = load_requests(
-        Path(args.trace), args.offset, args.requests, args.speedup, args.max_output_tokens
-    )
-    text_bytes = sum(len(r.text.encode()) for r in requests)
-    tokens = sum(r.input_tokens for r in requests)
+async def main_async(args: argparse.Namespace) -> list[Source]:
     logdir = Path(tempfile.mkdtemp(prefix="routing_quality-"))
-    setup = Setup(args, requests, logdir, bytes_per_token=text_bytes / max(1, tokens))
-    kinds = [f"gpufleet:{p}" for p in args.policies.split(",") if p]
-    kinds += [p for p in args.peers.split(",") if p]
-    print(
-        f"{len(requests)} requests over {requests[-1].arrival_s:.0f}s, "
-        f"{tokens / len(requests):.0f} prompt tokens on average; logs in {logdir}",
-        flush=True,
-    )
-    results = []
-    for kind in kinds:
-        t = time.perf_counter()
-        try:
-            result = await run_one(kind, setup)
-        except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
-            print(f"{kind}: FAILED to run: {e}", flush=True)
-            continue
-        results.append(result)
+    setup = Setup(args, logdir)
+    sources = []
+    for name in args.sources:
+        reqs = load_requests(name, args.offset, args.requests, args.speedup, args.max_output_tokens)
+        tokens = sum(r.input_tokens for r in reqs)
         print(
-            f"{kind:28s} ttft mean {result.mean_ttft_s * 1e3:7.0f} ms p99 "
-            f"{result.p99_ttft_s * 1e3:7.0f} ms  hit {result.hit_rate:.3f} "
-            f"({result.hit_rate_vs_ideal:.3f} of one cache)  max/mean "
-            f"{result.max_mean_requests:.3f}  failed {result.failed}  "
-            f"[{time.perf_counter() - t:.0f}s]",
+            f"{source_label(name)}: {len(reqs)} requests over {reqs[-1].arrival_s:.0f}s, "
+            f"{tokens / len(reqs):.0f} prompt tokens on average",
             flush=True,
         )
+        sources.append(Source(name, reqs))
+    kinds = [f"gpufleet:{p}" for p in args.policies.split(",") if p]
+    kinds += [f"gpufleet:{p}" for p in args.policy]
+    kinds += [p for p in args.peers.split(",") if p]
+    print(f"logs in {logdir}", flush=True)
+    for rep in range(args.repeat):
+        for source in sources:
+            for kind in kinds:
+                t = time.perf_counter()
+                try:
+                    result = await run_one(kind, setup, source)
+                except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
+                    print(f"{kind}: FAILED to run: {e}", flush=True)
+                    continue
+                source.results.append(result)
+                print(
+                    f"[{rep + 1}/{args.repeat}] {source_label(source.name)} {kind:28s} ttft "
+                    f"mean {result.mean_ttft_s * 1e3:7.0f} ms p99 {result.p99_ttft_s * 1e3:7.0f}"
+                    f" ms  hit {result.hit_rate:.3f} ({result.hit_rate_vs_ideal:.3f} of one "
+                    f"cache)  max/mean {result.max_mean_requests:.3f}  failed {result.failed}  "
+                    f"[{time.perf_counter() - t:.0f}s]",
+                    flush=True,
+                )
     payload = {
         "args": vars(args),
-        "ideal_hit_rate": setup.ideal,
         "cache_tokens_per_replica": setup.cache_tokens,
-        "prompt_bytes_per_token": setup.bytes_per_token,
-        "results": [asdict(r) for r in results],
+        "sources": [
+            {"source": s.name, "ideal_hit_rate": s.ideal, "results": [asdict(r) for r in s.results]}
+            for s in sources
+        ],
     }
     peers = [k for k in kinds if k in PEERS]
-    write_result(Path(args.out), payload, markdown(results, setup), peers=peers)
-    print(markdown(results, setup))
-    return results
+    write_result(Path(args.out), payload, markdown(sources, setup), peers=peers)
+    print(markdown(sources, setup))
+    return sources
 
 
 def main() -> None:

@@ -181,10 +181,14 @@ def run_replay(scale: float) -> dict[str, Any]:
     cfg = build_config(sc)
     reqs = build_requests(sc)
     hasher = SegmentHasher(cfg.routing_block_tokens)
-    rr = [ReplayRequest(r.arrival_s, tuple(hasher.hashes(r.segments)), r.output_tokens)
-          for r in reqs]  # fmt: skip
+    rr = [
+        ReplayRequest(r.arrival_s, tuple(hasher.hashes(r.segments)), r.output_tokens,
+                      prompt_tokens=r.input_tokens)
+        for r in reqs
+    ]  # fmt: skip
     kv_tokens = cfg.engine.num_gpu_blocks * cfg.engine.block_size
-    timing = ReplicaTiming(cache_blocks=max(1, kv_tokens // cfg.routing_block_tokens))
+    blocks = max(1, kv_tokens // cfg.routing_block_tokens)
+    timing = ReplicaTiming(cache_blocks=blocks, block_tokens=cfg.routing_block_tokens)
     wall0, cpu0 = time.perf_counter(), time.process_time()
     report = replay(make_policy(sc.routing, seed=sc.seed), rr, replicas=sc.replicas, timing=timing)
     cpu_s = time.process_time() - cpu0

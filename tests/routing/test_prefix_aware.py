@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gpufleet.routing import make_policy
 from gpufleet.routing.prefix_aware import PrefixAware
 from gpufleet.routing.replay import (
     ReplicaTiming,
+    pooled_cache_hit_rate,
     replay,
-    single_cache_hit_rate,
 )
 
 from .helpers import hot_prefix_workload, request, views
@@ -63,6 +65,34 @@ def test_requests_with_nothing_to_gain_keep_away_from_replicas_ahead_on_share() 
     assert p.choose(request(10, prefix_hashes=hot), rs) is holder
 
 
+def test_cold_prompts_even_out_the_blocks_written_not_the_request_counts() -> None:
+    # One long cold prompt wrote 100 blocks on one replica: the next short cold prompts all
+    # go to the other, so both caches evict at the same pace (as one pooled LRU would);
+    # counting requests instead would alternate and evict the long prompt's replica first.
+    def placements(share: str) -> list[str]:
+        p = PrefixAware(seed=0, share=share)
+        rs = views(2)
+        long = p.choose(request(0, prefix_hashes=tuple(range(1000, 1100))), rs)
+        assert long is not None
+        p.on_first_token(request(0), long)
+        out = []
+        for i in range(1, 5):
+            short = p.choose(request(i, prefix_hashes=(i, 10 + i)), rs)
+            assert short is not None
+            p.on_first_token(request(i), short)
+            out.append("same" if short is long else "other")
+        return out
+
+    assert placements("new_blocks") == ["other"] * 4
+    assert placements("cold_blocks") == ["other"] * 4  # prompts no replica holds: by blocks
+    assert placements("requests").count("same") >= 1
+
+
+def test_share_signal_is_validated() -> None:
+    with pytest.raises(ValueError, match="share must be one of"):
+        PrefixAware(share="tokens")
+
+
 def test_pending_prefill_is_tracked_per_request_and_settled_once() -> None:
     p = PrefixAware(seed=0)
     rs = views(2)
@@ -79,7 +109,7 @@ def test_pending_prefill_is_tracked_per_request_and_settled_once() -> None:
 
 
 def test_a_long_prefill_queue_on_the_holder_sends_a_small_match_elsewhere() -> None:
-    p = PrefixAware(seed=0, miss_weight=2.0)
+    p = PrefixAware(seed=0, miss_weight=2.0, share_weight=0.0)  # queue vs match alone
     rs = views(2)
     holder = p.choose(request(0, prefix_hashes=(1, 2)), rs)
     assert holder is not None
@@ -153,19 +183,21 @@ def test_queue_depth_load_signal_is_selectable() -> None:
 
 def _hot_run(policy_name: str, **options: object):  # type: ignore[no-untyped-def]
     reqs = hot_prefix_workload(n_requests=2000, rate_per_s=16, seed=3)
-    timing = ReplicaTiming(cache_blocks=600)
+    timing = ReplicaTiming(cache_blocks=1000)
     opts = dict(options)
     if policy_name == "prefix_aware":
-        opts.setdefault("capacity_tokens", 600 * 32)  # the index knows the cache size
+        opts.setdefault("capacity_tokens", 1000 * 32)  # the index knows the cache size
     report = replay(make_policy(policy_name, seed=1, **opts), reqs, replicas=4, timing=timing)
-    return report, single_cache_hit_rate(reqs, 4 * timing.cache_blocks)
+    return report, pooled_cache_hit_rate(reqs, 4 * timing.cache_blocks)
 
 
 def test_no_herding_on_hot_prefixes_while_the_hit_rate_stays_high() -> None:
     report, ideal = _hot_run("prefix_aware")
     assert report.max_mean_requests <= 1.15
     assert report.max_mean_in_flight <= 1.15
-    assert report.hit_rate >= 0.95 * ideal
+    # (the replicas' caches also hold running requests and generated text, which one
+    # pooled prompt cache does not: a few points below it is the ceiling here)
+    assert report.hit_rate >= 0.93 * ideal
     # The scenario is one where both failure modes are real:
     naive, _ = _hot_run(  # pure longest match: no bounds, no queue or share cost
         "prefix_aware",
