@@ -288,7 +288,7 @@ async def test_metrics_exposition(stubs: list[StubBackend], make_gateway: Gatewa
 async def test_one_connection_mixes_completions_and_other_requests(
     stubs: list[StubBackend], make_gateway: GatewayFactory
 ) -> None:
-    """The fast front hands a connection to aiohttp at its first non-completion request."""
+    """One connection serves completions and other endpoints in any order."""
     gw = await make_gateway([stubs[0].url])
     body = {"model": "stub-model", "messages": MSG}
     connector = aiohttp.TCPConnector(limit=1)  # one keep-alive connection for everything

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import itertools
-import json
 import logging
 import tempfile
 import time
@@ -23,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 from rich.console import Console
 from rich.live import Live
 
@@ -85,28 +82,16 @@ def _build_gateway(cfg: FleetConfig, port: int | None, host: str | None) -> Any:
 
 
 def _admin_route(gateway: Any, controller: Controller, capacity: ReplicaCapacity | None) -> None:
-    key = getattr(gateway.config, "admin_key", None)
+    from gpufleet.gateway.routes import Reply, json_reply
 
-    async def autoscale(request: web.Request) -> web.Response:
-        if key:
-            auth = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(auth.encode(), f"Bearer {key}".encode()):
-                return web.json_response(
-                    {
-                        "error": {
-                            "message": "missing or wrong admin key (Authorization: Bearer ...)",
-                            "type": "authentication_error",
-                            "param": None,
-                            "code": 401,
-                        }
-                    },
-                    status=401,
-                )
+    async def autoscale(request: Any) -> Reply:
         body = controller.to_json()
         body["capacity_per_replica"] = capacity.to_json() if capacity is not None else None
-        return web.json_response(body, dumps=lambda o: json.dumps(o, default=str))
+        return json_reply(body)
 
-    gateway.app.router.add_get("/admin/autoscale", autoscale)
+    # Behind the admin key when one is set, open otherwise.
+    gateway.add_route("GET", "/admin/autoscale", autoscale,
+                      admin=bool(getattr(gateway.config, "admin_key", None)))  # fmt: skip
 
 
 @contextlib.asynccontextmanager

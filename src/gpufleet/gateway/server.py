@@ -7,8 +7,9 @@
 It is a driver over the pure fleet core (`gpufleet.fleet_state`: replica table, admission
 queue, scraped stats, policy notifications, signals), adding sockets and the real clock.
 Its parts: `proxy` (a completion request from admission to its last byte), `admission`
-(waiting for a replica), `health` (probes and scrapes), `admin` (the aiohttp app),
-`http_adapters` and `fast_http` (the two HTTP fronts).
+(waiting for a replica), `health` (probes and scrapes), `admin` (/v1/models, /health,
+/metrics and the admin API as routes), `fast_http` (the one HTTP front: every request on
+every connection is parsed and answered there).
 """
 
 from __future__ import annotations
@@ -22,11 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 from gpufleet.errors import UserError
 from gpufleet.fleet_state import AdmissionQueue, FleetState, GatewaySignals
-from gpufleet.gateway.admin import build_app
+from gpufleet.gateway.admin import AdminApi, build_router
 from gpufleet.gateway.admission import TableChanges
 from gpufleet.gateway.config import GatewayConfig, ReplicaConfig, load_config
 from gpufleet.gateway.fast_http import FastFront
@@ -34,6 +34,7 @@ from gpufleet.gateway.health import HealthChecks
 from gpufleet.gateway.metrics import GatewayMetrics
 from gpufleet.gateway.proxy import Proxy
 from gpufleet.gateway.replicas import Replica
+from gpufleet.gateway.routes import RouteHandler
 from gpufleet.gateway.tenants import TenantTable
 from gpufleet.gateway.upstream import UpstreamPool
 from gpufleet.routing import make_policy
@@ -81,7 +82,6 @@ class Gateway:
         self.proxy = Proxy(cfg, self.fleet, self.tenants, self.metrics, TableChanges(self.fleet),
                            lambda: self._pool)  # fmt: skip
         self.health = HealthChecks(cfg, self.fleet, lambda: self._session)
-        self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._config_mtime: float | None = None
         self._front: FastFront | None = None
@@ -90,7 +90,8 @@ class Gateway:
         self.host = cfg.host
         for rc in cfg.replicas:
             self._add(rc, source="config")
-        self.app = build_app(self)
+        self._admin = AdminApi(self)
+        self.router = build_router(self._admin)
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start(self, host: str | None = None, port: int | None = None) -> int:
@@ -101,23 +102,9 @@ class Gateway:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60.0, ttl_dns_cache=None)
         self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
         self._pool = UpstreamPool(cfg.limits.connect_timeout_s)
-        self._runner = web.AppRunner(
-            self.app,
-            handle_signals=False,
-            access_log=None,
-            # A client that disconnects cancels its handler, which closes the upstream request.
-            handler_cancellation=True,
-            max_field_size=max(8190, cfg.limits.max_header_bytes * 2),
-            max_line_size=max(8190, cfg.limits.max_header_bytes * 2),
-        )
-        await self._runner.setup()
-        aiohttp_server = self._runner.server
-        assert aiohttp_server is not None
-        # The lean front serves the completion endpoints; it hands every other
-        # connection to aiohttp's protocol (the app above).
         self._front = FastFront(
             self.proxy.handle,
-            aiohttp_server,
+            self.router,
             max_header_bytes=cfg.limits.max_header_bytes,
             max_body_bytes=cfg.limits.max_body_bytes,
             body_timeout_s=cfg.limits.client_body_timeout_s,
@@ -154,9 +141,6 @@ class Gateway:
                 self._front.close_all()
             await self._server.wait_closed()
             self._server = None
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -167,6 +151,11 @@ class Gateway:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    def add_route(self, method: str, path: str, handler: RouteHandler, admin: bool = True) -> None:
+        """Serve `method path` with `handler(request) -> Reply` (`gateway.routes`), behind
+        the admin key unless `admin` is False. Raises ValueError if the route exists."""
+        self.router.add(method, path, self._admin.admin(handler) if admin else handler)
 
     # -- replica management (admin API and in-process callers) --------------------------
     def _add(self, rc: ReplicaConfig, source: str) -> Replica:

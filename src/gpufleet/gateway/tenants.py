@@ -57,6 +57,17 @@ class Tenant:
 ANONYMOUS = Tenant(name="default")
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The credentials of an `Authorization: Bearer <token>` header; the scheme name is
+    case-insensitive (RFC 7235). None when absent or another scheme."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
+
+
 class TenantTable:
     """Resolves `Authorization: Bearer <key>`; without configured tenants, all is anonymous."""
 
@@ -86,6 +97,5 @@ class TenantTable:
         """The tenant for this header; None means 401 (only when keys are configured)."""
         if not self._by_key:
             return ANONYMOUS
-        if not authorization or not authorization.startswith("Bearer "):
-            return None
-        return self._by_key.get(authorization[7:].strip())
+        token = bearer_token(authorization)
+        return None if token is None else self._by_key.get(token)
