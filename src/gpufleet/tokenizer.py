@@ -168,12 +168,22 @@ def _content_text(content: Any) -> str:
 
 
 def apply_chat_template(
-    messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True
+    messages: Sequence[dict[str, Any]],
+    add_generation_prompt: bool = True,
+    continue_final_message: bool = False,
 ) -> str:
-    """Render chat messages to the prompt text the replica tokenizes (CHAT_TEMPLATE_JINJA)."""
+    """Render chat messages to the prompt text the replica tokenizes (CHAT_TEMPLATE_JINJA).
+
+    `continue_final_message` leaves the last message open (no end-of-turn marker), as
+    Hugging Face's and vLLM's option does: the model continues it. Rendering the messages
+    with the generation prompt, then appending an answer's text, gives the same tokens as
+    rendering them plus that answer as an open final assistant message.
+    """
     parts = []
-    for m in messages:
-        parts.append(f"<|{m.get('role', 'user')}|> {_content_text(m.get('content'))} <|end|> ")
+    last = len(messages) - 1
+    for i, m in enumerate(messages):
+        head = f"<|{m.get('role', 'user')}|> {_content_text(m.get('content'))}"
+        parts.append(head if continue_final_message and i == last else head + " <|end|> ")
     if add_generation_prompt:
         parts.append("<|assistant|>")
     return "".join(parts)

@@ -14,6 +14,7 @@ from gpufleet.fleet_state.engine_metrics import (
     parse_engine_metrics,
 )
 from gpufleet.fleet_state.latency import LatencyWindows, RecentWindow
+from gpufleet.fleet_state.outlier import OutlierConfig
 from gpufleet.fleet_state.queue import AdmissionQueue, QueueTicket, Refusal
 from gpufleet.fleet_state.replica import FleetReplica
 from gpufleet.fleet_state.signals import GatewaySignals, LatencyPercentiles, ReplicaSnapshot
@@ -30,6 +31,7 @@ __all__ = [
     "GatewaySignals",
     "LatencyPercentiles",
     "LatencyWindows",
+    "OutlierConfig",
     "QueueTicket",
     "RecentWindow",
     "Refusal",

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 
 import httptools
 
+from gpufleet.gateway.http_response import REASONS, FastResponder
 from gpufleet.gateway.routes import Reply, RouteHandler, Router, error_reply
 from gpufleet.openai_errors import error_json_bytes
 
@@ -31,14 +32,6 @@ HOT_PATHS: dict[bytes, tuple[str, str]] = {
     b"/v1/chat/completions": ("chat", "/v1/chat/completions"),
     b"/v1/completions": ("completions", "/v1/completions"),
 }
-_REASONS = {
-    200: b"OK", 201: b"Created", 400: b"Bad Request", 401: b"Unauthorized",
-    403: b"Forbidden", 404: b"Not Found", 405: b"Method Not Allowed",
-    408: b"Request Timeout", 409: b"Conflict", 413: b"Payload Too Large",
-    414: b"URI Too Long", 422: b"Unprocessable Entity", 429: b"Too Many Requests",
-    431: b"Request Header Fields Too Large", 500: b"Internal Server Error",
-    502: b"Bad Gateway", 503: b"Service Unavailable", 504: b"Gateway Timeout",
-}  # fmt: skip
 KEEPALIVE_S = 75.0  # close idle client connections, as aiohttp and nginx do
 _MAX_DISCARD_BYTES = 64 << 20  # read and drop at most this much of a refused body
 _HEADER_SLACK = 4  # stop reading headers at this multiple of the limit (431 and close)
@@ -84,92 +77,6 @@ class _Pending:
         self.target = target  # a completion endpoint: (endpoint, path) for the proxy
         self.route = route  # any other endpoint's handler
         self.reply = reply  # refused before running anything (4xx)
-
-
-class FastResponder:
-    """Writes one response. `send` for a whole one; `start_stream`, `write`/`push`, `end`
-    for SSE."""
-
-    __slots__ = ("_chunked", "_conn", "_head", "_head_only", "_keep_alive", "status")
-
-    def __init__(
-        self, conn: FastConnection, keep_alive: bool, http11: bool = True, head_only: bool = False
-    ) -> None:
-        self._conn = conn
-        self._keep_alive = keep_alive
-        # HTTP/1.0 has no chunked framing: a stream is delimited by closing the connection.
-        self._chunked = http11
-        self._head_only = head_only
-        self._head: bytes | None = None
-        self.status = 0
-
-    def _status_line(self, status: int) -> bytes:
-        return b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Status"))
-
-    def close_after(self) -> None:
-        """Answer with `Connection: close` and close once this response is written."""
-        self._keep_alive = False
-
-    def send(
-        self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None
-    ) -> None:
-        self.status = status
-        head = self._status_line(status) + b"Content-Type: %s\r\nContent-Length: %d\r\n" % (
-            content_type.encode("latin-1"),
-            len(body),
-        )
-        if headers:
-            for k, v in headers.items():
-                head += b"%s: %s\r\n" % (k.encode("latin-1"), v.encode("latin-1"))
-        if not self._keep_alive:
-            head += b"Connection: close\r\n"
-        self._conn.write(head + b"\r\n" + (b"" if self._head_only else body))
-        self._conn.response_done = True
-
-    async def start_stream(self, status: int, content_type: str) -> None:
-        self.status = status
-        head = self._status_line(status) + (
-            b"Content-Type: %s\r\nCache-Control: no-cache\r\n" % content_type.encode("latin-1")
-        )
-        if self._chunked:
-            head += b"Transfer-Encoding: chunked\r\n"
-        else:
-            self._keep_alive = False
-        if not self._keep_alive:
-            head += b"Connection: close\r\n"
-        self._head = head + b"\r\n"  # goes out with the first chunk: one write, not two
-
-    def _frame(self, chunk: bytes) -> bytes:
-        data = b"%x\r\n%s\r\n" % (len(chunk), chunk) if self._chunked else chunk
-        if self._head is not None:
-            data = self._head + data
-            self._head = None
-        return data
-
-    async def write(self, chunk: bytes) -> None:
-        await self._conn.write_and_drain(self._frame(chunk))
-
-    def push(self, chunk: bytes) -> bool:
-        """Write now, without waiting; False when the client is not keeping up (wait for
-        `drained()` before pushing more). Raises ConnectionResetError if it is gone."""
-        conn = self._conn
-        conn.write(self._frame(chunk))
-        return not conn.write_paused
-
-    def drained(self) -> asyncio.Future[None]:
-        """Resolves when the client has read enough of what was pushed."""
-        return self._conn.drain_waiter()
-
-    async def end(self) -> None:
-        data = b"0\r\n\r\n" if self._chunked else b""
-        if self._head is not None:
-            data = self._head + data
-            self._head = None
-        if data:
-            self._conn.write(data)
-        self._conn.response_done = True
-        if not self._keep_alive:
-            self._conn.close()  # also how an HTTP/1.0 stream ends
 
 
 Handler = Callable[[FastRequest, FastResponder, str, str], Awaitable[None]]
@@ -433,7 +340,7 @@ class FastConnection(asyncio.Protocol):
             self.transport.write(
                 b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
                 b"Connection: close\r\n\r\n%s"
-                % (status, _REASONS.get(status, b"Status"), len(body), body)
+                % (status, REASONS.get(status, b"Status"), len(body), body)
             )
         self._in_message = False
         self.close()

@@ -39,13 +39,17 @@ class HealthChecks:
         table = self.fleet.table
         try:
             timeout_s = self.config.health.probe_timeout_s
-            ok = await probes.probe_health(session, replica.url, timeout_s)
+            chunks_before = replica.rx_chunks
+            verdict = await probes.probe_health(session, replica.url, timeout_s)
+            now_s = time.monotonic()
             if replica.state is ReplicaState.DRAINING:
                 return
-            if not ok:
-                table.probe_failed(replica)
+            if verdict != probes.OK:
+                if verdict == probes.SLOW and replica.rx_chunks != chunks_before:
+                    return  # it streamed to us meanwhile: busy, not dead (or we are slow)
+                table.probe_failed(replica, now_s, definite=verdict == probes.DOWN)
                 return
-            if not table.probe_passed(replica):
+            if not table.probe_passed(replica, now_s):
                 return
             if not replica.fixed_models:
                 cards = await probes.fetch_models(session, replica.url, timeout_s)
@@ -64,6 +68,13 @@ class HealthChecks:
         while True:
             await asyncio.gather(*(self.probe_one(r) for r in self.fleet.table))
             await asyncio.sleep(interval_s)
+
+    async def tick_loop(self) -> None:
+        """Ejections run out and the success-rate detector runs (the table's clock)."""
+        step_s = min(1.0, self.config.outlier.base_ejection_time_s / 4)
+        while True:
+            self.fleet.table.tick(time.monotonic())
+            await asyncio.sleep(step_s)
 
     async def scrape_one(self, replica: Replica) -> None:
         session = self._session()

@@ -61,6 +61,7 @@ def build_fleet(cfg: GatewayConfig) -> FleetState[Replica]:
         eject_after_failures=cfg.health.eject_after_failures,
         readmit_after_successes=cfg.health.readmit_after_successes,
         signals_window_s=cfg.signals_window_s,
+        outlier=cfg.outlier.core(),
     )
 
 
@@ -121,6 +122,8 @@ class Gateway:
         self._tasks += [
             asyncio.create_task(self._front.sweep_idle(), name="gateway-idle"),
             asyncio.create_task(self.health.probe_loop(), name="gateway-probes"),
+            asyncio.create_task(self.health.tick_loop(), name="gateway-outliers"),
+            asyncio.create_task(self.proxy.watch.run(), name="gateway-stalls"),
             asyncio.create_task(self.health.scrape_loop(), name="gateway-scrapes"),
         ]
         if self.config_path and cfg.reload_interval_s > 0:
@@ -258,9 +261,13 @@ class Gateway:
 
     def _on_ejected(self, replica: Replica) -> None:
         replica.m_ejections.inc()
-        log.warning(
-            "replica %s ejected after %d failures", replica.replica_id, replica.consecutive_failures
-        )
+        if replica.ejected_until_s is not None:
+            log.warning("replica %s ejected for %.0f s after %d failed requests",
+                        replica.replica_id, replica.ejected_until_s - time.monotonic(),
+                        replica.consecutive_failures)  # fmt: skip
+        else:
+            log.warning("replica %s out: %d failed health probes", replica.replica_id,
+                        replica.failed_probes)  # fmt: skip
 
 
 def run_gateway(gateway: Gateway, host: str | None, port: int | None) -> None:

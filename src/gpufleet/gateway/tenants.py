@@ -37,6 +37,7 @@ class Tenant:
     policy_name: str | None = None
     max_concurrency: int | None = None
     bucket: TokenBucket | None = None
+    failover: bool | None = None  # mid-stream failover on/off for this tenant (None: default)
     in_flight: int = 0
 
     def admit(self, now_s: float) -> int:
@@ -84,6 +85,7 @@ class TenantTable:
                 policy_name=c.policy,
                 max_concurrency=c.max_concurrency,
                 bucket=bucket,
+                failover=c.failover,
             )
             self.tenants[c.name] = tenant
             for key in c.api_keys:

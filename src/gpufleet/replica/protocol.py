@@ -38,6 +38,7 @@ class GenerationParams:
     include_stop_str_in_output: bool
     seed: int | None
     echo_prompt: str | None  # completions with echo=true
+    continued_tokens: int = 0  # of the prompt, a partial answer being continued
 
 
 # Without max_tokens, a chat answer ends at the model's EOS after a length drawn from the
@@ -115,7 +116,9 @@ def _completion_prompt(body: dict[str, Any], tokenizer: Tokenizer) -> tuple[list
     )
 
 
-def _chat_prompt(body: dict[str, Any], tokenizer: Tokenizer) -> list[int]:
+def _chat_prompt(body: dict[str, Any], tokenizer: Tokenizer) -> tuple[list[int], int]:
+    """The prompt's token ids, and how many of them are a partial answer the model is
+    asked to continue (`continue_final_message`), as vLLM takes it."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RequestError("messages must be a non-empty list", param="messages")
@@ -128,7 +131,18 @@ def _chat_prompt(body: dict[str, Any], tokenizer: Tokenizer) -> list[int]:
                 f"messages[{i}].content must be a string or a list of parts", param="messages"
             )
     add_generation_prompt = _opt_bool(body, "add_generation_prompt", True)
-    return tokenizer.encode(apply_chat_template(messages, add_generation_prompt))
+    continue_final = _opt_bool(body, "continue_final_message")
+    if not continue_final:
+        return tokenizer.encode(apply_chat_template(messages, add_generation_prompt)), 0
+    if add_generation_prompt:
+        raise RequestError("Cannot set both `continue_final_message` and "
+                           "`add_generation_prompt` to True.", param="continue_final_message")  # fmt: skip
+    if messages[-1].get("role") != "assistant":
+        raise RequestError("continue_final_message needs a final assistant message",
+                           param="continue_final_message")  # fmt: skip
+    ids = tokenizer.encode(apply_chat_template(messages, False, continue_final_message=True))
+    partial = len(tokenizer.encode(apply_chat_template(messages[-1:], False, True))) - 1
+    return ids, partial
 
 
 def parse_generation_request(
@@ -173,8 +187,9 @@ def parse_generation_request(
         continuous = _opt_bool(stream_options, "continuous_usage_stats")
 
     echo_prompt = None
+    continued = 0
     if kind == "chat":
-        prompt_ids = _chat_prompt(body, tokenizer)
+        prompt_ids, continued = _chat_prompt(body, tokenizer)
         max_tokens = _opt_int(body, "max_completion_tokens", 1)
         if max_tokens is None:
             max_tokens = _opt_int(body, "max_tokens", 1)
@@ -200,7 +215,9 @@ def parse_generation_request(
     if max_tokens is None:
         max_tokens = max_model_len - num_prompt
         if not ignore_eos:
-            stop_after = natural_length(prompt_ids, seed)
+            # Where the model ends the answer it continues (counted from its start).
+            answer_start = prompt_ids[: num_prompt - continued]
+            stop_after = max(1, natural_length(answer_start, seed) - continued)
     elif num_prompt + max_tokens > max_model_len:
         raise RequestError(
             f"This model's maximum context length is {max_model_len} tokens. However, you "
@@ -222,6 +239,7 @@ def parse_generation_request(
         include_stop_str_in_output=_opt_bool(body, "include_stop_str_in_output"),
         seed=seed,
         echo_prompt=echo_prompt,
+        continued_tokens=continued,
     )
 
 

@@ -30,7 +30,6 @@ import json
 import os
 import time
 import uuid
-import zlib
 from bisect import bisect_left
 from typing import Any
 
@@ -41,6 +40,7 @@ from gpufleet.engine import Engine, EngineRequest, FinishReason
 from gpufleet.openai_errors import error_json_bytes
 from gpufleet.replica import info
 from gpufleet.replica.config import ReplicaConfig
+from gpufleet.replica.generation import ContextSeededRequest, request_seed
 from gpufleet.replica.metrics import ReplicaMetrics
 from gpufleet.replica.protocol import GenerationParams, RequestError, parse_generation_request
 from gpufleet.replica.runner import EngineRunner, RequestStream
@@ -341,16 +341,13 @@ class ReplicaServer:
         assert self.runner is not None
         prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
         request_id = prefix + uuid.uuid4().hex
-        seed = None
-        if params.seed is not None:
-            # the same seed and prompt give the same answer; another prompt, another one
-            ids = params.prompt_token_ids
-            seed = zlib.crc32(repr((params.seed, len(ids), ids[:8], ids[-8:])).encode())
-        req = EngineRequest(
+        # The answer is a function of the seed and the context (replica.generation): the
+        # same seed and prompt give the same answer, and so does continuing a part of it.
+        req = ContextSeededRequest(
             request_id,
             params.prompt_token_ids,
             params.max_tokens,
-            seed=seed,
+            seed=request_seed(params.seed),
             stop_after_tokens=params.stop_after_tokens,
         )
         stream = self.runner.submit(req, received_wall_s=received_wall_s)
@@ -563,6 +560,7 @@ class ReplicaServer:
             out: bytes = state["first"]
             state["first"] = b""
             if stream.available > stream.sent or stream.ended:
+                first_new = base + stream.sent
                 text, n = self._take_text(stream)
                 if n:
                     self._observe_tokens(stream, n)
@@ -578,6 +576,14 @@ class ReplicaServer:
                 body = text.encode() if not params.stop else escape(text)
             else:
                 return out
+            if n > 1 and not params.stop:
+                # Tokens that piled up (the handler lagged a step) still go one per event,
+                # as the engine made them: a client or gateway counting events counts tokens.
+                ids = all_ids[first_new : first_new + n]
+                done = stream.sent - n
+                out += b"".join([t.text_chunk(token_bytes[i], done + j + 1)
+                                 for j, i in enumerate(ids[:-1])])  # fmt: skip
+                body = token_bytes[ids[-1]]
             return out + t.text_chunk(body, stream.sent, state["finish"], state["stop"])
 
         transport = request.transport
