@@ -68,7 +68,8 @@ class Tokenizer:
         if tid is None:
             # Out-of-vocabulary words land on a stable id among the ordinary words.
             span = self.vocab_size - self.first_word_id
-            tid = self.first_word_id + zlib.crc32(word.encode()) % span
+            # (surrogatepass: a lone surrogate, which JSON allows, still gets an id)
+            tid = self.first_word_id + zlib.crc32(word.encode("utf-8", "surrogatepass")) % span
         return tid
 
     def encode(self, text: str) -> list[int]:

@@ -136,3 +136,17 @@ def test_splicer_makes_the_continuation_read_as_the_rest() -> None:
     # The original prompt was 10 tokens: the continuation's prompt held the 2 sent tokens.
     assert events[-1]["usage"] == {"prompt_tokens": 10, "completion_tokens": 4,
                                    "total_tokens": 14}  # fmt: skip
+
+
+def test_metrics_survive_a_model_name_with_a_lone_surrogate() -> None:
+    """A client's model name reached a label and broke /metrics for good (fuzz corpus)."""
+    from prometheus_client import generate_latest
+
+    from gpufleet.fleet_state import LatencyWindows
+    from gpufleet.gateway.metrics import GatewayMetrics
+
+    metrics = GatewayMetrics(lambda: [], lambda: 0, LatencyWindows(60.0))
+    metrics.count_request("m\ud800", "t", 200)
+    metrics.latency("m\udfff", "t")[0].observe(0.1)
+    metrics.count_resume("m\ud800", "stall", 3)
+    assert b"gpufleet_gateway_requests_total" in generate_latest(metrics.registry)

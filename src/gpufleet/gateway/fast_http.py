@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 
 import httptools
 
-from gpufleet.gateway.http_response import REASONS, FastResponder
+from gpufleet.gateway.http_response import FastResponder
 from gpufleet.gateway.routes import Reply, RouteHandler, Router, error_reply
 from gpufleet.openai_errors import error_json_bytes
 
@@ -36,6 +36,7 @@ KEEPALIVE_S = 75.0  # close idle client connections, as aiohttp and nginx do
 _MAX_DISCARD_BYTES = 64 << 20  # read and drop at most this much of a refused body
 _HEADER_SLACK = 4  # stop reading headers at this multiple of the limit (431 and close)
 _PEER_CHECKS_S = (0.02, 0.1, 0.5, 2.0, 5.0)  # after a client's EOF: did it reset?
+_LINGER_S = 2.0  # after our last answer on a connection: read and drop this long at most
 
 
 class FastRequest:
@@ -90,6 +91,8 @@ class FastConnection(asyncio.Protocol):
         self.parser = httptools.HttpRequestParser(self)
         self.closed = False
         self._eof = False  # the client shut down its sending side
+        self._refusing = False  # a request was refused for good: read no more
+        self._lingering = False  # our side is shut down; what comes in is dropped
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._header_bytes = 0
@@ -134,7 +137,11 @@ class FastConnection(asyncio.Protocol):
         goes out: a client that really closed answers it with a reset, which the checks
         below see and treat as a disconnect (cancelling the request and its upstream)."""
         self._eof = True
-        if self._in_message:
+        if self._lingering:
+            self.close()
+        elif self._refusing:
+            pass
+        elif self._in_message:
             # The rest of this request can never come.
             self._fail(400, "the client closed its side before the request was complete")
         elif self._task is None and not self._queue:
@@ -167,6 +174,8 @@ class FastConnection(asyncio.Protocol):
             self._drain.set_result(None)
 
     def data_received(self, data: bytes) -> None:
+        if self._refusing or self._lingering:
+            return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError:
@@ -306,7 +315,7 @@ class FastConnection(asyncio.Protocol):
             self._task = None
             self.response_done = True
         if not keep_alive or self.closed or (self._eof and not self._queue):
-            self.close()
+            self.linger()
             return
         if self._queue:
             self._next()
@@ -334,20 +343,22 @@ class FastConnection(asyncio.Protocol):
 
     # -- lifecycle --------------------------------------------------------------------------
     def _fail(self, status: int, message: str) -> None:
-        """Answer a request that cannot go on, then close the connection."""
-        if self.transport is not None and not self.closed and self._task is None:
-            body = error_json_bytes(message, status)
-            self.transport.write(
-                b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-                b"Connection: close\r\n\r\n%s"
-                % (status, REASONS.get(status, b"Status"), len(body), body)
-            )
+        """Refuse what is being read, for good: the answer goes out after any answers
+        still owed on this connection (in order), then the connection closes (lingering,
+        so that the client reads it)."""
         self._in_message = False
-        self.close()
+        self._disarm()
+        if self.closed or self._refusing:
+            return
+        self._refusing = True
+        request = FastRequest(b"", b"", [], b"")
+        self._queue.append(_Pending(request, False, True, None, None, error_reply(status, message)))
+        if self._task is None:
+            self._next()
 
     def _on_timer(self) -> None:
         self._timer = None
-        if self._in_message:
+        if self._in_message and not self._lingering:
             self._fail(408, "timed out reading the request")
 
     def _disarm(self) -> None:
@@ -364,7 +375,23 @@ class FastConnection(asyncio.Protocol):
     def close(self) -> None:
         if not self.closed and self.transport is not None:
             self.closed = True
+            self._disarm()
             self.transport.close()
+
+    def linger(self) -> None:
+        """Close after our last answer without losing it: shut down our side once it is
+        written and drop what the client still sends until it closes (at most `_LINGER_S`).
+        Closing outright with unread input resets the connection, and a reset makes the
+        client's kernel drop our answer before the client reads it."""
+        if self.closed or self._lingering or self.transport is None:
+            return
+        self._lingering = True
+        self._disarm()
+        if self._eof or not self.transport.can_write_eof():
+            self.close()
+            return
+        self.transport.write_eof()
+        self._timer = self.loop.call_later(_LINGER_S, self.close)
 
 
 class FastFront:

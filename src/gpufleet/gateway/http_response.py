@@ -102,4 +102,4 @@ class FastResponder:
             self._conn.write(data)
         self._conn.response_done = True
         if not self._keep_alive:
-            self._conn.close()  # also how an HTTP/1.0 stream ends
+            self._conn.linger()  # also how an HTTP/1.0 stream ends

@@ -154,6 +154,8 @@ class GatewayMetrics:
 
     def latency(self, model: str, tenant: str) -> tuple[Histogram, ...]:
         """(ttft, tpot, itl, e2e) histograms for this model and tenant."""
+        if not model.isascii():
+            model = _label(model)
         key = (model, tenant)
         hists = self._latency.get(key)
         if hists is None:
@@ -163,6 +165,8 @@ class GatewayMetrics:
         return hists
 
     def count_request(self, model: str, tenant: str, code: int) -> None:
+        if not model.isascii():
+            model = _label(model)
         key = (model, tenant, str(code))
         count = self._requests.get(key)
         if count is None:
@@ -174,12 +178,13 @@ class GatewayMetrics:
     def count_resume(self, model: str, kind: str, tokens: int) -> None:
         """A request resumed on another replica after `kind` broke it, with `tokens`
         already sent to its client (re-sent to the engine as prompt)."""
+        model = model if model.isascii() else _label(model)
         _bump(self._resumes, (model, kind))
         _bump(self._resumed_tokens, model, tokens)
 
     def count_resume_failure(self, model: str) -> None:
         """A broken request that could not be resumed (the client got an error event)."""
-        _bump(self._resume_failures, model)
+        _bump(self._resume_failures, model if model.isascii() else _label(model))
 
     def observe_stream(
         self, model: str, tenant: str, ttft_s: float, e2e_s: float, chunks: int, now_s: float
@@ -264,3 +269,9 @@ def _counter(
     for key, count in counts.items():
         fam.add_metric(list(key), count.value)
     return fam
+
+
+def _label(text: str) -> str:
+    """A label value the exposition can encode (a lone surrogate from a client's model name
+    would otherwise break /metrics for good)."""
+    return text.encode("utf-8", "replace").decode("utf-8")

@@ -102,7 +102,7 @@ class Proxy:
             return send_error(out, exc.status, str(exc), param=exc.param)
         model = meta.model
         if not self.fleet.model_known(model):
-            count(model, tenant.name, 404)
+            count("", tenant.name, 404)  # not the client's string: unbounded label values
             return send_error(out, 404, f"the model '{model}' does not exist", param="model",
                               code="model_not_found")  # fmt: skip
         retry_after_s = tenant.admit(t0_s)
