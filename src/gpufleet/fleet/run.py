@@ -71,9 +71,12 @@ class FleetRun:
 
 
 def _build_gateway(cfg: FleetConfig, port: int | None, host: str | None) -> Any:
+    """The gateway in this process, or (with `gateway: {workers: N}`) its supervisor with
+    N worker processes: the controller drives either through the same calls."""
     try:
         from gpufleet.gateway.config import validate_config
         from gpufleet.gateway.server import Gateway
+        from gpufleet.gateway.workers import WorkerPool
     except ImportError as e:  # the gateway is part of this package; say what is missing
         raise RuntimeError(f"gpufleet.gateway is not available: {e}") from e
     settings = cfg.gateway_settings()
@@ -81,7 +84,10 @@ def _build_gateway(cfg: FleetConfig, port: int | None, host: str | None) -> Any:
         settings["port"] = port
     if host is not None:
         settings["host"] = host
-    return Gateway(validate_config(settings, source="gateway"))
+    config = validate_config(settings, source="gateway")
+    if config.workers > 1:
+        return WorkerPool(config, workers=config.workers)
+    return Gateway(config)
 
 
 def _admin_route(gateway: Any, controller: Controller, capacity: ReplicaCapacity | None) -> None:

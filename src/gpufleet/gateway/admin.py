@@ -9,11 +9,12 @@ asks for the admin key.
 from __future__ import annotations
 
 import hmac
+import inspect
 import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from gpufleet.errors import UserError
 from gpufleet.gateway.routes import Reply, Router, RouteRequest, error_reply, json_reply
@@ -22,6 +23,7 @@ from gpufleet.routing.types import ReplicaState
 
 if TYPE_CHECKING:
     from gpufleet.gateway.server import Gateway
+    from gpufleet.gateway.workers import WorkerPool
 
 
 def build_router(api: AdminApi) -> Router:
@@ -57,8 +59,8 @@ Handler = Callable[[RouteRequest], Awaitable[Reply]]
 
 
 class AdminApi:
-    def __init__(self, gw: Gateway) -> None:
-        self.gw = gw
+    def __init__(self, gw: Gateway | WorkerPool) -> None:
+        self.gw: Any = gw
 
     # -- public endpoints ---------------------------------------------------------------
     async def health(self, request: RouteRequest) -> Reply:
@@ -67,7 +69,7 @@ class AdminApi:
         return json_reply({"status": "ok", "replicas_ready": ready, "replicas_total": len(table)})
 
     async def metrics(self, request: RouteRequest) -> Reply:
-        return Reply(200, generate_latest(self.gw.metrics.registry), CONTENT_TYPE_LATEST)
+        return Reply(200, await _maybe(self.gw.metrics_exposition()), CONTENT_TYPE_LATEST)
 
     async def models(self, request: RouteRequest) -> Reply:
         if self.gw.tenants.resolve(_authorization(request)) is None:
@@ -101,10 +103,10 @@ class AdminApi:
         return guarded
 
     async def list(self, request: RouteRequest) -> Reply:
-        return json_reply({"replicas": self.gw.list_replicas()})
+        return json_reply({"replicas": await _maybe(self.gw.list_replicas())})
 
     async def signals(self, request: RouteRequest) -> Reply:
-        return json_reply(self.gw.signals().to_json())
+        return json_reply((await _maybe(self.gw.signals())).to_json())
 
     async def add(self, request: RouteRequest) -> Reply:
         try:
@@ -120,7 +122,9 @@ class AdminApi:
         if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
             return error_reply(400, "'models' must be a list of strings", param="models")
         try:
-            out = self.gw.add_replica(body["url"], body.get("id"), body.get("pool"), models)
+            out = await _maybe(
+                self.gw.add_replica(body["url"], body.get("id"), body.get("pool"), models)
+            )
         except UserError as exc:
             return error_reply(400, str(exc), param="url")
         except KeyError:
@@ -128,22 +132,29 @@ class AdminApi:
         return json_reply(out, status=201)
 
     async def drain(self, request: RouteRequest) -> Reply:
-        return self._on_replica(request, self.gw.drain_replica)
+        return await self._on_replica(request, self.gw.drain_replica)
 
     async def delete(self, request: RouteRequest) -> Reply:
-        return self._on_replica(
-            request, lambda rid: {"deleted": True, "replica": self.gw.remove_replica(rid)}
-        )
+        async def remove(rid: str) -> dict[str, Any]:
+            return {"deleted": True, "replica": await _maybe(self.gw.remove_replica(rid))}
 
-    def _on_replica(self, request: RouteRequest, act: Callable[[str], dict[str, Any]]) -> Reply:
+        return await self._on_replica(request, remove)
+
+    async def _on_replica(self, request: RouteRequest, act: Callable[[str], Any]) -> Reply:
         rid = request.params["replica_id"]
         try:
-            return json_reply(act(rid))
+            return json_reply(await _maybe(act(rid)))
         except KeyError:
             return error_reply(404, f"no replica {rid!r}", param="replica_id")
 
     async def reload(self, request: RouteRequest) -> Reply:
         try:
-            return json_reply(self.gw.reload())
+            return json_reply(await _maybe(self.gw.reload()))
         except UserError as exc:
             return error_reply(400, str(exc))
+
+
+async def _maybe(value: Any) -> Any:
+    """The value, awaited if it is awaitable: the admin API serves a `Gateway` (whose
+    calls are plain) and a `WorkerPool` (whose calls ask every worker)."""
+    return await value if inspect.isawaitable(value) else value

@@ -151,6 +151,8 @@ class GatewayConfig(_Strict):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     queue: QueueConfig = Field(default_factory=QueueConfig)
     failover: FailoverConfig = Field(default_factory=FailoverConfig)
+    # Gateway processes sharing the port (SO_REUSEPORT), one core each (gateway.workers).
+    workers: int = Field(default=1, ge=1, le=64)
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:

@@ -68,6 +68,9 @@ class Router:
     def __init__(self) -> None:
         # pattern segments -> {method: handler}
         self._routes: dict[tuple[str, ...], dict[bytes, RouteHandler]] = {}
+        # Takes every request no route matches (a gateway worker forwards those to its
+        # supervisor); None: they get a 404.
+        self.fallback: RouteHandler | None = None
 
     def add(self, method: str, path: str, handler: RouteHandler) -> None:
         """Serve `method path` (a GET route answers HEAD too). Raises ValueError if taken."""
@@ -78,6 +81,10 @@ class Router:
             raise ValueError(f"route {method} {path} already exists")
         methods[key] = handler
 
+    def remove(self, path: str) -> None:
+        """Forget every method of `path` (KeyError if unknown)."""
+        del self._routes[tuple(path.strip("/").split("/"))]
+
     def match(
         self, method: bytes, path: bytes
     ) -> tuple[RouteHandler | None, dict[str, str], Reply | None]:
@@ -85,6 +92,8 @@ class Router:
         try:
             text = path.decode("ascii")
         except UnicodeDecodeError:
+            if self.fallback is not None:
+                return self.fallback, {}, None
             return None, {}, error_reply(404, "no such route")
         segments = tuple(text.strip("/").split("/"))
         for pattern, methods in self._routes.items():
@@ -99,6 +108,8 @@ class Router:
                 405, f"method {method.decode('latin-1')} not allowed on {text}",
                 headers={"Allow": allow},
             )  # fmt: skip
+        if self.fallback is not None:
+            return self.fallback, {}, None
         return None, {}, error_reply(404, f"no route {method.decode('latin-1')} {text[:200]}")
 
 

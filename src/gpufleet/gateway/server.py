@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from prometheus_client import generate_latest
 
 from gpufleet.errors import UserError
 from gpufleet.fleet_state import AdmissionQueue, FleetState, GatewaySignals
@@ -95,8 +96,11 @@ class Gateway:
         self.router = build_router(self._admin)
 
     # -- lifecycle ----------------------------------------------------------------------
-    async def start(self, host: str | None = None, port: int | None = None) -> int:
-        """Listen on host:port (port 0 = any free port) and start probing; returns the port."""
+    async def start(
+        self, host: str | None = None, port: int | None = None, reuse_port: bool = False
+    ) -> int:
+        """Listen on host:port (port 0 = any free port) and start probing; returns the port.
+        `reuse_port`: share the port with other processes (the workers of one gateway)."""
         cfg = self.config
         self.host = host if host is not None else cfg.host
         listen_port = cfg.port if port is None else port
@@ -112,8 +116,9 @@ class Gateway:
             log_exception=lambda: log.exception("gateway request failed"),
         )
         self._server = await asyncio.get_running_loop().create_server(
-            self._front.protocol, self.host, listen_port, backlog=2048, reuse_address=True
-        )
+            self._front.protocol, self.host, listen_port, backlog=4096, reuse_address=True,
+            reuse_port=reuse_port or None,
+        )  # fmt: skip
         sockets = self._server.sockets
         self.port = sockets[0].getsockname()[1] if sockets else listen_port
         if self.config_path:
@@ -213,6 +218,10 @@ class Gateway:
 
     def list_replicas(self) -> list[dict[str, Any]]:
         return [r.to_json() for r in self.replicas]
+
+    def metrics_exposition(self) -> bytes:
+        """/metrics as Prometheus text."""
+        return generate_latest(self.metrics.registry)
 
     def signals(self) -> GatewaySignals:
         """What an autoscaler needs, now (`to_json()` for the admin API)."""
