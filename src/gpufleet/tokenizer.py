@@ -171,6 +171,7 @@ def _content_text(content: Any) -> str:
 def apply_chat_template(
     messages: Sequence[dict[str, Any]],
     add_generation_prompt: bool = True,
+    *,
     continue_final_message: bool = False,
 ) -> str:
     """Render chat messages to the prompt text the replica tokenizes (CHAT_TEMPLATE_JINJA).

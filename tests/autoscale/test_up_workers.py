@@ -27,8 +27,7 @@ async def test_up_with_two_gateway_workers(tmp_path: Path) -> None:
         {
             "replicas": {"startup_s": 0.2, "time_scale": 0.05},
             "autoscale": {"min_replicas": 1, "max_replicas": 1, "interval_s": 0.2},
-            "gateway": {"port": 0, "policy": "least_outstanding", "workers": 2,
-                        "admin_key": KEY},
+            "gateway": {"port": 0, "policy": "least_outstanding", "workers": 2, "admin_key": KEY},
         }
     )
     loop = asyncio.get_running_loop()
@@ -55,6 +54,11 @@ async def test_up_with_two_gateway_workers(tmp_path: Path) -> None:
                 assert resp.status == 200
             async with s.get(run.url + "/admin/signals", headers=AUTH) as resp:
                 merged = await resp.json()
+            async with s.get(run.url + "/metrics") as resp:
+                metrics = await resp.text()
+            # The workers' counts, summed, beside the supervisor's autoscaler gauges.
+            assert "gpufleet_autoscale_replicas" in metrics
+            assert "gpufleet_gateway_requests_total" in metrics
             # The controller reads the merged signals: the workers' TTFT samples reach it.
             end = loop.time() + 10.0
             while (last := run.controller.last_signals) is None or last.ttft_s is None:

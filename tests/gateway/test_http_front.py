@@ -125,7 +125,7 @@ async def test_models_needs_a_tenant_key_and_bearer_is_case_insensitive(
         for auth in ({}, {"Authorization": "Bearer sk-wrong"}, {"Authorization": "sk-t"}):
             async with s.get(gw.url + "/v1/models", headers=auth) as resp:
                 assert resp.status == 401
-                assert (await resp.json())["error"]["code"] == "invalid_api_key"
+                assert (await resp.json())["error"]["code"] == 401
         for scheme in ("Bearer", "bearer", "BEARER"):
             auth = {"Authorization": f"{scheme} sk-t"}
             async with s.get(gw.url + "/v1/models", headers=auth) as resp:

@@ -8,6 +8,8 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "benchmarks" / "data" / "vllm_startups.csv"
 
@@ -30,6 +32,7 @@ def test_startups_are_diverse_and_sourced() -> None:
     assert {r["tp"] for r in rows} >= {"1", "2", "4", "8"} and any(r["pp"] != "1" for r in rows)
 
 
+@pytest.mark.process  # importing the benchmark stamps the run with `git rev-parse`
 def test_weights_and_kv_within_3_percent_median_10_worst() -> None:
     report = _benchmark().run(DATA)
     for key in ("weights_gib", "kv_gib", "kv_tokens"):

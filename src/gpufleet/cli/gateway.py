@@ -77,11 +77,19 @@ def command(
         data["replicas"] = data["replicas"] + extra
         data["models"] = sorted({*data["models"], *models})
         config = validate_config(data, source="--replica")
-    path = os.fspath(config_path) if config_path else None
-    if config.workers > 1:
-        from gpufleet.gateway.workers import WorkerPool, run_pool
+    from gpufleet.cli.ports import bind_error, check_port_free
 
-        run_pool(WorkerPool(config, config_path=path, workers=config.workers,
-                            log_level=log_level), host, port)  # fmt: skip
-        return
-    run_gateway(Gateway(config, config_path=path), host, port)
+    listen_host = host or config.host
+    listen_port = port if port is not None else config.port
+    check_port_free(listen_host, listen_port)
+    path = os.fspath(config_path) if config_path else None
+    try:
+        if config.workers > 1:
+            from gpufleet.gateway.workers import WorkerPool, run_pool
+
+            run_pool(WorkerPool(config, config_path=path, workers=config.workers,
+                                log_level=log_level), host, port)  # fmt: skip
+        else:
+            run_gateway(Gateway(config, config_path=path), host, port)
+    except OSError as e:  # lost a race for the port after the check
+        raise bind_error(e, listen_host, listen_port) from None

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import TYPE_CHECKING
 
 import click
 
+from gpufleet.cli.jsonout import JsonOut, json_option
 from gpufleet.specs.dtypes import KV_DTYPES, WEIGHT_DTYPES
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ KV_CHOICES = ("auto", *KV_DTYPES)
     show_default=True,
     help="auto: also plan disaggregated prefill / decode pools and say which wins.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the whole plan as JSON.")
+@json_option("the whole plan")
 def command(
     model: str,
     gpu: str,
@@ -160,7 +160,7 @@ def command(
     engine: str,
     gpu_memory_utilization: float | None,
     disagg: str,
-    as_json: bool,
+    json_path: str | None,
 ) -> None:
     """Memory per GPU, the layout decision trail, predicted TTFT/TPOT/throughput/cost,
     and launch commands for vLLM, SGLang and TRT-LLM (and for disaggregated prefill /
@@ -192,17 +192,21 @@ def command(
         from gpufleet.k8s.emit import emit_plan
 
         emitted = emit_plan(result, out_dir, namespace=namespace)
-    if as_json:
-        data = result.to_dict()
-        if emitted is not None:
-            data["emitted"] = {"files": [str(p) for p in emitted.paths], "summary": emitted.summary}
-        click.echo(json.dumps(data, indent=2))
-        return
-    print_plan(result, width=None if sys.stdout.isatty() else 140)
+    data = result.to_dict()
     if emitted is not None:
-        from gpufleet.cli.deploy import print_emitted
+        data["emitted"] = {"files": [str(p) for p in emitted.paths], "summary": emitted.summary}
+    with JsonOut(json_path) as out:
+        if out.to_stdout:
+            out.write(data)
+            return
+        print_plan(result, width=None if sys.stdout.isatty() else 140)
+        if emitted is not None:
+            from gpufleet.cli.deploy import print_emitted
 
-        print_emitted(emitted, out_dir, as_json=False)
+            print_emitted(emitted, out_dir, as_json=False)
+        written = out.write(data)
+        if written:
+            click.echo(f"wrote {written}")
 
 
 def _gib(x: float) -> str:

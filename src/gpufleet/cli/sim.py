@@ -8,11 +8,11 @@ routing policies of `gpufleet gateway --policy` and the autoscaling policies of
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import click
 
+from gpufleet.cli.jsonout import JsonOut, json_option
 from gpufleet.errors import UserError
 
 # --sweep KEY=V1,V2,...: which Scenario field each key sets, and how to read a value.
@@ -136,11 +136,16 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
     default=None,
     help="Run the sweep on a Ray cluster, one scenario per task: auto | ray://HOST:10001.",
 )
-@click.option("--json", "json_path", default=None, help="Write every figure as JSON here.")
+@json_option()
+@click.option(
+    "--report",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Write PNG plots and an HTML summary into this directory (needs the plot extra).",
+)
 def command(**kw: Any) -> None:
     """Simulate a fleet of replicas behind a router (and an autoscaler) on a virtual clock."""
-    from gpufleet.sim.report import comparison_row, comparison_table, format_summary
-    from gpufleet.sim.scenario import Scenario, run_many, run_scenario
+    from gpufleet.sim.scenario import Scenario
     from gpufleet.workload import parse_rate_steps
 
     if kw["autoscale"] is None and kw["replicas"] < 1:
@@ -218,6 +223,18 @@ def command(**kw: Any) -> None:
         queue_max_size=kw["queue_max_size"],
         tail_s=kw["tail_s"],
     )
+    if kw["report"] and kw["sweep"]:
+        raise UserError(
+            "a report covers one run", field="--report", fix="drop --sweep, or drop --report"
+        )
+    with JsonOut(kw["json_path"]) as json_out:
+        _run(kw, sc, json_out)
+
+
+def _run(kw: dict[str, Any], sc: Any, json_out: JsonOut) -> None:
+    from gpufleet.sim.report import comparison_row, comparison_table, format_summary
+    from gpufleet.sim.scenario import run_many, run_scenario
+
     out: dict[str, Any]
     if kw["ray_address"] and not kw["sweep"]:
         raise UserError("--ray-address runs a sweep", field="--ray-address", fix="add --sweep")
@@ -243,14 +260,42 @@ def command(**kw: Any) -> None:
         click.echo(f"sweep over {field}: {', '.join(names)}")
         click.echo(comparison_table(rows))
         out = {"sweep": field, "rows": rows, "runs": summaries}
+    elif kw["report"]:
+        from gpufleet.sim.report import summarize
+        from gpufleet.sim.scenario import run_scenario_result
+
+        result = run_scenario_result(sc)
+        summary = summarize(result)
+        summary["scenario"] = sc.name or sc.routing
+        click.echo(format_summary(summary, title=f"gpufleet sim ({sc.routing})"))
+        for path in write_sim_report(result, summary, kw["report"]):
+            click.echo(f"wrote {path}")
+        out = summary
     else:
         summary = run_scenario(sc)
         click.echo(format_summary(summary, title=f"gpufleet sim ({sc.routing})"))
         out = summary
-    if kw["json_path"]:
-        path = Path(kw["json_path"])
-        try:
-            path.write_text(json.dumps(out, indent=2, default=str) + "\n")
-        except OSError as e:
-            raise UserError(f"cannot write {path}: {e.strerror}", field="--json") from None
-        click.echo(f"wrote {path}")
+    written = json_out.write(out)
+    if written:
+        click.echo(f"wrote {written}")
+
+
+def write_sim_report(result: Any, summary: dict[str, Any], directory: str) -> list[Any]:
+    """The run as a report: requests in virtual time, fleet size, scaling decisions."""
+    from gpufleet.report import Decision, RequestPoint, RunRecord, write_report
+
+    record = RunRecord(
+        title=f"gpufleet sim ({summary.get('scenario', '')})",
+        requests=[
+            RequestPoint(r.arrival_s, r.ok, r.ttft_s, r.tpot_s, r.e2e_s) for r in result.requests
+        ],
+        replicas=[(t, total) for t, _, total in result.fleet_size],
+        ready=[(t, ready) for t, ready, _ in result.fleet_size],
+        decisions=[
+            Decision(d.now_s, d.current_replicas, d.desired_replicas, d.reason)
+            for d in result.scaling_changes
+        ],
+        summary={k: v for k, v in summary.items() if isinstance(v, int | float | str)},
+        notes=["times are virtual seconds of the simulated run"],
+    )
+    return write_report(record, directory)

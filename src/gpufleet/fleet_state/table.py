@@ -123,20 +123,41 @@ class ReplicaTable(Generic[R]):
     def probe_failed(self, replica: R, now_s: float = 0.0, definite: bool = True) -> None:
         """A failed /health probe. `definite` (refused, an error status) counts towards
         active health checking; an ambiguous one (a timeout: dead or only overloaded?)
-        counts as a failed request, under outlier detection's floor."""
-        if replica.state is ReplicaState.STARTING:
-            replica.consecutive_successes = 0
-            return
-        if not definite:
-            if replica.state is ReplicaState.READY:
-                self.record_failure(replica, now_s)
+        counts as a failed request, under outlier detection's floor. A starting or ejected
+        replica that keeps failing is `down` (see `can_become_ready`)."""
+        if not definite and replica.state is ReplicaState.READY:
+            self.record_failure(replica, now_s)
             return
         replica.consecutive_successes = 0
         replica.failed_probes += 1
+        if replica.failed_probes == self.eject_after_failures:
+            self.changed()  # waiting requests re-check: this one will not become ready soon
+        if replica.state is ReplicaState.STARTING or not definite:
+            return
         if replica.healthy and replica.failed_probes >= self.eject_after_failures:
             replica.healthy = False
             if replica.state is ReplicaState.READY:
                 self._take_out(replica)
+
+    def can_become_ready(self, replica: R) -> bool:
+        """Ready, or starting / ejected without failing its probes persistently."""
+        if replica.state is ReplicaState.READY:
+            return True
+        if replica.state is ReplicaState.DRAINING:
+            return False
+        return replica.failed_probes < self.eject_after_failures
+
+    def all_down(self, model: str, pool: str | None) -> list[R]:
+        """The replicas that could serve `model` in `pool` when none of them can become
+        ready (they keep failing their probes); [] when one can, or when there is none."""
+        serving = [
+            r for r in self.by_id.values()
+            if r.pool == pool and (model in r.models or not r.models)
+            and r.state is not ReplicaState.DRAINING
+        ]  # fmt: skip
+        if not serving or any(self.can_become_ready(r) for r in serving):
+            return []
+        return serving
 
     def probe_passed(self, replica: R, now_s: float = 0.0) -> bool:
         """A passing /health probe. True when the replica may become ready now (the

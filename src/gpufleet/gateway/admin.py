@@ -66,7 +66,17 @@ class AdminApi:
     async def health(self, request: RouteRequest) -> Reply:
         table = self.gw.fleet.table
         ready = table.count(ReplicaState.READY)
-        return json_reply({"status": "ok", "replicas_ready": ready, "replicas_total": len(table)})
+        body = {
+            # the gateway itself is up (it answers and queues); degraded: nothing to route to
+            "status": "ok" if ready else "degraded",
+            "replicas_ready": ready,
+            "replicas_total": len(table),
+            "replicas": {
+                r.replica_id: {"url": r.url, "state": str(r.state), "reason": r.down_reason or None}
+                for r in table
+            },
+        }
+        return json_reply(body)
 
     async def metrics(self, request: RouteRequest) -> Reply:
         return Reply(200, await _maybe(self.gw.metrics_exposition()), CONTENT_TYPE_LATEST)

@@ -9,22 +9,6 @@ from typing import Any
 import aiohttp
 
 PROBE_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError)
-OK, DOWN, SLOW = "ok", "down", "slow"
-
-
-async def probe_health(session: aiohttp.ClientSession, url: str, timeout_s: float) -> str:
-    """OK (200), DOWN (refused, reset, an error status) or SLOW (no answer in time: dead,
-    or only overloaded)."""
-    try:
-        async with session.get(
-            url + "/health", timeout=aiohttp.ClientTimeout(total=timeout_s)
-        ) as resp:
-            await resp.read()
-            return OK if resp.status == 200 else DOWN
-    except TimeoutError:
-        return SLOW
-    except PROBE_ERRORS:
-        return DOWN
 
 
 async def fetch_models(

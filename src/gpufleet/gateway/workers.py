@@ -30,6 +30,8 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry, generate_latest
+
 from gpufleet.errors import UserError
 from gpufleet.fleet_state import GatewaySignals, LatencyWindows, merge_signals
 from gpufleet.gateway.admin import AdminApi, build_router
@@ -57,6 +59,14 @@ class ForwardedRequest:
         return None if value is None else value.encode("latin-1")
 
 
+class SupervisorMetrics:
+    """Collectors of the supervisor's process (e.g. `gpufleet up`'s autoscaler), exposed
+    on /metrics after the workers' merged samples."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+
+
 class WorkerPool:
     def __init__(
         self,
@@ -74,6 +84,7 @@ class WorkerPool:
         self.port: int | None = None
         self._admin = AdminApi(self)
         self.router = build_router(self._admin)
+        self.metrics = SupervisorMetrics()
         self._channels: dict[int, Channel] = {}
         self._procs: dict[int, asyncio.subprocess.Process] = {}
         self._ops: list[tuple[str, dict[str, Any]]] = []  # replayed to restarted workers
@@ -250,7 +261,8 @@ class WorkerPool:
 
     async def metrics_exposition(self) -> bytes:
         texts = await self._all("metrics")
-        return merge_expositions([unpack_bytes(t) for t in texts])
+        merged = merge_expositions([unpack_bytes(t) for t in texts])
+        return merged + generate_latest(self.metrics.registry)
 
 
 def merge_expositions(texts: list[bytes]) -> bytes:
