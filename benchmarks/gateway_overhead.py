@@ -9,8 +9,9 @@ and driven by a closed-loop load generator (N clients on keep-alive connections,
 sending its next request when the last one finished), streaming and not. Reported per
 backend and peer: requests/s, p50/p99 end-to-end latency and TTFT (time to the first
 response chunk), what each proxy adds over direct access (p50 difference), and the
-proxy's CPU time per request. Peers run in a rotating order for `--rounds` rounds and the
-table shows medians, so a burst of load from elsewhere does not land on one peer only.
+proxy's CPU time per request and, streamed, per relayed SSE event (proxy CPU / events the
+clients received: request costs included, spread over the answer's 18 events). Peers run
+in a rotating order for `--rounds` rounds and the table shows medians, so a burst of load from elsewhere does not land on one peer only.
 
 Backends: "stub", a no-delay stub (nginx answering from memory: /v1/completions with a JSON
 body, /v1/chat/completions with a 17-event SSE body), so what is measured is the proxy
@@ -251,26 +252,31 @@ async def _loadgen(
     e2e: list[float] = []
     ttft: list[float] = []
     errors = 0
+    events = 0  # SSE events received by the recorded requests (streamed ones)
     next_index = 0
 
     async with aiohttp.ClientSession(connector=connector) as session:
 
         async def worker(limit: int, record: bool) -> None:
-            nonlocal next_index, errors
+            nonlocal next_index, errors, events
             while next_index < limit:
                 next_index += 1
                 t0 = time.perf_counter()
                 first = 0.0
+                chunks = []
                 async with session.post(url + path, data=body, headers=headers) as resp:
-                    async for _ in resp.content.iter_any():
+                    async for chunk in resp.content.iter_any():
                         if not first:
                             first = time.perf_counter()
+                        chunks.append(chunk)
                     ok = resp.status == 200
                 end = time.perf_counter()
                 if not record:
                     continue
                 if not ok:
                     errors += 1
+                if stream:
+                    events += b"".join(chunks).count(b"data: ")
                 e2e.append(end - t0)
                 ttft.append((first or end) - t0)
 
@@ -283,6 +289,7 @@ async def _loadgen(
         "wall_s": wall_s,
         "requests": len(e2e),
         "errors": errors,
+        "events": events,
         "e2e_p50_s": _pct(e2e, 0.5),
         "e2e_p99_s": _pct(e2e, 0.99),
         "ttft_p50_s": _pct(ttft, 0.5),
@@ -318,6 +325,13 @@ def run_load(url: str, path: str, concurrency: int, total: int, cpu: str | None,
         # CPU over the whole loadgen run, warmup requests included.
         "proxy_cpu_ms_per_request": 1000 * (cpu_after - cpu_before) / (n + warmup)
         if proxy_pid
+        else None,
+        # Streamed: proxy CPU per SSE event relayed (request costs included, spread over
+        # the answer's events); warmup requests count with the events they relayed.
+        "proxy_cpu_us_per_event": 1e6
+        * (cpu_after - cpu_before)
+        / (raw["events"] * (n + warmup) / n)
+        if proxy_pid and raw["events"]
         else None,
     }
 
@@ -479,6 +493,8 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             row[key] = median([r[key] for r in rs])
         cpus = [r["proxy_cpu_ms_per_request"] for r in rs if r["proxy_cpu_ms_per_request"]]
         row["proxy_cpu_ms_per_request"] = median(cpus) if cpus else None
+        per_event = [r["proxy_cpu_us_per_event"] for r in rs if r.get("proxy_cpu_us_per_event")]
+        row["proxy_cpu_us_per_event"] = median(per_event) if per_event else None
         row["errors"] = sum(r["errors"] for r in rs)
         out.append(row)
     order = {"direct": 0, "gpufleet": 1, "sglang-router": 2, "vllm-router": 3, "nginx": 4}
@@ -502,17 +518,19 @@ def write_results(
     data = {"setup": setup, "summary": results, "rounds": raw_rows}
     lines = [
         "| backend | peer | clients | stream | req/s | p50 e2e ms | p99 e2e ms | p50 TTFT ms | "
-        "p99 TTFT ms | added p50 TTFT ms | proxy CPU ms/req | errors |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "p99 TTFT ms | added p50 TTFT ms | proxy CPU ms/req | proxy CPU µs/event | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         cpu = r["proxy_cpu_ms_per_request"]
         added = r["added_ttft_p50_ms"]
+        per_event = r["proxy_cpu_us_per_event"]
         lines.append(
             f"| {r['backend']} | {r['peer']} | {r['concurrency']} | {r['stream']} | {r['rps']:.0f} | "
             f"{r['e2e_p50_ms']:.2f} | {r['e2e_p99_ms']:.2f} | {r['ttft_p50_ms']:.2f} | "
             f"{r['ttft_p99_ms']:.2f} | {'' if added is None else f'{added:.3f}'} | "
-            f"{'' if cpu is None else f'{cpu:.3f}'} | {r['errors']} |"
+            f"{'' if cpu is None else f'{cpu:.3f}'} | "
+            f"{'' if per_event is None else f'{per_event:.1f}'} | {r['errors']} |"
         )
     write_result(
         out / "gateway_overhead",

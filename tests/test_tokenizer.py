@@ -34,3 +34,11 @@ def test_linear_step_time_model() -> None:
         m.step_time_s(StepBatch(prefill_tokens=(10,), prefill_context_tokens=(0,), num_decode=5))
         == 0.01 + 0.015
     )
+
+
+def test_lone_surrogates_are_tokenized_not_refused() -> None:
+    """JSON allows a lone surrogate ("\\ud800"); UTF-8 cannot encode one. The replica
+    answered 500 to such a prompt before (found by the gateway's fuzz corpus)."""
+    tok = Tokenizer()
+    ids = tok.encode("a \ud800 b\udfffc")
+    assert len(ids) == 3 and ids == tok.encode("a \ud800 b\udfffc")

@@ -68,7 +68,8 @@ class Tokenizer:
         if tid is None:
             # Out-of-vocabulary words land on a stable id among the ordinary words.
             span = self.vocab_size - self.first_word_id
-            tid = self.first_word_id + zlib.crc32(word.encode()) % span
+            # (surrogatepass: a lone surrogate, which JSON allows, still gets an id)
+            tid = self.first_word_id + zlib.crc32(word.encode("utf-8", "surrogatepass")) % span
         return tid
 
     def encode(self, text: str) -> list[int]:
@@ -175,14 +176,16 @@ def apply_chat_template(
 ) -> str:
     """Render chat messages to the prompt text the replica tokenizes (CHAT_TEMPLATE_JINJA).
 
-    With `continue_final_message` the last message stays open (no `<|end|>`), so the model
-    goes on with it, as vLLM renders it for a prefilled answer.
+    `continue_final_message` leaves the last message open (no end-of-turn marker), as
+    Hugging Face's and vLLM's option does: the model continues it. Rendering the messages
+    with the generation prompt, then appending an answer's text, gives the same tokens as
+    rendering them plus that answer as an open final assistant message.
     """
     parts = []
-    for m in messages:
-        parts.append(f"<|{m.get('role', 'user')}|> {_content_text(m.get('content'))} <|end|> ")
-    if continue_final_message and parts:
-        parts[-1] = parts[-1].removesuffix("<|end|> ")
+    last = len(messages) - 1
+    for i, m in enumerate(messages):
+        head = f"<|{m.get('role', 'user')}|> {_content_text(m.get('content'))}"
+        parts.append(head if continue_final_message and i == last else head + " <|end|> ")
     if add_generation_prompt:
         parts.append("<|assistant|>")
     return "".join(parts)

@@ -19,22 +19,25 @@ def test_probes_move_a_replica_through_its_states() -> None:
     table.on_removed.append(removed.append)
     r = table.add(replica("a"))
     assert r.state is ReplicaState.STARTING and table.eligible("m", None) == []
-    table.probe_failed(r)  # a starting replica is not ejected; its failures are counted
-    assert r.state is ReplicaState.STARTING and r.consecutive_failures == 1
+    table.probe_failed(r, 0.0)  # a starting replica is not ejected; its failures are counted
+    assert r.state is ReplicaState.STARTING and r.failed_probes == 1
     assert table.can_become_ready(r)
-    assert table.probe_passed(r) and table.mark_ready(r)
+    assert table.probe_passed(r, 0.0) and table.mark_ready(r)
     assert table.eligible("m", None) == [r]
-    table.record_failure(r)
+    table.probe_failed(r, 1.0)
     assert r.state is ReplicaState.READY
-    table.probe_failed(r)  # the second failure in a row ejects
-    assert r.state is ReplicaState.DEAD and ejected == ["a"] and removed == ["a"]
+    table.probe_failed(r, 2.0, definite=False)  # a timeout is no proof of death
+    assert r.state is ReplicaState.READY and r.failed_probes == 1
+    table.probe_failed(r, 3.0)  # the second definite failure in a row takes it out
+    assert r.state is ReplicaState.DEAD and not r.healthy
+    assert ejected == ["a"] and removed == ["a"] and r.ejected_until_s is None
     assert table.eligible("m", None) == []
-    assert not table.probe_passed(r)  # one pass is not enough to come back
-    assert table.probe_passed(r) and table.mark_ready(r)
-    assert r.state is ReplicaState.READY and r.consecutive_failures == 0
-    table.record_failure(r)
-    table.record_success(r)
-    table.record_failure(r)  # not two in a row
+    assert not table.probe_passed(r, 4.0)  # one pass is not enough to come back
+    assert table.probe_passed(r, 5.0) and table.mark_ready(r)
+    assert r.state is ReplicaState.READY and r.healthy
+    table.probe_failed(r, 6.0)
+    table.probe_passed(r, 7.0)
+    table.probe_failed(r, 8.0)  # not two in a row
     assert r.state is ReplicaState.READY
 
 

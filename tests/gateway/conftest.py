@@ -40,49 +40,49 @@ GatewayFactory = Callable[..., Awaitable[Gateway]]
 
 
 class Front:
-    """How a test's client reaches the completion endpoints: through the lean HTTP front,
-    or through aiohttp, on one connection the lean front handed over to aiohttp after a
-    request for another endpoint (a client mixing /v1/models and completions does that)."""
+    """How a test's client reaches the completion endpoints: on a fresh connection, or on
+    one kept alive after a request for another endpoint (a client mixing /v1/models and
+    completions does that; the one HTTP front must answer both alike)."""
 
-    def __init__(self, handed_over: bool) -> None:
-        self.handed_over = handed_over
+    def __init__(self, mixed: bool) -> None:
+        self.mixed = mixed
 
     @contextlib.asynccontextmanager
     async def session(self, gw: Gateway) -> AsyncIterator[aiohttp.ClientSession]:
         connector = aiohttp.TCPConnector(limit=1)  # one keep-alive connection for all
         async with aiohttp.ClientSession(connector=connector) as session:
-            if self.handed_over:
+            if self.mixed:
                 async with session.get(gw.url + "/health") as resp:
                     await resp.read()
-                self._check_handed_over(gw)
+                self._check_one_connection(gw)
             yield session
 
     @contextlib.asynccontextmanager
     async def openai_async(self, gw: Gateway) -> AsyncIterator[openai.AsyncOpenAI]:
         # Sequential requests reuse the client's one kept-alive connection.
         async with openai.DefaultAsyncHttpxClient() as http:
-            if self.handed_over:
+            if self.mixed:
                 (await http.get(gw.url + "/health")).raise_for_status()
-                self._check_handed_over(gw)
+                self._check_one_connection(gw)
             yield openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="unused",
                                      max_retries=0, http_client=http)  # fmt: skip
 
     def openai_sync(self, gw: Gateway) -> openai.OpenAI:
         http = openai.DefaultHttpxClient()
-        if self.handed_over:
+        if self.mixed:
             http.get(gw.url + "/health").raise_for_status()
         return openai.OpenAI(base_url=gw.url + "/v1", api_key="unused", max_retries=0,
                              http_client=http)  # fmt: skip
 
     @staticmethod
-    def _check_handed_over(gw: Gateway) -> None:
+    def _check_one_connection(gw: Gateway) -> None:
         front = gw._front
-        assert front is not None and not front.connections, "the connection was not handed over"
+        assert front is not None and len(front.connections) == 1, "not kept alive"
 
 
-@pytest.fixture(params=[False, True], ids=["fast-front", "handed-over"])
+@pytest.fixture(params=[False, True], ids=["fresh", "after-other-request"])
 def front(request: pytest.FixtureRequest) -> Front:
-    """Run a test against both HTTP fronts: the lean one and aiohttp's (handed-over conns)."""
+    """Run a test on a fresh connection and on one that first served another endpoint."""
     return Front(bool(request.param))
 
 

@@ -107,7 +107,8 @@ async def test_signals_report_load_and_scraped_stats(
 async def test_passive_ejection_and_readmission(
     stubs: list[StubBackend], make_gateway: GatewayFactory
 ) -> None:
-    gw = await make_gateway([s.url for s in stubs], health={"eject_after_failures": 2})
+    gw = await make_gateway([s.url for s in stubs], health={"eject_after_failures": 2},
+                            outlier={"consecutive_failures": 2, "base_ejection_time_s": 1.0})  # fmt: skip
     sick = stubs[0]
     sick.fail_status = 500
     sick.healthy = False

@@ -74,7 +74,9 @@ def test_fields_change_what_is_generated() -> None:
         continue_final_message=True,
         add_generation_prompt=False,
     )
-    assert cont.prompt_text is not None and cont.prompt_text.endswith("half ")
+    assert cont.prompt_text is not None and cont.prompt_text.endswith(
+        "<|assistant|> half"
+    )  # open: ends at its text
 
 
 def test_max_logprobs_is_the_servers_setting() -> None:

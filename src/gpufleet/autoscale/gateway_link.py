@@ -7,6 +7,7 @@ over HTTP (a gateway run elsewhere). Both give the fleet core's typed `GatewaySi
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -19,35 +20,41 @@ from gpufleet.routing.types import ReplicaState
 
 
 class GatewayLike(Protocol):
-    """The in-process gateway's replica management (gpufleet.gateway.Gateway)."""
+    """The in-process gateway's replica management (gpufleet.gateway.Gateway; its
+    `WorkerPool`, whose calls are coroutines, when it runs with several workers)."""
 
-    def add_replica(self, url: str, replica_id: str | None = None) -> dict[str, Any]: ...
-    def drain_replica(self, replica_id: str) -> dict[str, Any]: ...
-    def remove_replica(self, replica_id: str) -> dict[str, Any]: ...
-    def signals(self) -> GatewaySignals: ...
+    def add_replica(self, url: str, replica_id: str | None = None) -> Any: ...
+    def drain_replica(self, replica_id: str) -> Any: ...
+    def remove_replica(self, replica_id: str) -> Any: ...
+    def signals(self) -> Any: ...
+
+
+async def _done(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
 
 
 class InProcessGateway:
-    """FleetRegistry and signal source over a `Gateway` in this event loop."""
+    """FleetRegistry and signal source over a `Gateway` (or `WorkerPool`) in this loop."""
 
     def __init__(self, gateway: GatewayLike) -> None:
         self.gateway = gateway
 
     async def add(self, replica_id: str, url: str) -> None:
-        self.gateway.add_replica(url, replica_id=replica_id)
+        await _done(self.gateway.add_replica(url, replica_id=replica_id))
 
     async def drain(self, replica_id: str) -> None:
-        self.gateway.drain_replica(replica_id)
+        await _done(self.gateway.drain_replica(replica_id))
 
     async def remove(self, replica_id: str) -> None:
-        self.gateway.remove_replica(replica_id)
+        await _done(self.gateway.remove_replica(replica_id))
 
     async def in_flight(self, replica_id: str) -> int | None:
-        r = self.gateway.signals().replica(replica_id)
+        r = (await self.read_signals()).replica(replica_id)
         return None if r is None else r.in_flight
 
     async def read_signals(self) -> GatewaySignals:
-        return self.gateway.signals()
+        signals: GatewaySignals = await _done(self.gateway.signals())
+        return signals
 
 
 class AdminApiGateway:

@@ -33,6 +33,12 @@ import click
     multiple=True,
     help="A model the fleet serves even while no replica is up (repeatable).",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="Gateway processes sharing the port, one core each (default 1; config: workers).",
+)
 @click.option("--log-level", default="INFO", show_default=True)
 def command(
     replicas: tuple[str, ...],
@@ -42,6 +48,7 @@ def command(
     config_path: str | None,
     admin_key: str | None,
     models: tuple[str, ...],
+    workers: int | None,
     log_level: str,
 ) -> None:
     """Route OpenAI-compatible requests to replicas by load, prefix or session."""
@@ -58,6 +65,8 @@ def command(
         overrides["host"] = host
     if port is not None:
         overrides["port"] = port
+    if workers is not None:
+        overrides["workers"] = workers
     if config_path:
         config = load_config(config_path, overrides)
     else:
@@ -73,8 +82,14 @@ def command(
     listen_host = host or config.host
     listen_port = port if port is not None else config.port
     check_port_free(listen_host, listen_port)
-    gateway = Gateway(config, config_path=os.fspath(config_path) if config_path else None)
+    path = os.fspath(config_path) if config_path else None
     try:
-        run_gateway(gateway, host, port)
+        if config.workers > 1:
+            from gpufleet.gateway.workers import WorkerPool, run_pool
+
+            run_pool(WorkerPool(config, config_path=path, workers=config.workers,
+                                log_level=log_level), host, port)  # fmt: skip
+        else:
+            run_gateway(Gateway(config, config_path=path), host, port)
     except OSError as e:  # lost a race for the port after the check
         raise bind_error(e, listen_host, listen_port) from None

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import itertools
-import json
 import logging
 import math
 import tempfile
@@ -25,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 from rich.console import Console
 from rich.live import Live
 
@@ -75,9 +72,12 @@ class FleetRun:
 
 
 def _build_gateway(cfg: FleetConfig, port: int | None, host: str | None) -> Any:
+    """The gateway in this process, or (with `gateway: {workers: N}`) its supervisor with
+    N worker processes: the controller drives either through the same calls."""
     try:
         from gpufleet.gateway.config import validate_config
         from gpufleet.gateway.server import Gateway
+        from gpufleet.gateway.workers import WorkerPool
     except ImportError as e:  # the gateway is part of this package; say what is missing
         raise RuntimeError(f"gpufleet.gateway is not available: {e}") from e
     settings = cfg.gateway_settings()
@@ -85,32 +85,23 @@ def _build_gateway(cfg: FleetConfig, port: int | None, host: str | None) -> Any:
         settings["port"] = port
     if host is not None:
         settings["host"] = host
-    return Gateway(validate_config(settings, source="gateway"))
+    config = validate_config(settings, source="gateway")
+    if config.workers > 1:
+        return WorkerPool(config, workers=config.workers)
+    return Gateway(config)
 
 
 def _admin_route(gateway: Any, controller: Controller, capacity: ReplicaCapacity | None) -> None:
-    key = getattr(gateway.config, "admin_key", None)
+    from gpufleet.gateway.routes import Reply, json_reply
 
-    async def autoscale(request: web.Request) -> web.Response:
-        if key:
-            auth = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(auth.encode(), f"Bearer {key}".encode()):
-                return web.json_response(
-                    {
-                        "error": {
-                            "message": "missing or wrong admin key (Authorization: Bearer ...)",
-                            "type": "authentication_error",
-                            "param": None,
-                            "code": 401,
-                        }
-                    },
-                    status=401,
-                )
+    async def autoscale(request: Any) -> Reply:
         body = controller.to_json()
         body["capacity_per_replica"] = capacity.to_json() if capacity is not None else None
-        return web.json_response(body, dumps=lambda o: json.dumps(o, default=str))
+        return json_reply(body)
 
-    gateway.app.router.add_get("/admin/autoscale", autoscale)
+    # Behind the admin key when one is set, open otherwise.
+    gateway.add_route("GET", "/admin/autoscale", autoscale,
+                      admin=bool(getattr(gateway.config, "admin_key", None)))  # fmt: skip
 
 
 @contextlib.asynccontextmanager

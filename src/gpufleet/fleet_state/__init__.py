@@ -14,9 +14,15 @@ from gpufleet.fleet_state.engine_metrics import (
     parse_engine_metrics,
 )
 from gpufleet.fleet_state.latency import LatencyWindows, RecentWindow
+from gpufleet.fleet_state.outlier import OutlierConfig
 from gpufleet.fleet_state.queue import AdmissionQueue, QueueTicket, Refusal
 from gpufleet.fleet_state.replica import FleetReplica
-from gpufleet.fleet_state.signals import GatewaySignals, LatencyPercentiles, ReplicaSnapshot
+from gpufleet.fleet_state.signals import (
+    GatewaySignals,
+    LatencyPercentiles,
+    ReplicaSnapshot,
+    merge_signals,
+)
 from gpufleet.fleet_state.state import FleetState, needs_prefix_hashes
 from gpufleet.fleet_state.table import ReplicaTable
 
@@ -30,12 +36,14 @@ __all__ = [
     "GatewaySignals",
     "LatencyPercentiles",
     "LatencyWindows",
+    "OutlierConfig",
     "QueueTicket",
     "RecentWindow",
     "Refusal",
     "ReplicaSnapshot",
     "ReplicaTable",
     "ScrapedMetrics",
+    "merge_signals",
     "needs_prefix_hashes",
     "parse_engine_metrics",
 ]

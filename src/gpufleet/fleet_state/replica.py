@@ -16,8 +16,14 @@ class FleetReplica(ReplicaView):
     """
 
     fixed_models: bool = False  # models were configured, not learned from /v1/models
-    consecutive_failures: int = 0
-    consecutive_successes: int = 0
+    consecutive_failures: int = 0  # failed requests in a row (outlier detection)
+    consecutive_successes: int = 0  # passing probes in a row
+    failed_probes: int = 0  # failed health probes in a row (active health checking)
+    healthy: bool = True  # the active health checks' verdict
+    ejected_until_s: float | None = None  # ejected by outlier detection until then
+    ejections: int = 0  # the ejection-time multiplier (see fleet_state.outlier)
+    window_requests: int = 0  # requests finished in this success-rate interval
+    window_failures: int = 0
     streaming: int = 0  # of in_flight, those whose first token reached the client
     kv_capacity_tokens: int | None = None  # from the engine's metrics, when it reports it
     down_reason: str = ""  # why the last probe failed ("" once healthy), as a person reads it

@@ -8,8 +8,8 @@ turns that JSON back into the same snapshot (`from_json`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpufleet.fleet_state.latency import SIGNAL_QUANTILES, LatencyWindows, RecentWindow
@@ -151,6 +151,48 @@ class GatewaySignals:
             streamed_requests_in_window=int(raw.get("streamed_requests_in_window") or 0),
             replicas=tuple(ReplicaSnapshot.from_json(r) for r in raw.get("replicas") or ()),
         )
+
+
+def merge_signals(
+    now_s: float, parts: Sequence[GatewaySignals], latency: LatencyWindows
+) -> GatewaySignals:
+    """Several gateways' signals as one (the workers of one gateway, each with its own
+    connections): queue depths and in-flight counts add up; a replica's state is the
+    one most of them see (a tie: the one that serves); its scraped engine stats are the
+    freshest; latency percentiles are over all their samples (`latency`, the union of
+    their windows)."""
+    by_id: dict[str, list[ReplicaSnapshot]] = {}
+    for part in parts:
+        for r in part.replicas:
+            by_id.setdefault(r.replica_id, []).append(r)
+    replicas = []
+    for views in by_id.values():
+        votes: dict[ReplicaState, int] = {}
+        for v in views:
+            votes[v.state] = votes.get(v.state, 0) + 1
+        state = max(votes, key=lambda s: (votes[s], s is ReplicaState.READY))
+        scraped = [v for v in views if v.stats_age_s is not None]
+        fresh = min(scraped, key=lambda v: v.stats_age_s or 0.0) if scraped else views[0]
+        replicas.append(replace(fresh, state=state, in_flight=sum(v.in_flight for v in views)))
+    by_state = {str(s): 0 for s in ReplicaState}
+    for r in replicas:
+        by_state[str(r.state)] += 1
+    by_model: dict[str, int] = {}
+    for part in parts:
+        for model, depth in part.queue_depth_by_model.items():
+            by_model[model] = by_model.get(model, 0) + depth
+    return GatewaySignals(
+        time_s=now_s,
+        queue_depth=sum(p.queue_depth for p in parts),
+        queue_depth_by_model=by_model,
+        in_flight_total=sum(p.in_flight_total for p in parts),
+        replicas_by_state=by_state,
+        window_s=latency.window_s,
+        ttft_s=LatencyPercentiles.of(latency.ttft, now_s),
+        tpot_s=LatencyPercentiles.of(latency.tpot, now_s),
+        streamed_requests_in_window=latency.ttft.count(),
+        replicas=tuple(replicas),
+    )
 
 
 def build_signals(

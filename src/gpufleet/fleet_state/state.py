@@ -14,6 +14,7 @@ from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from gpufleet.fleet_state.engine_metrics import ScrapedMetrics
 from gpufleet.fleet_state.latency import LatencyWindows
+from gpufleet.fleet_state.outlier import OutlierConfig
 from gpufleet.fleet_state.queue import AdmissionQueue, QueueTicket, Refusal
 from gpufleet.fleet_state.replica import FleetReplica
 from gpufleet.fleet_state.signals import GatewaySignals, build_signals
@@ -47,6 +48,7 @@ class FleetState(Generic[R]):
         eject_after_failures: int = 3,
         readmit_after_successes: int = 1,
         signals_window_s: float = 60.0,
+        outlier: OutlierConfig | None = None,
     ) -> None:
         self.policy = policy
         self.tenant_policies: dict[str, RoutingPolicy] = dict(tenant_policies or {})
@@ -55,7 +57,9 @@ class FleetState(Generic[R]):
         # Models the fleet serves even while no replica is up (scale from zero); when set,
         # this list is the truth and other models are refused at once.
         self.served_models: frozenset[str] = frozenset(served_models)
-        self.table: ReplicaTable[R] = ReplicaTable(eject_after_failures, readmit_after_successes)
+        self.table: ReplicaTable[R] = ReplicaTable(
+            eject_after_failures, readmit_after_successes, outlier
+        )
         self.table.on_removed.append(self._forget_replica)
         self.queue = queue if queue is not None else AdmissionQueue()
         self.latency = LatencyWindows(signals_window_s)

@@ -2,8 +2,12 @@
 
 Only this module changes a replica's state, so the rules live in one place:
 
-    starting --probe passes--> ready --N consecutive failures--> dead (ejected)
-    dead --M passing probes--> ready;  drain: starting/ready --> draining (no new requests)
+    starting --probe passes--> ready
+    ready --outlier detection (failed requests; `fleet_state.outlier`, within its
+            floor)--> dead, ejected until a time; back to ready when it has passed
+    ready --N failed probes in a row (active health checking)--> dead, unhealthy;
+            back to ready after M passing probes (and not before an ejection ends)
+    drain: starting/ready --> draining (no new requests)
     remove: any --> dead, and out of the table
 
 Every change calls the listeners (the gateway wakes requests waiting for a replica; the
@@ -17,6 +21,7 @@ import itertools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, TypeVar
 
+from gpufleet.fleet_state.outlier import OutlierConfig, may_eject, success_rate_outliers
 from gpufleet.fleet_state.replica import FleetReplica
 from gpufleet.routing.types import ReplicaState
 
@@ -28,10 +33,17 @@ class ReplicaTable(Generic[R]):
     """Replicas by id. `eligible()` is the hot path: cached per (model, pool) until the
     next change, so the lists it returns must not be modified."""
 
-    def __init__(self, eject_after_failures: int = 3, readmit_after_successes: int = 1) -> None:
+    def __init__(
+        self,
+        eject_after_failures: int = 3,
+        readmit_after_successes: int = 1,
+        outlier: OutlierConfig | None = None,
+    ) -> None:
         self.by_id: dict[str, R] = {}
-        self.eject_after_failures = eject_after_failures
+        self.eject_after_failures = eject_after_failures  # failed probes in a row
         self.readmit_after_successes = readmit_after_successes
+        self.outlier = outlier if outlier is not None else OutlierConfig()
+        self._next_interval_s: float | None = None
         self.known: frozenset[str] = frozenset()  # every model some replica serves
         self.listeners: list[Callable[[], None]] = []  # called after every change
         self.on_removed: list[Callable[[str], None]] = []  # a replica left routing
@@ -79,33 +91,53 @@ class ReplicaTable(Generic[R]):
         return None
 
     # -- health -------------------------------------------------------------------------
-    def record_success(self, replica: R) -> None:
+    def record_success(self, replica: R, now_s: float = 0.0) -> None:
+        """A request the replica served (outlier detection's view)."""
         replica.consecutive_failures = 0
+        replica.window_requests += 1
 
-    def record_failure(self, replica: R) -> None:
-        """A failed request or probe; a ready replica is ejected after too many in a row."""
-        replica.consecutive_successes = 0
+    def record_failure(self, replica: R, now_s: float) -> bool:
+        """A request the replica failed (a gateway failure: 5xx, reset, a stream cut or
+        stalled). True when it got the replica ejected."""
         replica.consecutive_failures += 1
+        replica.window_requests += 1
+        replica.window_failures += 1
         if (
             replica.state is ReplicaState.READY
-            and replica.consecutive_failures >= self.eject_after_failures
+            and replica.consecutive_failures >= self.outlier.consecutive_failures
         ):
-            replica.state = ReplicaState.DEAD
-            for listener in self.on_ejected:
-                listener(replica)
-            self._removed(replica.replica_id)
-            self.changed()
+            return self.eject(replica, now_s)
+        return False
 
-    def probe_failed(self, replica: R) -> None:
-        """A failed /health probe: counts against a ready replica (ejected after too many);
-        a starting or ejected one that keeps failing is `down` (see `can_become_ready`)."""
-        if replica.state is ReplicaState.READY:
-            self.record_failure(replica)
+    def eject(self, replica: R, now_s: float) -> bool:
+        """Outlier ejection of a ready replica, if the floor allows (see `outlier`)."""
+        if replica.state is not ReplicaState.READY:
+            return False
+        if not may_eject(self.outlier, replica, self.by_id.values()):
+            return False
+        replica.ejections += 1
+        replica.ejected_until_s = now_s + self.outlier.ejection_time_s(replica.ejections)
+        self._take_out(replica)
+        return True
+
+    def probe_failed(self, replica: R, now_s: float = 0.0, definite: bool = True) -> None:
+        """A failed /health probe. `definite` (refused, an error status) counts towards
+        active health checking; an ambiguous one (a timeout: dead or only overloaded?)
+        counts as a failed request, under outlier detection's floor. A starting or ejected
+        replica that keeps failing is `down` (see `can_become_ready`)."""
+        if not definite and replica.state is ReplicaState.READY:
+            self.record_failure(replica, now_s)
             return
         replica.consecutive_successes = 0
-        replica.consecutive_failures += 1
-        if replica.consecutive_failures == self.eject_after_failures:
+        replica.failed_probes += 1
+        if replica.failed_probes == self.eject_after_failures:
             self.changed()  # waiting requests re-check: this one will not become ready soon
+        if replica.state is ReplicaState.STARTING or not definite:
+            return
+        if replica.healthy and replica.failed_probes >= self.eject_after_failures:
+            replica.healthy = False
+            if replica.state is ReplicaState.READY:
+                self._take_out(replica)
 
     def can_become_ready(self, replica: R) -> bool:
         """Ready, or starting / ejected without failing its probes persistently."""
@@ -113,7 +145,7 @@ class ReplicaTable(Generic[R]):
             return True
         if replica.state is ReplicaState.DRAINING:
             return False
-        return replica.consecutive_failures < self.eject_after_failures
+        return replica.failed_probes < self.eject_after_failures
 
     def all_down(self, model: str, pool: str | None) -> list[R]:
         """The replicas that could serve `model` in `pool` when none of them can become
@@ -127,25 +159,63 @@ class ReplicaTable(Generic[R]):
             return []
         return serving
 
-    def probe_passed(self, replica: R) -> bool:
+    def probe_passed(self, replica: R, now_s: float = 0.0) -> bool:
         """A passing /health probe. True when the replica may become ready now (the
         caller learns its models first if need be, then calls `mark_ready`)."""
-        replica.consecutive_failures = 0
+        replica.failed_probes = 0
         replica.consecutive_successes += 1
         if replica.state is ReplicaState.STARTING:
             return True
+        if not replica.healthy and replica.consecutive_successes >= self.readmit_after_successes:
+            replica.healthy = True
         return (
             replica.state is ReplicaState.DEAD
-            and replica.consecutive_successes >= self.readmit_after_successes
+            and replica.healthy
+            and replica.ejected_until_s is None
         )
+
+    def tick(self, now_s: float) -> None:
+        """Time passes: ejections that ran out end; every `outlier.interval_s`, the
+        success-rate detector runs and the ejection multipliers of replicas that stayed
+        in the pool drop by one. Drivers call this now and then (the gateway with its
+        probes; a second's lateness only lengthens an ejection by as much)."""
+        back = False
+        for r in self.by_id.values():
+            if r.ejected_until_s is not None and now_s >= r.ejected_until_s:
+                r.ejected_until_s = None
+                r.consecutive_failures = 0
+                if r.state is ReplicaState.DEAD and r.healthy:
+                    r.state = ReplicaState.READY
+                    back = True
+        if back:
+            self.changed()
+        if self._next_interval_s is None:
+            self._next_interval_s = now_s + self.outlier.interval_s
+        if now_s < self._next_interval_s:
+            return
+        self._next_interval_s = now_s + self.outlier.interval_s
+        for r in success_rate_outliers(self.outlier, self.by_id.values()):
+            self.eject(r, now_s)
+        for r in self.by_id.values():
+            if r.ejected_until_s is None and r.ejections and r.state is ReplicaState.READY:
+                r.ejections -= 1
+            r.window_requests = r.window_failures = 0
+
+    def _take_out(self, replica: R) -> None:
+        replica.state = ReplicaState.DEAD
+        for listener in self.on_ejected:
+            listener(replica)
+        self._removed(replica.replica_id)
+        self.changed()
 
     def mark_ready(self, replica: R) -> bool:
         """starting or dead (ejected) -> ready, if still in the table. True if it changed."""
         if self.by_id.get(replica.replica_id) is not replica:
             return False
-        if replica.state not in _CAN_BECOME_READY:
+        if replica.state not in _CAN_BECOME_READY or replica.ejected_until_s is not None:
             return False
         replica.state = ReplicaState.READY
+        replica.healthy = True
         replica.consecutive_failures = 0
         self.changed()
         return True

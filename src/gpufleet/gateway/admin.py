@@ -1,65 +1,69 @@
-"""The gateway's aiohttp app: /v1/models, /health, /metrics and the admin API.
+"""The gateway's routes besides the completions: /v1/models, /health, /metrics, the admin API.
 
-The two completion endpoints are here too, for connections the lean front handed over.
+Served by the one HTTP front (`fast_http`) through its `Router`; every handler takes the
+front's request and returns a `Reply`. /v1/models asks for a tenant key when tenant keys
+are configured (as the completion endpoints do); /health and /metrics never do; /admin/*
+asks for the admin key.
 """
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
+import inspect
+import json
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from gpufleet.errors import UserError
-from gpufleet.gateway.http_adapters import aiohttp_completions, error_response
+from gpufleet.gateway.routes import Reply, Router, RouteRequest, error_reply, json_reply
+from gpufleet.gateway.tenants import bearer_token
 from gpufleet.routing.types import ReplicaState
 
 if TYPE_CHECKING:
     from gpufleet.gateway.server import Gateway
+    from gpufleet.gateway.workers import WorkerPool
 
 
-def build_app(gw: Gateway) -> web.Application:
-    cfg = gw.config
-    app = web.Application(client_max_size=cfg.limits.max_body_bytes)
-    chat, completions = aiohttp_completions(
-        gw.proxy.handle, cfg.limits, lambda code: gw.metrics.count_request("", "", code),
-        gw.clock,
-    )  # fmt: skip
-    admin = AdminApi(gw)
-    app.router.add_post("/v1/chat/completions", chat)
-    app.router.add_post("/v1/completions", completions)
-    app.router.add_get("/v1/models", admin.models)
-    app.router.add_get("/health", admin.health)
-    app.router.add_get("/metrics", admin.metrics)
-    app.router.add_get("/admin/replicas", admin.list)
-    app.router.add_post("/admin/replicas", admin.add)
-    app.router.add_post("/admin/replicas/{replica_id}/drain", admin.drain)
-    app.router.add_delete("/admin/replicas/{replica_id}", admin.delete)
-    app.router.add_get("/admin/signals", admin.signals)
-    app.router.add_post("/admin/reload", admin.reload)
-    app.router.add_route("*", "/{tail:.*}", not_found)
-    return app
+def build_router(api: AdminApi) -> Router:
+    router = Router()
 
+    async def completions_elsewhere(request: RouteRequest) -> Reply:  # pragma: no cover
+        raise AssertionError("the front sends POST completions to the proxy")
 
-async def not_found(request: web.Request) -> web.Response:
-    known = {r.canonical for r in request.app.router.resources() if hasattr(r, "canonical")}
-    if request.path in known:
-        return error_response(405, f"method {request.method} not allowed on {request.path}")
-    return error_response(404, f"no route {request.method} {request.path}")
+    for path in ("/v1/chat/completions", "/v1/completions"):
+        router.add("POST", path, completions_elsewhere)  # so GET gets 405, not 404
+    router.add("GET", "/v1/models", api.models)
+    router.add("GET", "/health", api.health)
+    router.add("GET", "/metrics", api.metrics)
+    router.add("GET", "/admin/replicas", api.admin(api.list))
+    router.add("POST", "/admin/replicas", api.admin(api.add))
+    router.add("POST", "/admin/replicas/{replica_id}/drain", api.admin(api.drain))
+    router.add("DELETE", "/admin/replicas/{replica_id}", api.admin(api.delete))
+    router.add("GET", "/admin/signals", api.admin(api.signals))
+    router.add("POST", "/admin/reload", api.admin(api.reload))
+    return router
 
 
 def _card(model: str) -> dict[str, Any]:
     return {"id": model, "object": "model", "created": 0, "owned_by": "gpufleet"}
 
 
+def _authorization(request: RouteRequest) -> str | None:
+    raw = request.header(b"authorization")
+    return None if raw is None else raw.decode("latin-1")
+
+
+Handler = Callable[[RouteRequest], Awaitable[Reply]]
+
+
 class AdminApi:
-    def __init__(self, gw: Gateway) -> None:
-        self.gw = gw
+    def __init__(self, gw: Gateway | WorkerPool) -> None:
+        self.gw: Any = gw
 
     # -- public endpoints ---------------------------------------------------------------
-    async def health(self, request: web.Request) -> web.Response:
+    async def health(self, request: RouteRequest) -> Reply:
         table = self.gw.fleet.table
         ready = table.count(ReplicaState.READY)
         body = {
@@ -72,15 +76,15 @@ class AdminApi:
                 for r in table
             },
         }
-        return web.json_response(body)
+        return json_reply(body)
 
-    async def metrics(self, request: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(self.gw.metrics.registry),
-            headers={"Content-Type": CONTENT_TYPE_LATEST},
-        )
+    async def metrics(self, request: RouteRequest) -> Reply:
+        return Reply(200, await _maybe(self.gw.metrics_exposition()), CONTENT_TYPE_LATEST)
 
-    async def models(self, request: web.Request) -> web.Response:
+    async def models(self, request: RouteRequest) -> Reply:
+        if self.gw.tenants.resolve(_authorization(request)) is None:
+            return error_reply(401, "missing or unknown API key (Authorization: Bearer ...)",
+                               code="invalid_api_key")  # fmt: skip
         cards: dict[str, dict[str, Any]] = {}
         for r in self.gw.replicas:
             if r.state is ReplicaState.DEAD:
@@ -91,74 +95,76 @@ class AdminApi:
                 cards.setdefault(m, _card(m))
         for m in self.gw.fleet.served_models:
             cards.setdefault(m, _card(m))
-        return web.json_response({"object": "list", "data": [cards[k] for k in sorted(cards)]})
+        return json_reply({"object": "list", "data": [cards[k] for k in sorted(cards)]})
 
     # -- admin --------------------------------------------------------------------------
-    def _denied(self, request: web.Request) -> web.Response | None:
-        key = self.gw.config.admin_key
-        if not key:
-            return error_response(403, "the admin API is disabled: set admin_key (--admin-key)")
-        auth = request.headers.get("Authorization", "")
-        given = auth[7:].strip() if auth.startswith("Bearer ") else ""
-        if not hmac.compare_digest(given.encode(), key.encode()):
-            return error_response(401, "missing or wrong admin key (Authorization: Bearer ...)")
-        return None
+    def admin(self, handler: Handler) -> Handler:
+        """`handler` behind the admin key (403 while no key is set, 401 on a wrong one)."""
 
-    async def list(self, request: web.Request) -> web.Response:
-        return self._denied(request) or web.json_response({"replicas": self.gw.list_replicas()})
+        async def guarded(request: RouteRequest) -> Reply:
+            key = self.gw.config.admin_key
+            if not key:
+                return error_reply(403, "the admin API is disabled: set admin_key (--admin-key)")
+            given = bearer_token(_authorization(request)) or ""
+            if not hmac.compare_digest(given.encode(), key.encode()):
+                return error_reply(401, "missing or wrong admin key (Authorization: Bearer ...)")
+            return await handler(request)
 
-    async def signals(self, request: web.Request) -> web.Response:
-        return self._denied(request) or web.json_response(self.gw.signals().to_json())
+        return guarded
 
-    async def add(self, request: web.Request) -> web.Response:
-        denied = self._denied(request)
-        if denied:
-            return denied
+    async def list(self, request: RouteRequest) -> Reply:
+        return json_reply({"replicas": await _maybe(self.gw.list_replicas())})
+
+    async def signals(self, request: RouteRequest) -> Reply:
+        return json_reply((await _maybe(self.gw.signals())).to_json())
+
+    async def add(self, request: RouteRequest) -> Reply:
         try:
-            body = await request.json()
-        except ValueError:
-            return error_response(400, "the body is not valid JSON")
+            body = json.loads(request.body)
+        except (ValueError, RecursionError):
+            return error_reply(400, "the body is not valid JSON")
         if not isinstance(body, dict) or not isinstance(body.get("url"), str):
-            return error_response(400, "'url' is required and must be a string", param="url")
+            return error_reply(400, "'url' is required and must be a string", param="url")
         for name in ("id", "pool"):
             if body.get(name) is not None and not isinstance(body[name], str):
-                return error_response(400, f"'{name}' must be a string", param=name)
+                return error_reply(400, f"'{name}' must be a string", param=name)
         models = body.get("models", [])
         if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
-            return error_response(400, "'models' must be a list of strings", param="models")
+            return error_reply(400, "'models' must be a list of strings", param="models")
         try:
-            out = self.gw.add_replica(body["url"], body.get("id"), body.get("pool"), models)
+            out = await _maybe(
+                self.gw.add_replica(body["url"], body.get("id"), body.get("pool"), models)
+            )
         except UserError as exc:
-            return error_response(400, str(exc), param="url")
+            return error_reply(400, str(exc), param="url")
         except KeyError:
-            return error_response(409, f"replica id {body.get('id')!r} already exists", param="id")
-        return web.json_response(out, status=201)
+            return error_reply(409, f"replica id {body.get('id')!r} already exists", param="id")
+        return json_reply(out, status=201)
 
-    async def drain(self, request: web.Request) -> web.Response:
-        return self._on_replica(request, self.gw.drain_replica)
+    async def drain(self, request: RouteRequest) -> Reply:
+        return await self._on_replica(request, self.gw.drain_replica)
 
-    async def delete(self, request: web.Request) -> web.Response:
-        return self._on_replica(
-            request, lambda rid: {"deleted": True, "replica": self.gw.remove_replica(rid)}
-        )
+    async def delete(self, request: RouteRequest) -> Reply:
+        async def remove(rid: str) -> dict[str, Any]:
+            return {"deleted": True, "replica": await _maybe(self.gw.remove_replica(rid))}
 
-    def _on_replica(
-        self, request: web.Request, act: Callable[[str], dict[str, Any]]
-    ) -> web.Response:
-        denied = self._denied(request)
-        if denied:
-            return denied
-        rid = request.match_info["replica_id"]
+        return await self._on_replica(request, remove)
+
+    async def _on_replica(self, request: RouteRequest, act: Callable[[str], Any]) -> Reply:
+        rid = request.params["replica_id"]
         try:
-            return web.json_response(act(rid))
+            return json_reply(await _maybe(act(rid)))
         except KeyError:
-            return error_response(404, f"no replica {rid!r}", param="replica_id")
+            return error_reply(404, f"no replica {rid!r}", param="replica_id")
 
-    async def reload(self, request: web.Request) -> web.Response:
-        denied = self._denied(request)
-        if denied:
-            return denied
+    async def reload(self, request: RouteRequest) -> Reply:
         try:
-            return web.json_response(self.gw.reload())
+            return json_reply(await _maybe(self.gw.reload()))
         except UserError as exc:
-            return error_response(400, str(exc))
+            return error_reply(400, str(exc))
+
+
+async def _maybe(value: Any) -> Any:
+    """The value, awaited if it is awaitable: the admin API serves a `Gateway` (whose
+    calls are plain) and a `WorkerPool` (whose calls ask every worker)."""
+    return await value if inspect.isawaitable(value) else value

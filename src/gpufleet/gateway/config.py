@@ -15,13 +15,14 @@ tenants:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpufleet.config_errors import Positions, load_yaml, user_error
 from gpufleet.errors import UserError
+from gpufleet.fleet_state import OutlierConfig
 
 
 class _Strict(BaseModel):
@@ -55,15 +56,36 @@ class TenantConfig(_Strict):
     requests_per_s: float | None = Field(default=None, gt=0)
     burst: int | None = Field(default=None, ge=1)  # token-bucket size; default max(1, rate)
     max_concurrency: int | None = Field(default=None, ge=1)
+    failover: bool | None = None  # unset: the model's (or the gateway's) setting
 
 
 class HealthConfig(_Strict):
+    """Active health checking: /health probes."""
+
     probe_interval_s: float = Field(default=2.0, gt=0)
     probe_timeout_s: float = Field(default=2.0, gt=0)
-    # Passive ejection: this many consecutive failures (probes or proxied requests).
+    # Out of routing after this many failed probes in a row (refused or an error status;
+    # a probe that times out while the replica is streaming to the gateway does not count,
+    # one that times out otherwise counts as a failed request under `outlier`).
     eject_after_failures: int = Field(default=3, ge=1)
-    # An ejected replica is re-admitted after this many consecutive passing probes.
+    # Back after this many passing probes in a row.
     readmit_after_successes: int = Field(default=1, ge=1)
+
+
+class OutlierSettings(_Strict):
+    """Outlier detection on proxied requests, as Envoy's (fleet_state.outlier)."""
+
+    consecutive_failures: int = Field(default=5, ge=1)
+    base_ejection_time_s: float = Field(default=30.0, gt=0)
+    max_ejection_time_s: float = Field(default=300.0, gt=0)
+    max_ejection_percent: float = Field(default=50.0, ge=0, le=100)
+    interval_s: float = Field(default=10.0, gt=0)
+    success_rate_minimum_hosts: int = Field(default=5, ge=1)
+    success_rate_request_volume: int = Field(default=100, ge=1)
+    success_rate_stdev_factor: float = Field(default=1.9, ge=0)
+
+    def core(self) -> OutlierConfig:
+        return OutlierConfig(**self.model_dump())
 
 
 class LimitsConfig(_Strict):
@@ -76,6 +98,29 @@ class LimitsConfig(_Strict):
     total_timeout_s: float | None = Field(default=None, gt=0)
     # Attempts per request when failing before the first byte (1 = no retry).
     max_attempts: int = Field(default=3, ge=1, le=10)
+
+
+class FailoverModel(_Strict):
+    """Failover settings of one model (unset: the gateway's)."""
+
+    enabled: bool | None = None
+    dialect: Literal["vllm", "sglang", "none"] | None = None
+
+
+class FailoverConfig(_Strict):
+    """Mid-stream failover: a stream whose replica fails after its first byte is resumed on
+    another replica (gateway.failover)."""
+
+    enabled: bool = True
+    # Resumes per request before giving up with an error event.
+    max_resumes: int = Field(default=3, ge=0, le=20)
+    # A streaming replica silent for longer than this has stalled (resumed elsewhere).
+    inter_token_timeout_s: float = Field(default=30.0, gt=0)
+    # How the engines continue a partial chat answer: vllm (continue_final_message +
+    # add_generation_prompt: false), sglang (continue_final_message), none (they cannot:
+    # a broken stream ends with an error event, as without failover).
+    dialect: Literal["vllm", "sglang", "none"] = "vllm"
+    models: dict[str, FailoverModel] = Field(default_factory=dict)
 
 
 class QueueConfig(_Strict):
@@ -102,8 +147,12 @@ class GatewayConfig(_Strict):
     # Re-read the config file's replica list when it changes (0 = only on SIGHUP or admin).
     reload_interval_s: float = Field(default=2.0, ge=0)
     health: HealthConfig = Field(default_factory=HealthConfig)
+    outlier: OutlierSettings = Field(default_factory=OutlierSettings)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     queue: QueueConfig = Field(default_factory=QueueConfig)
+    failover: FailoverConfig = Field(default_factory=FailoverConfig)
+    # Gateway processes sharing the port (SO_REUSEPORT), one core each (gateway.workers).
+    workers: int = Field(default=1, ge=1, le=64)
 
     @model_validator(mode="after")
     def _unique(self) -> GatewayConfig:

@@ -39,9 +39,11 @@ class HealthChecks:
         table = self.fleet.table
         try:
             timeout_s = self.config.health.probe_timeout_s
+            chunks_before = replica.rx_chunks
             result = await probe_reasons.probe(
                 session, replica.url, timeout_s, models_probe=replica.uses_models_probe
             )
+            now_s = time.monotonic()
             if result.uses_models_probe and not replica.uses_models_probe:
                 replica.uses_models_probe = True
                 log.info("replica %s has no /health: probing it through GET /v1/models",
@@ -49,18 +51,20 @@ class HealthChecks:
             if replica.state is ReplicaState.DRAINING:
                 return
             if not result.ok:
+                if result.timed_out and replica.rx_chunks != chunks_before:
+                    return  # it streamed to us meanwhile: busy, not dead (or we are slow)
                 was = replica.state
                 if result.reason != replica.down_reason:
                     log.warning("replica %s (%s) %s: %s", replica.replica_id, replica.url,
                                 was, result.reason)  # fmt: skip
                 replica.down_reason = result.reason
-                table.probe_failed(replica)
+                table.probe_failed(replica, now_s, definite=not result.timed_out)
                 if replica.state is not was:
                     log.warning("replica %s %s -> %s: %s", replica.replica_id, was,
                                 replica.state, result.reason)  # fmt: skip
                 return
             replica.down_reason = ""
-            if not table.probe_passed(replica):
+            if not table.probe_passed(replica, now_s):
                 return
             if not replica.fixed_models:
                 cards = result.model_cards
@@ -82,6 +86,13 @@ class HealthChecks:
         while True:
             await asyncio.gather(*(self.probe_one(r) for r in self.fleet.table))
             await asyncio.sleep(interval_s)
+
+    async def tick_loop(self) -> None:
+        """Ejections run out and the success-rate detector runs (the table's clock)."""
+        step_s = min(1.0, self.config.outlier.base_ejection_time_s / 4)
+        while True:
+            self.fleet.table.tick(time.monotonic())
+            await asyncio.sleep(step_s)
 
     async def scrape_one(self, replica: Replica) -> None:
         session = self._session()

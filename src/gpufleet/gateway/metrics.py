@@ -133,6 +133,10 @@ class GatewayMetrics:
         self._gone: dict[str, Replica] = {}
         self._latency: dict[tuple[str, str], tuple[Histogram, ...]] = {}
         self._requests: dict[tuple[str, str, str], Count] = {}
+        # mid-stream failover, by model (and why the stream broke)
+        self._resumes: dict[tuple[str, str], Count] = {}
+        self._resumed_tokens: dict[str, Count] = {}
+        self._resume_failures: dict[str, Count] = {}
         self.windows = windows
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
@@ -150,6 +154,8 @@ class GatewayMetrics:
 
     def latency(self, model: str, tenant: str) -> tuple[Histogram, ...]:
         """(ttft, tpot, itl, e2e) histograms for this model and tenant."""
+        if not model.isascii():
+            model = _label(model)
         key = (model, tenant)
         hists = self._latency.get(key)
         if hists is None:
@@ -159,6 +165,8 @@ class GatewayMetrics:
         return hists
 
     def count_request(self, model: str, tenant: str, code: int) -> None:
+        if not model.isascii():
+            model = _label(model)
         key = (model, tenant, str(code))
         count = self._requests.get(key)
         if count is None:
@@ -166,6 +174,17 @@ class GatewayMetrics:
             if len(self._requests) < _MAX_SERIES:
                 self._requests[key] = count
         count.inc()
+
+    def count_resume(self, model: str, kind: str, tokens: int) -> None:
+        """A request resumed on another replica after `kind` broke it, with `tokens`
+        already sent to its client (re-sent to the engine as prompt)."""
+        model = model if model.isascii() else _label(model)
+        _bump(self._resumes, (model, kind))
+        _bump(self._resumed_tokens, model, tokens)
+
+    def count_resume_failure(self, model: str) -> None:
+        """A broken request that could not be resumed (the client got an error event)."""
+        _bump(self._resume_failures, model if model.isascii() else _label(model))
 
     def observe_stream(
         self, model: str, tenant: str, ttft_s: float, e2e_s: float, chunks: int, now_s: float
@@ -216,9 +235,43 @@ class GatewayMetrics:
         for (model, tenant, code), count in self._requests.items():
             requests.add_metric([model, tenant, code], count.value)
         yield requests
+        yield _counter("gpufleet_gateway_resumes",
+                       "Requests resumed on another replica after a failure mid-answer, "
+                       "by what broke them (reset, eof, stall, engine_error, non_streamed).",
+                       ["model", "reason"], self._resumes)  # fmt: skip
+        yield _counter("gpufleet_gateway_resumed_tokens",
+                       "Tokens already sent to clients when their requests were resumed.",
+                       ["model"], {(m,): c for m, c in self._resumed_tokens.items()})  # fmt: skip
+        yield _counter("gpufleet_gateway_resume_failures",
+                       "Broken requests the gateway could not resume (error event sent).",
+                       ["model"], {(m,): c for m, c in self._resume_failures.items()})  # fmt: skip
         for i, (name, doc, _) in enumerate(_HISTOGRAMS):
             hfam = HistogramMetricFamily(name, doc, labels=["model", "tenant"])
             for (model, tenant), hists in self._latency.items():
                 h = hists[i]
                 hfam.add_metric([model, tenant], h.cumulative(), h.sum)
             yield hfam
+
+
+def _bump(table: dict[Any, Count], key: Any, amount: float = 1.0) -> None:
+    count = table.get(key)
+    if count is None:
+        count = Count()
+        if len(table) < _MAX_SERIES:
+            table[key] = count
+    count.inc(amount)
+
+
+def _counter(
+    name: str, doc: str, labels: list[str], counts: dict[Any, Count]
+) -> CounterMetricFamily:
+    fam = CounterMetricFamily(name, doc, labels=labels)
+    for key, count in counts.items():
+        fam.add_metric(list(key), count.value)
+    return fam
+
+
+def _label(text: str) -> str:
+    """A label value the exposition can encode (a lone surrogate from a client's model name
+    would otherwise break /metrics for good)."""
+    return text.encode("utf-8", "replace").decode("utf-8")

@@ -24,6 +24,8 @@ class Probe:
     reason: str
     uses_models_probe: bool = False  # the replica has no /health: probe /v1/models instead
     model_cards: list[dict[str, Any]] | None = None  # when /v1/models was read
+    # No answer in time: dead, or only overloaded (the table weighs it under the floor).
+    timed_out: bool = False
 
 
 def _failure_reason(e: BaseException, url: str, timeout_s: float) -> str:
@@ -65,7 +67,8 @@ async def probe(
                     return Probe(False, f"GET /health answered {resp.status}")
         status, cards = await _models(session, url, timeout)
     except (TimeoutError, aiohttp.ClientError, OSError, ValueError) as e:
-        return Probe(False, _failure_reason(e, url, timeout_s), models_probe)
+        timed_out = isinstance(e, asyncio.TimeoutError | aiohttp.ServerTimeoutError)
+        return Probe(False, _failure_reason(e, url, timeout_s), models_probe, None, timed_out)
     if status != 200:
         return Probe(False, f"no /health, and GET /v1/models answered {status}", True)
     if not cards:

@@ -11,17 +11,6 @@ import aiohttp
 PROBE_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError)
 
 
-async def probe_health(session: aiohttp.ClientSession, url: str, timeout_s: float) -> bool:
-    try:
-        async with session.get(
-            url + "/health", timeout=aiohttp.ClientTimeout(total=timeout_s)
-        ) as resp:
-            await resp.read()
-            return resp.status == 200
-    except PROBE_ERRORS:
-        return False
-
-
 async def fetch_models(
     session: aiohttp.ClientSession, url: str, timeout_s: float
 ) -> list[dict[str, Any]] | None:

@@ -2,10 +2,12 @@
 
 `Proxy.handle` authenticates, validates and admits the request, then `route` tries
 replicas (retrying elsewhere on a failure before the first byte) and forwards the answer,
-streamed chunk by chunk. Per request everything lives in one `RequestContext`.
+streamed chunk by chunk; a stream that breaks after its first byte is resumed elsewhere by
+`gateway.failover`. Per request everything lives in one `RequestContext`.
 
 Hot path: the body is read once and forwarded as the same bytes; streamed chunks are
-written to the client as they arrive; nothing is logged per request.
+written to the client from the upstream connection's callbacks (`gateway.relay`);
+nothing is logged per request.
 """
 
 from __future__ import annotations
@@ -18,21 +20,27 @@ from typing import Any
 from gpufleet.fleet_state import FleetState, Refusal, needs_prefix_hashes
 from gpufleet.gateway.admission import TableChanges, choose_ready, choose_replica
 from gpufleet.gateway.config import GatewayConfig
+from gpufleet.gateway.context import Failure, RequestContext
+from gpufleet.gateway.continuation import Splicer, Transcript
+from gpufleet.gateway.failover import Failover, FailoverPlan, Interrupted
 from gpufleet.gateway.http_adapters import JSON, In, Out, send_error
 from gpufleet.gateway.metrics import GatewayMetrics
+from gpufleet.gateway.relay import StallWatch, StreamRelay
 from gpufleet.gateway.replicas import Replica
 from gpufleet.gateway.request_meta import BadRequest, parse_body
 from gpufleet.gateway.tenants import Tenant, TenantTable
 from gpufleet.gateway.upstream import (
+    GatewayOverloaded,
+    UpstreamConnectError,
     UpstreamError,
     UpstreamPool,
     UpstreamResponse,
     UpstreamTimeout,
     request_head,
 )
-from gpufleet.openai_errors import error_json_bytes, sse_error_event
+from gpufleet.openai_errors import sse_error_event
 from gpufleet.routing.prefix import request_prefix_hashes
-from gpufleet.routing.types import RequestInfo, RoutingPolicy
+from gpufleet.routing.types import RequestInfo
 
 # Request headers never forwarded upstream (hop-by-hop, or set by the gateway).
 _DROP_HEADERS = frozenset({
@@ -40,79 +48,6 @@ _DROP_HEADERS = frozenset({
     b"transfer-encoding", b"te", b"trailer", b"upgrade", b"content-length", b"expect",
     b"accept-encoding",
 })  # fmt: skip
-_DONE_TAIL = b"data: [DONE]"
-
-
-class Failure:
-    """A failed attempt before any byte reached the client: retry elsewhere or report.
-
-    `final` failures (timeouts) are not retried: the request may still be running there.
-    """
-
-    __slots__ = ("body", "code", "content_type", "final", "headers", "message", "param",
-                 "status")  # fmt: skip
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        body: bytes | None = None,
-        content_type: str = JSON,
-        param: str | None = None,
-        code: str | int | None = None,
-        headers: dict[str, str] | None = None,
-        final: bool = False,
-    ) -> None:
-        self.status = status
-        self.message = message
-        self.body = body
-        self.content_type = content_type
-        self.param = param
-        self.code = code
-        self.headers = headers
-        self.final = final
-
-    @classmethod
-    def refused(cls, refusal: Refusal) -> Failure:
-        return cls(refusal.status, refusal.message, param=refusal.param, code=refusal.code,
-                   headers=refusal.headers)  # fmt: skip
-
-    def send(self, out: Out) -> None:
-        if self.body is not None:
-            out.send(self.status, self.body, self.content_type, self.headers)
-        else:
-            body = error_json_bytes(self.message, self.status, param=self.param, code=self.code)
-            out.send(self.status, body, JSON, self.headers)
-
-
-class RequestContext:
-    """One admitted completion request, as every step of the proxy needs it."""
-
-    __slots__ = ("body", "headers", "info", "model", "out", "path", "policy", "streamed",
-                 "t0_s", "tenant")  # fmt: skip
-
-    def __init__(
-        self,
-        body: bytes,
-        out: Out,
-        headers: bytes,
-        info: RequestInfo,
-        policy: RoutingPolicy,
-        tenant: Tenant,
-        path: str,
-        t0_s: float,
-    ) -> None:
-        self.body = body  # forwarded as is
-        self.out = out
-        self.headers = headers  # the client's, minus hop-by-hop ones, as raw bytes
-        self.info = info
-        self.model = info.model
-        self.policy = policy
-        self.tenant = tenant
-        self.path = path
-        self.t0_s = t0_s
-        self.streamed = False  # the current attempt's first chunk reached the client
 
 
 class Proxy:
@@ -133,6 +68,10 @@ class Proxy:
         self.changes = changes
         self._pool = pool
         self._request_ids = itertools.count(1)
+        fo = config.failover
+        self.watch = StallWatch(max(0.05, min(1.0, fo.inter_token_timeout_s / 4)))
+        self.failover = Failover(self)
+        self._failover_models = {m: c for m, c in fo.models.items()}
 
     # -- admission steps ------------------------------------------------------------------
     async def handle(
@@ -163,7 +102,7 @@ class Proxy:
             return send_error(out, exc.status, str(exc), param=exc.param)
         model = meta.model
         if not self.fleet.model_known(model):
-            count(model, tenant.name, 404)
+            count("", tenant.name, 404)  # not the client's string: unbounded label values
             return send_error(out, 404, f"the model '{model}' does not exist", param="model",
                               code="model_not_found")  # fmt: skip
         retry_after_s = tenant.admit(t0_s)
@@ -185,11 +124,25 @@ class Proxy:
                 prefix_hashes=hashes,
             )
             headers = self._forward_headers(request.raw_headers)
-            ctx = RequestContext(request.body, out, headers, info, policy, tenant, path, t0_s)
+            ctx = RequestContext(request.body, out, headers, info, policy, tenant, path, t0_s,
+                                 meta.body, self.failover_plan(tenant, model))  # fmt: skip
             await self.route(ctx)
         finally:
             tenant.release()
             count(model, tenant.name, out.status)
+
+    def failover_plan(self, tenant: Tenant, model: str) -> FailoverPlan | None:
+        """How this request is resumed if its replica fails mid-answer (None: it is not).
+        The most specific setting wins: the tenant's, then the model's, then the gateway's."""
+        fo = self.config.failover
+        enabled, dialect = fo.enabled, fo.dialect
+        per_model = self._failover_models.get(model)
+        if per_model is not None:
+            enabled = enabled if per_model.enabled is None else per_model.enabled
+            dialect = per_model.dialect or dialect
+        if tenant.failover is not None:
+            enabled = tenant.failover
+        return FailoverPlan(dialect, fo.max_resumes) if enabled else None
 
     def _forward_headers(self, raw_headers: Any) -> bytes:
         """The client's headers as raw bytes, minus hop-by-hop ones (and the gateway key)."""
@@ -227,17 +180,21 @@ class Proxy:
             result = await self.attempt(ctx, replica)
             if result is None:
                 return
+            if isinstance(result, Interrupted):  # broke after its first byte
+                return await self.failover.resume(ctx, result)
             failure = result
             if result.final:
                 break
             tried = (*tried, replica)
             if len(tried) >= max_attempts:
                 break
+            if result.mid_generation and ctx.failover is not None:
+                self.metrics.count_resume(ctx.model, "non_streamed", 0)
             replica.m_retries.inc()
         assert failure is not None
         failure.send(ctx.out)
 
-    def _read_timeout_s(self, t0_s: float) -> float:
+    def read_timeout_s(self, t0_s: float) -> float:
         limits = self.limits
         if limits.total_timeout_s is None:
             return limits.read_timeout_s
@@ -246,14 +203,14 @@ class Proxy:
             raise UpstreamTimeout("the request ran past limits.total_timeout_s")
         return min(limits.read_timeout_s, left_s)
 
-    async def _open(self, replica: Replica, data: bytes, t0_s: float) -> UpstreamResponse:
+    async def open_upstream(self, replica: Replica, data: bytes, t0_s: float) -> UpstreamResponse:
         """Send and wait for the response head. A kept-alive connection the replica had
         already closed is retried once on a fresh one, without blaming the replica."""
         pool = self._pool()
         assert pool is not None
         up = await pool.send(replica.addr, data)
         try:
-            await up.headers(self._read_timeout_s(t0_s))
+            await up.headers(self.read_timeout_s(t0_s))
             return up
         except UpstreamError as exc:
             up.release()
@@ -264,46 +221,53 @@ class Proxy:
             raise
         up = await pool.fresh(replica.addr, data)
         try:
-            await up.headers(self._read_timeout_s(t0_s))
+            await up.headers(self.read_timeout_s(t0_s))
         except BaseException:
             up.release()
             raise
         return up
 
     # -- one attempt on one replica -------------------------------------------------------
-    async def attempt(self, ctx: RequestContext, replica: Replica) -> Failure | None:
-        """One try on one replica: None once a response went out, or a Failure before."""
+    async def attempt(self, ctx: RequestContext, replica: Replica) -> Failure | Interrupted | None:
+        """One try on one replica: None once a response went out, a Failure before any
+        byte did, or Interrupted when a stream broke after its first byte."""
         fleet = self.fleet
         fleet.started(ctx.info, replica, ctx.policy)
         replica.m_requests.inc()
-        ok = ctx.streamed = False
+        ctx.ok = ctx.streamed = False
         head = request_head(b"POST", replica.host_header, ctx.path.encode(), len(ctx.body))
         data = b"".join((head, ctx.headers, b"\r\n", ctx.body))
         try:
             try:
-                upstream = await self._open(replica, data, ctx.t0_s)
+                upstream = await self.open_upstream(replica, data, ctx.t0_s)
             except UpstreamTimeout:
                 replica.m_errors.inc()
                 return Failure(504, f"replica {replica.replica_id} did not answer in time",
                                final=True)  # fmt: skip
-            except UpstreamError as exc:
+            except GatewayOverloaded as exc:  # ours, not the replica's: no blame, no retry
+                return Failure(503, f"the gateway is overloaded: {exc}", final=True,
+                               headers={"Retry-After": "1"})  # fmt: skip
+            except UpstreamConnectError as exc:
                 return self._failed(replica, 502, f"replica {replica.replica_id} failed: {exc}")
+            except UpstreamError as exc:
+                return self._failed(replica, 502, f"replica {replica.replica_id} broke: {exc}",
+                                    mid_generation=True)  # fmt: skip
             try:
                 status = upstream.status
                 ctype = upstream.content_type.decode("latin-1") or JSON
                 if status == 200 and ctype.startswith("text/event-stream"):
-                    result, ok = await self._stream(ctx, upstream, replica)
-                    return result
+                    return await self._stream(ctx, upstream, replica)
                 try:
-                    body = await upstream.read_all(self._read_timeout_s(ctx.t0_s))
+                    body = await upstream.read_all(self.read_timeout_s(ctx.t0_s))
                 except UpstreamTimeout:
                     replica.m_errors.inc()
                     return Failure(504, f"replica {replica.replica_id} timed out", final=True)
                 except UpstreamError as exc:
-                    return self._failed(replica, 502, f"replica {replica.replica_id} broke: {exc}")
+                    return self._failed(replica, 502, f"replica {replica.replica_id} broke: "
+                                        f"{exc}", mid_generation=True)  # fmt: skip
                 if status >= 500:
                     return self._failed(replica, status, "", body, ctype)
-                ok = status < 400
+                ctx.ok = status < 400
                 fleet.table.record_success(replica)
                 e2e = self.metrics.latency(ctx.model, ctx.tenant.name)[3]
                 e2e.observe(time.monotonic() - ctx.t0_s)
@@ -314,80 +278,75 @@ class Proxy:
                 # gone client (its handler cancelled) closes the upstream request at once.
                 upstream.release()
         finally:
-            fleet.finished(ctx.info, replica, ctx.policy, ok, ctx.streamed)
+            fleet.finished(ctx.info, replica, ctx.policy, ctx.ok, ctx.streamed)
 
     def _failed(
         self, replica: Replica, status: int, message: str, body: bytes | None = None,
-        ctype: str = JSON,
+        ctype: str = JSON, mid_generation: bool = False,
     ) -> Failure:  # fmt: skip
         replica.m_errors.inc()
-        self.fleet.table.record_failure(replica)
-        return Failure(status, message, body=body, content_type=ctype)
+        self.fleet.table.record_failure(replica, time.monotonic())
+        failure = Failure(status, message, body=body, content_type=ctype)
+        failure.mid_generation = mid_generation
+        return failure
 
     async def _stream(
         self, ctx: RequestContext, upstream: UpstreamResponse, replica: Replica
-    ) -> tuple[Failure | None, bool]:
-        """Forward SSE chunks as they arrive. Returns (failure before any byte, clean end)."""
+    ) -> Failure | Interrupted | None:
+        """Relay an SSE answer. A Failure before its first chunk; then None (a clean end)
+        or Interrupted (broke after the client had bytes: the failover takes it from there)."""
         try:
-            first = await upstream.read_chunk(self._read_timeout_s(ctx.t0_s))
+            first = await upstream.read_chunk(self.read_timeout_s(ctx.t0_s))
         except UpstreamTimeout:
             replica.m_errors.inc()
-            return Failure(504, f"replica {replica.replica_id} timed out", final=True), False
+            return Failure(504, f"replica {replica.replica_id} timed out", final=True)
         except UpstreamError as exc:
-            return self._failed(replica, 502, f"replica {replica.replica_id} broke: {exc}"), False
+            return self._failed(replica, 502, f"replica {replica.replica_id} broke: {exc}",
+                                mid_generation=True)  # fmt: skip
         if not first:
-            return self._failed(replica, 502, f"replica {replica.replica_id} sent no data"), False
-        ttft_s = time.monotonic() - ctx.t0_s
+            return self._failed(replica, 502, f"replica {replica.replica_id} sent no data")
+        ctx.ttft_s = time.monotonic() - ctx.t0_s
         self.fleet.first_token(ctx.info, replica, ctx.policy)
         ctx.streamed = True
-        return None, await self._stream_rest(ctx, upstream, replica, first, ttft_s)
+        ctx.transcript = Transcript(ctx.chat)
+        await ctx.out.start_stream(200, "text/event-stream")
+        interrupted = await self.relay(ctx, upstream, replica, first, None)
+        if interrupted is None:
+            await self.end_stream(ctx, None)
+        return interrupted
 
-    async def _stream_rest(
+    async def relay(
         self,
         ctx: RequestContext,
         upstream: UpstreamResponse,
         replica: Replica,
         first: bytes,
-        ttft_s: float,
-    ) -> bool:
-        out = ctx.out
-        t0_s = ctx.t0_s
-        await out.start_stream(200, "text/event-stream")
+        splice: Splicer | None,
+    ) -> Interrupted | None:
+        """Relay one attempt's stream from `first` on; None when it ended cleanly."""
+        assert ctx.transcript is not None
         itl = self.metrics.latency(ctx.model, ctx.tenant.name)[2]
-        chunk = first
-        tail = first
-        events = 0
-        last_s = t0_s + ttft_s
-        broken: str | None = None
-        while True:
-            events += chunk.count(b"data:")
-            await out.write(chunk)  # a gone client raises here; release() resets upstream
-            try:
-                chunk = await upstream.read_chunk(self._read_timeout_s(t0_s))
-            except UpstreamTimeout:
-                broken = "the replica stopped sending (read timeout)"
-                break
-            except UpstreamError as exc:
-                broken = f"the replica's stream broke: {exc}"
-                break
-            if not chunk:
-                if not tail.rstrip().endswith(_DONE_TAIL):
-                    broken = "the replica's stream ended without [DONE]"
-                break
-            now_s = time.monotonic()
-            itl.observe(now_s - last_s)
-            last_s = now_s
-            tail = chunk if len(chunk) >= 16 else tail[-16:] + chunk
-        now_s = time.monotonic()
-        if broken is not None:
-            replica.m_errors.inc()
-            self.fleet.table.record_failure(replica)
-            sep = b"" if tail.endswith(b"\n\n") else b"\n\n"
-            await out.write(sep + sse_error_event(f"upstream error: {broken}", 502))
-        else:
+        relay = StreamRelay(ctx.out, upstream, ctx.transcript, splice, replica, itl,
+                            self.config.failover.inter_token_timeout_s)  # fmt: skip
+        outcome = await self.watch.relay(relay, first)
+        ctx.events += relay.events
+        if outcome is None:
+            ctx.ok = True
             self.fleet.table.record_success(replica)
+            return None
+        if outcome.replica_failed:
+            replica.m_errors.inc()
+            self.fleet.table.record_failure(replica, time.monotonic())
+        return Interrupted(outcome, replica)
+
+    async def end_stream(self, ctx: RequestContext, error: str | None) -> None:
+        """The end of a streamed answer: an error event (and [DONE]) when it broke for
+        good, else the latency metrics."""
+        now_s = time.monotonic()
+        if error is not None:
+            await ctx.out.write(sse_error_event(f"upstream error: {error}", 502))
+        elif ctx.ttft_s is not None:
             # Events minus the [DONE] marker approximate the tokens streamed.
-            self.metrics.observe_stream(ctx.model, ctx.tenant.name, ttft_s, now_s - t0_s,
-                                        max(1, events - 1), now_s)  # fmt: skip
-        await out.end()
-        return broken is None
+            self.metrics.observe_stream(ctx.model, ctx.tenant.name, ctx.ttft_s,
+                                        now_s - ctx.t0_s, max(1, ctx.events - 1), now_s)  # fmt: skip
+        await ctx.out.end()

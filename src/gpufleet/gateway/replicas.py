@@ -7,6 +7,7 @@ connection address, where a replica came from, its model cards and its Prometheu
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ class Replica(FleetReplica):
     model_cards: list[dict[str, Any]] = field(default_factory=list)
     addr: tuple[str, int] = ("", 0)  # host, port for the proxy's connection pool
     host_header: bytes = b""
+    rx_chunks: int = 0  # response chunks received from it (a probe's proof of life)
     uses_models_probe: bool = False  # no /health (a plain OpenAI server): probe /v1/models
     m_requests: Any = None
     m_errors: Any = None
@@ -68,6 +70,12 @@ class Replica(FleetReplica):
             "kv_capacity_tokens": self.kv_capacity_tokens,
             "source": self.source,
             "consecutive_failures": self.consecutive_failures,
+            "healthy": self.healthy,
+            "ejections": self.ejections,
+            # seconds left of an outlier ejection (None: not ejected)
+            "ejected_for_s": None
+            if self.ejected_until_s is None
+            else max(0.0, self.ejected_until_s - time.monotonic()),
             "stats": None
             if s is None
             else {

@@ -7,8 +7,9 @@
 It is a driver over the pure fleet core (`gpufleet.fleet_state`: replica table, admission
 queue, scraped stats, policy notifications, signals), adding sockets and the real clock.
 Its parts: `proxy` (a completion request from admission to its last byte), `admission`
-(waiting for a replica), `health` (probes and scrapes), `admin` (the aiohttp app),
-`http_adapters` and `fast_http` (the two HTTP fronts).
+(waiting for a replica), `health` (probes and scrapes), `admin` (/v1/models, /health,
+/metrics and the admin API as routes), `fast_http` (the one HTTP front: every request on
+every connection is parsed and answered there).
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp import web
+from prometheus_client import generate_latest
 
 from gpufleet.errors import UserError
 from gpufleet.fleet_state import AdmissionQueue, FleetState, GatewaySignals
-from gpufleet.gateway.admin import build_app
+from gpufleet.gateway.admin import AdminApi, build_router
 from gpufleet.gateway.admission import TableChanges
 from gpufleet.gateway.config import GatewayConfig, ReplicaConfig, load_config
 from gpufleet.gateway.fast_http import FastFront
@@ -34,6 +35,7 @@ from gpufleet.gateway.health import HealthChecks
 from gpufleet.gateway.metrics import GatewayMetrics
 from gpufleet.gateway.proxy import Proxy
 from gpufleet.gateway.replicas import Replica
+from gpufleet.gateway.routes import RouteHandler
 from gpufleet.gateway.tenants import TenantTable
 from gpufleet.gateway.upstream import UpstreamPool
 from gpufleet.routing import make_policy
@@ -60,6 +62,7 @@ def build_fleet(cfg: GatewayConfig) -> FleetState[Replica]:
         eject_after_failures=cfg.health.eject_after_failures,
         readmit_after_successes=cfg.health.readmit_after_successes,
         signals_window_s=cfg.signals_window_s,
+        outlier=cfg.outlier.core(),
     )
 
 
@@ -81,7 +84,6 @@ class Gateway:
         self.proxy = Proxy(cfg, self.fleet, self.tenants, self.metrics, TableChanges(self.fleet),
                            lambda: self._pool)  # fmt: skip
         self.health = HealthChecks(cfg, self.fleet, lambda: self._session)
-        self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._config_mtime: float | None = None
         self._front: FastFront | None = None
@@ -90,42 +92,33 @@ class Gateway:
         self.host = cfg.host
         for rc in cfg.replicas:
             self._add(rc, source="config")
-        self.app = build_app(self)
+        self._admin = AdminApi(self)
+        self.router = build_router(self._admin)
 
     # -- lifecycle ----------------------------------------------------------------------
-    async def start(self, host: str | None = None, port: int | None = None) -> int:
-        """Listen on host:port (port 0 = any free port) and start probing; returns the port."""
+    async def start(
+        self, host: str | None = None, port: int | None = None, reuse_port: bool = False
+    ) -> int:
+        """Listen on host:port (port 0 = any free port) and start probing; returns the port.
+        `reuse_port`: share the port with other processes (the workers of one gateway)."""
         cfg = self.config
         self.host = host if host is not None else cfg.host
         listen_port = cfg.port if port is None else port
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60.0, ttl_dns_cache=None)
         self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
         self._pool = UpstreamPool(cfg.limits.connect_timeout_s)
-        self._runner = web.AppRunner(
-            self.app,
-            handle_signals=False,
-            access_log=None,
-            # A client that disconnects cancels its handler, which closes the upstream request.
-            handler_cancellation=True,
-            max_field_size=max(8190, cfg.limits.max_header_bytes * 2),
-            max_line_size=max(8190, cfg.limits.max_header_bytes * 2),
-        )
-        await self._runner.setup()
-        aiohttp_server = self._runner.server
-        assert aiohttp_server is not None
-        # The lean front serves the completion endpoints; it hands every other
-        # connection to aiohttp's protocol (the app above).
         self._front = FastFront(
             self.proxy.handle,
-            aiohttp_server,
+            self.router,
             max_header_bytes=cfg.limits.max_header_bytes,
             max_body_bytes=cfg.limits.max_body_bytes,
             body_timeout_s=cfg.limits.client_body_timeout_s,
             log_exception=lambda: log.exception("gateway request failed"),
         )
         self._server = await asyncio.get_running_loop().create_server(
-            self._front.protocol, self.host, listen_port, backlog=2048, reuse_address=True
-        )
+            self._front.protocol, self.host, listen_port, backlog=4096, reuse_address=True,
+            reuse_port=reuse_port or None,
+        )  # fmt: skip
         sockets = self._server.sockets
         self.port = sockets[0].getsockname()[1] if sockets else listen_port
         if self.config_path:
@@ -134,6 +127,8 @@ class Gateway:
         self._tasks += [
             asyncio.create_task(self._front.sweep_idle(), name="gateway-idle"),
             asyncio.create_task(self.health.probe_loop(), name="gateway-probes"),
+            asyncio.create_task(self.health.tick_loop(), name="gateway-outliers"),
+            asyncio.create_task(self.proxy.watch.run(), name="gateway-stalls"),
             asyncio.create_task(self.health.scrape_loop(), name="gateway-scrapes"),
         ]
         if self.config_path and cfg.reload_interval_s > 0:
@@ -154,9 +149,6 @@ class Gateway:
                 self._front.close_all()
             await self._server.wait_closed()
             self._server = None
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -167,6 +159,11 @@ class Gateway:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    def add_route(self, method: str, path: str, handler: RouteHandler, admin: bool = True) -> None:
+        """Serve `method path` with `handler(request) -> Reply` (`gateway.routes`), behind
+        the admin key unless `admin` is False. Raises ValueError if the route exists."""
+        self.router.add(method, path, self._admin.admin(handler) if admin else handler)
 
     # -- replica management (admin API and in-process callers) --------------------------
     def _add(self, rc: ReplicaConfig, source: str) -> Replica:
@@ -222,6 +219,10 @@ class Gateway:
     def list_replicas(self) -> list[dict[str, Any]]:
         return [r.to_json() for r in self.replicas]
 
+    def metrics_exposition(self) -> bytes:
+        """/metrics as Prometheus text."""
+        return generate_latest(self.metrics.registry)
+
     def signals(self) -> GatewaySignals:
         """What an autoscaler needs, now (`to_json()` for the admin API)."""
         return self.fleet.signals(time.monotonic())
@@ -269,9 +270,13 @@ class Gateway:
 
     def _on_ejected(self, replica: Replica) -> None:
         replica.m_ejections.inc()
-        log.warning(
-            "replica %s ejected after %d failures", replica.replica_id, replica.consecutive_failures
-        )
+        if replica.ejected_until_s is not None:
+            log.warning("replica %s ejected for %.0f s after %d failed requests",
+                        replica.replica_id, replica.ejected_until_s - time.monotonic(),
+                        replica.consecutive_failures)  # fmt: skip
+        else:
+            log.warning("replica %s out: %d failed health probes", replica.replica_id,
+                        replica.failed_probes)  # fmt: skip
 
 
 def run_gateway(gateway: Gateway, host: str | None, port: int | None) -> None:

@@ -37,6 +37,7 @@ class Tenant:
     policy_name: str | None = None
     max_concurrency: int | None = None
     bucket: TokenBucket | None = None
+    failover: bool | None = None  # mid-stream failover on/off for this tenant (None: default)
     in_flight: int = 0
 
     def admit(self, now_s: float) -> int:
@@ -57,6 +58,17 @@ class Tenant:
 ANONYMOUS = Tenant(name="default")
 
 
+def bearer_token(authorization: str | None) -> str | None:
+    """The credentials of an `Authorization: Bearer <token>` header; the scheme name is
+    case-insensitive (RFC 7235). None when absent or another scheme."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
+
+
 class TenantTable:
     """Resolves `Authorization: Bearer <key>`; without configured tenants, all is anonymous."""
 
@@ -73,6 +85,7 @@ class TenantTable:
                 policy_name=c.policy,
                 max_concurrency=c.max_concurrency,
                 bucket=bucket,
+                failover=c.failover,
             )
             self.tenants[c.name] = tenant
             for key in c.api_keys:
@@ -86,6 +99,5 @@ class TenantTable:
         """The tenant for this header; None means 401 (only when keys are configured)."""
         if not self._by_key:
             return ANONYMOUS
-        if not authorization or not authorization.startswith("Bearer "):
-            return None
-        return self._by_key.get(authorization[7:].strip())
+        token = bearer_token(authorization)
+        return None if token is None else self._by_key.get(token)

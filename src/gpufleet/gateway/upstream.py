@@ -8,12 +8,17 @@ chunks as they arrive, reuse the connection. Probes and scrapes still use aiohtt
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections import deque
+from typing import Protocol
 
 import httptools
 
 _MAX_BUFFERED_BYTES = 1 << 20  # pause reading the replica when the client lags this much
 _MAX_IDLE_PER_HOST = 512
+# errno values that mean the gateway, not the replica, ran out of something
+_OWN_LIMITS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM,
+                         errno.EADDRNOTAVAIL})  # fmt: skip
 
 
 class UpstreamError(Exception):
@@ -24,6 +29,26 @@ class UpstreamTimeout(UpstreamError):
     """The replica was silent for longer than the read timeout."""
 
 
+class UpstreamConnectError(UpstreamError):
+    """No connection to the replica (refused, unreachable, connect timeout): the request
+    never reached it."""
+
+
+class GatewayOverloaded(UpstreamConnectError):
+    """The gateway itself is out of file descriptors or buffers: not the replica's fault."""
+
+
+class Sink(Protocol):
+    """Takes a response body as it arrives, from the connection's own callbacks (no task
+    switch per chunk). Must not raise."""
+
+    def on_data(self, data: bytes) -> None: ...
+
+    def on_end(self) -> None: ...
+
+    def on_error(self, exc: BaseException) -> None: ...
+
+
 class UpstreamResponse:
     __slots__ = (
         "_chunks",
@@ -31,6 +56,7 @@ class UpstreamResponse:
         "_eof",
         "_error",
         "_headers_done",
+        "_sink",
         "_waiter",
         "buffered",
         "content_type",
@@ -49,6 +75,7 @@ class UpstreamResponse:
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._headers_done = False
+        self._sink: Sink | None = None
         self.got_bytes = False  # any byte of the response arrived
         self.reused = conn.reused  # sent on a kept-alive connection
 
@@ -59,6 +86,10 @@ class UpstreamResponse:
             w.set_result(None)
 
     def _feed(self, data: bytes) -> None:
+        sink = self._sink
+        if sink is not None:
+            sink.on_data(data)
+            return
         self._chunks.append(data)
         self.buffered += len(data)
         if self.buffered > _MAX_BUFFERED_BYTES:
@@ -68,11 +99,37 @@ class UpstreamResponse:
     def _fail(self, exc: BaseException) -> None:
         if not self._eof and self._error is None:
             self._error = exc
+            if self._sink is not None:
+                self._sink.on_error(exc)
         self._wake()
 
     def _finish(self) -> None:
         self._eof = True
+        if self._sink is not None:
+            self._sink.on_end()
         self._wake()
+
+    # -- or handed to a sink ----------------------------------------------------------------
+    def attach(self, sink: Sink) -> None:
+        """From now on the body goes to `sink` as it arrives (what was read already first)."""
+        self._sink = sink
+        if self._chunks:
+            data = b"".join(self._chunks)
+            self._chunks.clear()
+            self.buffered = 0
+            self._conn.resume()
+            sink.on_data(data)
+        if self._error is not None:
+            sink.on_error(self._error)
+        elif self._eof:
+            sink.on_end()
+
+    def pause_reading(self) -> None:
+        """Stop reading the replica (the client lags): TCP pushes back on the replica."""
+        self._conn.pause()
+
+    def resume_reading(self) -> None:
+        self._conn.resume()
 
     # -- read by the proxy ----------------------------------------------------------------
     async def _wait(self, timeout_s: float) -> None:
@@ -119,6 +176,7 @@ class UpstreamResponse:
 
     def release(self) -> None:
         """Done with the response: reuse the connection if it is clean, else close it."""
+        self._sink = None
         self._conn.done(self._eof and self._error is None)
 
 
@@ -245,9 +303,11 @@ class UpstreamPool:
                     lambda: _Connection(self, key), key[0], key[1]
                 )
         except TimeoutError:
-            raise UpstreamError(f"connect to {key[0]}:{key[1]} timed out") from None
+            raise UpstreamConnectError(f"connect to {key[0]}:{key[1]} timed out") from None
         except OSError as exc:
-            raise UpstreamError(f"connect to {key[0]}:{key[1]} failed: {exc}") from None
+            if exc.errno in _OWN_LIMITS:
+                raise GatewayOverloaded(f"the gateway cannot open a connection: {exc}") from None
+            raise UpstreamConnectError(f"connect to {key[0]}:{key[1]} failed: {exc}") from None
         return proto
 
     async def send(self, key: tuple[str, int], request: bytes) -> UpstreamResponse:

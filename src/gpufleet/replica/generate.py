@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from gpufleet.engine import EngineRequest, FinishReason
+from gpufleet.engine import FinishReason
 from gpufleet.replica.errors import RequestError
+from gpufleet.replica.generation import ContextSeededRequest, request_seed
 from gpufleet.replica.http import error_response, json_response, read_json
 from gpufleet.replica.output import ChoiceOutput
 from gpufleet.replica.protocol import GenerationParams, parse_generation_request
@@ -135,7 +136,7 @@ class Generator:
             hashes = block_hashes(params.prompt_token_ids, bs, parent=parent)
         choices: list[ChoiceOutput] = []
         for i, (seed, script, tool, stop_after) in enumerate(plans):
-            req = EngineRequest(
+            req = ContextSeededRequest(
                 request_id if params.n == 1 else f"{request_id}-{i}",
                 params.prompt_token_ids,
                 params.max_tokens,
@@ -178,12 +179,13 @@ class Generator:
     ) -> list[tuple[int | None, list[str] | None, Any, int | None]]:
         """Per choice: engine seed, scripted pieces, tool call, natural length."""
         out: list[tuple[int | None, list[str] | None, Any, int | None]] = []
-        ids = p.prompt_token_ids
         for i in range(p.n):
             seed: int | None = None
             if p.seed is not None:
-                # the same seed and prompt give the same answer; another prompt, another one
-                seed = zlib.crc32(repr((p.seed, len(ids), ids[:8], ids[-8:], i)).encode())
+                # The answer is a function of the seed and the context (replica.generation):
+                # the same seed and prompt give the same answer, and so does continuing a
+                # part of it (choice i > 0: its own seed).
+                seed = request_seed(p.seed if i == 0 else hash((p.seed, i)))
             elif p.output != "text" or p.tools or p.logprobs is not None:
                 seed = uuid.uuid4().int & 0xFFFFFFFF  # the script and logprobs need it now
             script: list[str] | None = None

@@ -227,12 +227,16 @@ def parse_generation_request(
 
     echo_prompt = prompt_text = None
     last_role = "user"
+    continued = 0  # prompt tokens that are a partial answer being continued
     if isinstance(r, ChatCompletionRequest):
         messages = _chat_messages(r)
         prompt_text = apply_chat_template(
             messages, r.add_generation_prompt, continue_final_message=r.continue_final_message
         )
         prompt_ids = tokenizer.encode(prompt_text)
+        if r.continue_final_message:  # its open final message, less its role marker
+            last = apply_chat_template(messages[-1:], False, continue_final_message=True)
+            continued = len(tokenizer.encode(last)) - 1
         max_tokens = (
             r.max_completion_tokens if r.max_completion_tokens is not None else r.max_tokens
         )
@@ -274,7 +278,10 @@ def parse_generation_request(
     if max_tokens is None:
         max_tokens = max_model_len - num_prompt
         if not r.ignore_eos:
-            stop_after = max(natural_length(prompt_ids, r.seed), r.min_tokens)
+            # Where the model ends the answer it continues (counted from its start).
+            answer_start = prompt_ids[: num_prompt - continued]
+            natural = max(1, natural_length(answer_start, r.seed) - continued)
+            stop_after = max(natural, r.min_tokens)
     elif num_prompt + max_tokens > max_model_len:
         raise RequestError(
             f"This model's maximum context length is {max_model_len} tokens. However, you "

@@ -316,6 +316,14 @@ class ChatCompletionRequest(_SamplingFields):
                 "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
                 param="continue_final_message",
             )
+        messages = data.get("messages")
+        if data.get("continue_final_message") and isinstance(messages, list) and messages:
+            last = messages[-1]
+            if isinstance(last, dict) and last.get("role") != "assistant":
+                raise ParamError(
+                    "continue_final_message needs a final assistant message",
+                    param="continue_final_message",
+                )
         return _check_tools(data)
 
 

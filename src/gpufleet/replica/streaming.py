@@ -207,6 +207,7 @@ async def _stream_plain(
         out: bytes = state["first"]
         state["first"] = b""
         if stream.available > stream.sent or stream.ended:
+            first_new = base + stream.sent
             text, n = take_text()
             if n:
                 observe(stream, n)
@@ -222,6 +223,14 @@ async def _stream_plain(
             body = text.encode() if not params.stop else escape(text)
         else:
             return out
+        if n > 1 and not params.stop:
+            # Tokens that piled up (the handler lagged a step) still go one per event, as
+            # the engine made them: a client or gateway counting events counts tokens.
+            ids = all_ids[first_new : first_new + n]
+            done = stream.sent - n
+            out += b"".join([t.text_chunk(token_bytes[i], done + j + 1)
+                             for j, i in enumerate(ids[:-1])])  # fmt: skip
+            body = token_bytes[ids[-1]]
         return out + t.text_chunk(body, stream.sent, state["finish"], state["stop"])
 
     transport = request.transport

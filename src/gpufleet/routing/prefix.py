@@ -59,8 +59,9 @@ def prompt_text(body: dict[str, Any], endpoint: str) -> str:
 
 
 def text_prefix_hashes(text: str, block_bytes: int = ROUTING_BLOCK_BYTES) -> tuple[int, ...]:
-    """Chained 64-bit hashes of the full `block_bytes` blocks of `text` (UTF-8)."""
-    data = memoryview(text.encode())
+    """Chained 64-bit hashes of the full `block_bytes` blocks of `text` (UTF-8; a lone
+    surrogate, which JSON allows and UTF-8 cannot encode, is hashed as its 3 bytes)."""
+    data = memoryview(text.encode("utf-8", "surrogatepass"))
     running = hashlib.blake2b(digest_size=8)
     out: list[int] = []
     for start in range(0, len(data) - block_bytes + 1, block_bytes):

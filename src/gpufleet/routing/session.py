@@ -21,7 +21,8 @@ from gpufleet.routing.types import ReplicaView, RequestInfo
 
 
 def stable_hash64(text: str) -> int:
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+    data = text.encode("utf-8", "surrogatepass")  # a lone surrogate (valid JSON) hashes too
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
 
 
 class HashRing:
