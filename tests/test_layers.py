@@ -43,14 +43,15 @@ ALLOWED: dict[str, set[str]] = {
     "replica": _BASE | {"engine", "perf", "plan", "tokenizer", "stats", "openai_errors"},
     "validation": _BASE | {"engine", "plan", "perf", "specs", "stats", "shared_data"},
     "bench": _BASE | {"workload", "stats", "tokenizer", "openai_errors"},
+    "report": _BASE,
     "sim": _BASE | {"engine", "perf", "plan", "routing", "fleet_state", "autoscale",
                     "workload", "stats", "tokenizer"},
     # the top: `gpufleet up` and the command line
     "fleet": _BASE | {"autoscale", "bench", "gateway", "fleet_state", "plan", "replica",
-                      "routing", "stats", "workload", "specs"},
+                      "routing", "stats", "workload", "specs", "report"},
     "cli": _BASE | {"bench", "engine", "fleet", "fleet_state", "gateway", "perf", "plan",
                     "replica", "routing", "autoscale", "sim", "specs", "stats", "validation",
-                    "workload", "tokenizer"},
+                    "workload", "tokenizer", "report"},
     "__init__": set(),
 }  # fmt: skip
 

@@ -132,10 +132,29 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
 )
 @click.option("--workers", default=None, type=click.IntRange(min=1), help="Sweep processes.")
 @click.option("--json", "json_path", default=None, help="Write every figure as JSON here.")
+@click.option(
+    "--plot", "plot_path", default=None,
+    help="Write one PNG here: replicas over time, TTFT/TPOT over time, latency CDFs "
+    "(needs the plot extra).",
+)  # fmt: skip
+@click.option(
+    "--report", "report_dir", default=None, type=click.Path(file_okay=False),
+    help="Write PNG plots and an HTML summary into this directory (needs the plot extra).",
+)  # fmt: skip
+@click.option(
+    "--progress/--no-progress", default=None,
+    help="Progress bar on stderr (default: when stderr is a terminal).",
+)  # fmt: skip
 def command(**kw: Any) -> None:
     """Simulate a fleet of replicas behind a router (and an autoscaler) on a virtual clock."""
-    from gpufleet.sim.report import comparison_row, comparison_table, format_summary
-    from gpufleet.sim.scenario import Scenario, run_many, run_scenario
+    from gpufleet.cli.sim_output import (
+        run_progress,
+        sweep_progress,
+        write_plot,
+        write_report_dir,
+    )
+    from gpufleet.sim.report import comparison_row, comparison_table, format_summary, summarize
+    from gpufleet.sim.scenario import Scenario, run_many, run_scenario_result
     from gpufleet.workload import parse_rate_steps
 
     if kw["autoscale"] is None and kw["replicas"] < 1:
@@ -213,6 +232,13 @@ def command(**kw: Any) -> None:
         queue_max_size=kw["queue_max_size"],
         tail_s=kw["tail_s"],
     )
+    if kw["sweep"] and (kw["plot_path"] or kw["report_dir"]):
+        flag = "--plot" if kw["plot_path"] else "--report"
+        raise UserError("a plot covers one run", field=flag, fix=f"drop --sweep, or drop {flag}")
+    if kw["plot_path"] or kw["report_dir"]:
+        from gpufleet.report.plots import pyplot
+
+        pyplot("--plot" if kw["plot_path"] else "--report")  # fail before the run, not after
     out: dict[str, Any]
     if kw["sweep"]:
         field, values = _parse_sweep(kw["sweep"])
@@ -226,14 +252,23 @@ def command(**kw: Any) -> None:
 
         for s in scenarios:
             build_config(s)
-        summaries = run_many(scenarios, kw["workers"])
+        with sweep_progress(kw["progress"], len(scenarios)) as on_done:
+            summaries = run_many(scenarios, kw["workers"], on_done)
         rows = [comparison_row(s["scenario"], s) for s in summaries]
         click.echo(f"sweep over {field}: {', '.join(names)}")
         click.echo(comparison_table(rows))
         out = {"sweep": field, "rows": rows, "runs": summaries}
     else:
-        summary = run_scenario(sc)
+        with run_progress(kw["progress"]) as progress:
+            result = run_scenario_result(sc, progress)
+        summary = summarize(result)
+        summary["scenario"] = sc.name or sc.routing
         click.echo(format_summary(summary, title=f"gpufleet sim ({sc.routing})"))
+        if kw["plot_path"]:
+            click.echo(f"wrote {write_plot(result, summary, kw['plot_path'])}")
+        if kw["report_dir"]:
+            for path in write_report_dir(result, summary, kw["report_dir"]):
+                click.echo(f"wrote {path}")
         out = summary
     if kw["json_path"]:
         path = Path(kw["json_path"])

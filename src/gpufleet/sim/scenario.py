@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,7 @@ from gpufleet.routing import make_policy as make_routing_policy
 from gpufleet.sim.config import AutoscaleSpec, SimConfig
 from gpufleet.sim.report import summarize
 from gpufleet.sim.results import SimResult
-from gpufleet.sim.simulator import FleetSimulator
+from gpufleet.sim.simulator import FleetSimulator, Progress
 from gpufleet.workload import (
     RatePhase,
     SimRequest,
@@ -230,7 +230,9 @@ def _policy_params(sc: Scenario, engine: EngineConfig) -> dict[str, Any]:
     return params
 
 
-def run_scenario_result(sc: Scenario) -> SimResult:
+def run_scenario_result(
+    sc: Scenario, progress: Callable[[Progress], None] | None = None
+) -> SimResult:
     config = build_config(sc)
     requests = build_requests(sc)
     if not requests:
@@ -240,7 +242,7 @@ def run_scenario_result(sc: Scenario) -> SimResult:
             fix="widen --duration / --trace-start-s, or raise --num-requests",
         )
     routing = make_routing_policy(sc.routing, seed=sc.seed, **dict(sc.routing_options))
-    return FleetSimulator(config, requests, routing).run()
+    return FleetSimulator(config, requests, routing).run(progress)
 
 
 def run_scenario(sc: Scenario) -> dict[str, Any]:
@@ -250,12 +252,27 @@ def run_scenario(sc: Scenario) -> dict[str, Any]:
     return summary
 
 
-def run_many(scenarios: Sequence[Scenario], workers: int | None = None) -> list[dict[str, Any]]:
-    """Run scenarios side by side in local processes; summaries in the order given."""
+def run_many(
+    scenarios: Sequence[Scenario],
+    workers: int | None = None,
+    on_done: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run scenarios side by side in local processes; summaries in the order given.
+    `on_done(n)` is told how many have finished, as each one does."""
     if not scenarios:
         return []
     workers = workers or min(len(scenarios), os.cpu_count() or 1)
+    out: list[dict[str, Any] | None] = [None] * len(scenarios)
     if workers <= 1 or len(scenarios) == 1:
-        return [run_scenario(sc) for sc in scenarios]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(run_scenario, scenarios))
+        for i, sc in enumerate(scenarios):
+            out[i] = run_scenario(sc)
+            if on_done is not None:
+                on_done(i + 1)
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(run_scenario, sc): i for i, sc in enumerate(scenarios)}
+            for done, future in enumerate(as_completed(futures), start=1):
+                out[futures[future]] = future.result()
+                if on_done is not None:
+                    on_done(done)
+    return [s for s in out if s is not None]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.fleet_state import GatewaySignals, needs_prefix_hashes
@@ -51,11 +52,25 @@ from gpufleet.workload import SimRequest
 __all__ = [
     "AutoscaleSpec",
     "FleetSimulator",
+    "Progress",
     "ReplicaRecord",
     "RequestResult",
     "SimConfig",
     "SimResult",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How far a run is: the virtual clock, and requests ended (completed or failed)."""
+
+    virtual_s: float
+    requests_done: int
+    requests_total: int
+
+
+# Report progress about this often (in events; the report costs nothing in between).
+PROGRESS_EVERY_EVENTS = 50_000
 
 
 class FleetSimulator:
@@ -100,7 +115,9 @@ class FleetSimulator:
         """What the live gateway's `signals()` returns, from the same fleet core."""
         return self.fleet_state.signals(self.clock.now_s)
 
-    def run(self) -> SimResult:
+    def run(self, progress: Callable[[Progress], None] | None = None) -> SimResult:
+        """Play the whole run. `progress`, if given, is called every
+        `PROGRESS_EVERY_EVENTS` events or so, and once at the end (a progress bar)."""
         wall0 = time.perf_counter()
         cpu0 = time.process_time()
         cfg = self.config
@@ -130,6 +147,7 @@ class FleetSimulator:
         max_events = cfg.max_events
         count = 0
         last_work_s = 0.0
+        report_at = PROGRESS_EVERY_EVENTS if progress is not None else max_events
         while heap:
             t, kind, _, payload = pop(heap)
             count += 1
@@ -147,7 +165,12 @@ class FleetSimulator:
                 last_work_s = t
             clock.now_s = t
             handlers[kind](payload)
+            if count >= report_at and progress is not None:  # off the STEP_DONE fast path
+                report_at = count + PROGRESS_EVERY_EVENTS
+                progress(self.progress_now())
         end_s = clock.now_s
+        if progress is not None:
+            progress(self.progress_now())
         return SimResult(
             requests=sorted(self.clients.results, key=lambda r: r.index),
             replicas=[fleet.record(r, end_s) for r in fleet.replicas.values()],
@@ -158,6 +181,10 @@ class FleetSimulator:
             cpu_s=time.process_time() - cpu0,
             fleet_size=fleet.fleet_size,
         )
+
+    def progress_now(self) -> Progress:
+        clients = self.clients
+        return Progress(self.clock.now_s, len(clients.results), len(clients.requests))
 
     def _finished(self) -> bool:
         return self.clients.done and not len(self.fleet_state.queue)
