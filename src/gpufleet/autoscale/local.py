@@ -31,7 +31,12 @@ from pathlib import Path
 
 import aiohttp
 
-from gpufleet.autoscale.actuator import FleetRegistry, ManagedReplica, NoRegistry
+from gpufleet.autoscale.actuator import (
+    FleetRegistry,
+    ManagedReplica,
+    NoRegistry,
+    restart_backoff_s,
+)
 from gpufleet.errors import UserError
 from gpufleet.routing.types import ReplicaState
 
@@ -321,7 +326,7 @@ class LocalProcessActuator:
             return
         # It counts as starting from now on (capacity on its way), so the controller does
         # not start a second replica in its place.
-        backoff_s = min(30.0, 0.5 * 2**replica.restarts)
+        backoff_s = restart_backoff_s(replica.restarts)
         now = self.clock()
         replica.state = ReplicaState.STARTING
         replica.started_at_s = now
