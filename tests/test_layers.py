@@ -43,9 +43,10 @@ ALLOWED: dict[str, set[str]] = {
     "replica": _BASE | {"engine", "perf", "plan", "tokenizer", "stats", "openai_errors"},
     "validation": _BASE | {"engine", "plan", "perf", "specs", "stats", "shared_data"},
     "bench": _BASE | {"workload", "stats", "tokenizer", "openai_errors"},
+    # run reports: plain records of a run and their pictures (matplotlib, imported lazily)
     "report": _BASE,
     "sim": _BASE | {"engine", "perf", "plan", "routing", "fleet_state", "autoscale",
-                    "workload", "stats", "tokenizer"},
+                    "workload", "stats", "tokenizer", "specs"},
     # the top: `gpufleet up` and the command line
     "fleet": _BASE | {"autoscale", "bench", "gateway", "fleet_state", "plan", "replica",
                       "routing", "stats", "workload", "specs", "report"},

@@ -126,6 +126,25 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
     help="Gateway queue bound: requests beyond it get the gateway's 503.",
 )  # fmt: skip
 @click.option("--tail-s", default=0.0, show_default=True, type=float, help="Idle time after.")
+@click.option(
+    "--max-attempts", default=3, show_default=True, type=click.IntRange(1, 10),
+    help="Gateway: tries of a request whose replica fails before its first token.",
+)  # fmt: skip
+# production: heterogeneous groups, tenants, failures, cost
+@click.option(
+    "--config", "config_path", default=None,
+    help="YAML: replica groups (GPU types, layouts, pools), tenants, failures (docs/sim.md).",
+)  # fmt: skip
+@click.option("--mtbf-s", default=None, type=float, help="Replica failures: mean time between.")
+@click.option(
+    "--restart-crashed/--no-restart-crashed", default=True, show_default=True,
+    help="A crashed replica is restarted after its backoff and a cold start.",
+)  # fmt: skip
+@click.option("--gpu-price", default=None, type=float, help="$ per GPU-hour (default: catalog).")
+@click.option(
+    "--time-scale", default=1.0, show_default=True, type=float,
+    help="As gpufleet replica --time-scale: every engine step takes this many times longer.",
+)  # fmt: skip
 # output
 @click.option(
     "--sweep", default=None, help="KEY=V1,V2,...: routing, autoscale, replicas, rate, speedup, ..."
@@ -153,6 +172,7 @@ def command(**kw: Any) -> None:
         write_plot,
         write_report_dir,
     )
+    from gpufleet.sim.fleet_spec import load_sim_fleet
     from gpufleet.sim.report import comparison_row, comparison_table, format_summary, summarize
     from gpufleet.sim.scenario import Scenario, run_many, run_scenario_result
     from gpufleet.workload import parse_rate_steps
@@ -231,6 +251,12 @@ def command(**kw: Any) -> None:
         queue_timeout_s=kw["queue_timeout_s"],
         queue_max_size=kw["queue_max_size"],
         tail_s=kw["tail_s"],
+        max_attempts=kw["max_attempts"],
+        gpu_price=kw["gpu_price"],
+        mtbf_s=kw["mtbf_s"],
+        restart_crashed=kw["restart_crashed"],
+        time_scale=kw["time_scale"],
+        fleet=load_sim_fleet(kw["config_path"]) if kw["config_path"] else None,
     )
     if kw["sweep"] and (kw["plot_path"] or kw["report_dir"]):
         flag = "--plot" if kw["plot_path"] else "--report"

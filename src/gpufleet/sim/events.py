@@ -3,7 +3,7 @@
 At equal times: hand out a step's tokens first, then new replicas, scrapes, arrivals,
 idle engines waking for them (so requests arriving at one instant share a first step, as
 the live runner wakes only after the submitting handlers yield), the autoscaler (which
-then sees this instant's arrivals), and timeouts last.
+then sees this instant's arrivals), timeouts, and crashes last.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import Any
     QUEUE_TIMEOUT,  # QueueTicket: a request waiting at the gateway reaches its deadline
     DRAIN_DEADLINE,  # SimReplica: a draining replica's requests are cut
     RETRY,  # SimReplica: a blocked engine tries again
-) = range(9)
+    CRASH,  # SimReplica: its process fails (`gpufleet.sim.faults`)
+) = range(10)
 
 
 class EventQueue:

@@ -20,12 +20,14 @@ from gpufleet.autoscale.policies import make_policy as make_scaling_policy
 from gpufleet.engine import EngineConfig
 from gpufleet.errors import UserError
 from gpufleet.plan.capacity import DEFAULT_TOKENS_PER_REQUEST, concurrent_sequences
-from gpufleet.plan.profile import replica_profile
 from gpufleet.routing import make_policy as make_routing_policy
 from gpufleet.sim.config import AutoscaleSpec, SimConfig
+from gpufleet.sim.fleet_spec import SimFleetSpec
+from gpufleet.sim.groups import build_faults, build_groups, build_tenants
 from gpufleet.sim.report import summarize
 from gpufleet.sim.results import SimResult
 from gpufleet.sim.simulator import FleetSimulator, Progress
+from gpufleet.specs.models import load_model
 from gpufleet.workload import (
     RatePhase,
     SimRequest,
@@ -89,6 +91,15 @@ class Scenario:
     queue_timeout_s: float = 60.0
     queue_max_size: int = 256
     tail_s: float = 0.0
+    max_attempts: int = 3  # the gateway's limits.max_attempts
+    # what it costs and how it fails
+    gpu_price: float | None = None  # $ per GPU-hour (default: the GPU catalog's)
+    mtbf_s: float | None = None  # replica failures (default: the config's `failures`)
+    restart_crashed: bool = True
+    # the replica's --time-scale: every engine step takes this many times its modelled time
+    time_scale: float = 1.0
+    # --config: replica groups, tenants, failures (`gpufleet.sim.fleet_spec`)
+    fleet: SimFleetSpec | None = None
     name: str = field(default="", compare=False)
 
     def with_field(self, key: str, value: Any) -> Scenario:
@@ -147,28 +158,11 @@ def workload_spec(sc: Scenario) -> WorkloadSpec:
 
 
 def build_config(sc: Scenario) -> SimConfig:
-    profile = replica_profile(
-        sc.model,
-        sc.gpu,
-        tp=sc.tp,
-        pp=sc.pp,
-        ep=sc.ep,
-        quant=sc.quant,
-        kv_dtype=sc.kv_cache_dtype,
-        max_model_len=sc.max_model_len,
-        gpu_memory_utilization=sc.gpu_memory_utilization,
-        max_num_seqs=sc.max_num_seqs,
-        max_num_batched_tokens=sc.max_num_batched_tokens,
-    )
-    engine = EngineConfig(
-        num_gpu_blocks=profile.num_gpu_blocks,
-        block_size=profile.block_size,
-        max_num_seqs=profile.max_num_seqs,
-        max_num_batched_tokens=profile.max_num_batched_tokens,
-        max_model_len=profile.max_model_len,
-        pipeline_stages=profile.pipeline_stages,
-        enable_prefix_caching=sc.enable_prefix_caching,
-    )
+    if not sc.time_scale > 0:
+        raise UserError("must be > 0", field="--time-scale", fix="1 is real time")
+    groups = build_groups(sc)
+    scaled_group = next((g for g in groups if g.autoscaled), groups[0])
+    engine = scaled_group.engine
     autoscale = None
     if sc.autoscale:
         bounds = ReplicaBounds(sc.min_replicas, sc.max_replicas)
@@ -188,17 +182,21 @@ def build_config(sc: Scenario) -> SimConfig:
         )
     if sc.queue_max_size < 0:
         raise UserError("must be >= 0", field="--queue-max-size")
-    if not sc.autoscale and sc.replicas < 1:
+    if not sc.autoscale and sc.fleet is None and sc.replicas < 1:
         raise UserError("must be >= 1", field="--replicas", fix="or pass --autoscale POLICY")
-    initial = sc.replicas
-    if sc.autoscale:
-        initial = max(sc.min_replicas, min(sc.max_replicas, sc.replicas))
+    if not 1 <= sc.max_attempts <= 10:
+        raise UserError("must be in 1..10", field="--max-attempts", fix="3 is the gateway's")
+    fleet = sc.fleet
     return SimConfig(
         engine=engine,
-        step_time_model=profile.step_time_model,
-        model=profile.model_name,
-        replicas=initial,
+        step_time_model=scaled_group.step_time_model,
+        model=load_model(sc.model).name,
+        replicas=sum(g.replicas for g in groups),
         autoscale=autoscale,
+        groups=groups,
+        tenants=build_tenants(sc),
+        faults=build_faults(sc),
+        max_attempts=fleet.max_attempts if fleet and fleet.max_attempts else sc.max_attempts,
         scrape_interval_s=sc.scrape_interval_s,
         signals_window_s=sc.signals_window_s,
         queue_timeout_s=sc.queue_timeout_s,

@@ -32,6 +32,7 @@ from gpufleet.sim.clients import Clients
 from gpufleet.sim.config import AutoscaleSpec, SimConfig
 from gpufleet.sim.events import (
     ARRIVAL,
+    CRASH,
     DRAIN_DEADLINE,
     QUEUE_TIMEOUT,
     REPLICA_READY,
@@ -43,10 +44,12 @@ from gpufleet.sim.events import (
     EventQueue,
     SimClock,
 )
+from gpufleet.sim.faults import SimFaults
 from gpufleet.sim.fleet import SimFleet
 from gpufleet.sim.gateway import SimGateway, build_fleet
 from gpufleet.sim.replica import SimReplica
 from gpufleet.sim.results import ReplicaRecord, RequestResult, SimResult
+from gpufleet.sim.tenants import SimTenants
 from gpufleet.workload import SimRequest
 
 __all__ = [
@@ -85,10 +88,7 @@ class FleetSimulator:
         *,
         needs_prefix: bool | None = None,
     ) -> None:
-        if config.replicas < 0:
-            raise ValueError("replicas must be >= 0")
-        if config.autoscale is None and config.replicas < 1:
-            raise ValueError("a fixed fleet needs at least one replica")
+        config.check()
         self.config = config
         self.routing = routing
         if needs_prefix is None:  # hash prompts only for policies that read them, as live
@@ -96,12 +96,21 @@ class FleetSimulator:
         self.needs_prefix = needs_prefix
         self.clock = SimClock()
         self.events = EventQueue()
-        self.fleet_state = build_fleet(config, routing)
-        self.clients = Clients(config, requests, self.events, self.clock, needs_prefix)
+        tenants = None
+        if config.tenants:
+            tenants = SimTenants(config.tenants, requests, routing, config.seed)
+        self.fleet_state = build_fleet(config, routing, tenants.policies() if tenants else None)
+        self.clients = Clients(config, requests, self.events, self.clock, needs_prefix, routing,
+                               tenants)  # fmt: skip
         self.fleet = SimFleet(config, self.fleet_state, self.clients, self.events, self.clock)
-        self.gateway = SimGateway(self.fleet_state, self.events, self.clock,
-                                  self.fleet.dispatch, self.clients.refused)  # fmt: skip
+        self.gateway = SimGateway(self.fleet_state, self.events, self.clock, self.fleet.dispatch,
+                                  self.clients.refused, self.clients.end,
+                                  config.max_attempts)  # fmt: skip
         self.clients.gateway = self.gateway
+        self.faults: SimFaults | None = None
+        if config.faults is not None:
+            self.faults = SimFaults(config.faults, self.fleet, self.gateway, self.clients,
+                                    self.events, self.clock, config.seed)  # fmt: skip
 
     @property
     def now_s(self) -> float:
@@ -123,8 +132,9 @@ class FleetSimulator:
         cfg = self.config
         clock = self.clock
         fleet = self.fleet
-        for _ in range(cfg.replicas):  # the initial fleet is already warm at t = 0
-            fleet.start(startup_s=0.0)
+        for group in fleet.groups:  # the initial fleet is already warm at t = 0
+            for _ in range(group.replicas):
+                fleet.start(group, startup_s=0.0)
         fleet.record_size()
         self.clients.start()
         self.events.push(cfg.scrape_interval_s, SCRAPE)
@@ -141,6 +151,8 @@ class FleetSimulator:
             RETRY: fleet.on_retry,
             WAKE: fleet.on_wake,
         }
+        if self.faults is not None:
+            handlers[CRASH] = self.faults.on_crash
         heap = self.events.heap
         pop = heapq.heappop
         on_step_done = fleet.on_step_done
@@ -157,7 +169,7 @@ class FleetSimulator:
                 clock.now_s = last_work_s = t
                 on_step_done(payload)
                 continue
-            if kind in (SCRAPE, TICK):
+            if kind in (SCRAPE, TICK, CRASH):
                 if self._finished() and t > last_work_s + cfg.tail_s:
                     count -= 1
                     continue  # nothing left to serve: let the periodic events lapse
@@ -173,13 +185,15 @@ class FleetSimulator:
             progress(self.progress_now())
         return SimResult(
             requests=sorted(self.clients.results, key=lambda r: r.index),
-            replicas=[fleet.record(r, end_s) for r in fleet.replicas.values()],
+            replicas=[fleet.record(r, end_s) for r in (*fleet.retired, *fleet.replicas.values())],
             decisions=fleet.decisions,
             end_s=end_s,
             events=count,
             wall_s=time.perf_counter() - wall0,
             cpu_s=time.process_time() - cpu0,
             fleet_size=fleet.fleet_size,
+            retries=self.gateway.retries,
+            crashes=self.faults.crashes if self.faults is not None else 0,
         )
 
     def progress_now(self) -> Progress:
