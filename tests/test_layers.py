@@ -50,8 +50,10 @@ ALLOWED: dict[str, set[str]] = {
     # the top: `gpufleet up` and the command line
     "fleet": _BASE | {"autoscale", "bench", "gateway", "fleet_state", "plan", "replica",
                       "routing", "stats", "workload", "specs", "report"},
+    # Kubernetes: manifests from a plan and the in-cluster controller's driver side
+    "k8s": _BASE | {"autoscale", "fleet", "fleet_state", "gateway", "plan", "routing", "specs"},
     "cli": _BASE | {"bench", "engine", "fleet", "fleet_state", "gateway", "perf", "plan",
-                    "replica", "routing", "autoscale", "sim", "specs", "stats", "validation",
+                    "replica", "routing", "autoscale", "sim", "specs", "stats", "validation", "k8s",
                     "workload", "tokenizer", "report"},
     "__init__": set(),
 }  # fmt: skip

@@ -1,8 +1,9 @@
 """The actuator interface (DESIGN.md: `Actuator`): what the controller tells to change the fleet.
 
-Local processes today; Ray actors or Kubernetes workloads later implement the same four
-calls. An actuator owns replica lifecycles (start → ready → draining → gone, restarts),
-and tells the gateway about them through a `FleetRegistry`.
+Local processes (`local.py`), Ray placement groups and actors (`raycluster/`), or
+Kubernetes workloads implement the same calls. An actuator owns replica lifecycles
+(start → ready → draining → gone, restarts), and tells the gateway about them through a
+`FleetRegistry`.
 """
 
 from __future__ import annotations
@@ -65,6 +66,16 @@ class Actuator(Protocol):
 
     def observed_cold_start_s(self) -> float | None:
         """Mean seconds from start to ready over recent starts (None before the first)."""
+        ...
+
+
+class FleetActuator(Actuator, Protocol):
+    """What `gpufleet up` holds of any backend: the interface, a close, and a tally."""
+
+    cut_requests_total: int  # in flight when a drain deadline forced a stop
+
+    async def close(self) -> None:
+        """Stop every replica (on shutdown); leaves nothing behind."""
         ...
 
 

@@ -15,7 +15,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from gpufleet.autoscale.actuator import Actuator, ManagedReplica
@@ -68,6 +68,12 @@ class Controller:
         signals = fleet_signals(gateway, managed, self.actuator.observed_cold_start_s())
         self.last_signals = signals
         decision = self.policy.decide(self.clock(), signals)
+        # A backend that cannot place a replica yet (Ray: a pending placement group) says
+        # what is short and for how long, so the decision does not read as a silent hang.
+        pending = getattr(self.actuator, "pending_reason", None)
+        note = pending() if callable(pending) else None
+        if note:
+            decision = replace(decision, reason=f"{decision.reason}; {note}")
         self.decisions.append(decision)
         if decision.delta != 0:
             self.changes.append(decision)

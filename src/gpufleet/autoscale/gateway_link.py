@@ -90,6 +90,10 @@ class AdminApiGateway:
             raise ValueError("the gateway's /admin/signals did not answer a JSON object")
         return GatewaySignals.from_json(data)
 
+    async def list_replicas(self) -> list[dict[str, Any]]:
+        data = await self._call("GET", "/admin/replicas")
+        return list(data.get("replicas", []))
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import itertools
 import logging
 import os
 import shlex
@@ -24,26 +23,21 @@ import socket
 import string
 import sys
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 
-from gpufleet.autoscale.actuator import (
-    FleetRegistry,
-    ManagedReplica,
-    NoRegistry,
-    restart_backoff_s,
-)
+from gpufleet.autoscale.actuator import FleetRegistry, ManagedReplica
+from gpufleet.autoscale.lifecycle import ActuatorBase, Entry
 from gpufleet.errors import UserError
 from gpufleet.routing.types import ReplicaState
 
 log = logging.getLogger("gpufleet.autoscale")
 
 DEFAULT_COMMAND = (
-    "{gpufleet} replica --model {model} --gpu {gpu} --tp {tp} --host {host} --port {port} "
+    "{gpufleet} replica --model {model} --gpu {gpu} --tp {tp} --pp {pp} --host {host} --port {port} "
     "--startup-s {startup_s} --time-scale {time_scale}"
 )
 TEMPLATE_FIELDS = frozenset(
@@ -53,6 +47,7 @@ TEMPLATE_FIELDS = frozenset(
         "model",
         "gpu",
         "tp",
+        "pp",
         "host",
         "port",
         "replica_id",
@@ -89,7 +84,7 @@ def check_template(command: str) -> None:
         )
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec (Linux): get SIGTERM if the controller dies, even by SIGKILL.
 
     A clean stop goes through process groups; this covers the unclean one.
@@ -111,15 +106,12 @@ def free_port(host: str) -> int:
 
 
 @dataclass(slots=True)
-class _Proc:
-    replica: ManagedReplica
-    port: int
+class _Proc(Entry):
+    port: int = 0
     process: asyncio.subprocess.Process | None = None
-    stopping: bool = False
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
-class LocalProcessActuator:
+class LocalProcessActuator(ActuatorBase[_Proc]):
     def __init__(
         self,
         command: str = DEFAULT_COMMAND,
@@ -144,97 +136,40 @@ class LocalProcessActuator:
             "model": "meta-llama/Llama-3.1-8B",
             "gpu": "h100-sxm",
             "tp": 1,
+            "pp": 1,
             "startup_s": 0,
             "time_scale": 1.0,
         }
         self.values.update(values or {})
-        self.registry: FleetRegistry = registry or NoRegistry()
+        super().__init__(
+            registry=registry,
+            expected_startup_s=expected_startup_s,
+            health_timeout_s=health_timeout_s,
+            drain_deadline_s=drain_deadline_s,
+            stop_grace_s=stop_grace_s,
+            restart_crashed=restart_crashed,
+            clock=clock,
+            id_prefix=id_prefix,
+        )
         self.host = host
-        self.expected_startup_s = expected_startup_s
-        self.health_timeout_s = health_timeout_s
-        self.drain_deadline_s = drain_deadline_s
-        self.stop_grace_s = stop_grace_s
-        self.restart_crashed = restart_crashed
         self.log_dir = log_dir
-        self.clock = clock
-        self._ids = (f"{id_prefix}-{i}" for i in itertools.count(1))
-        self._procs: dict[str, _Proc] = {}
-        self._cold_starts_s: deque[float] = deque(maxlen=8)
-        self._session: aiohttp.ClientSession | None = None
-        self._closed = False
-        self.cut_requests_total = 0  # in flight when a drain deadline forced a stop
 
     # -- Actuator ---------------------------------------------------------------------
     async def start(self, n: int) -> list[ManagedReplica]:
         started = []
         for _ in range(n):
-            replica_id = next(self._ids)
             port = free_port(self.host)
-            now = self.clock()
-            replica = ManagedReplica(
-                replica_id,
-                f"http://{self.host}:{port}",
-                ReplicaState.STARTING,
-                started_at_s=now,
-                expected_ready_s=now + self._expected_startup(),
-            )
-            proc = _Proc(replica, port)
-            self._procs[replica_id] = proc
+            replica = self._new_replica(f"http://{self.host}:{port}")
+            proc = _Proc(replica, port=port)
+            self._entries[replica.replica_id] = proc
             await self._spawn(proc)
             started.append(replica)
         return started
 
-    async def drain(self, replica_id: str) -> None:
-        proc = self._procs.get(replica_id)
-        if proc is None or proc.stopping:
-            return
-        if proc.replica.state == ReplicaState.STARTING:
-            await self.stop(replica_id)  # never served: nothing to drain
-            return
-        proc.replica.state = ReplicaState.DRAINING
-        with contextlib.suppress(KeyError):
-            await self.registry.drain(replica_id)
-        self._background(proc, self._finish_drain(proc))
-
-    async def stop(self, replica_id: str) -> None:
-        proc = self._procs.get(replica_id)
-        if proc is None:
-            return
-        proc.stopping = True
-        with contextlib.suppress(KeyError):
-            await self.registry.remove(replica_id)
+    async def _halt(self, proc: _Proc) -> None:
         await self._terminate(proc)
-        proc.replica.state = ReplicaState.DEAD
-        for task in list(proc.tasks):
-            if task is not asyncio.current_task():
-                task.cancel()
-        self._procs.pop(replica_id, None)
-
-    def list(self) -> list[ManagedReplica]:
-        return [p.replica for p in self._procs.values()]
-
-    def observed_cold_start_s(self) -> float | None:
-        if not self._cold_starts_s:
-            return None
-        return sum(self._cold_starts_s) / len(self._cold_starts_s)
-
-    async def close(self) -> None:
-        """Stop every replica (used on shutdown); leaves no process behind."""
-        self._closed = True
-        await asyncio.gather(*(self.stop(rid) for rid in list(self._procs)), return_exceptions=True)
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
 
     # -- internals --------------------------------------------------------------------
-    def _expected_startup(self) -> float:
-        return self.observed_cold_start_s() or self.expected_startup_s
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0))
-        return self._session
-
     def _argv(self, proc: _Proc) -> builtins.list[str]:
         values = dict(
             self.values, host=self.host, port=proc.port, replica_id=proc.replica.replica_id
@@ -256,7 +191,7 @@ class LocalProcessActuator:
                 stdout=out,  # type: ignore[arg-type]
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,  # own process group: stop() kills all it spawned
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=die_with_parent if sys.platform == "linux" else None,
             )
         except FileNotFoundError as e:
             raise UserError(
@@ -272,11 +207,6 @@ class LocalProcessActuator:
         log.info("started %s (pid %s) on port %s", proc.replica.replica_id, process.pid, proc.port)
         self._background(proc, self._await_ready(proc, process))
         self._background(proc, self._watch_exit(proc, process))
-
-    def _background(self, proc: _Proc, coro: object) -> None:
-        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
-        proc.tasks.add(task)
-        task.add_done_callback(proc.tasks.discard)
 
     async def _await_ready(self, proc: _Proc, process: asyncio.subprocess.Process) -> None:
         deadline = self.clock() + self.health_timeout_s
@@ -300,17 +230,14 @@ class LocalProcessActuator:
             return
         if proc.stopping:
             return  # stopped while it was loading: never registered
-        now = self.clock()
         replica = proc.replica
-        self._cold_starts_s.append(now - replica.started_at_s)
-        replica.ready_at_s = now
-        replica.state = ReplicaState.READY
+        took_s = self._mark_ready(replica)
         try:
             await self.registry.add(replica.replica_id, replica.url)
         except Exception:  # the gateway refused or is unreachable: say so, keep the replica
             log.exception("could not register %s with the gateway", replica.replica_id)
             return
-        log.info("%s ready after %.1f s", replica.replica_id, now - replica.started_at_s)
+        log.info("%s ready after %.1f s", replica.replica_id, took_s)
 
     async def _watch_exit(self, proc: _Proc, process: asyncio.subprocess.Process) -> None:
         code = await process.wait()
@@ -322,17 +249,9 @@ class LocalProcessActuator:
             await self.registry.remove(replica.replica_id)
         if not self.restart_crashed:
             replica.state = ReplicaState.DEAD
-            self._procs.pop(replica.replica_id, None)
+            self._entries.pop(replica.replica_id, None)
             return
-        # It counts as starting from now on (capacity on its way), so the controller does
-        # not start a second replica in its place.
-        backoff_s = restart_backoff_s(replica.restarts)
-        now = self.clock()
-        replica.state = ReplicaState.STARTING
-        replica.started_at_s = now
-        replica.expected_ready_s = now + backoff_s + self._expected_startup()
-        replica.ready_at_s = None
-        await asyncio.sleep(backoff_s)
+        await asyncio.sleep(self._restarting(replica))
         if proc.stopping or self._closed:
             return
         replica.restarts += 1
@@ -349,43 +268,6 @@ class LocalProcessActuator:
             return ""
         tail = [line for line in text.splitlines() if line.strip()][-lines:]
         return (": …\n  " + "\n  ".join(tail)) if tail else ""
-
-    async def _finish_drain(self, proc: _Proc) -> None:
-        deadline = self.clock() + self.drain_deadline_s
-        left = 0
-        while self.clock() < deadline:
-            left = await self._requests_left(proc)
-            if left == 0:
-                break
-            await asyncio.sleep(0.2)
-        else:
-            proc.replica.cut_requests += left
-            self.cut_requests_total += left
-            log.warning(
-                "%s: drain deadline %.0f s passed with %d requests in flight",
-                proc.replica.replica_id,
-                self.drain_deadline_s,
-                left,
-            )
-        log.info("%s drained", proc.replica.replica_id)
-        await self.stop(proc.replica.replica_id)
-
-    async def _requests_left(self, proc: _Proc) -> int:
-        """In flight at the gateway, or running/waiting in the engine, whichever is larger."""
-        gateway = await self.registry.in_flight(proc.replica.replica_id)
-        engine = await self._engine_load(proc)
-        return max(gateway or 0, engine or 0)
-
-    async def _engine_load(self, proc: _Proc) -> int | None:
-        from gpufleet.fleet_state import parse_engine_metrics
-
-        try:
-            async with self._http().get(f"{proc.replica.url}/metrics") as resp:
-                if resp.status != 200:
-                    return None
-                return parse_engine_metrics(await resp.text()).load
-        except (TimeoutError, aiohttp.ClientError, OSError, ValueError):
-            return None
 
     async def _terminate(self, proc: _Proc) -> None:
         process = proc.process

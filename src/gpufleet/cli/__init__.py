@@ -19,6 +19,11 @@ VERBS: dict[str, tuple[str, str]] = {
     "bench": ("gpufleet.cli.bench", "Measure any OpenAI-compatible endpoint the way vLLM does."),
     "up": ("gpufleet.cli.up", "Start gateway, autoscaler and replicas from one config."),
     "sim": ("gpufleet.cli.sim", "Replay a trace through a simulated fleet."),
+    "deploy": ("gpufleet.cli.deploy", "Write Kubernetes manifests for a fleet (deploy k8s)."),
+    "controller": (
+        "gpufleet.cli.controller",
+        "Run the autoscaling controller inside a cluster (controller k8s).",
+    ),
 }
 
 

@@ -101,6 +101,17 @@ KV_CHOICES = ("auto", *KV_DTYPES)
     default=None,
     help="$ per GPU-hour (default: the catalog's on-demand price).",
 )
+@click.option(
+    "--emit",
+    nargs=2,
+    type=(click.Choice(["k8s"]), click.Path(file_okay=False)),
+    default=None,
+    metavar="k8s DIR",
+    help="Also write Kubernetes manifests for the plan to DIR (as `gpufleet deploy k8s`).",
+)
+@click.option(
+    "--namespace", default=None, help="With --emit k8s: the namespace [default: gpufleet]."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the whole plan as JSON.")
 def command(
     model: str,
@@ -116,6 +127,8 @@ def command(
     max_model_len: int | None,
     max_gpus: int | None,
     gpu_price: float | None,
+    emit: tuple[str, str] | None,
+    namespace: str | None,
     as_json: bool,
 ) -> None:
     """Memory per GPU, the layout decision trail, predicted TTFT/TPOT/throughput/cost,
@@ -139,10 +152,22 @@ def command(
         gpu_price_per_hour_usd=gpu_price,
     )
     result = plan(req)
+    emitted, out_dir = None, emit[1] if emit is not None else ""
+    if emit is not None:
+        from gpufleet.k8s.emit import emit_plan
+
+        emitted = emit_plan(result, out_dir, namespace=namespace)
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2))
+        data = result.to_dict()
+        if emitted is not None:
+            data["emitted"] = {"files": [str(p) for p in emitted.paths], "summary": emitted.summary}
+        click.echo(json.dumps(data, indent=2))
         return
     print_plan(result, width=None if sys.stdout.isatty() else 140)
+    if emitted is not None:
+        from gpufleet.cli.deploy import print_emitted
+
+        print_emitted(emitted, out_dir, as_json=False)
 
 
 def _gib(x: float) -> str:

@@ -150,6 +150,11 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
     "--sweep", default=None, help="KEY=V1,V2,...: routing, autoscale, replicas, rate, speedup, ..."
 )
 @click.option("--workers", default=None, type=click.IntRange(min=1), help="Sweep processes.")
+@click.option(
+    "--ray-address",
+    default=None,
+    help="Run the sweep on a Ray cluster, one scenario per task: auto | ray://HOST:10001.",
+)
 @click.option("--json", "json_path", default=None, help="Write every figure as JSON here.")
 @click.option(
     "--plot", "plot_path", default=None,
@@ -266,6 +271,8 @@ def command(**kw: Any) -> None:
 
         pyplot("--plot" if kw["plot_path"] else "--report")  # fail before the run, not after
     out: dict[str, Any]
+    if kw["ray_address"] and not kw["sweep"]:
+        raise UserError("--ray-address runs a sweep", field="--ray-address", fix="add --sweep")
     if kw["sweep"]:
         field, values = _parse_sweep(kw["sweep"])
         names = [label for label, _ in values]
@@ -278,8 +285,13 @@ def command(**kw: Any) -> None:
 
         for s in scenarios:
             build_config(s)
-        with sweep_progress(kw["progress"], len(scenarios)) as on_done:
-            summaries = run_many(scenarios, kw["workers"], on_done)
+        if kw["ray_address"]:
+            from gpufleet.sim.ray_sweep import run_many_on_ray
+
+            summaries = run_many_on_ray(scenarios, kw["ray_address"])
+        else:
+            with sweep_progress(kw["progress"], len(scenarios)) as on_done:
+                summaries = run_many(scenarios, kw["workers"], on_done)
         rows = [comparison_row(s["scenario"], s) for s in summaries]
         click.echo(f"sweep over {field}: {', '.join(names)}")
         click.echo(comparison_table(rows))

@@ -1,4 +1,5 @@
-"""`gpufleet up [FLEET_YAML] [--demo] [--port 8000]`: gateway, autoscaler and replicas as one."""
+"""`gpufleet up [FLEET_YAML] [--demo] [--port 8000] [--backend local|ray]`: gateway, autoscaler
+and replicas as one (replicas as local processes, or on a Ray cluster: docs/ray.md)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,24 @@ from gpufleet.errors import UserError
     default=None,
     help="Override autoscale.policy (default, queue_depth, hpa, kpa, ray_serve).",
 )
+@click.option(
+    "--backend",
+    type=click.Choice(["local", "ray"]),
+    default=None,
+    help="Where replicas run: local processes, or a Ray cluster [default: backend.kind].",
+)
+@click.option(
+    "--ray-address",
+    default=None,
+    help="Ray cluster: auto | ray://HOST:10001 | HOST:PORT [default: backend.address; "
+    "unset: a local Ray cluster of its own].",
+)
+@click.option(
+    "--fleet-name",
+    default=None,
+    help="Name of this fleet on the Ray cluster (one controller per name) "
+    "[default: backend.fleet_name].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the demo summary as JSON.")
 @click.option("-v", "--verbose", is_flag=True, help="Log every decision and replica event.")
 def command(
@@ -37,6 +56,9 @@ def command(
     port: int | None,
     host: str | None,
     policy: str | None,
+    backend: str | None,
+    ray_address: str | None,
+    fleet_name: str | None,
     as_json: bool,
     verbose: bool,
 ) -> None:
@@ -61,6 +83,18 @@ def command(
             {} if policy != cfg.autoscale.policy else data["autoscale"]["params"]
         )
         cfg = validate_fleet(data)
+    overrides = {"kind": backend, "address": ray_address, "fleet_name": fleet_name}
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if overrides:
+        data = cfg.model_dump()
+        data["backend"].update(overrides)
+        cfg = validate_fleet(data, source="--backend/--ray-address/--fleet-name")
+    if cfg.backend.kind != "ray" and (ray_address or fleet_name):
+        raise UserError(
+            "--ray-address and --fleet-name apply to the Ray backend",
+            field="--backend",
+            fix="add --backend ray (or backend: {kind: ray} in the YAML)",
+        )
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",

@@ -20,6 +20,10 @@ autoscale:
 gateway:                   # the gateway's own config keys (gpufleet gateway --config)
   port: 8000
   policy: prefix_aware
+backend:                   # local (default) or ray (docs/ray.md)
+  kind: ray
+  address: auto            # auto | ray://HOST:10001; unset: a local Ray cluster of its own
+  namespace: gpufleet
 ```
 """
 
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -53,6 +57,7 @@ class ReplicaSpec(_Strict):
     model: str = "meta-llama/Llama-3.1-8B"
     gpu: str = "h100-sxm"
     tp: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1)  # pipeline stages (Ray: one bundle per stage)
     startup_s: float = Field(default=20.0, ge=0)
     time_scale: float = Field(default=1.0, gt=0)
     # What the autoscaler assumes a cold start takes before it has seen one.
@@ -95,6 +100,7 @@ class ReplicaSpec(_Strict):
             "model": self.model,
             "gpu": self.gpu,
             "tp": self.tp,
+            "pp": self.pp,
             "startup_s": self.startup_s,
             "time_scale": self.time_scale,
         }
@@ -130,12 +136,35 @@ class AutoscaleSpec(_Strict):
         return max(1, self.min_replicas)
 
 
+class BackendSpec(_Strict):
+    """Where replicas run: `local` child processes, or `ray` placement groups and actors."""
+
+    kind: Literal["local", "ray"] = "local"
+    # ray: auto | ray://HOST:10001 | HOST:PORT; unset: a local Ray cluster of its own.
+    address: str | None = None
+    namespace: str = Field(default="gpufleet", min_length=1)
+    fleet_name: str = Field(default="gpufleet", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    # Per placement-group bundle (one per pipeline stage), beside the stage's TP GPUs.
+    cpus_per_bundle: float = Field(default=1.0, ge=0)
+    memory_gb_per_bundle: float | None = Field(default=None, gt=0)
+    resources_per_bundle: dict[str, float] = Field(default_factory=dict)
+    # GPUs the local cluster of its own declares (none need exist); default: enough for
+    # max_replicas.
+    local_gpus: int | None = Field(default=None, ge=0)
+    # Seconds between a ready replica's /health probes; this many failures replace it.
+    probe_interval_s: float = Field(default=1.0, gt=0)
+    probe_failures: int = Field(default=3, ge=1)
+
+
 class FleetConfig(_Strict):
     replicas: ReplicaSpec = Field(default_factory=ReplicaSpec)
     autoscale: AutoscaleSpec = Field(default_factory=AutoscaleSpec)
     # Passed to the gateway's own config (validated there); host/port/policy defaults below.
     gateway: dict[str, Any] = Field(default_factory=dict)
     log_dir: str | None = None  # replica logs; default: a temporary directory
+    # `gpufleet deploy k8s` reads it (gpufleet.k8s.settings validates it there); `up` ignores it.
+    kubernetes: dict[str, Any] = Field(default_factory=dict)
+    backend: BackendSpec = Field(default_factory=BackendSpec)
 
     def gateway_settings(self) -> dict[str, Any]:
         out: dict[str, Any] = {"host": "127.0.0.1", "port": 8000, "policy": "prefix_aware"}
@@ -191,6 +220,16 @@ class FleetConfig(_Strict):
 
 
 def validate_fleet(data: Any, source: str = "fleet config") -> FleetConfig:
+    cfg = parse_fleet(data, source)
+    check_template(cfg.replicas.full_command())
+    # Build the policy once now so a bad parameter fails before any process starts.
+    make_policy(cfg.autoscale.policy, cfg.autoscale.bounds(), cfg.policy_params())
+    return cfg
+
+
+def parse_fleet(data: Any, source: str = "fleet config") -> FleetConfig:
+    """The fleet config's fields, checked; nothing derived yet (`gpufleet deploy k8s`
+    sizes replicas from the plan, not from the local replica command)."""
     if not isinstance(data, dict):
         raise UserError(
             "the top level must be a mapping", field=source, fix="see `gpufleet up --help`"
@@ -206,15 +245,14 @@ def validate_fleet(data: Any, source: str = "fleet config") -> FleetConfig:
             else "see the example in `gpufleet up --help`"
         )
         raise UserError(err["msg"], field=field, fix=fix) from None
-    check_template(cfg.replicas.full_command())
-    # Build the policy once now so a bad parameter fails before any process starts.
-    make_policy(cfg.autoscale.policy, cfg.autoscale.bounds(), cfg.policy_params())
     return cfg
 
 
-def load_fleet(path: str | Path | None) -> FleetConfig:
+def load_fleet(path: str | Path | None, *, derive: bool = True) -> FleetConfig:
+    """derive=False: `parse_fleet` only (for `gpufleet deploy k8s`)."""
+    check = validate_fleet if derive else parse_fleet
     if path is None:
-        return validate_fleet({})
+        return check({})
     p = Path(path)
     try:
         data = yaml.safe_load(p.read_text())
@@ -222,4 +260,4 @@ def load_fleet(path: str | Path | None) -> FleetConfig:
         raise UserError(str(exc), field="FLEET_YAML", fix="pass an existing YAML file") from None
     except yaml.YAMLError as exc:
         raise UserError(f"not valid YAML: {exc}", field=str(p), fix="fix the YAML syntax") from None
-    return validate_fleet(data or {}, source=str(p))
+    return check(data or {}, source=str(p))

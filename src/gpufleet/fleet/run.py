@@ -1,6 +1,7 @@
 """`gpufleet up`: gateway + autoscaler + replicas in one event loop, stopped as one.
 
-The gateway runs in-process; replicas are child processes in their own process groups;
+The gateway runs in-process; replicas are child processes in their own process groups
+(`backend.kind: local`) or placement groups and actors on a Ray cluster (`ray`, docs/ray.md);
 the controller ticks every `autoscale.interval_s`. Its decisions are served at
 `GET /admin/autoscale` on the gateway (behind the admin key when one is set). On stop
 (Ctrl-C, SIGTERM, or the end of the demo) the controller stops first, then every replica
@@ -15,9 +16,10 @@ import hmac
 import itertools
 import json
 import logging
+import math
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from aiohttp import web
 from rich.console import Console
 from rich.live import Live
 
+from gpufleet.autoscale.actuator import FleetActuator
 from gpufleet.autoscale.controller import Controller
 from gpufleet.autoscale.decision import ScalingDecision
 from gpufleet.autoscale.gateway_link import InProcessGateway
@@ -50,7 +53,7 @@ class FleetRun:
 
     config: FleetConfig
     gateway: Any
-    actuator: LocalProcessActuator
+    actuator: FleetActuator
     controller: Controller
     url: str
     started_s: float
@@ -110,6 +113,57 @@ def _admin_route(gateway: Any, controller: Controller, capacity: ReplicaCapacity
 
 
 @contextlib.asynccontextmanager
+async def _actuator(
+    cfg: FleetConfig, link: InProcessGateway, log_dir: Path, clock: Callable[[], float]
+) -> AsyncIterator[FleetActuator]:
+    """The backend's actuator (local processes or Ray), closed (all replicas stopped) on exit."""
+    rs, be = cfg.replicas, cfg.backend
+    common: dict[str, Any] = {
+        "values": rs.values(),
+        "registry": link,
+        "expected_startup_s": rs.expected_startup_s or rs.startup_s + 2.0,
+        "health_timeout_s": rs.health_timeout_s,
+        "drain_deadline_s": rs.drain_deadline_s,
+        "restart_crashed": rs.restart_crashed,
+        "log_dir": log_dir,
+        "clock": clock,
+    }
+    if be.kind == "ray":
+        from gpufleet.autoscale.raycluster import ReplicaShape, ray_actuator
+
+        shape = ReplicaShape(
+            tp=rs.tp,
+            pp=rs.pp,
+            cpus_per_bundle=be.cpus_per_bundle,
+            memory_bytes_per_bundle=(
+                int(be.memory_gb_per_bundle * (1 << 30)) if be.memory_gb_per_bundle else None
+            ),
+            resources_per_bundle=be.resources_per_bundle,
+        )
+        async with ray_actuator(
+            rs.full_command(),
+            address=be.address,
+            namespace=be.namespace,
+            fleet=be.fleet_name,
+            shape=shape,
+            local_gpus=be.local_gpus
+            if be.local_gpus is not None
+            else cfg.autoscale.max_replicas * shape.gpus,
+            local_cpus=math.ceil(cfg.autoscale.max_replicas * rs.pp * be.cpus_per_bundle) + 1,
+            probe_interval_s=be.probe_interval_s,
+            probe_failures=be.probe_failures,
+            **common,
+        ) as ray_act:
+            yield ray_act
+        return
+    local = LocalProcessActuator(rs.full_command(), host="127.0.0.1", **common)
+    try:
+        yield local
+    finally:
+        await local.close()
+
+
+@contextlib.asynccontextmanager
 async def fleet_up(
     cfg: FleetConfig,
     *,
@@ -121,37 +175,30 @@ async def fleet_up(
     """Start gateway, replicas and controller; yield a FleetRun; stop all of them on exit."""
     gateway = _build_gateway(cfg, port, host)
     link = InProcessGateway(gateway)
-    rs = cfg.replicas
     if log_dir is None and cfg.log_dir:
         log_dir = Path(cfg.log_dir)
     tmp = None
     if log_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="gpufleet-up-")
         log_dir = Path(tmp.name)
-    actuator = LocalProcessActuator(
-        rs.full_command(),
-        values=rs.values(),
-        registry=link,
-        host="127.0.0.1",
-        expected_startup_s=rs.expected_startup_s or rs.startup_s + 2.0,
-        health_timeout_s=rs.health_timeout_s,
-        drain_deadline_s=rs.drain_deadline_s,
-        restart_crashed=rs.restart_crashed,
-        log_dir=log_dir,
-        clock=clock,
-    )
     policy = make_policy(cfg.autoscale.policy, cfg.autoscale.bounds(), cfg.policy_params())
-    controller = Controller(
-        policy, actuator, link.read_signals, interval_s=cfg.autoscale.interval_s, clock=clock
-    )
-    _admin_route(gateway, controller, cfg.capacity())
+    controller: Controller | None = None
     run: FleetRun | None = None
     sampler: asyncio.Task[None] | None = None
+    stack = contextlib.AsyncExitStack()
     try:
+        actuator = await stack.enter_async_context(_actuator(cfg, link, log_dir, clock))
+        controller = Controller(
+            policy, actuator, link.read_signals, interval_s=cfg.autoscale.interval_s, clock=clock
+        )
+        _admin_route(gateway, controller, cfg.capacity())
         bound = await gateway.start()
         url = f"http://{gateway.host}:{bound}"
         run = FleetRun(cfg, gateway, actuator, controller, url, clock())
-        await actuator.start(cfg.autoscale.first_count())
+        # Replicas adopted from a previous controller (Ray) count towards the first ones.
+        missing = cfg.autoscale.first_count() - len(actuator.list())
+        if missing > 0:
+            await actuator.start(missing)
         if cfg.autoscale.enabled:
             controller.start()
         sampler = asyncio.get_running_loop().create_task(_sample(run, clock))
@@ -161,8 +208,9 @@ async def fleet_up(
             sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
-        await controller.stop()
-        await actuator.close()
+        if controller is not None:
+            await controller.stop()
+        await stack.aclose()  # every replica stopped
         await gateway.stop()
         if tmp is not None:
             tmp.cleanup()
