@@ -91,6 +91,10 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
 )
 @click.option("--trace-format", default="auto", type=click.Choice(["auto", "azure", "mooncake"]))
 @click.option("--speedup", default=1.0, show_default=True, type=float, help="Trace pace ×.")
+@click.option(
+    "--trace-copies", default=1, show_default=True, type=click.IntRange(min=1),
+    help="Replay N interleaved copies of the trace: N× its rate over the same span.",
+)  # fmt: skip
 @click.option("--trace-start-s", default=0.0, show_default=True, type=float, help="Slice start.")
 @click.option("--duration", default=None, type=float, help="Seconds of trace (or of --rate load).")
 @click.option("--num-requests", default=None, type=click.IntRange(min=1))
@@ -144,6 +148,10 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
 @click.option(
     "--time-scale", default=1.0, show_default=True, type=float,
     help="As gpufleet replica --time-scale: every engine step takes this many times longer.",
+)  # fmt: skip
+@click.option(
+    "--request-overhead-s", default=0.0, show_default=True, type=float,
+    help="The HTTP path (client, gateway, replica) before the engine sees a request.",
 )  # fmt: skip
 # output
 @click.option(
@@ -227,6 +235,7 @@ def command(**kw: Any) -> None:
         trace=kw["trace"],
         trace_format=kw["trace_format"],
         speedup=kw["speedup"],
+        trace_copies=kw["trace_copies"],
         trace_start_s=kw["trace_start_s"],
         duration_s=kw["duration"],
         num_requests=kw["num_requests"],
@@ -261,6 +270,7 @@ def command(**kw: Any) -> None:
         mtbf_s=kw["mtbf_s"],
         restart_crashed=kw["restart_crashed"],
         time_scale=kw["time_scale"],
+        request_overhead_s=kw["request_overhead_s"],
         fleet=load_sim_fleet(kw["config_path"]) if kw["config_path"] else None,
     )
     if kw["sweep"] and (kw["plot_path"] or kw["report_dir"]):

@@ -37,6 +37,7 @@ from gpufleet.workload import (
     slice_records,
     spec_from_flags,
     synthetic_shapes,
+    tile_records,
     trace_shapes,
 )
 
@@ -60,6 +61,7 @@ class Scenario:
     trace: str | None = None
     trace_format: str = "auto"
     speedup: float = 1.0
+    trace_copies: int = 1  # interleaved copies: N times the trace's rate, its shape kept
     trace_start_s: float = 0.0
     duration_s: float | None = None
     num_requests: int | None = None
@@ -98,6 +100,9 @@ class Scenario:
     restart_crashed: bool = True
     # the replica's --time-scale: every engine step takes this many times its modelled time
     time_scale: float = 1.0
+    request_overhead_s: float = 0.0  # the live HTTP path before the engine sees a request
+    tick_phase_s: float = 0.0  # the autoscaler's first tick
+    scrape_phase_s: float = 0.0  # the gateway's first scrape (0: one interval in)
     # --config: replica groups, tenants, failures (`gpufleet.sim.fleet_spec`)
     fleet: SimFleetSpec | None = None
     name: str = field(default="", compare=False)
@@ -113,8 +118,10 @@ def build_requests(sc: Scenario) -> list[SimRequest]:
             raise UserError("must be > 0", field="--speedup", fix="e.g. --speedup 2")
         if sc.trace_start_s < 0:
             raise UserError("must be >= 0", field="--trace-start-s")
+        if sc.trace_copies < 1:
+            raise UserError("must be >= 1", field="--trace-copies", fix="e.g. 10 for 10x the rate")
         records = slice_records(
-            read_trace(sc.trace, fmt=sc.trace_format),
+            tile_records(read_trace(sc.trace, fmt=sc.trace_format), sc.trace_copies),
             start_s=sc.trace_start_s,
             duration_s=sc.duration_s,
             limit=sc.num_requests,
@@ -160,6 +167,8 @@ def workload_spec(sc: Scenario) -> WorkloadSpec:
 def build_config(sc: Scenario) -> SimConfig:
     if not sc.time_scale > 0:
         raise UserError("must be > 0", field="--time-scale", fix="1 is real time")
+    if sc.request_overhead_s < 0:
+        raise UserError("must be >= 0", field="--request-overhead-s")
     groups = build_groups(sc)
     scaled_group = next((g for g in groups if g.autoscaled), groups[0])
     engine = scaled_group.engine
@@ -197,6 +206,9 @@ def build_config(sc: Scenario) -> SimConfig:
         tenants=build_tenants(sc),
         faults=build_faults(sc),
         max_attempts=fleet.max_attempts if fleet and fleet.max_attempts else sc.max_attempts,
+        request_overhead_s=sc.request_overhead_s,
+        tick_phase_s=sc.tick_phase_s,
+        scrape_phase_s=sc.scrape_phase_s,
         scrape_interval_s=sc.scrape_interval_s,
         signals_window_s=sc.signals_window_s,
         queue_timeout_s=sc.queue_timeout_s,
