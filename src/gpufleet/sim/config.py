@@ -77,6 +77,13 @@ class SimConfig:
     queue_max_size: int = 256  # gateway: queue.max_size (beyond it: 503)
     queue_retry_after_s: int = 5  # gateway: queue.retry_after_s
     max_attempts: int = 3  # gateway: limits.max_attempts (tries before the first byte)
+    # The live HTTP path a request takes before its engine sees it (client, gateway and
+    # replica handling, and the first chunk's way back), as measured on the live fleet.
+    request_overhead_s: float = 0.0
+    # When the first autoscaler tick and gateway scrape come (0: at once; a scrape then
+    # every interval). Live they fall anywhere in their interval of the traffic's start.
+    tick_phase_s: float = 0.0
+    scrape_phase_s: float = 0.0
     closed_loop_clients: int | None = None  # None: open loop at the requests' arrival times
     tail_s: float = 0.0  # keep the autoscaler ticking this long after the last request
     # The gateway hashes 256 bytes of prompt text per routing block, ≈ 64 tokens.

@@ -21,6 +21,7 @@ from gpufleet.routing.types import ReplicaState
 from gpufleet.sim.clients import Clients, LiveRequest
 from gpufleet.sim.config import ReplicaGroup, SimConfig
 from gpufleet.sim.events import (
+    DELIVER,
     DRAIN_DEADLINE,
     REPLICA_READY,
     RETRY,
@@ -74,12 +75,24 @@ class SimFleet:
             return
         replica.note_peak()
         replica.requests_routed += 1
-        ereq = self.clients.engine_request(live, now)
         live.replica = replica
-        live.engine_req = ereq
         live.result.replica_id = replica.replica_id
         live.result.dispatched_s = now
         replica.live_ids.add(live.info.request_id)
+        delay_s = self.config.request_overhead_s
+        if delay_s > 0:  # on its way over HTTP: the engine sees it this much later
+            self.events.push(now + delay_s, DELIVER, (replica, live))
+        else:
+            self.deliver((replica, live))
+
+    def deliver(self, payload: tuple[SimReplica, LiveRequest]) -> None:
+        """A routed request reaches its replica's engine."""
+        replica, live = payload
+        if replica.stopped_at_s is not None or live.replica is not replica:
+            return  # its replica failed or was cut meanwhile (the request was answered)
+        now = self.clock.now_s
+        ereq = self.clients.engine_request(live, now)
+        live.engine_req = ereq
         replica.driver.submit(ereq, now)
         if not replica.stepping:
             replica.stepping = True  # woken below, once this instant's arrivals are in
@@ -180,9 +193,13 @@ class SimFleet:
         replica.managed.ready_at_s = now
         replica.engine.advance_to(now)
         replica.last_change_s = now
-        self._cold_starts_s.append(now - replica.spawned_s)
+        self.note_cold_start(now - replica.spawned_s)
         self.record_size()
         self.fleet.table.add(replica.view)  # the queue is re-admitted
+
+    def note_cold_start(self, seconds: float) -> None:
+        """A cold start the actuator observed (the autoscaler reads their mean)."""
+        self._cold_starts_s.append(seconds)
 
     def drain(self, replica: SimReplica) -> None:
         if replica.state is ReplicaState.STARTING:

@@ -33,6 +33,7 @@ from gpufleet.sim.config import AutoscaleSpec, SimConfig
 from gpufleet.sim.events import (
     ARRIVAL,
     CRASH,
+    DELIVER,
     DRAIN_DEADLINE,
     QUEUE_TIMEOUT,
     REPLICA_READY,
@@ -135,11 +136,14 @@ class FleetSimulator:
         for group in fleet.groups:  # the initial fleet is already warm at t = 0
             for _ in range(group.replicas):
                 fleet.start(group, startup_s=0.0)
+                if group.autoscaled and group.startup_s > 0:
+                    # It did load once: the actuator observed that cold start, as live.
+                    fleet.note_cold_start(group.startup_s)
         fleet.record_size()
         self.clients.start()
-        self.events.push(cfg.scrape_interval_s, SCRAPE)
+        self.events.push(cfg.scrape_phase_s or cfg.scrape_interval_s, SCRAPE)
         if cfg.autoscale is not None:
-            self.events.push(0.0, TICK)
+            self.events.push(cfg.tick_phase_s, TICK)
         handlers: dict[int, Callable[[Any], None]] = {
             STEP_DONE: fleet.on_step_done,
             REPLICA_READY: fleet.on_ready,
@@ -150,6 +154,7 @@ class FleetSimulator:
             DRAIN_DEADLINE: fleet.on_drain_deadline,
             RETRY: fleet.on_retry,
             WAKE: fleet.on_wake,
+            DELIVER: fleet.deliver,
         }
         if self.faults is not None:
             handlers[CRASH] = self.faults.on_crash
