@@ -1,7 +1,7 @@
 """How well the plan's performance model predicts measured serving (issue 2).
 
     python benchmarks/plan_accuracy.py [CSV] [--model-configs DIR] [--json FILE] [--no-lomo]
-                                       [--engine]
+                                       [--no-logo] [--refit-rounds N] [--engine]
 
 Predicts every row of a measured-serving CSV (default:
 $GPUFLEET_SHARED/validation/measured_serving_dev.csv; any CSV with the same columns works) by
@@ -15,8 +15,11 @@ Rows it cannot model (unknown GPU, model or quant mode) are counted and named.
 desynchronized clients, a warm-up, the benchmark's first wave, a capped number of
 iterations) instead of the analytic solver, and reports the analytic scores beside it.
 
-Guard against over-fitting: with --lomo (default on), it also refits the calibration with
-each model left out and scores that model's rows with constants that never saw it.
+Guard against over-fitting: it also refits the calibration with each model (architecture)
+left out and scores that model's rows with constants that never saw it (leave-one-model-out;
+--no-lomo skips it), and likewise with each GPU kind left out (leave-one-GPU-out; --no-logo).
+The table ends with issue 14's targets: in-sample TTFT / TPOT median <= 12 / 6 %,
+leave-one-model-out <= 20 / 10 %, leave-one-GPU-out reported against the same.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +49,11 @@ from gpufleet.validation.measured import (
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from record import RESULTS, write_result
 
+# Issue 14: held out (leave-one-model-out) TPOT <= 10 %, TTFT <= 20 %; in sample <= 6 / 12.
 TARGET_TPOT_MEDIAN_PCT = 10.0
 TARGET_TTFT_MEDIAN_PCT = 20.0
+TARGET_IN_SAMPLE_TPOT_MEDIAN_PCT = 6.0
+TARGET_IN_SAMPLE_TTFT_MEDIAN_PCT = 12.0
 
 
 def _pct(pred: float, measured: float) -> float:
@@ -80,31 +86,63 @@ def group_by(preds: Sequence[RowPrediction], key: str) -> dict[str, dict[str, An
     return {k: summarize(v) for k, v in sorted(groups.items())}
 
 
-def leave_one_model_out(
-    rows: Sequence[MeasuredRow], configs_dir: Path | None, *, engine: bool = False
+def leave_one_out(
+    rows: Sequence[MeasuredRow],
+    configs_dir: Path | None,
+    group_of: Callable[[MeasuredRow], Any],
+    *,
+    engine: bool = False,
+    rounds: int = 2,
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """Refit without each model's rows; score that model with the constants fitted on the rest.
+    """Refit without each group's rows; score that group with constants fitted on the rest.
 
-    Models are held out by architecture, so that checkpoints of one architecture
-    (DeepSeek-V3 / R1, Llama-3.1-8B-Instruct / its FP8 copy) leave together. The refit is
-    the analytic one (the engine path is too slow to fit through); with `engine` the held-out
-    rows are then predicted on the engine with those constants."""
-    by_arch: dict[tuple[Any, ...], list[MeasuredRow]] = defaultdict(list)
+    The refit is the analytic one (the engine path is too slow to fit through); with
+    `engine` the held-out rows are then predicted on the engine with those constants."""
+    groups: dict[Any, list[MeasuredRow]] = defaultdict(list)
     for r in rows:
-        by_arch[_arch_key(r, configs_dir)].append(r)
-    by_model = {" + ".join(sorted({r.model_path for r in g})): g for g in by_arch.values()}
+        groups[group_of(r)].append(r)
     held_out_preds: list[RowPrediction] = []
-    per_model: dict[str, dict[str, Any]] = {}
-    for name, held in sorted(by_model.items()):
+    per_group: dict[str, dict[str, Any]] = {}
+    for name, held in sorted((_group_name(k, g), g) for k, g in groups.items()):
         held_ids = {id(r) for r in held}
         rest = [r for r in rows if id(r) not in held_ids]
         if not rest:
             continue
-        cal = fit(rest, default_calibration(), rounds=2)
+        cal = fit(rest, default_calibration(), rounds=rounds)
         preds, _ = predict_rows(held, cal, configs_dir, engine=engine)
         held_out_preds += preds
-        per_model[name] = summarize(preds)
-    return summarize(held_out_preds), per_model
+        per_group[name] = summarize(preds)
+    return summarize(held_out_preds), per_group
+
+
+def _group_name(key: Any, rows: Sequence[MeasuredRow]) -> str:
+    """A GPU group by its name; an architecture by its checkpoints' names."""
+    return key if isinstance(key, str) else " + ".join(sorted({r.model_path for r in rows}))
+
+
+def leave_one_model_out(
+    rows: Sequence[MeasuredRow],
+    configs_dir: Path | None,
+    *,
+    engine: bool = False,
+    rounds: int = 2,
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Models are held out by architecture, so that checkpoints of one architecture
+    (DeepSeek-V3 / R1, Llama-3.1-8B-Instruct / its FP8 copy) leave together."""
+    return leave_one_out(
+        rows, configs_dir, lambda r: _arch_key(r, configs_dir), engine=engine, rounds=rounds
+    )
+
+
+def leave_one_gpu_out(
+    rows: Sequence[MeasuredRow],
+    configs_dir: Path | None,
+    *,
+    engine: bool = False,
+    rounds: int = 2,
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Each GPU kind's rows scored with constants fitted on the other GPUs' rows."""
+    return leave_one_out(rows, configs_dir, lambda r: r.system, engine=engine, rounds=rounds)
 
 
 def _arch_key(row: MeasuredRow, configs_dir: Path | None) -> tuple[Any, ...]:
@@ -120,8 +158,8 @@ def model_speed() -> dict[str, float]:
     from gpufleet.perf.step_time import StepBatch
     from gpufleet.plan.layout import Layout
     from gpufleet.plan.perf_serving import predict_serving
+    from gpufleet.specs.catalog import load_model
     from gpufleet.specs.gpus import load_gpu
-    from gpufleet.specs.models import load_model
 
     out: dict[str, float] = {}
     gpu = load_gpu("h200")
@@ -169,11 +207,14 @@ def markdown(report: dict[str, Any]) -> str:
         add(f"backend {name}", s)
     for name, s in report["per_model"].items():
         add(f"model {name}", s)
-    if "leave_one_model_out" in report:
-        add("**leave-one-model-out**", report["leave_one_model_out"]["overall"])
-        for name, s in report["leave_one_model_out"]["per_model"].items():
-            add(f"LOMO {name}", s)
+    for key, short, title in (("leave_one_model_out", "LOMO", "leave-one-model-out"),
+                              ("leave_one_gpu_out", "LOGO", "leave-one-GPU-out")):  # fmt: skip
+        if key in report:
+            add(f"**{title}**", report[key]["overall"])
+            for name, s in report[key]["per_group"].items():
+                add(f"{short} {name}", s)
     out = f"Closed loop: {report.get('closed_loop', 'analytic')}\n\n" + "\n".join(lines)
+    out += "\n\n" + _targets(report)
     if "analytic" in report:
         out += "\n\n" + _comparison(report)
     if "model_speed" in report:
@@ -188,6 +229,31 @@ def markdown(report: dict[str, Any]) -> str:
         shown = ", ".join(ids[:3]) + (f", … ({len(ids)} rows)" if len(ids) > 3 else "")
         out += f"\n- {reason}: {shown}"
     return out
+
+
+def _targets(report: dict[str, Any]) -> str:
+    """Issue 14's targets, each with the figure it is checked on and whether it holds."""
+    t = report["targets"]
+    checks = [("in-sample", report["overall"], t["in_sample_ttft_median_ape_pct"],
+               t["in_sample_tpot_median_ape_pct"])]  # fmt: skip
+    for key, label in (("leave_one_model_out", "leave-one-model-out"),
+                       ("leave_one_gpu_out", "leave-one-GPU-out (reported)")):  # fmt: skip
+        if key in report:
+            checks.append((label, report[key]["overall"], t["ttft_median_ape_pct"],
+                           t["tpot_median_ape_pct"]))  # fmt: skip
+    lines = [
+        "| target | TTFT median % (≤) | TPOT median % (≤) | met |",
+        "| --- | ---: | ---: | --- |",
+    ]
+    for label, s, ttft_max, tpot_max in checks:
+        if not s.get("rows"):
+            continue
+        met = s["ttft_median_ape_pct"] <= ttft_max and s["tpot_median_ape_pct"] <= tpot_max
+        lines.append(
+            f"| {label} | {s['ttft_median_ape_pct']:.1f} ({ttft_max:g}) "
+            f"| {s['tpot_median_ape_pct']:.1f} ({tpot_max:g}) | {'yes' if met else 'no'} |"
+        )
+    return "\n".join(lines)
 
 
 def _comparison(report: dict[str, Any]) -> str:
@@ -215,7 +281,12 @@ def _comparison(report: dict[str, Any]) -> str:
 
 
 def run(
-    csv_path: Path, configs_dir: Path | None = None, lomo: bool = True, engine: bool = False
+    csv_path: Path,
+    configs_dir: Path | None = None,
+    lomo: bool = True,
+    engine: bool = False,
+    logo: bool = True,
+    refit_rounds: int = 2,
 ) -> dict[str, Any]:
     rows = read_rows(csv_path)
     t0 = time.perf_counter()
@@ -229,6 +300,8 @@ def run(
         "targets": {
             "ttft_median_ape_pct": TARGET_TTFT_MEDIAN_PCT,
             "tpot_median_ape_pct": TARGET_TPOT_MEDIAN_PCT,
+            "in_sample_ttft_median_ape_pct": TARGET_IN_SAMPLE_TTFT_MEDIAN_PCT,
+            "in_sample_tpot_median_ape_pct": TARGET_IN_SAMPLE_TPOT_MEDIAN_PCT,
         },
         "overall": summarize(preds),
         "per_backend": group_by(preds, "backend"),
@@ -246,10 +319,17 @@ def run(
             "per_model": group_by(analytic, "model_path"),
         }
     report["model_speed"] = model_speed()
+    modelled = [p.row for p in preds]
     if lomo and preds:
-        modelled = [p.row for p in preds]
-        overall, per_model = leave_one_model_out(modelled, configs_dir, engine=engine)
-        report["leave_one_model_out"] = {"overall": overall, "per_model": per_model}
+        overall, per_group = leave_one_model_out(
+            modelled, configs_dir, engine=engine, rounds=refit_rounds
+        )
+        report["leave_one_model_out"] = {"overall": overall, "per_group": per_group}
+    if logo and len({r.system for r in modelled}) > 1:
+        overall, per_group = leave_one_gpu_out(
+            modelled, configs_dir, engine=engine, rounds=refit_rounds
+        )
+        report["leave_one_gpu_out"] = {"overall": overall, "per_group": per_group}
     return report
 
 
@@ -265,6 +345,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--no-lomo", action="store_true", help="skip the leave-one-model-out refits"
     )
+    parser.add_argument("--no-logo", action="store_true", help="skip the leave-one-GPU-out refits")
+    parser.add_argument(
+        "--refit-rounds",
+        type=int,
+        default=2,
+        choices=(1, 2, 3),
+        help="coordinate-search rounds of each held-out refit",
+    )
     parser.add_argument(
         "--engine",
         action="store_true",
@@ -275,7 +363,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--model-configs {args.model_configs} is not a directory")
     try:
         args.csv = args.csv or default_csv()
-        report = run(args.csv, args.model_configs, lomo=not args.no_lomo, engine=args.engine)
+        report = run(
+            args.csv, args.model_configs, lomo=not args.no_lomo, engine=args.engine,
+            logo=not args.no_logo, refit_rounds=args.refit_rounds,
+        )  # fmt: skip
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -40,6 +40,14 @@ CASES: dict[str, list[str]] = {
                                    "--rps", "10"],
     "8B h100-sxm --json": ["--model", "llama-3.1-8b", "--gpu", "h100", "--rps", "500",
                            "--json"],
+    "DeepSeek-V3 h200 rps 20 (DP×EP over nodes, disagg)": [
+        "--model", "deepseek-ai/DeepSeek-V3", "--gpu", "h200", "--rps", "20"],
+    "Kimi-K2 gb200 (NVL72 DP×EP, disagg)": ["--model", "moonshotai/Kimi-K2-Instruct",
+                                            "--gpu", "gb200", "--rps", "20"],
+    "70B NVFP4 b200": ["--model", "RedHatAI/Llama-3.1-70B-Instruct-NVFP4", "--gpu", "b200",
+                       "--rps", "10"],
+    "gpt-oss-120b h100 sglang": ["--model", "openai/gpt-oss-120b", "--gpu", "h100",
+                                 "--engine", "sglang", "--rps", "10"],
 }  # fmt: skip
 
 
@@ -60,6 +68,7 @@ def time_command(args: list[str], repeat: int) -> dict[str, float]:
 def time_searches() -> dict[str, Any]:
     times = []
     errors = 0
+    slowest = ("", 0.0)
     for m in model_names():
         model = load_model(m)
         for g in gpu_names():
@@ -68,9 +77,13 @@ def time_searches() -> dict[str, Any]:
                 plan(PlanRequest(model=model, gpu=load_gpu(g), rps=10))
             except UserError:
                 errors += 1
-            times.append(time.perf_counter() - start)
+            took = time.perf_counter() - start
+            times.append(took)
+            if took > slowest[1]:
+                slowest = (f"{m} on {g}", took)
     times.sort()
     return {
+        "slowest": slowest[0],
         "plans": len(times),
         "user_errors": errors,
         "median_s": statistics.median(times),
@@ -97,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     lines.append(
         f"| search only, {searches['plans']} model × GPU pairs | {searches['median_s']:.3f} "
-        f"| {searches['max_s']:.3f} |"
+        f"| {searches['max_s']:.3f} ({searches['slowest']}) |"
     )
     json_path, _ = write_result(args.out, result, "\n".join(lines))
     print("\n".join(lines))

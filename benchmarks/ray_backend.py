@@ -1,7 +1,7 @@
 """Ray backend against local processes: decision → ready for 1 → 3 replicas, and what the
 Ray path costs per replica (issue 10).
 
-    python benchmarks/ray_backend.py [--rounds 3] [--json FILE] [--md FILE]
+    python benchmarks/ray_backend.py [--rounds 3] [--out STEM]
 
 Both peers in one run, each with the real in-process gateway and real `gpufleet replica`
 processes (TP=2, no emulated load time, so the figure is the backend's own overhead plus
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -37,7 +36,9 @@ from gpufleet.gateway.config import validate_config
 from gpufleet.gateway.server import Gateway
 from gpufleet.routing.types import ReplicaState
 
-RESULTS = Path(__file__).resolve().parent / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import RESULTS, write_result
+
 MODEL = "meta-llama/Llama-3.1-8B"
 VALUES = {"model": MODEL, "gpu": "h100-sxm", "tp": 2, "startup_s": 0.0, "time_scale": 1.0}
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -275,16 +276,14 @@ def _table(peers: list[dict[str, Any]]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--json", type=Path, default=RESULTS / "ray_backend.json")
-    ap.add_argument("--md", type=Path, default=RESULTS / "ray_backend.md")
+    ap.add_argument("--out", type=Path, default=RESULTS / "ray_backend",
+                    help="results stem: STEM.json and STEM.md")  # fmt: skip
     args = ap.parse_args()
     local = asyncio.run(run_local(args.rounds))
     local.update(asyncio.run(local_faults()))
     peers = [local, asyncio.run(run_ray(args.rounds))]
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"peers": peers}, indent=2) + "\n")
     table = _table(peers)
-    args.md.write_text(table)
+    write_result(args.out, {"peers": peers}, table)
     sys.stdout.write(table)
 
 

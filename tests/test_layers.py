@@ -26,6 +26,9 @@ ALLOWED: dict[str, set[str]] = {
     "openai_errors": set(),
     "stats": set(),
     "shared_data": _BASE,
+    "config_errors": _BASE,  # YAML config errors with file:line:col (gateway and fleet files)
+    "report": _BASE,  # run reports: plots (the plot extra) and HTML from plain records
+    "dashboards": set(),  # the Grafana dashboard, built in code and shipped as JSON
     "specs": _BASE,
     # the step-time model and its calibration, below the engine and the planner
     "perf": _BASE | {"specs"},
@@ -39,22 +42,21 @@ ALLOWED: dict[str, set[str]] = {
     # the controller and actuators read the core's GatewaySignals and /metrics reader
     "autoscale": _BASE | {"routing", "fleet_state", "stats"},
     "gateway": _BASE | {"fleet_state", "routing", "autoscale", "tokenizer", "stats",
-                        "openai_errors"},
+                        "openai_errors", "config_errors"},
     "replica": _BASE | {"engine", "perf", "plan", "tokenizer", "stats", "openai_errors"},
     "validation": _BASE | {"engine", "plan", "perf", "specs", "stats", "shared_data"},
     "bench": _BASE | {"workload", "stats", "tokenizer", "openai_errors"},
-    # run reports: plain records of a run and their pictures (matplotlib, imported lazily)
-    "report": _BASE,
     "sim": _BASE | {"engine", "perf", "plan", "routing", "fleet_state", "autoscale",
                     "workload", "stats", "tokenizer", "specs"},
     # the top: `gpufleet up` and the command line
     "fleet": _BASE | {"autoscale", "bench", "gateway", "fleet_state", "plan", "replica",
-                      "routing", "stats", "workload", "specs", "report"},
+                      "routing", "stats", "workload", "specs", "config_errors", "report"},
     # Kubernetes: manifests from a plan and the in-cluster controller's driver side
-    "k8s": _BASE | {"autoscale", "fleet", "fleet_state", "gateway", "plan", "routing", "specs"},
+    "k8s": _BASE | {"autoscale", "fleet", "fleet_state", "gateway", "plan", "routing", "specs",
+                    "config_errors"},
     "cli": _BASE | {"bench", "engine", "fleet", "fleet_state", "gateway", "perf", "plan",
-                    "replica", "routing", "autoscale", "sim", "specs", "stats", "validation", "k8s",
-                    "workload", "tokenizer", "report"},
+                    "replica", "routing", "autoscale", "sim", "specs", "stats", "validation",
+                    "k8s", "workload", "tokenizer", "report"},
     "__init__": set(),
 }  # fmt: skip
 

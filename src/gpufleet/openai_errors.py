@@ -15,6 +15,7 @@ ERROR_TYPE_BY_STATUS: dict[int, str] = {
     401: "AuthenticationError",
     403: "PermissionDeniedError",
     404: "NotFoundError",
+    405: "MethodNotAllowedError",
     408: "TimeoutError",
     413: "BadRequestError",
     422: "UnprocessableEntityError",
@@ -34,13 +35,19 @@ def error_body(
     param: str | None = None,
     code: str | int | None = None,
 ) -> dict[str, Any]:
-    """The JSON body of an OpenAI-format error."""
+    """The JSON body of an OpenAI-format error, in vLLM's shape: `code` is the HTTP status.
+
+    A symbolic code (e.g. "model_not_found") is kept in the message, so a person still
+    reads it, while every client sees the same shape from the gateway and the replica.
+    """
+    if isinstance(code, str) and code not in message:
+        message = f"{message} ({code})"
     return {
         "error": {
             "message": message,
             "type": error_type or ERROR_TYPE_BY_STATUS.get(status, "APIError"),
             "param": param,
-            "code": code if code is not None else status,
+            "code": status,
         }
     }
 

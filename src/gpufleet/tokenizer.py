@@ -168,12 +168,21 @@ def _content_text(content: Any) -> str:
 
 
 def apply_chat_template(
-    messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True
+    messages: Sequence[dict[str, Any]],
+    add_generation_prompt: bool = True,
+    *,
+    continue_final_message: bool = False,
 ) -> str:
-    """Render chat messages to the prompt text the replica tokenizes (CHAT_TEMPLATE_JINJA)."""
+    """Render chat messages to the prompt text the replica tokenizes (CHAT_TEMPLATE_JINJA).
+
+    With `continue_final_message` the last message stays open (no `<|end|>`), so the model
+    goes on with it, as vLLM renders it for a prefilled answer.
+    """
     parts = []
     for m in messages:
         parts.append(f"<|{m.get('role', 'user')}|> {_content_text(m.get('content'))} <|end|> ")
+    if continue_final_message and parts:
+        parts[-1] = parts[-1].removesuffix("<|end|> ")
     if add_generation_prompt:
         parts.append("<|assistant|>")
     return "".join(parts)

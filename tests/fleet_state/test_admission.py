@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpufleet.fleet_state import QueueTicket, Refusal
 
-from .helpers import fleet, ready
+from .helpers import fleet, ready, replica
 
 
 def test_route_at_once_when_a_replica_is_ready() -> None:
@@ -72,3 +72,23 @@ def test_pools_wait_for_their_own_replicas() -> None:
     assert isinstance(t, QueueTicket)  # the shared replica is not gold's
     gold = ready(f, "g", pool="gold")
     assert f.admit("m", "gold", 1.0, 4.0, t) == [gold]
+
+
+def test_fail_fast_when_no_replica_of_the_model_can_become_ready() -> None:
+    """No waiting for the queue's timeout when every replica keeps failing its probes;
+    with scale from zero promised (served_models), the request waits instead."""
+    f = fleet(served=(), eject_after_failures=2)
+    r = f.table.add(replica("a"))
+    r.down_reason = "unreachable: nothing accepts connections at http://a"
+    assert isinstance(f.admit("m", None, 0.0, 4.0), QueueTicket)  # not known down yet
+    f.table.probe_failed(r)
+    f.table.probe_failed(r)
+    refusal = f.admit("m", None, 1.0, 4.0)
+    assert isinstance(refusal, Refusal) and refusal.status == 503
+    assert "can become ready" in refusal.message and "unreachable" in refusal.message
+    assert refusal.retry_after_s == 7
+    waiting = fleet(served=("m",), eject_after_failures=2)
+    w = waiting.table.add(replica("a"))
+    waiting.table.probe_failed(w)
+    waiting.table.probe_failed(w)
+    assert isinstance(waiting.admit("m", None, 1.0, 4.0), QueueTicket)

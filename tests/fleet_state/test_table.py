@@ -19,8 +19,9 @@ def test_probes_move_a_replica_through_its_states() -> None:
     table.on_removed.append(removed.append)
     r = table.add(replica("a"))
     assert r.state is ReplicaState.STARTING and table.eligible("m", None) == []
-    table.probe_failed(r)  # a starting replica is not counted against
-    assert r.state is ReplicaState.STARTING and r.consecutive_failures == 0
+    table.probe_failed(r)  # a starting replica is not ejected; its failures are counted
+    assert r.state is ReplicaState.STARTING and r.consecutive_failures == 1
+    assert table.can_become_ready(r)
     assert table.probe_passed(r) and table.mark_ready(r)
     assert table.eligible("m", None) == [r]
     table.record_failure(r)
@@ -85,3 +86,21 @@ def test_a_replica_whose_models_are_unknown_is_discovering() -> None:
     g = fleet(served=("m",))
     g.table.add(replica("a", models=()))
     assert g.model_known("m") and not g.model_known("anything")
+
+
+def test_a_replica_that_keeps_failing_its_probes_is_down() -> None:
+    table: ReplicaTable = ReplicaTable(eject_after_failures=3)
+    changes: list[int] = []
+    table.listeners.append(lambda: changes.append(1))
+    a = table.add(replica("a"))
+    b = table.add(replica("b", models=("other",)))
+    for _ in range(2):
+        table.probe_failed(a)
+    assert table.can_become_ready(a) and table.all_down("m", None) == []
+    before = len(changes)
+    table.probe_failed(a)  # the third failure in a row: it will not become ready soon
+    assert not table.can_become_ready(a) and len(changes) == before + 1  # waiters re-check
+    assert table.all_down("m", None) == [a]
+    assert table.all_down("other", None) == []  # b may still come up
+    assert table.probe_passed(a) and table.all_down("m", None) == []
+    assert b.state is ReplicaState.STARTING

@@ -93,3 +93,24 @@ def test_help_lists_every_flag() -> None:
                  "--rps", "--ttft-slo", "--tpot-slo", "--quant", "--kv-dtype",
                  "--max-model-len", "--max-gpus", "--gpu-price", "--json"):  # fmt: skip
         assert flag in r.stdout
+
+
+def test_engine_memory_fraction_and_disaggregation_options() -> None:
+    r = run("plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rps", "5",
+            "--engine", "sglang", "--gpu-memory-utilization", "0.85", "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["chosen"]["memory"]["engine"] == "sglang"
+    assert d["chosen"]["memory"]["gpu_memory_utilization"] == 0.85
+    assert "--mem-fraction-static 0.85" in d["launch"]["sglang"]
+    assert d["recommended"] in ("aggregated", "disaggregated")
+    assert "NixlConnector" in d["disaggregated"]["launch"]["vllm_decode"]
+    r = run("plan", "--model", "llama-3.1-8b", "--gpu", "b200", "--quant", "nvfp4",
+            "--disagg", "off")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "nvfp4" in r.stdout and "vLLM logs" in r.stdout and "trtllm-serve" in r.stdout
+    assert "Disaggregated prefill / decode" not in r.stdout
+    r = run(
+        "plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpu-memory-utilization", "1.5"
+    )
+    assert r.returncode == 2 and "--gpu-memory-utilization" in r.stderr

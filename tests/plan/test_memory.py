@@ -27,10 +27,11 @@ def test_usable_is_utilization_of_total_and_parts_add_up() -> None:
     assert parts == pytest.approx(m.usable_bytes)
 
 
-def test_bf16_weights_are_two_bytes_per_param_at_tp1() -> None:
+def test_bf16_weights_are_two_bytes_per_param_at_tp1_plus_the_rope_cache() -> None:
     model = load_model("llama-3.1-8b")
-    assert weight_bytes_per_gpu(model, Layout()) == 2 * model.total_params()
-    assert total_weight_bytes(model, "bf16") == 2 * model.total_params()
+    rope = 2 * model.max_position_embeddings * model.head_dim  # bf16 cos/sin rows
+    assert weight_bytes_per_gpu(model, Layout()) == 2 * model.total_params() + rope
+    assert total_weight_bytes(model, "bf16") == 2 * model.total_params() + rope
 
 
 def test_tp_splits_weights_and_pp_splits_layers() -> None:
@@ -47,8 +48,9 @@ def test_quantized_weights_keep_embeddings_bf16_and_carry_scales() -> None:
     model = load_model("llama-3.1-70b")
     vocab = model.embedding_params() + model.lm_head_params()
     linear = model.total_params() - vocab
-    fp8 = weight_bytes_per_gpu(model, Layout(weight_dtype="fp8"))
-    int4 = weight_bytes_per_gpu(model, Layout(weight_dtype="int4"))
+    rope = 2 * model.rope_cache_elements()
+    fp8 = weight_bytes_per_gpu(model, Layout(weight_dtype="fp8")) - rope
+    int4 = weight_bytes_per_gpu(model, Layout(weight_dtype="int4")) - rope
     # fp8: 1 byte per linear weight; vocab matrices 2 bytes (norms are a rounding error).
     assert fp8 == pytest.approx(linear + 2 * vocab, rel=1e-3)
     # int4 AWQ/GPTQ group 128: 0.5 byte + fp16 scale and 4-bit zero per 128 weights.
@@ -58,7 +60,7 @@ def test_quantized_weights_keep_embeddings_bf16_and_carry_scales() -> None:
 def test_mxfp4_quantizes_only_experts() -> None:
     model = load_model("gpt-oss-20b")
     bf16 = weight_bytes_per_gpu(model, Layout())
-    fp4 = weight_bytes_per_gpu(model, Layout(weight_dtype="fp4"))
+    fp4 = weight_bytes_per_gpu(model, Layout(weight_dtype="mxfp4"))
     assert model.moe is not None
     experts = model.num_moe_layers * model.moe.num_experts * model.expert_params()
     assert bf16 - fp4 == pytest.approx(experts * (2 - (0.5 + 1 / 32)), rel=1e-6)
@@ -93,7 +95,7 @@ def test_fp8_kv_doubles_capacity() -> None:
 
 def test_sliding_layers_bounded_by_window() -> None:
     model = load_model("gpt-oss-20b")
-    layout = Layout(weight_dtype="fp4")
+    layout = Layout(weight_dtype="mxfp4")
     m = memory_breakdown(model, H100, layout, 65536)
     per_layer = 2 * 8 * 64 * 2
     per_seq = 12 * per_layer * 65536 + 12 * per_layer * (128 + 16)

@@ -17,8 +17,8 @@ from gpufleet.plan.perf_serving import (
     predict_closed_loop,
     predict_serving,
 )
+from gpufleet.specs.catalog import load_model
 from gpufleet.specs.gpus import load_gpu
-from gpufleet.specs.models import load_model
 
 H100 = load_gpu("h100-sxm")
 H200 = load_gpu("h200")

@@ -56,3 +56,26 @@ def test_what_does_not_fit_is_a_user_error() -> None:
         replica_profile("meta-llama/Llama-3.1-8B", "l4", max_model_len=10_000_000)
     with pytest.raises(UserError, match="ep"):
         replica_profile("meta-llama/Llama-3.1-8B", "h100-sxm", tp=2, ep=4)
+
+
+def test_profile_takes_its_calibration_or_step_model_as_arguments() -> None:
+    import dataclasses
+
+    from gpufleet.perf.calibration import default_calibration
+    from gpufleet.perf.step_time import LinearStepTimeModel
+
+    batch = StepBatch(num_decode=8, decode_context_tokens=8000)
+    shipped = replica_profile("meta-llama/Llama-3.1-8B", "h100-sxm", max_model_len=8192)
+    slower = dataclasses.replace(default_calibration(), memory_efficiency=0.4)
+    slow = replica_profile(
+        "meta-llama/Llama-3.1-8B", "h100-sxm", max_model_len=8192, calibration=slower
+    )
+    assert slow.step_time_model.step_time_s(batch) > 1.5 * shipped.step_time_model.step_time_s(
+        batch
+    )
+    fixed = LinearStepTimeModel(base_s=0.123)
+    given = replica_profile(
+        "meta-llama/Llama-3.1-8B", "h100-sxm", max_model_len=8192, step_time_model=fixed
+    )
+    assert given.step_time_model is fixed
+    assert given.num_gpu_blocks == shipped.num_gpu_blocks  # KV still from the layout

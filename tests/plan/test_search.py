@@ -60,16 +60,16 @@ def test_auto_quantizes_before_splitting() -> None:
     steps = [d.step for d in p.decisions]
     # precision decisions come before any TP decision, TP before performance and replicas
     assert steps.index("tp") > max(i for i, s in enumerate(steps) if s == "precision")
-    assert steps[-1] == "replicas"
+    assert steps[-1] == "disagg" and steps[-2] == "replicas"
     assert p.chosen.layout.weight_dtype == "fp8"
     assert any("int4 would fit 1 GPU" in d.reason for d in p.decisions)
 
 
 def test_auto_keeps_checkpoint_precision_when_it_fits() -> None:
     assert plan(request("llama-3.1-8b")).chosen.layout.weight_dtype == "bf16"
-    assert plan(request("gpt-oss-20b")).chosen.layout.weight_dtype == "fp4"
+    assert plan(request("gpt-oss-20b")).chosen.layout.weight_dtype == "mxfp4"
     ds = plan(request("deepseek-v3", gpu=load_gpu("h200")))
-    assert ds.chosen.layout.weight_dtype == "fp8" and ds.chosen.layout.tp == 8
+    assert ds.chosen.layout.weight_dtype == "fp8" and ds.chosen.layout.num_gpus == 8
 
 
 def test_moe_gets_an_ep_decision_with_numbers() -> None:
@@ -191,7 +191,9 @@ def test_every_catalog_model_gets_a_plan(gpu: str) -> None:
 
 
 def test_small_nodes_push_to_pp_sooner() -> None:
-    p = plan(request("meta-llama/Llama-3.1-70B", quant="bf16", gpus_per_node=2, rps=1))
+    p = plan(
+        request("meta-llama/Llama-3.1-70B", quant="bf16", gpus_per_node=2, rps=1, input_tokens=4096)
+    )
     assert p.chosen.layout.tp == 2 and p.chosen.layout.pp >= 2
     assert "--pipeline-parallel-size" in p.launch.vllm
 

@@ -26,6 +26,14 @@ PUBLISHED_TOTAL_B = {
     "deepseek-ai/DeepSeek-R1": 671.0,
     "openai/gpt-oss-20b": 21.0,
     "meta-llama/Llama-4-Scout-17B-16E-Instruct": 109.0,
+    "meta-llama/Llama-3.1-405B-Instruct-FP8": 405.9,
+    "RedHatAI/Llama-3.1-70B-Instruct-NVFP4": 70.6,
+    "google/gemma-2-9b-it": 9.24,
+    "google/gemma-2-27b-it": 27.2,
+    "openai/gpt-oss-120b": 116.8,
+    "moonshotai/Kimi-K2-Instruct": 1030.0,  # HF lists 1.03T (the card rounds to "1T")
+    "zai-org/GLM-4.5": 355.0,
+    "MiniMaxAI/MiniMax-M2": 230.0,
 }
 
 # (published active B, tolerance). Qwen's card rounds 3.35B down to "3.3B", so that one
@@ -206,6 +214,7 @@ def test_generic_configs_parse(tmp_path: Path) -> None:
     # Mistral-7B-v0.1 style: every layer slides over 4096 tokens; no head_dim given.
     mistral = parse_config(
         {
+            "model_type": "mistral",  # whose config class defaults to untied embeddings
             "hidden_size": 4096,
             "num_hidden_layers": 32,
             "num_attention_heads": 32,
@@ -239,3 +248,15 @@ def test_generic_configs_parse(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 64}))
     with pytest.raises(UserError):
         load_model(str(tmp_path / "config.json"))
+
+
+def test_a_models_own_name_wins_over_a_quantized_variant_of_it() -> None:
+    """`Llama-3.1-405B` is Meta's bf16 checkpoint, not the `-Instruct-FP8` copy that the
+    catalog also ships (both reduce to the same name once variant suffixes are dropped)."""
+    from gpufleet.specs.catalog import load_model
+
+    assert load_model("meta-llama/Llama-3.1-405B").name == "meta-llama/Meta-Llama-3.1-405B"
+    assert load_model("Llama-3.1-405B").name == "meta-llama/Meta-Llama-3.1-405B"
+    fp8 = "meta-llama/Llama-3.1-405B-Instruct-FP8"
+    assert load_model(fp8).name == fp8
+    assert load_model("meta-llama/Llama-3.1-8B-Instruct").name == "meta-llama/Meta-Llama-3.1-8B"

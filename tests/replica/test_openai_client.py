@@ -118,7 +118,7 @@ def test_errors_are_openai_errors(replica: ReplicaProcess) -> None:
     with pytest.raises(openai.NotFoundError):
         c.completions.create(model="nope", prompt="x", max_tokens=1)
     with pytest.raises(openai.BadRequestError):
-        c.completions.create(model=MODEL, prompt="x", max_tokens=1, n=2)
+        c.completions.create(model=MODEL, prompt="x", max_tokens=1, logprobs=50)
     with pytest.raises(openai.BadRequestError, match="maximum context length"):
         c.completions.create(model=MODEL, prompt="x " * 9000, max_tokens=1)
 

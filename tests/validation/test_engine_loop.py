@@ -13,8 +13,8 @@ from gpufleet.perf.roofline import RooflineStepTimeModel
 from gpufleet.perf.step_time import LinearStepTimeModel, StepBatch
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.perf_serving import predict_closed_loop
+from gpufleet.specs.catalog import load_model
 from gpufleet.specs.gpus import load_gpu
-from gpufleet.specs.models import load_model
 from gpufleet.validation.engine_loop import SeparatePrefillStepModel, simulate_closed_loop
 from gpufleet.validation.measured import model_row, read_rows
 

@@ -54,6 +54,11 @@ def test_benchmark_reports_errors_per_group_and_names_unmodelled_rows(tmp_path: 
         assert s["ttft_median_ape_pct"] >= 0 and s["tpot_p90_ape_pct"] >= s["tpot_median_ape_pct"]
     lomo = report["leave_one_model_out"]
     assert lomo["overall"]["rows"] == 8
+    assert set(lomo["per_group"]) == set(report["per_model"])
+    logo = report["leave_one_gpu_out"]  # held out by GPU: h100 rows scored by h200's fit
+    assert logo["overall"]["rows"] == 8 and set(logo["per_group"]) == {"h100_sxm", "h200_sxm"}
+    assert "| **leave-one-GPU-out** |" in proc.stdout
+    assert "| in-sample |" in proc.stdout and "| leave-one-model-out |" in proc.stdout
     assert "| **overall** |" in proc.stdout
     assert "row-on-unknown-gpu" in proc.stdout
     assert out_json.with_suffix(".md").exists()
@@ -79,9 +84,16 @@ def _row(**kw: object) -> MeasuredRow:
 def test_attention_dp_rows_run_batch_size_clients_per_rank() -> None:
     p = model_row(_row())
     assert p.serving.concurrency == 16  # 16 per rank x 8 ranks = 128 clients on 8 GPUs
-    # The same 128 clients labelled as 64 ranks of 2 on the same 8 GPUs: same prediction.
+    assert not p.note
+    # The same 128 clients labelled as 64 ranks of 2 on 64 GPUs (moe_tp 8 x ep 8): the
+    # shared CSV's twin rows show it ran on one 8-GPU node; read so, same prediction.
     q = model_row(_row(attention_dp=64, moe_tp=8, batch_size=2))
-    assert q.serving.concurrency == 2  # 64 GPUs (8 x 8): each rank serves its 2
+    assert q.serving.concurrency == 16
+    assert (q.ttft_s, q.tpot_s) == (p.ttft_s, p.tpot_s)
+    assert "read as one node" in q.note and "128 clients" in q.note
+    # tp 64 labels likewise: attention TP 8 over the node's GPUs.
+    r = model_row(_row(tp=64, attention_dp=1, moe_tp=8, batch_size=16))
+    assert "tp 8" in r.note
 
 
 def test_rows_beyond_the_kv_cache_queue_for_admission() -> None:

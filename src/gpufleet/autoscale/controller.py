@@ -60,6 +60,8 @@ class Controller:
         self.decisions: deque[ScalingDecision] = deque(maxlen=history)
         self.changes: deque[ScalingDecision] = deque(maxlen=history)  # those with delta ≠ 0
         self.last_signals: FleetSignals | None = None
+        # Monotonic counts of decisions (the deques above forget old ones): for /metrics.
+        self.decision_counts: dict[str, int] = {"out": 0, "in": 0, "hold": 0}
         self._task: asyncio.Task[None] | None = None
 
     async def tick(self) -> ScalingDecision:
@@ -75,6 +77,8 @@ class Controller:
         if note:
             decision = replace(decision, reason=f"{decision.reason}; {note}")
         self.decisions.append(decision)
+        direction = "out" if decision.delta > 0 else "in" if decision.delta < 0 else "hold"
+        self.decision_counts[direction] += 1
         if decision.delta != 0:
             self.changes.append(decision)
         self._log(decision)

@@ -8,11 +8,12 @@ import math
 import re
 import signal
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
 
+from gpufleet.cli.jsonout import JsonOut, json_option
+from gpufleet.cli.urls import base_url
 from gpufleet.errors import UserError
 
 _GOODPUT_ITEM = re.compile(r"^(ttft|tpot|e2el):[0-9.]+$", re.IGNORECASE)
@@ -207,13 +208,7 @@ def _parse_extra_body(text: str | None) -> dict[str, Any]:
     multiple=True,
     help="Also scrape this server's /metrics (repeatable; e.g. the replicas behind a gateway).",
 )
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Write the full result as JSON.",
-)
+@json_option("the full result")
 @click.option(
     "--plot",
     "plot_path",
@@ -244,6 +239,8 @@ def command(ctx: click.Context, **opts: Any) -> None:
     except ValueError as e:
         raise UserError(str(e), field="--goodput", fix="e.g. --goodput ttft:500 tpot:50") from None
 
+    explicit = ctx.get_parameter_source("endpoint") is click.core.ParameterSource.COMMANDLINE
+    opts["url"], opts["endpoint"] = base_url(opts["url"], opts["endpoint"], explicit)
     sweep_spec = opts.pop("sweep")
     json_path = opts.pop("json_path")
     plot_path = opts.pop("plot_path")
@@ -283,10 +280,11 @@ def command(ctx: click.Context, **opts: Any) -> None:
     console = Console()
     if not console.is_terminal:
         console = Console(width=120)  # files and pipes get the full tables, not 80 columns
-    if sweep_spec:
-        _run_sweep(console, config, sweep_spec, json_path, plot_path, quiet)
-    else:
-        _run_one(console, config, json_path, plot_path, quiet)
+    with JsonOut(json_path) as out:
+        if sweep_spec:
+            _run_sweep(console, config, sweep_spec, out, plot_path, quiet)
+        else:
+            _run_one(console, config, out, plot_path, quiet)
 
 
 def _use_uvloop() -> None:
@@ -355,13 +353,7 @@ def _run_main(console: Any, coro_fn: Any) -> Any:
         raise click.exceptions.Abort() from None
 
 
-def _write_json(path: str, payload: dict[str, Any]) -> None:
-    Path(path).write_text(json.dumps(payload, indent=2) + "\n")
-
-
-def _run_one(
-    console: Any, config: Any, json_path: str | None, plot_path: str | None, quiet: bool
-) -> None:
+def _run_one(console: Any, config: Any, out: JsonOut, plot_path: str | None, quiet: bool) -> None:
     from gpufleet.bench.display import print_report
 
     _use_uvloop()
@@ -369,9 +361,9 @@ def _run_one(
     print_report(console, report)
     if report.interrupted:
         console.print("[bold]interrupted[/bold]: these figures cover the requests that finished")
-    if json_path:
-        _write_json(json_path, report.to_dict())
-        console.print(f"wrote {json_path}")
+    written = out.write(report.to_dict())
+    if written:
+        console.print(f"wrote {written}")
     if plot_path:
         from gpufleet.bench.plot import plot_report
 
@@ -384,7 +376,7 @@ def _run_one(
 
 
 def _run_sweep(
-    console: Any, config: Any, spec: str, json_path: str | None, plot_path: str | None, quiet: bool
+    console: Any, config: Any, spec: str, out: JsonOut, plot_path: str | None, quiet: bool
 ) -> None:
     from gpufleet.bench.display import sweep_table
     from gpufleet.bench.sweep import parse_sweep, run_sweep
@@ -401,9 +393,9 @@ def _run_sweep(
 
     sweep = _run_main(console, sweep_all)
     console.print(sweep_table(sweep))
-    if json_path:
-        _write_json(json_path, sweep.to_dict())
-        console.print(f"wrote {json_path}")
+    written = out.write(sweep.to_dict())
+    if written:
+        console.print(f"wrote {written}")
     if plot_path:
         from gpufleet.bench.plot import plot_sweep
 

@@ -68,5 +68,13 @@ def command(
         data["replicas"] = data["replicas"] + extra
         data["models"] = sorted({*data["models"], *models})
         config = validate_config(data, source="--replica")
+    from gpufleet.cli.ports import bind_error, check_port_free
+
+    listen_host = host or config.host
+    listen_port = port if port is not None else config.port
+    check_port_free(listen_host, listen_port)
     gateway = Gateway(config, config_path=os.fspath(config_path) if config_path else None)
-    run_gateway(gateway, host, port)
+    try:
+        run_gateway(gateway, host, port)
+    except OSError as e:  # lost a race for the port after the check
+        raise bind_error(e, listen_host, listen_port) from None

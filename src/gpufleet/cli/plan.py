@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import TYPE_CHECKING
 
 import click
 
-from gpufleet.specs.dtypes import KV_DTYPES
+from gpufleet.cli.jsonout import JsonOut, json_option
+from gpufleet.specs.dtypes import KV_DTYPES, WEIGHT_DTYPES
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from gpufleet.plan.search import Plan
 
-QUANT_CHOICES = ("auto", "bf16", "fp8", "int8", "int4")
+QUANT_CHOICES = ("auto", *WEIGHT_DTYPES)
+ENGINE_CHOICES = ("vllm", "sglang", "trtllm")
 KV_CHOICES = ("auto", *KV_DTYPES)
 
 
@@ -26,7 +29,8 @@ KV_CHOICES = ("auto", *KV_DTYPES)
 @click.option(
     "--gpu",
     required=True,
-    help="GPU kind: l4, a10g, l40s, a100-40gb, a100-80gb, h100-pcie, h100-sxm, h200, b200, b300, mi300x.",
+    help="GPU kind: l4, a10g, l40s, a100-40gb, a100-80gb, h100-pcie, h100-sxm, h200, b200, b300, "
+    "gb200, gb300 (NVL72), mi300x.",
 )
 @click.option(
     "--gpus-per-node",
@@ -74,7 +78,9 @@ KV_CHOICES = ("auto", *KV_DTYPES)
     type=click.Choice(QUANT_CHOICES),
     default="auto",
     show_default=True,
-    help="Weight precision; auto keeps the checkpoint's and quantizes to fp8 only when needed.",
+    help="Weight precision; auto keeps the checkpoint's (fp8, mxfp4, nvfp4 from its "
+    "quantization_config) and quantizes to fp8 only when needed. nvfp4 / mxfp4 run W4A4 on "
+    "Blackwell, weight-only (W4A16) elsewhere.",
 )
 @click.option(
     "--kv-dtype",
@@ -112,7 +118,29 @@ KV_CHOICES = ("auto", *KV_DTYPES)
 @click.option(
     "--namespace", default=None, help="With --emit k8s: the namespace [default: gpufleet]."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the whole plan as JSON.")
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINE_CHOICES),
+    default="vllm",
+    show_default=True,
+    help="Whose memory accounting, admission, token budget and overheads the plan uses.",
+)
+@click.option(
+    "--gpu-memory-utilization",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    default=None,
+    help="The engine's memory fraction (vLLM --gpu-memory-utilization, SGLang "
+    "--mem-fraction-static, TRT-LLM --kv_cache_free_gpu_memory_fraction); default: the "
+    "engine's own (vLLM 0.9).",
+)
+@click.option(
+    "--disagg",
+    type=click.Choice(("auto", "off")),
+    default="auto",
+    show_default=True,
+    help="auto: also plan disaggregated prefill / decode pools and say which wins.",
+)
+@json_option("the whole plan")
 def command(
     model: str,
     gpu: str,
@@ -129,10 +157,14 @@ def command(
     gpu_price: float | None,
     emit: tuple[str, str] | None,
     namespace: str | None,
-    as_json: bool,
+    engine: str,
+    gpu_memory_utilization: float | None,
+    disagg: str,
+    json_path: str | None,
 ) -> None:
     """Memory per GPU, the layout decision trail, predicted TTFT/TPOT/throughput/cost,
-    and launch commands for vLLM and SGLang."""
+    and launch commands for vLLM, SGLang and TRT-LLM (and for disaggregated prefill /
+    decode pools when they are planned)."""
     from gpufleet.plan.search import PlanRequest, plan
     from gpufleet.specs import load_gpu, load_model
 
@@ -150,6 +182,9 @@ def command(
         max_model_len=max_model_len,
         max_gpus=max_gpus,
         gpu_price_per_hour_usd=gpu_price,
+        engine=engine,
+        gpu_memory_utilization=gpu_memory_utilization,
+        disaggregation=disagg,
     )
     result = plan(req)
     emitted, out_dir = None, emit[1] if emit is not None else ""
@@ -157,17 +192,21 @@ def command(
         from gpufleet.k8s.emit import emit_plan
 
         emitted = emit_plan(result, out_dir, namespace=namespace)
-    if as_json:
-        data = result.to_dict()
-        if emitted is not None:
-            data["emitted"] = {"files": [str(p) for p in emitted.paths], "summary": emitted.summary}
-        click.echo(json.dumps(data, indent=2))
-        return
-    print_plan(result, width=None if sys.stdout.isatty() else 140)
+    data = result.to_dict()
     if emitted is not None:
-        from gpufleet.cli.deploy import print_emitted
+        data["emitted"] = {"files": [str(p) for p in emitted.paths], "summary": emitted.summary}
+    with JsonOut(json_path) as out:
+        if out.to_stdout:
+            out.write(data)
+            return
+        print_plan(result, width=None if sys.stdout.isatty() else 140)
+        if emitted is not None:
+            from gpufleet.cli.deploy import print_emitted
 
-        print_emitted(emitted, out_dir, as_json=False)
+            print_emitted(emitted, out_dir, as_json=False)
+        written = out.write(data)
+        if written:
+            click.echo(f"wrote {written}")
 
 
 def _gib(x: float) -> str:
@@ -197,13 +236,20 @@ def print_plan(result: Plan, width: int | None = None) -> None:
         f"max_model_len {result.max_model_len}"
     )
 
-    mem = Table(title="Memory per GPU (GiB; vLLM accounting at gpu_memory_utilization 0.9)")
-    for col in ("layout", "GPUs", "usable", "weights", "activations", "reserve", "KV cache",
-                "KV tokens", f"seqs @ {result.max_model_len}"):  # fmt: skip
+    chosen_mem = result.chosen.memory
+    engine = chosen_mem.engine
+    mem = Table(
+        title=f"Memory per GPU (GiB; {engine} accounting at memory fraction "
+        f"{chosen_mem.gpu_memory_utilization:g})"
+    )
+    logged = engine == "vllm"
+    cols = ["layout", "GPUs", "usable", "weights", "activations", "reserve", "KV cache",
+            "KV tokens"] + (["vLLM logs"] if logged else []) + [f"seqs @ {result.max_model_len}"]  # fmt: skip
+    for col in cols:
         mem.add_column(col, justify="left" if col == "layout" else "right")
     for c in result.candidates:
         m = c.memory
-        mem.add_row(
+        row = [
             ("* " if c is result.chosen else "") + c.layout.label,
             str(c.layout.num_gpus),
             _gib(m.usable_bytes),
@@ -212,9 +258,17 @@ def print_plan(result: Plan, width: int | None = None) -> None:
             _gib(m.framework_reserve_bytes),
             _gib(m.kv_cache_bytes),
             f"{m.kv_capacity_tokens:,}",
-            str(m.max_concurrent_seqs),
-        )
+        ]
+        if logged:
+            row.append(f"{m.kv_tokens_logged:,}")
+        mem.add_row(*row, str(m.max_concurrent_seqs))
     console.print(mem)
+    if logged and chosen_mem.kv_tokens_logged != chosen_mem.kv_capacity_tokens:
+        console.print(
+            "KV tokens: what the cache holds per sequence of max_model_len (sliding-window "
+            'layers keep only their window); vLLM logs: its "GPU KV cache size: N tokens" '
+            "line, which counts every layer as full attention"
+        )
 
     trail = Table.grid(padding=(0, 1))
     trail.add_column(no_wrap=True)
@@ -227,7 +281,9 @@ def print_plan(result: Plan, width: int | None = None) -> None:
     console.print("[bold]Decisions[/] (in the order they are made)")
     console.print(trail)
 
-    perf = Table(title="Performance per layout (vLLM, at --rps; max = highest load within SLOs)")
+    perf = Table(
+        title=f"Performance per layout ({engine}, at --rps; max = highest load within SLOs)"
+    )
     for col in ("layout", "prefill ms", "TTFT ms", "TPOT ms", "in flight", "max tok/s",
                 "max req/s", "replicas", "GPUs", "$/h", "$/M out tok"):  # fmt: skip
         perf.add_column(col, justify="left" if col == "layout" else "right")
@@ -270,5 +326,28 @@ def print_plan(result: Plan, width: int | None = None) -> None:
     console.print("[bold]Launch (one replica):[/]")
     console.print(result.launch.vllm, soft_wrap=True)
     console.print(result.launch.sglang, soft_wrap=True)
+    console.print(result.launch.trtllm, soft_wrap=True)
     for note in result.launch.notes:
+        console.print(f"# {note}", soft_wrap=True)
+    print_disaggregated(result, console)
+
+
+def print_disaggregated(result: Plan, console: Console) -> None:
+    """The disaggregated prefill / decode option, its verdict and its commands."""
+    d, launch = result.disaggregated, result.disagg_launch
+    if d is None or launch is None:
+        return
+    verdict = "[green]recommended[/]" if d.wins else "not recommended"
+    console.print(
+        f"[bold]Disaggregated prefill / decode[/] ({verdict}): "
+        f"{d.prefill.replicas} × {d.prefill.layout.label} prefill + "
+        f"{d.decode.replicas} × {d.decode.layout.label} decode = {d.total_gpus} GPUs, "
+        f"TTFT {_ms(d.ttft_s)} ms, TPOT {_ms(d.tpot_s)} ms, KV transfer "
+        f"{_ms(d.kv_transfer_s)} ms per prompt at {d.kv_link_gbps:g} GB/s per GPU"
+    )
+    console.print(f"# {d.reason}", soft_wrap=True)
+    for cmd in (launch.vllm_prefill, launch.vllm_decode, launch.vllm_router,
+                launch.sglang_prefill, launch.sglang_decode, launch.sglang_router):  # fmt: skip
+        console.print(cmd, soft_wrap=True)
+    for note in launch.notes:
         console.print(f"# {note}", soft_wrap=True)

@@ -84,6 +84,13 @@ def _parse_step_time(spec: str) -> LinearStepTimeModel:
 )
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option(
+    "--max-logprobs",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Most logprobs a request may ask for (vLLM's flag).",
+)
+@click.option(
     "--access-log/--no-access-log", default=False, help="Log every HTTP request to stderr."
 )
 @click.option(
@@ -119,6 +126,7 @@ def command(
     startup_s: float,
     time_scale: float,
     seed: int,
+    max_logprobs: int,
     access_log: bool,
     fail_next: int,
     fail_status: int,
@@ -126,11 +134,13 @@ def command(
     exit_after_s: float | None,
 ) -> None:
     """Run a simulated vLLM-compatible replica (OpenAI API, /health, /metrics)."""
+    from gpufleet.cli.ports import bind_error, check_port_free
     from gpufleet.engine import EngineConfig
     from gpufleet.plan.profile import replica_profile
     from gpufleet.replica.config import Faults, ReplicaConfig
     from gpufleet.replica.server import serve
 
+    check_port_free(host, port)
     if time_scale <= 0:
         raise UserError("must be > 0", field="--time-scale")
     if slow_factor <= 0:
@@ -178,6 +188,7 @@ def command(
         exit_after_s=exit_after_s,
         access_log=access_log,
         tp=tp,
+        max_logprobs=max_logprobs,
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     try:
@@ -189,5 +200,5 @@ def command(
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(serve(config))
-    except OSError as e:
-        raise UserError(str(e), field="--port", fix="choose a free port (0 picks one)") from e
+    except OSError as e:  # lost a race for the port after the check
+        raise bind_error(e, host, port) from None

@@ -8,11 +8,11 @@ routing policies of `gpufleet gateway --policy` and the autoscaling policies of
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import click
 
+from gpufleet.cli.jsonout import JsonOut, json_option
 from gpufleet.errors import UserError
 
 # --sweep KEY=V1,V2,...: which Scenario field each key sets, and how to read a value.
@@ -163,7 +163,7 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
     default=None,
     help="Run the sweep on a Ray cluster, one scenario per task: auto | ray://HOST:10001.",
 )
-@click.option("--json", "json_path", default=None, help="Write every figure as JSON here.")
+@json_option()
 @click.option(
     "--plot", "plot_path", default=None,
     help="Write one PNG here: replicas over time, TTFT/TPOT over time, latency CDFs "
@@ -179,15 +179,8 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
 )  # fmt: skip
 def command(**kw: Any) -> None:
     """Simulate a fleet of replicas behind a router (and an autoscaler) on a virtual clock."""
-    from gpufleet.cli.sim_output import (
-        run_progress,
-        sweep_progress,
-        write_plot,
-        write_report_dir,
-    )
     from gpufleet.sim.fleet_spec import load_sim_fleet
-    from gpufleet.sim.report import comparison_row, comparison_table, format_summary, summarize
-    from gpufleet.sim.scenario import Scenario, run_many, run_scenario_result
+    from gpufleet.sim.scenario import Scenario
     from gpufleet.workload import parse_rate_steps
 
     if kw["autoscale"] is None and kw["replicas"] < 1:
@@ -280,6 +273,20 @@ def command(**kw: Any) -> None:
         from gpufleet.report.plots import pyplot
 
         pyplot("--plot" if kw["plot_path"] else "--report")  # fail before the run, not after
+    with JsonOut(kw["json_path"]) as json_out:
+        _run(kw, sc, json_out)
+
+
+def _run(kw: dict[str, Any], sc: Any, json_out: JsonOut) -> None:
+    from gpufleet.cli.sim_output import (
+        run_progress,
+        sweep_progress,
+        write_plot,
+        write_report_dir,
+    )
+    from gpufleet.sim.report import comparison_row, comparison_table, format_summary, summarize
+    from gpufleet.sim.scenario import run_many, run_scenario_result
+
     out: dict[str, Any]
     if kw["ray_address"] and not kw["sweep"]:
         raise UserError("--ray-address runs a sweep", field="--ray-address", fix="add --sweep")
@@ -318,10 +325,7 @@ def command(**kw: Any) -> None:
             for path in write_report_dir(result, summary, kw["report_dir"]):
                 click.echo(f"wrote {path}")
         out = summary
-    if kw["json_path"]:
-        path = Path(kw["json_path"])
-        try:
-            path.write_text(json.dumps(out, indent=2, default=str) + "\n")
-        except OSError as e:
-            raise UserError(f"cannot write {path}: {e.strerror}", field="--json") from None
-        click.echo(f"wrote {path}")
+    written = json_out.write(out)
+    if written:
+        click.echo(f"wrote {written}")
+

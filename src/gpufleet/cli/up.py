@@ -4,13 +4,15 @@ and replicas as one (replicas as local processes, or on a Ray cluster: docs/ray.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import signal
 import sys
+from pathlib import Path
 
 import click
 
+from gpufleet.cli.jsonout import JsonOut, json_option
+from gpufleet.cli.ports import bind_error, check_port_free
 from gpufleet.errors import UserError
 
 
@@ -48,7 +50,14 @@ from gpufleet.errors import UserError
     help="Name of this fleet on the Ray cluster (one controller per name) "
     "[default: backend.fleet_name].",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the demo summary as JSON.")
+@json_option("the run's summary")
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="At the end, write PNG plots and an HTML summary here (needs the plot extra).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log every decision and replica event.")
 def command(
     fleet_yaml: str | None,
@@ -59,7 +68,8 @@ def command(
     backend: str | None,
     ray_address: str | None,
     fleet_name: str | None,
-    as_json: bool,
+    json_path: str | None,
+    report_dir: str | None,
     verbose: bool,
 ) -> None:
     """Start the gateway, the autoscaler and the replicas from one config; Ctrl-C stops all.
@@ -95,6 +105,10 @@ def command(
             field="--backend",
             fix="add --backend ray (or backend: {kind: ray} in the YAML)",
         )
+    settings = cfg.gateway_settings()
+    listen_host = host or settings.get("host", "127.0.0.1")
+    listen_port = port if port is not None else int(settings.get("port", 8000))
+    check_port_free(listen_host, listen_port)
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
@@ -107,14 +121,25 @@ def command(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        return await run_up(cfg, demo=demo, stop=stop, console=console, port=port, host=host)
+        return await run_up(
+            cfg,
+            demo=demo,
+            stop=stop,
+            console=console,
+            port=port,
+            host=host,
+            report_dir=Path(report_dir) if report_dir else None,
+        )
 
-    try:
-        summary = asyncio.run(main())
-    except OSError as e:
-        raise UserError(str(e), field="--port", fix="pick a free port, e.g. --port 0") from None
-    if as_json and summary is not None:
-        out = summary.to_json()  # type: ignore[attr-defined]
-        cap = cfg.capacity()
-        out["capacity_per_replica"] = cap.to_json() if cap is not None else None
-        click.echo(json.dumps(out, indent=2))
+    with JsonOut(json_path) as json_out:
+        try:
+            summary = asyncio.run(main())
+        except OSError as e:  # lost a race for the port after the check
+            raise bind_error(e, listen_host, listen_port) from None
+        if summary is not None:
+            out = summary.to_json()  # type: ignore[attr-defined]
+            cap = cfg.capacity()
+            out["capacity_per_replica"] = cap.to_json() if cap is not None else None
+            written = json_out.write(out)
+            if written:
+                click.echo(f"wrote {written}")

@@ -33,12 +33,12 @@ import shlex
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpufleet.autoscale.decision import ReplicaBounds
 from gpufleet.autoscale.local import DEFAULT_COMMAND, check_template
 from gpufleet.autoscale.policies import make_policy
+from gpufleet.config_errors import Positions, load_yaml, user_error
 from gpufleet.errors import UserError
 from gpufleet.plan.capacity import DEFAULT_TOKENS_PER_REQUEST, ReplicaCapacity, replica_capacity
 
@@ -219,15 +219,19 @@ class FleetConfig(_Strict):
         return params
 
 
-def validate_fleet(data: Any, source: str = "fleet config") -> FleetConfig:
-    cfg = parse_fleet(data, source)
+def validate_fleet(
+    data: Any, source: str = "fleet config", positions: Positions | None = None
+) -> FleetConfig:
+    cfg = parse_fleet(data, source, positions)
     check_template(cfg.replicas.full_command())
     # Build the policy once now so a bad parameter fails before any process starts.
     make_policy(cfg.autoscale.policy, cfg.autoscale.bounds(), cfg.policy_params())
     return cfg
 
 
-def parse_fleet(data: Any, source: str = "fleet config") -> FleetConfig:
+def parse_fleet(
+    data: Any, source: str = "fleet config", positions: Positions | None = None
+) -> FleetConfig:
     """The fleet config's fields, checked; nothing derived yet (`gpufleet deploy k8s`
     sizes replicas from the plan, not from the local replica command)."""
     if not isinstance(data, dict):
@@ -237,14 +241,18 @@ def parse_fleet(data: Any, source: str = "fleet config") -> FleetConfig:
     try:
         cfg = FleetConfig.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or source
-        fix = (
-            "remove it or check its spelling"
-            if err["type"] == "extra_forbidden"
-            else "see the example in `gpufleet up --help`"
-        )
-        raise UserError(err["msg"], field=field, fix=fix) from None
+        raise user_error(
+            exc,
+            FleetConfig,
+            source if positions else "",
+            positions,
+            fix="see the example in `gpufleet up --help`",
+        ) from None
+    gateway = data.get("gateway")
+    if isinstance(gateway, dict):  # checked now, with its place in this file
+        from gpufleet.gateway.config import validate_config
+
+        validate_config(gateway, source, positions, prefix=("gateway",))
     return cfg
 
 
@@ -253,11 +261,5 @@ def load_fleet(path: str | Path | None, *, derive: bool = True) -> FleetConfig:
     check = validate_fleet if derive else parse_fleet
     if path is None:
         return check({})
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as exc:
-        raise UserError(str(exc), field="FLEET_YAML", fix="pass an existing YAML file") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"not valid YAML: {exc}", field=str(p), fix="fix the YAML syntax") from None
-    return check(data or {}, source=str(p))
+    data, positions = load_yaml(path, "FLEET_YAML")
+    return check(data or {}, source=str(path), positions=positions)

@@ -34,6 +34,7 @@ from gpufleet.autoscale.controller import Controller
 from gpufleet.autoscale.decision import ScalingDecision
 from gpufleet.autoscale.gateway_link import InProcessGateway
 from gpufleet.autoscale.local import LocalProcessActuator
+from gpufleet.autoscale.metrics import AutoscaleCollector
 from gpufleet.autoscale.policies import make_policy
 from gpufleet.fleet.config import FleetConfig
 from gpufleet.fleet.replica_latency import ReplicaTtft, scrape_ttft
@@ -192,6 +193,8 @@ async def fleet_up(
             policy, actuator, link.read_signals, interval_s=cfg.autoscale.interval_s, clock=clock
         )
         _admin_route(gateway, controller, cfg.capacity())
+        # One scrape of the gateway shows the fleet's size and decisions beside its traffic.
+        gateway.metrics.registry.register(AutoscaleCollector(controller))
         bound = await gateway.start()
         url = f"http://{gateway.host}:{bound}"
         run = FleetRun(cfg, gateway, actuator, controller, url, clock())
@@ -276,6 +279,7 @@ async def run_up(
     phases: Sequence[RatePhase] = DEMO_PHASES,
     seed: int = 0,
     clock: Callable[[], float] = time.monotonic,
+    report_dir: Path | None = None,
 ) -> Summary | None:
     """Run until `stop` is set (or, with `demo`, until the traffic has played)."""
     async with fleet_up(cfg, port=port, host=host, clock=clock) as run:
@@ -349,11 +353,24 @@ async def run_up(
             with contextlib.suppress(asyncio.CancelledError):
                 await driver
         traffic_window = (t0 - run.started_s, clock() - run.started_s)
+        summary = _summary(run, traffic, traffic_window, console)
+        if report_dir is not None:
+            from gpufleet.fleet.report import up_record, write_up_report
+
+            record = up_record(run, traffic, traffic_window[0], summary)
+            for path in write_up_report(record, report_dir):
+                console.print(f"wrote {path}", markup=False, highlight=False)
+    return summary
+
+
+def _summary(
+    run: FleetRun, traffic: TrafficLog | None, window: tuple[float, float], console: Console
+) -> Summary | None:
     if traffic is None:
         return None
     summary = summarize(
         traffic.results,
-        run.timeline.between(*traffic_window),
+        run.timeline.between(*window),
         scale_outs=sum(1 for d in run.changes if d.delta > 0),
         scale_ins=sum(1 for d in run.changes if d.delta < 0),
         cut_by_scale_in=run.cut_requests,

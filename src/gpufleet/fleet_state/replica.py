@@ -20,6 +20,7 @@ class FleetReplica(ReplicaView):
     consecutive_successes: int = 0
     streaming: int = 0  # of in_flight, those whose first token reached the client
     kv_capacity_tokens: int | None = None  # from the engine's metrics, when it reports it
+    down_reason: str = ""  # why the last probe failed ("" once healthy), as a person reads it
 
     def serves(self, model: str) -> bool:
         # A replica whose models are not known yet (no /v1/models) is offered none.

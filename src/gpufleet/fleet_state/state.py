@@ -91,6 +91,12 @@ class FleetState(Generic[R]):
         if not self.model_known(model):
             refusal = Refusal(404, f"the model '{model}' does not exist", "model_not_found",
                               param="model", code="model_not_found")  # fmt: skip
+        elif model not in self.served_models and (down := self.table.all_down(model, pool)):
+            # Fail fast: nothing will become ready to wait for (no scale from zero promised).
+            why = "; ".join(f"{r.replica_id} ({r.url}): {r.down_reason or 'failing'}" for r in down)
+            refusal = Refusal(503, f"no replica of model '{model}' can become ready: {why}",
+                              "no_replica_can_become_ready",
+                              retry_after_s=self.queue.retry_after_s)  # fmt: skip
         elif now_s >= deadline_s:
             refusal = self._unavailable(model, "timed out in the queue", "queue_timeout")
         elif ticket is None and self.queue.full:

@@ -97,11 +97,35 @@ class ReplicaTable(Generic[R]):
             self.changed()
 
     def probe_failed(self, replica: R) -> None:
-        """A failed /health probe: counts against a ready replica, resets the others."""
+        """A failed /health probe: counts against a ready replica (ejected after too many);
+        a starting or ejected one that keeps failing is `down` (see `can_become_ready`)."""
         if replica.state is ReplicaState.READY:
             self.record_failure(replica)
-        else:
-            replica.consecutive_successes = 0
+            return
+        replica.consecutive_successes = 0
+        replica.consecutive_failures += 1
+        if replica.consecutive_failures == self.eject_after_failures:
+            self.changed()  # waiting requests re-check: this one will not become ready soon
+
+    def can_become_ready(self, replica: R) -> bool:
+        """Ready, or starting / ejected without failing its probes persistently."""
+        if replica.state is ReplicaState.READY:
+            return True
+        if replica.state is ReplicaState.DRAINING:
+            return False
+        return replica.consecutive_failures < self.eject_after_failures
+
+    def all_down(self, model: str, pool: str | None) -> list[R]:
+        """The replicas that could serve `model` in `pool` when none of them can become
+        ready (they keep failing their probes); [] when one can, or when there is none."""
+        serving = [
+            r for r in self.by_id.values()
+            if r.pool == pool and (model in r.models or not r.models)
+            and r.state is not ReplicaState.DRAINING
+        ]  # fmt: skip
+        if not serving or any(self.can_become_ready(r) for r in serving):
+            return []
+        return serving
 
     def probe_passed(self, replica: R) -> bool:
         """A passing /health probe. True when the replica may become ready now (the

@@ -62,7 +62,16 @@ class AdminApi:
     async def health(self, request: web.Request) -> web.Response:
         table = self.gw.fleet.table
         ready = table.count(ReplicaState.READY)
-        body = {"status": "ok", "replicas_ready": ready, "replicas_total": len(table)}
+        body = {
+            # the gateway itself is up (it answers and queues); degraded: nothing to route to
+            "status": "ok" if ready else "degraded",
+            "replicas_ready": ready,
+            "replicas_total": len(table),
+            "replicas": {
+                r.replica_id: {"url": r.url, "state": str(r.state), "reason": r.down_reason or None}
+                for r in table
+            },
+        }
         return web.json_response(body)
 
     async def metrics(self, request: web.Request) -> web.Response:

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gpufleet.config_errors import Positions, load_yaml, user_error
 from gpufleet.errors import UserError
 
 
@@ -121,21 +121,14 @@ class GatewayConfig(_Strict):
         return self
 
 
-_FIXES = {
-    "extra_forbidden": "remove it or check its spelling",
-    "missing": "add it",
-}
-
-
-def _field_name(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "config"
-
-
-def validate_config(data: Any, source: str = "config") -> GatewayConfig:
-    """A GatewayConfig from plain data, or a UserError naming the first bad field."""
+def validate_config(
+    data: Any,
+    source: str = "config",
+    positions: Positions | None = None,
+    prefix: tuple[str | int, ...] = (),
+) -> GatewayConfig:
+    """A GatewayConfig from plain data, or a UserError naming the first bad field (with its
+    file, line and column when `positions` come from the YAML file)."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -143,23 +136,16 @@ def validate_config(data: Any, source: str = "config") -> GatewayConfig:
     try:
         return GatewayConfig.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        name = _field_name(tuple(err["loc"]))
-        fix = _FIXES.get(err["type"], "see the gateway section of README.md")
-        raise UserError(err["msg"], field=f"{source}: {name}", fix=fix) from None
+        raise user_error(
+            exc, GatewayConfig, source, positions, prefix=prefix, fix="see docs/gateway.md"
+        ) from None
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> GatewayConfig:
     """Read a YAML file (plus CLI overrides at the top level) into a validated config."""
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as exc:
-        raise UserError(str(exc), field="--config", fix="pass an existing YAML file") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"not valid YAML: {exc}", field=str(p), fix="fix the YAML syntax") from None
+    data, positions = load_yaml(path, "--config")
     if data is None:
         data = {}
     if isinstance(data, dict) and overrides:
         data = {**data, **overrides}
-    return validate_config(data, source=str(p))
+    return validate_config(data, source=str(path), positions=positions)

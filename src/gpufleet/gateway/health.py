@@ -11,7 +11,7 @@ from collections.abc import Callable
 import aiohttp
 
 from gpufleet.fleet_state import FleetState, parse_engine_metrics
-from gpufleet.gateway import probes
+from gpufleet.gateway import probe_reasons, probes
 from gpufleet.gateway.config import GatewayConfig
 from gpufleet.gateway.replicas import Replica
 from gpufleet.routing.types import ReplicaState
@@ -39,23 +39,41 @@ class HealthChecks:
         table = self.fleet.table
         try:
             timeout_s = self.config.health.probe_timeout_s
-            ok = await probes.probe_health(session, replica.url, timeout_s)
+            result = await probe_reasons.probe(
+                session, replica.url, timeout_s, models_probe=replica.uses_models_probe
+            )
+            if result.uses_models_probe and not replica.uses_models_probe:
+                replica.uses_models_probe = True
+                log.info("replica %s has no /health: probing it through GET /v1/models",
+                         replica.replica_id)  # fmt: skip
             if replica.state is ReplicaState.DRAINING:
                 return
-            if not ok:
+            if not result.ok:
+                was = replica.state
+                if result.reason != replica.down_reason:
+                    log.warning("replica %s (%s) %s: %s", replica.replica_id, replica.url,
+                                was, result.reason)  # fmt: skip
+                replica.down_reason = result.reason
                 table.probe_failed(replica)
+                if replica.state is not was:
+                    log.warning("replica %s %s -> %s: %s", replica.replica_id, was,
+                                replica.state, result.reason)  # fmt: skip
                 return
+            replica.down_reason = ""
             if not table.probe_passed(replica):
                 return
             if not replica.fixed_models:
-                cards = await probes.fetch_models(session, replica.url, timeout_s)
+                cards = result.model_cards
                 if cards is None:
-                    return  # healthy but cannot say what it serves yet: try next tick
+                    cards = await probes.fetch_models(session, replica.url, timeout_s)
+                if cards is None:
+                    replica.down_reason = "healthy, but GET /v1/models does not say what it serves"
+                    return  # try next tick
                 replica.model_cards = cards
                 replica.models = frozenset(c["id"] for c in cards)
             was = replica.state
             if table.mark_ready(replica):
-                log.info("replica %s %s -> ready", replica.replica_id, was)
+                log.info("replica %s %s -> ready (%s)", replica.replica_id, was, result.reason)
         finally:
             self._probing.discard(replica.replica_id)
 

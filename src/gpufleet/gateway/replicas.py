@@ -22,6 +22,7 @@ class Replica(FleetReplica):
     model_cards: list[dict[str, Any]] = field(default_factory=list)
     addr: tuple[str, int] = ("", 0)  # host, port for the proxy's connection pool
     host_header: bytes = b""
+    uses_models_probe: bool = False  # no /health (a plain OpenAI server): probe /v1/models
     m_requests: Any = None
     m_errors: Any = None
     m_retries: Any = None
@@ -59,6 +60,8 @@ class Replica(FleetReplica):
             "url": self.url,
             "models": sorted(self.models),
             "state": str(self.state),
+            "reason": self.down_reason or None,  # why it is not serving, from its last probe
+            "probe": "/v1/models" if self.uses_models_probe else "/health",
             "in_flight": self.in_flight,
             "streaming": self.streaming,
             "pool": self.pool,

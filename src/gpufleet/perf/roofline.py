@@ -1,20 +1,27 @@
 """The roofline step-time model: how long one engine iteration takes on one layout.
 
 Per layer, on one GPU of the group:
-* GEMMs (attention projections, dense MLP or shared experts, router): time is the larger
-  of compute (2 FLOPs per weight per token, at the weight dtype's tensor rate x GEMM
-  efficiency) and memory (weights + activations over HBM x memory efficiency). Prefill is
-  compute-bound, small decode batches are bandwidth-bound.
+* GEMMs (attention projections, dense MLP or shared experts, router), each module in its
+  checkpoint format on its tensor-core path (`layer_costs`): compute (2 FLOPs per weight
+  per token at the achieved tensor rate) and memory (weights + activations over HBM at the
+  achieved bandwidth) overlap imperfectly: the time is their L3 norm, the shape the H200
+  kernel measurements give across the ridge (a GEMM at the ridge point takes ~1.3x the
+  larger of the two, not 1x nor 2x).
 * Routed experts: only the experts the batch touches are read — for G tokens each picking
-  k of E experts, E(1 - (1 - k/E)^G) distinct ones — split over EP ranks; their FLOPs are
-  the tokens' k expert MLPs.
+  k of E experts, E(1 - (1 - k/E)^G) distinct ones — split over EP ranks (each expert over
+  moe_tp GPUs); their FLOPs are the tokens' k expert MLPs. With attention data parallelism
+  the MoE layers see the tokens of every DP rank.
 * Attention: prefill FLOPs grow with the context each new token attends over (causal,
   capped by a sliding window); decode reads every cached K/V byte (MLA: the compressed
-  latent, absorbed) — each as its own roofline with the attention efficiency.
-* TP: two all-reduces of the tokens' hidden states per layer, from the bandwidth-vs-size
-  curve in perf_comm plus a per-call latency. EP: an all-to-all dispatch and combine per
-  MoE layer. PP: a send/recv between consecutive stages.
-* lm_head for the sequences that sample, and a fixed per-iteration overhead.
+  latent, absorbed).
+* Communication: TP all-reduces of the hidden states (two per layer) from the measured
+  bandwidth-vs-size curve; EP dispatch and combine all-to-alls per MoE layer, the share
+  to peers inside the NVLink domain at NVLink speed and the rest over the NIC (a GB200 /
+  GB300 NVL72 rack is one 72-GPU domain); PP send/recv between stages.
+* lm_head for the sequences that sample; per-iteration engine overhead (scheduler,
+  sampler) plus a per-sequence part; iterations the engine does not replay from a CUDA
+  graph (prefill, or decode batches above the captured sizes) pay the kernel launches of
+  every layer.
 
 Everything that does not depend on the batch is computed once in __init__; `step_time_s`
 does a few dozen float operations (the engine calls it every iteration).
@@ -22,21 +29,26 @@ does a few dozen float operations (the engine calls it every iteration).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
 from typing import Protocol
 
 from gpufleet.perf.calibration import Calibration, default_calibration
-from gpufleet.perf.comm import AllReduceCurve, all_to_all_s, send_recv_s
+from gpufleet.perf.comm import AllReduceCurve, send_recv_s
+from gpufleet.perf.decode_run import DecodeParts, decode_run_times_s
+from gpufleet.perf.layer_costs import compute_dtype, layer_classes
 from gpufleet.perf.step_time import StepBatch
-from gpufleet.specs.dtypes import BYTES_PER_PARAM, weight_bytes_per_param
+from gpufleet.specs.dtypes import BYTES_PER_PARAM
 from gpufleet.specs.gpus import GpuSpec
 from gpufleet.specs.models import ModelSpec
+from gpufleet.specs.quant import FORMATS, QuantScheme
 
-ACT_BYTES = 2.0  # activations and all-reduce messages travel in bf16
+ACT_BYTES = 2.0  # activations and collective messages travel in bf16
 # Activation bytes a token reads and writes per layer, in units of hidden_size (inputs and
 # outputs of the projections and MLP, norms, residual): small next to weights in decode.
 _ACT_IO_HIDDEN_PER_LAYER = 12.0
-_COMPUTE_DTYPE = {"fp8": "fp8", "int8": "int8", "fp4": "fp4"}  # W8A8 / W4A4 paths
+# Compute and memory overlap imperfectly in a GEMM: time = (c^3 + m^3)^(1/3), the shape that
+# fits the H200 kernel measurements across the ridge (`_soft_max`).
+NETWORK_LATENCY_S = 5e-6  # one RDMA hop between nodes (InfiniBand / RoCE), per call
 
 
 class LayoutLike(Protocol):
@@ -54,26 +66,18 @@ class LayoutLike(Protocol):
     def kv_dtype(self) -> str: ...
 
 
-@dataclass(frozen=True, slots=True)
-class _LayerClass:
-    """Layers that cost the same, and how many of them there are (per whole model)."""
-
-    count: int
-    window: int | None
-    dense_weight_bytes: float  # per GPU: attention projections + dense MLP / shared / router
-    dense_flops_per_token: float  # per GPU
-    is_moe: bool
-
-
-def compute_dtype_for(weight_dtype: str, gpu: GpuSpec) -> str:
-    """GEMMs run at the weight dtype where the GPU has tensor cores for it (fp8, int8,
-    fp4); weight-only int4 (AWQ / GPTQ Marlin) and anything unsupported run at bf16."""
-    dtype = _COMPUTE_DTYPE.get(weight_dtype, "bf16")
-    return dtype if gpu.supports(dtype) else "bf16"
-
-
 def kv_bytes_per_element(kv_dtype: str) -> float:
-    return BYTES_PER_PARAM["bf16"] if kv_dtype in ("auto", "", None) else BYTES_PER_PARAM[kv_dtype]
+    return BYTES_PER_PARAM["bf16"] if kv_dtype in ("auto", "") else BYTES_PER_PARAM[kv_dtype]
+
+
+def _soft_max(a: float, b: float) -> float:
+    if a <= 0.0:
+        return b
+    if b <= 0.0:
+        return a
+    big = a if a > b else b
+    ra, rb = a / big, b / big
+    return big * math.cbrt(ra * ra * ra + rb * rb * rb)
 
 
 class RooflineStepTimeModel:
@@ -81,9 +85,12 @@ class RooflineStepTimeModel:
     (all pipeline stages). `pipeline_stages` tells the engine how many micro-batches it may
     keep in flight: a new one may start every step_time_s / pipeline_stages.
 
-    attention_dp: attention data-parallel ranks (DeepSeek-style serving): each rank runs
-    attention on its own batch (the batch given here), while the MoE layers see every
-    rank's tokens. moe_weight_dtype: expert weights' dtype when it differs from the rest.
+    attention_dp: attention data-parallel ranks (default: the layout's `dp`, else 1); the
+    batch given is one rank's, and the MoE layers see every rank's tokens. scheme: the
+    per-module weight formats (default: the model's at the layout's weight dtype);
+    moe_weight_dtype: the experts' format when it differs from the scheme's.
+    cuda_graph_max_batch: the largest decode batch the engine replays from a CUDA graph
+    (None: every iteration is replayed, no launch overhead).
     """
 
     def __init__(
@@ -94,75 +101,57 @@ class RooflineStepTimeModel:
         *,
         calibration: Calibration | None = None,
         backend: str | None = None,
-        attention_dp: int = 1,
+        attention_dp: int | None = None,
+        scheme: QuantScheme | None = None,
         moe_weight_dtype: str | None = None,
+        cuda_graph_max_batch: int | None = None,
     ) -> None:
         cal = calibration or default_calibration()
         self.model = model
         self.gpu = gpu
         self.layout = layout
         self.pipeline_stages = max(1, layout.pp)
-        tp, ep, dp = max(1, layout.tp), max(1, layout.ep), max(1, attention_dp)
+        dp = attention_dp if attention_dp is not None else int(getattr(layout, "dp", 1))
+        tp, dp = max(1, layout.tp), max(1, dp)
+        ep = max(1, min(layout.ep, tp * dp))
         self._tp, self._ep, self._dp = tp, ep, dp
-        # Expert weights are split over the group's GPUs: EP ranks x the rest as TP.
-        moe_tp = max(1, (tp * dp) // ep)
-        backend_cal = cal.backend(backend)
-        self._overhead_s = backend_cal.step_overhead_s
+        stage_gpus = tp * dp
+        moe_tp = max(1, stage_gpus // ep)
+        b = cal.backend(backend)
+        self._overhead_s = b.step_overhead_s
+        self._seq_overhead_s = b.seq_overhead_s
+        self._eager_s = b.eager_layer_overhead_s * model.num_layers
+        self._moe_fixed_s = b.moe_layer_overhead_s * model.num_moe_layers if model.moe else 0.0
+        self._graph_max = cuda_graph_max_batch
 
-        # MXFP4 (fp4) quantizes only the experts (as gpt-oss ships); the rest stays bf16.
-        dense_dtype = "bf16" if layout.weight_dtype == "fp4" else layout.weight_dtype
-        w_bytes = weight_bytes_per_param(dense_dtype)
-        moe_dtype = moe_weight_dtype or layout.weight_dtype
-        moe_w_bytes = weight_bytes_per_param(moe_dtype)
-        peak = gpu.tflops(compute_dtype_for(dense_dtype, gpu)) * 1e12
-        moe_peak = gpu.tflops(compute_dtype_for(moe_dtype, gpu)) * 1e12
-        self._gemm_flops_s = peak * cal.gemm_efficiency
-        self._moe_flops_s = moe_peak * cal.gemm_efficiency * backend_cal.moe_gemm_efficiency
-        self._moe_hbm_bytes_s = (
-            gpu.hbm_gbps * 1e9 * cal.memory_efficiency * backend_cal.moe_efficiency
+        sch = scheme or model.weight_scheme(layout.weight_dtype)
+        self._classes = layer_classes(
+            model, gpu, sch, tp=tp, moe_tp=moe_tp, gemm_efficiency=cal.gemm_efficiency
         )
-        self._attn_flops_s = gpu.tflops("bf16") * 1e12 * cal.attention_efficiency
         self._hbm_bytes_s = gpu.hbm_gbps * 1e9 * cal.memory_efficiency
-
+        self._attn_flops_s = gpu.tflops("bf16") * 1e12 * cal.attention_efficiency
         h = model.hidden_size
-        # Per-layer classes: (window, is_moe) -> count; weights per GPU.
-        counts: dict[tuple[int | None, bool], int] = {}
-        for spec in model.layers:
-            key = (spec.sliding_window, spec.is_moe)
-            counts[key] = counts.get(key, 0) + 1
-        classes = []
-        for (window, is_moe), count in counts.items():
-            layer_id = next(
-                i
-                for i, s in enumerate(model.layers)
-                if s.sliding_window == window and s.is_moe == is_moe
-            )
-            attn = model.attention_params(layer_id) / tp
-            if is_moe and model.moe is not None:
-                mlp = model.shared_expert_params() / moe_tp + model.router_params()
-            else:
-                mlp = model.mlp_params(layer_id) / tp
-            classes.append(
-                _LayerClass(
-                    count=count,
-                    window=window,
-                    dense_weight_bytes=(attn + mlp) * w_bytes,
-                    dense_flops_per_token=2.0 * (attn + mlp),
-                    is_moe=is_moe and model.moe is not None,
-                )
-            )
-        self._classes = tuple(classes)
+        self._h = h
         self._act_io_bytes_per_token = _ACT_IO_HIDDEN_PER_LAYER * h * ACT_BYTES
 
-        # Routed experts.
+        # Routed experts (format of the first MoE layer's experts).
         moe = model.moe
+        first_moe = next((i for i, s in enumerate(model.layers) if s.is_moe), 0)
+        exp_fmt = (
+            FORMATS[moe_weight_dtype] if moe_weight_dtype else sch.format(first_moe, "experts")
+        )
         self._num_experts = moe.num_experts if moe else 0
         self._top_k = moe.experts_per_token if moe else 0
-        self._experts_per_rank = (moe.num_experts / ep) if moe else 0.0
-        expert_params_rank = model.expert_params() / moe_tp if moe else 0.0
-        self._expert_bytes = expert_params_rank * moe_w_bytes
-        self._expert_flops_per_assignment = 2.0 * expert_params_rank
-        self._moe_ranks = ep * moe_tp
+        self._experts_per_rank = math.ceil(moe.num_experts / ep) if moe else 0.0
+        expert_params_gpu = model.expert_params() / moe_tp if moe else 0.0
+        self._expert_bytes = expert_params_gpu * exp_fmt.bytes_per_param
+        self._expert_flops_per_assignment = 2.0 * expert_params_gpu
+        self._moe_gpus = stage_gpus
+        self._moe_flops_s = (
+            gpu.tflops(compute_dtype(exp_fmt, gpu)) * 1e12 * cal.gemm_efficiency
+            * b.moe_gemm_efficiency
+        )  # fmt: skip
+        self._moe_hbm_bytes_s = self._hbm_bytes_s * b.moe_efficiency
 
         # Attention per layer per GPU.
         heads = max(1, model.num_attention_heads // tp)
@@ -178,30 +167,41 @@ class RooflineStepTimeModel:
             self._prefill_attn_flops_per_pair = 4.0 * heads * model.head_dim
             self._decode_attn_flops_per_pair = 4.0 * heads * model.head_dim
 
-        # lm_head (vocab split over TP, kept bf16 by quantized checkpoints) reads its
-        # weights once per iteration.
+        # lm_head (vocab split over TP) reads its weights once per iteration.
+        lm_fmt = sch.format(0, "lm_head")
         lm_params = model.vocab_size * h / tp
-        self._lm_bytes = lm_params * BYTES_PER_PARAM["bf16"]
+        self._lm_bytes = lm_params * lm_fmt.bytes_per_param
         self._lm_flops_per_seq = 2.0 * lm_params
-        self._bf16_flops_s = gpu.tflops("bf16") * 1e12 * cal.gemm_efficiency
+        self._lm_flops_s = gpu.tflops(compute_dtype(lm_fmt, gpu)) * 1e12 * cal.gemm_efficiency
 
-        # Communication.
-        # A TP group wider than a node all-reduces over the inter-node network.
-        tp_link_gbps = gpu.network_gbps if tp > gpu.gpus_per_node else gpu.intra_node_gbps
-        self._curve = AllReduceCurve(tp_link_gbps, cal.allreduce_latency_s)
+        # Communication: TP inside its group's fabric; EP over the stage's GPUs.
+        self._curve = AllReduceCurve(gpu.link_gbps(tp), cal.allreduce_latency_s)
         self._allreduces_per_layer = 2 if tp > 1 else 0
-        self._ep_link_gbps = gpu.network_gbps if ep > gpu.gpus_per_node else gpu.intra_node_gbps
-        self._a2a_latency_s = cal.allreduce_latency_s
-        group = tp * max(1, layout.pp)
-        self._pp_link_gbps = gpu.network_gbps if group > gpu.gpus_per_node else gpu.intra_node_gbps
-        self._h = h
+        self._latency_s = cal.allreduce_latency_s
+        domain = gpu.domain_gpus
+        peers = stage_gpus - 1
+        off = max(0, stage_gpus - domain)  # peers reached over the network
+        self._a2a_on_share = (peers - off) / peers if peers else 0.0
+        self._a2a_off_share = off / peers if peers else 0.0
+        self._nvlink_gbps = gpu.intra_node_gbps
+        self._net_gbps = gpu.network_gbps
+        # DP attention with TP-sharded experts: the MoE layers gather every rank's tokens
+        # and scatter the result back (an all-reduce-sized exchange over the stage).
+        self._dp_curve = AllReduceCurve(gpu.link_gbps(stage_gpus), cal.allreduce_latency_s)
+        group = stage_gpus * max(1, layout.pp)
+        self._pp_link_gbps = gpu.link_gbps(group)
+        # decode batch size -> the parts of a decode step's time that do not depend on context
+        self._decode_parts: dict[int, DecodeParts] = {}
 
     # ---------------------------------------------------------------------------------
 
+    def _overheads_s(self, n_seqs: int, n_dec: int, has_prefill: bool) -> float:
+        s = self._overhead_s + self._seq_overhead_s * n_seqs + self._moe_fixed_s
+        if self._graph_max is not None and (has_prefill or n_dec > self._graph_max):
+            s += self._eager_s
+        return s
+
     def step_time_s(self, batch: StepBatch) -> float:
-        # Hot path (called every simulated engine step): attributes are read into locals
-        # and max() is spelled out, but every float is computed in the same order as the
-        # plain formulas, so results are bit-identical.
         prefill_tokens = batch.prefill_tokens
         prefill_ctx = batch.prefill_context_tokens
         n_dec = batch.num_decode
@@ -216,7 +216,6 @@ class RooflineStepTimeModel:
             full_pairs += n * (ctx + (n + 1) / 2.0)
         moe_s = self._moe_s(tokens) if self._num_experts else 0.0
 
-        gemm_flops_s = self._gemm_flops_s
         hbm_bytes_s = self._hbm_bytes_s
         act_io = tokens * self._act_io_bytes_per_token
         prefill_pair_flops = self._prefill_attn_flops_per_pair
@@ -225,11 +224,9 @@ class RooflineStepTimeModel:
         kv_bytes_layer = self._kv_bytes_per_token_layer
         total = 0.0
         for cls in self._classes:
-            # Dense GEMMs.
-            compute_s = tokens * cls.dense_flops_per_token / gemm_flops_s
-            memory_s = (cls.dense_weight_bytes + act_io) / hbm_bytes_s
-            gemm_s = memory_s if memory_s > compute_s else compute_s
-            # Attention: prefill pairs (query token, key token), causal, window-capped.
+            gemm_s = _soft_max(
+                tokens * cls.gemm_s_per_token, (cls.weight_bytes + act_io) / hbm_bytes_s
+            )
             window = cls.window
             if window is None:
                 pairs, dec_pairs = full_pairs, n_dec * dec_ctx_mean
@@ -246,52 +243,107 @@ class RooflineStepTimeModel:
                 layer_s += moe_s
             total += cls.count * layer_s
 
-        # All-reduces: message is the tokens' hidden states.
-        if self._allreduces_per_layer:
-            ar = self._curve.all_reduce_s(tokens * self._h * ACT_BYTES, self._tp)
-            total += self.model.num_layers * self._allreduces_per_layer * ar
-        # lm_head on the sequences that sample this iteration.
-        compute_s = n_seqs * self._lm_flops_per_seq / self._bf16_flops_s
+        total += self._allreduce_s(tokens)
+        compute_s = n_seqs * self._lm_flops_per_seq / self._lm_flops_s
         memory_s = self._lm_bytes / hbm_bytes_s
         total += memory_s if memory_s > compute_s else compute_s
         if self.pipeline_stages > 1:
             hop = send_recv_s(tokens * self._h * ACT_BYTES, self._pp_link_gbps, 5e-6)
             total += (self.pipeline_stages - 1) * hop
-        return total + self._overhead_s
+        return total + self._overheads_s(n_seqs, n_dec, bool(prefill_tokens))
+
+    def _allreduce_s(self, tokens: int) -> float:
+        if not self._allreduces_per_layer:
+            return 0.0
+        ar = self._curve.all_reduce_s(tokens * self._h * ACT_BYTES, self._tp)
+        return self.model.num_layers * self._allreduces_per_layer * ar
 
     def _moe_s(self, tokens: int) -> float:
-        """Routed experts on one GPU for one MoE layer, plus EP dispatch and combine."""
+        """Routed experts on one GPU for one MoE layer, plus the token exchange."""
         global_tokens = tokens * self._dp
         k, e = self._top_k, self._num_experts
         touched = self._experts_per_rank * (1.0 - (1.0 - k / e) ** global_tokens)
-        assignments = global_tokens * k / self._moe_ranks  # token-expert pairs per GPU
+        assignments = global_tokens * k / self._moe_gpus  # token-expert pairs per GPU
         expert_s = max(
             assignments * self._expert_flops_per_assignment / self._moe_flops_s,
             (touched * self._expert_bytes + assignments * self._h * ACT_BYTES * 2)
             / self._moe_hbm_bytes_s,
         )
+        return expert_s + self._exchange_s(tokens)
+
+    def _exchange_s(self, tokens: int) -> float:
+        """One MoE layer's token exchange between the GPUs holding experts."""
         if self._ep > 1:
-            # Each GPU sends its tokens' k copies out and gets them back.
-            local = tokens if self._tp == 1 else tokens / self._tp
-            a2a = all_to_all_s(
-                local * k * self._h * ACT_BYTES, self._ep, self._ep_link_gbps, self._a2a_latency_s
+            # Dispatch and combine: each GPU sends its tokens' k copies out and back.
+            local = tokens / self._tp
+            return 2.0 * self._a2a_s(local * self._top_k * self._h * ACT_BYTES)
+        if self._dp > 1:
+            global_bytes = tokens * self._dp * self._h * ACT_BYTES
+            return self._dp_curve.all_reduce_s(global_bytes, self._moe_gpus)
+        return 0.0
+
+    def _a2a_s(self, bytes_per_gpu: float) -> float:
+        """One all-to-all over the stage's GPUs: NVLink to domain peers, NIC to the rest."""
+        on = bytes_per_gpu * self._a2a_on_share / (self._nvlink_gbps * 1e9)
+        if self._a2a_off_share <= 0.0:
+            return self._latency_s + on
+        off = bytes_per_gpu * self._a2a_off_share / (self._net_gbps * 1e9)
+        return self._latency_s + NETWORK_LATENCY_S + max(on, off)
+
+    # ---------------------------------------------------------------- decode runs
+
+    def decode_step_times_s(
+        self, num_decode: int, context_tokens: int, num_steps: int
+    ) -> list[float]:
+        """`step_time_s` of each step of a decode run (see `perf.step_time.DecodeStepTimes`)."""
+        parts = self._decode_parts.get(num_decode) or self._decode_parts_for(num_decode)
+        return decode_run_times_s(parts, num_decode, context_tokens, num_steps)
+
+    def _decode_parts_for(self, n: int) -> DecodeParts:
+        """step_time_s's terms for a decode-only batch of n that do not depend on context."""
+        moe_s = self._moe_s(n) if self._num_experts else 0.0
+        act_io = n * self._act_io_bytes_per_token
+        layers = []
+        for cls in self._classes:
+            gemm_s = _soft_max(
+                n * cls.gemm_s_per_token, (cls.weight_bytes + act_io) / self._hbm_bytes_s
             )
-            expert_s += 2.0 * a2a
-        return expert_s
+            layers.append((cls.count, gemm_s, moe_s if cls.is_moe else None, cls.window))
+        tail = [self._allreduce_s(n)] if self._allreduces_per_layer else []
+        compute_s = n * self._lm_flops_per_seq / self._lm_flops_s
+        memory_s = self._lm_bytes / self._hbm_bytes_s
+        tail.append(memory_s if memory_s > compute_s else compute_s)
+        if self.pipeline_stages > 1:
+            hop = send_recv_s(n * self._h * ACT_BYTES, self._pp_link_gbps, 5e-6)
+            tail.append((self.pipeline_stages - 1) * hop)
+        parts = DecodeParts(
+            tuple(layers),
+            tuple(tail),
+            self._overheads_s(n, n, False),
+            self._decode_attn_flops_per_pair,
+            self._attn_flops_s,
+            self._kv_bytes_per_token_layer,
+            self._hbm_bytes_s,
+        )
+        self._decode_parts[n] = parts
+        return parts
 
     def breakdown_s(self, batch: StepBatch) -> dict[str, float]:
         """Where one iteration's time goes (for the planner's explanations)."""
         total = self.step_time_s(batch)
-        ar = 0.0
-        if self._allreduces_per_layer and batch.num_seqs:
-            ar = (
-                self.model.num_layers
-                * self._allreduces_per_layer
-                * self._curve.all_reduce_s(batch.num_tokens * self._h * ACT_BYTES, self._tp)
-            )
+        ar = self._allreduce_s(batch.num_tokens) if batch.num_seqs else 0.0
+        overhead = (
+            self._overheads_s(batch.num_seqs, batch.num_decode, bool(batch.prefill_tokens))
+            if batch.num_seqs
+            else 0.0
+        )
+        exchange = 0.0
+        if self._num_experts and batch.num_seqs:
+            exchange = self.model.num_moe_layers * self._exchange_s(batch.num_tokens)
         return {
             "total_s": total,
             "allreduce_s": ar,
-            "overhead_s": self._overhead_s if batch.num_seqs else 0.0,
-            "compute_and_memory_s": max(0.0, total - ar - self._overhead_s),
+            "exchange_s": exchange,
+            "overhead_s": overhead,
+            "compute_and_memory_s": max(0.0, total - ar - exchange - overhead),
         }

@@ -1,20 +1,22 @@
-"""Memory per GPU, the way vLLM accounts for it.
+"""Memory per GPU the way each engine accounts for it, and what the KV cache holds.
 
-vLLM takes gpu_memory_utilization (0.9) of the GPU's total memory, loads the weights, runs
-one profiling forward pass of max_num_batched_tokens tokens to find the activation peak,
-keeps room for non-torch memory (CUDA context, NCCL buffers, CUDA graphs), and gives the
-rest to the KV cache in 16-token blocks.
+Weights come from `plan.weights`; the engine's rule for the KV cache from `plan.engines`:
+vLLM gives it gpu_memory_utilization × total − weights − the activation peak of its
+profiling pass − the non-torch memory that pass allocates; SGLang gives it
+mem_fraction_static × total − what is in use after loading (weights, CUDA context,
+communicators); TensorRT-LLM a fraction (0.9) of what is free after loading and profiling.
 
-Weights: each GPU holds its pipeline stage's layers (the heaviest stage counts); inside a
-stage, attention heads, MLP columns and the vocabulary (embedding, lm_head) are split over
-TP ranks, KV-head projections are replicated when tp > kv heads, MLA's down-projections
-(q_a, kv_a) are replicated, and routed experts are either TP-sharded (ep = 1) or split
-whole over EP ranks. Quantization applies to the linear layers of the decoder (attention,
-MLP, experts) with the scale overhead of the usual checkpoints (dtypes.SCALE_BYTES_PER_PARAM);
-embeddings, lm_head, norms and routers stay bf16, as in AWQ/GPTQ/FP8 checkpoints. MXFP4
-(fp4) quantizes only the MoE experts, as gpt-oss ships and vLLM loads it. Multi-token-
-prediction layers (DeepSeek's MTP) are not loaded: vLLM loads them only for speculative
-decoding.
+The activation peak is the larger of the model's forward pass over max_num_batched_tokens
+tokens (residual stream, attention buffers, the widest MLP intermediate on one rank; for
+MoE layers the fused-MoE caches of top-k copies of each token) and the sampler's fp32
+logits for max_num_seqs sequences (with their softmax and top-k/top-p copies).
+
+Two KV-token counts are kept, and they differ for sliding-window models:
+* `kv_tokens_logged` is what vLLM prints as "GPU KV cache size: N tokens": the KV bytes
+  over the bytes one token costs in *every* layer (sliding ones included), in blocks;
+* `kv_capacity_tokens` is the planner's effective capacity for sequences of
+  max_model_len tokens, whose sliding layers hold only their window (vLLM frees the blocks
+  that left it), so it is larger for Gemma-2, gpt-oss or Llama 4.
 """
 
 from __future__ import annotations
@@ -22,141 +24,139 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+from gpufleet.plan.engines import GIB, MIB, EngineRules, engine_rules
 from gpufleet.plan.layout import Layout
-from gpufleet.specs.dtypes import BYTES_PER_PARAM, weight_bytes_per_param
+from gpufleet.plan.weights import (
+    heaviest_stage,
+    stage_layer_ids,
+    stage_weight_bytes,
+    total_weight_bytes,
+    weight_bytes_per_gpu,
+)
+from gpufleet.specs.dtypes import BYTES_PER_PARAM
 from gpufleet.specs.gpus import GpuSpec
 from gpufleet.specs.models import KvBytesPerToken, ModelSpec
 
-GIB = 1 << 30
-UNQUANTIZED_BYTES = BYTES_PER_PARAM["bf16"]
+__all__ = [
+    "GIB",
+    "MemoryBreakdown",
+    "activation_peak_bytes",
+    "default_max_num_batched_tokens",
+    "default_max_num_seqs",
+    "heaviest_stage",
+    "memory_breakdown",
+    "sequences_that_fit",
+    "stage_layer_ids",
+    "total_weight_bytes",
+    "weight_bytes_per_gpu",
+]  # the weight helpers are re-exported from plan.weights
+
 ACTIVATION_BYTES = BYTES_PER_PARAM["bf16"]
-LOGITS_BYTES = BYTES_PER_PARAM["fp32"]  # the sampler works on fp32 logits
+# The sampler's profiling pass over max_num_seqs sequences holds about four fp32 copies of
+# the full-vocabulary logits at once (logits, probabilities, the sorted copy top-k / top-p
+# need, the gathered result): vLLM 0.17+ on an H100 peaks at 15-16 bytes per logit
+# (Llama-3.1-8B 1.89 GiB, Qwen2.5-7B 2.21 GiB, Granite 0.75-0.85 GiB at 1024 sequences);
+# before 0.17 it kept about ten (Qwen3-14B: 5.64 GiB on 0.15-0.16, 2.23 GiB on 0.17-0.18).
+SAMPLER_BYTES_PER_LOGIT = 16.0
+SAMPLER_BYTES_PER_LOGIT_BEFORE_0_17 = 39.0
+# vLLM's fused-MoE kernels keep one workspace, sized by the largest batch they have run
+# (intermediate caches of top-k copies of each token), allocated during the forward pass
+# and still held while the sampler runs.
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 DEFAULT_BLOCK_TOKENS = 16
 
-# Non-torch memory vLLM must leave free. CUDA context + allocator slack on every GPU;
-# NCCL's communicator buffers when the replica spans GPUs; captured CUDA graphs (vLLM V1
-# captures ~67 batch sizes; their private pools are typically 0.5–1.5 GiB).
-CUDA_CONTEXT_BYTES = int(0.5 * GIB)
-NCCL_BYTES = int(0.5 * GIB)
-CUDA_GRAPH_BYTES = int(1.0 * GIB)
+# Memory outside torch's allocator, in MiB. The CUDA context (~500 MiB with cuBLAS and
+# kernel images) exists before vLLM takes its snapshot and is not counted against
+# gpu_memory_utilization; SGLang and TRT-LLM see it as used. During profiling every rank
+# allocates cuBLAS workspaces (~70 MiB), the rank that samples its sampler's workspace
+# (~180 MiB), and a replica that all-reduces over NVLink NCCL's NVLink-SHARP buffers and
+# the custom all-reduce's IPC buffers (~1.85 GiB on Hopper and newer; vLLM 0.19 measures
+# 0.24-0.26 GiB at TP=1, 0.07 GiB on PP ranks without the sampler, 2.06-2.21 GiB at TP≥2).
+CUDA_CONTEXT_MIB = 500
+WORKSPACE_MIB = 70
+SAMPLER_WORKSPACE_MIB = 180
+ALLREDUCE_BUFFERS_MIB = 1900  # NCCL NVLS + custom all-reduce, NVLink on Hopper+
+ALLREDUCE_BUFFERS_PCIE_MIB = 500
+# vLLM >= 0.21 profiles the CUDA graphs it will capture and counts them against the budget
+# (earlier versions capture them afterwards, outside it): ~0.5-1.9 GiB, 1.0 GiB on average
+# across the models vLLM 0.19 logs an estimate for.
+CUDA_GRAPH_MIB = 1024
 
 
 def default_max_num_batched_tokens(gpu: GpuSpec) -> int:
     """vLLM V1's serving default: 8192 on GPUs with >= 70 GiB, 2048 on smaller ones."""
-    return 8192 if gpu.memory_bytes >= 70 * GIB else 2048
+    return engine_rules("vllm", gpu).max_num_batched_tokens
 
 
 def default_max_num_seqs(gpu: GpuSpec) -> int:
     """vLLM V1's serving default: 1024 on GPUs with >= 70 GiB, 256 on smaller ones."""
-    return 1024 if gpu.memory_bytes >= 70 * GIB else 256
+    return engine_rules("vllm", gpu).max_num_seqs
 
 
-def stage_layer_ids(num_layers: int, pp: int, stage: int) -> range:
-    """vLLM's even split of decoder layers over PP stages (earlier stages take the
-    remainder)."""
-    base, extra = divmod(num_layers, pp)
-    start = stage * base + min(stage, extra)
-    return range(start, start + base + (1 if stage < extra else 0))
-
-
-def _linear_bytes(dtype: str) -> float:
-    return weight_bytes_per_param(dtype) if dtype != "bf16" else UNQUANTIZED_BYTES
-
-
-def attention_bytes_per_gpu(model: ModelSpec, layout: Layout, layer: int) -> float:
-    tp = layout.tp
-    dtype = "bf16" if layout.weight_dtype == "fp4" else layout.weight_dtype
-    per_param = _linear_bytes(dtype)
-    h = model.hidden_size
-    if model.attention_kind == "mla":
-        n = model.num_attention_heads
-        qk_head = model.qk_nope_head_dim + model.qk_rope_head_dim
-        replicated = h * (model.kv_lora_rank + model.qk_rope_head_dim)
-        if model.q_lora_rank:
-            replicated += h * model.q_lora_rank
-            sharded = model.q_lora_rank * n * qk_head
-        else:
-            sharded = h * n * qk_head
-        sharded += model.kv_lora_rank * n * (model.qk_nope_head_dim + model.v_head_dim)
-        sharded += n * model.v_head_dim * h
-        return (replicated + sharded / tp) * per_param
-    q_width = model.num_attention_heads * model.head_dim
-    kv_width_per_rank = model.kv_heads_per_rank(tp) * model.head_dim
-    params = 2 * h * q_width / tp + 2 * h * kv_width_per_rank
-    return params * per_param
-
-
-def mlp_bytes_per_gpu(model: ModelSpec, layout: Layout, layer: int) -> float:
-    tp, ep = layout.tp, layout.ep
-    linear = _linear_bytes(layout.weight_dtype if layout.weight_dtype != "fp4" else "bf16")
-    if not (model.layers[layer].is_moe and model.moe is not None):
-        return model.mlp_params(layer) / tp * linear
-    expert = _linear_bytes(layout.weight_dtype)
-    routed = model.moe.num_experts * model.expert_params()
-    # EP: whole experts split over ep ranks. No EP: every expert TP-sharded.
-    routed_per_gpu = routed / ep if ep > 1 else routed / tp
-    shared_per_gpu = model.shared_expert_params() / tp
-    return (
-        routed_per_gpu * expert
-        + shared_per_gpu * linear
-        + model.router_params() * UNQUANTIZED_BYTES
-    )
-
-
-def stage_weight_bytes(model: ModelSpec, layout: Layout, stage: int) -> float:
-    """Weight bytes on one GPU of pipeline stage `stage`."""
-    total = 0.0
-    for i in stage_layer_ids(model.num_layers, layout.pp, stage):
-        total += attention_bytes_per_gpu(model, layout, i)
-        total += mlp_bytes_per_gpu(model, layout, i)
-        total += model.norm_params(i) * UNQUANTIZED_BYTES
-    vocab_bytes = model.embedding_params() / layout.tp * UNQUANTIZED_BYTES
-    if stage == 0:
-        total += vocab_bytes
-    if stage == layout.pp - 1:
-        # Tied embeddings still need the matrix on the last stage when pp > 1.
-        tied_elsewhere = model.tie_word_embeddings and layout.pp > 1
-        head = model.lm_head_params() or (model.embedding_params() if tied_elsewhere else 0)
-        total += head / layout.tp * UNQUANTIZED_BYTES + model.hidden_size * UNQUANTIZED_BYTES
-    return total
-
-
-def weight_bytes_per_gpu(model: ModelSpec, layout: Layout) -> float:
-    """Weights on the most loaded GPU (the heaviest pipeline stage)."""
-    return max(stage_weight_bytes(model, layout, s) for s in range(layout.pp))
-
-
-def total_weight_bytes(model: ModelSpec, weight_dtype: str) -> float:
-    """All weights of one copy of the model at `weight_dtype` (no TP replication)."""
-    return weight_bytes_per_gpu(model, Layout(weight_dtype=weight_dtype))
-
-
-def heaviest_stage(model: ModelSpec, layout: Layout) -> int:
-    return max(range(layout.pp), key=lambda s: stage_weight_bytes(model, layout, s))
-
-
-def activation_peak_bytes(
-    model: ModelSpec, layout: Layout, num_tokens: int, num_seqs: int
-) -> float:
-    """Peak transient memory of vLLM's profiling pass over `num_tokens` tokens: the
-    residual stream and attention buffers (a few h-wide copies), the widest MLP
-    intermediate on one rank (gate_up output + activation), for MoE layers the fused-MoE
-    caches (top-k copies of each token), and the sampler's fp32 logits for `num_seqs`."""
+def forward_peak_bytes(model: ModelSpec, layout: Layout, num_tokens: int) -> float:
+    """Peak transient memory of one forward pass over `num_tokens` tokens: the residual
+    stream and attention buffers (a few h-wide copies) and the widest MLP intermediate on
+    one rank (for MoE layers the fused-MoE caches of top-k copies of each token)."""
     h = model.hidden_size
     tp = layout.tp
     hidden = 6 * h
     dense = 3 * model.intermediate_size / tp if model.intermediate_size else 0.0
     moe = 0.0
     if model.moe is not None:
-        shard = layout.ep if layout.ep > 1 else tp
-        width = model.moe.expert_intermediate_size * (1 if layout.ep > 1 else 1 / shard)
+        width = model.moe.expert_intermediate_size / layout.moe_tp
         moe = model.moe.experts_per_token * (3 * width + h)
         moe += 3 * model.moe.shared_expert_intermediate_size / tp
-    per_token = (hidden + max(dense, moe)) * ACTIVATION_BYTES
-    logits = 2 * num_seqs * model.vocab_size * LOGITS_BYTES
-    return num_tokens * per_token + logits
+    return num_tokens * (hidden + max(dense, moe)) * ACTIVATION_BYTES
+
+
+def sampler_peak_bytes(
+    model: ModelSpec,
+    num_tokens: int,
+    num_seqs: int,
+    bytes_per_logit: float = SAMPLER_BYTES_PER_LOGIT,
+) -> float:
+    """The sampler's profiling pass: full-vocabulary logits on every TP rank."""
+    return bytes_per_logit * min(num_seqs, num_tokens) * model.vocab_size
+
+
+def moe_workspace_bytes(model: ModelSpec, layout: Layout, num_tokens: int) -> float:
+    """The fused-MoE workspace a forward pass over `num_tokens` leaves allocated: the
+    gate/up output (2 × intermediate per rank) and the down-projection input / output
+    (hidden) of each of the top-k copies of each token."""
+    if model.moe is None or model.quant.format(0, "experts").name == "mxfp4":
+        return 0.0  # gpt-oss' MXFP4 kernels keep no such cache
+    width = model.moe.expert_intermediate_size / layout.moe_tp
+    return num_tokens * model.moe.experts_per_token * (2 * width + model.hidden_size) * 2.0
+
+
+def activation_peak_bytes(
+    model: ModelSpec,
+    layout: Layout,
+    num_tokens: int,
+    num_seqs: int,
+    *,
+    samples: bool = True,
+    sampler_bytes_per_logit: float = SAMPLER_BYTES_PER_LOGIT,
+) -> float:
+    """Peak transient memory of a profiling pass: the larger of the forward pass over
+    `num_tokens` tokens and (on the stage that samples) the sampler over `num_seqs` beside
+    the MoE workspace the forward pass left."""
+    forward = forward_peak_bytes(model, layout, num_tokens)
+    if not samples:
+        return forward
+    sampler = sampler_peak_bytes(model, num_tokens, num_seqs, sampler_bytes_per_logit)
+    return max(forward, sampler + moe_workspace_bytes(model, layout, num_tokens))
+
+
+def non_torch_bytes(layout: Layout, gpu: GpuSpec, *, samples: bool = True) -> float:
+    """Workspaces, the sampler's on the sampling stage, and all-reduce buffers when the
+    replica's attention group spans GPUs."""
+    mib = WORKSPACE_MIB + (SAMPLER_WORKSPACE_MIB if samples else 0)
+    if layout.tp > 1:
+        nvls = gpu.nvlink_gbps > 0 and gpu.supports("fp8")  # NVLink SHARP: Hopper and newer
+        mib += ALLREDUCE_BUFFERS_MIB if nvls else ALLREDUCE_BUFFERS_PCIE_MIB
+    return mib * MIB
 
 
 @dataclass(frozen=True)
@@ -164,20 +164,22 @@ class MemoryBreakdown:
     """Memory of the most loaded GPU of one replica, in bytes unless named otherwise."""
 
     gpu_total_bytes: int
-    usable_bytes: float  # gpu_memory_utilization × total
+    usable_bytes: float  # the engine's budget: fraction × total (TRT-LLM: of what is free)
     weights_bytes: float
     activation_bytes: float
-    framework_reserve_bytes: float  # CUDA context + NCCL + CUDA graphs
+    framework_reserve_bytes: float  # non-torch memory (and the CUDA context where counted)
     kv_cache_bytes: float  # left for the KV cache (negative: does not fit)
     kv_bytes_per_token: float  # per GPU, all layers of the stage, short sequences
     kv_bytes_per_sequence: float  # one max_model_len sequence, sliding layers bounded
     kv_block_tokens: int
     kv_blocks: int
-    kv_capacity_tokens: int
+    kv_capacity_tokens: int  # effective: sequences of max_model_len, windows bounded
+    kv_tokens_logged: int  # as vLLM logs "GPU KV cache size: N tokens" (every layer)
     max_concurrent_seqs: int  # sequences of max_model_len that fit in the KV cache
     max_model_len: int
     max_num_batched_tokens: int
-    gpu_memory_utilization: float
+    gpu_memory_utilization: float  # the engine's memory fraction (its own flag)
+    engine: str = "vllm"
 
     @property
     def fits(self) -> bool:
@@ -188,10 +190,33 @@ class MemoryBreakdown:
     def weights_fit(self) -> bool:
         return self.kv_cache_bytes > 0
 
-    def to_dict(self) -> dict[str, float | int | bool]:
-        out: dict[str, float | int | bool] = dict(asdict(self))
+    def to_dict(self) -> dict[str, float | int | bool | str]:
+        out: dict[str, float | int | bool | str] = dict(asdict(self))
         out["fits"] = self.fits
         return out
+
+
+def _kv_budget(
+    rules: EngineRules,
+    gpu: GpuSpec,
+    weights: float,
+    activation: float,
+    non_torch: float,
+    graphs: float,
+) -> tuple[float, float, float]:
+    """(usable, reserve, KV bytes) of one GPU under the engine's rule."""
+    total = float(gpu.memory_bytes)
+    context = CUDA_CONTEXT_MIB * MIB
+    if rules.name == "sglang":
+        usable = total * rules.memory_fraction
+        reserve = context + non_torch
+        return usable, reserve, usable - weights - reserve
+    if rules.name == "trtllm":
+        free = total - weights - activation - context - non_torch
+        usable = free * rules.memory_fraction + weights + activation + context + non_torch
+        return usable, context + non_torch, free * rules.memory_fraction
+    usable = total * rules.memory_fraction
+    return usable, non_torch + graphs, usable - weights - activation - non_torch - graphs
 
 
 def memory_breakdown(
@@ -202,43 +227,73 @@ def memory_breakdown(
     *,
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
-    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
-    block_tokens: int = DEFAULT_BLOCK_TOKENS,
+    gpu_memory_utilization: float | None = None,
+    block_tokens: int | None = None,
+    engine: str = "vllm",
+    engine_version: tuple[int, ...] | None = None,
 ) -> MemoryBreakdown:
-    batched = max_num_batched_tokens or default_max_num_batched_tokens(gpu)
-    usable = gpu.memory_bytes * gpu_memory_utilization
-    stage = heaviest_stage(model, layout)
-    weights = stage_weight_bytes(model, layout, stage)
-    seqs = max_num_seqs or default_max_num_seqs(gpu)
-    activation = activation_peak_bytes(model, layout, batched, seqs)
-    reserve = float(CUDA_CONTEXT_BYTES + CUDA_GRAPH_BYTES)
-    if layout.num_gpus > 1:
-        reserve += NCCL_BYTES
-    kv_bytes = usable - weights - activation - reserve
+    """Memory of the GPU whose KV cache holds the fewest tokens (the engines size every
+    rank's cache alike, by the smallest) of `layout` served by `engine` (vllm, sglang,
+    trtllm); `gpu_memory_utilization` overrides the engine's memory fraction.
+    engine_version: vLLM's version when it matters (None: the current one): vLLM >= 0.21
+    counts its CUDA graphs against the budget, earlier versions capture them outside it;
+    before 0.17 its sampler's profiling pass held more copies of the logits."""
+    rules = engine_rules(
+        engine, gpu, tp=layout.tp, pp=layout.pp, dp=layout.dp,
+        memory_fraction=gpu_memory_utilization,
+    )  # fmt: skip
+    batched = max_num_batched_tokens or rules.max_num_batched_tokens
+    seqs = max_num_seqs or rules.max_num_seqs
+    block = block_tokens or (DEFAULT_BLOCK_TOKENS if rules.name == "vllm" else rules.block_tokens)
+    version = engine_version or (1,)
+    graphs = CUDA_GRAPH_MIB * MIB if (rules.name == "vllm" and version >= (0, 21)) else 0.0
+    per_logit = (
+        SAMPLER_BYTES_PER_LOGIT if version >= (0, 17) else SAMPLER_BYTES_PER_LOGIT_BEFORE_0_17
+    )
+    best: tuple[float, int, float, float, float, float, float] | None = None
+    for stage in range(layout.pp):
+        last = stage == layout.pp - 1
+        weights = stage_weight_bytes(model, layout, stage, gpu)
+        activation = activation_peak_bytes(
+            model, layout, batched, seqs, samples=last, sampler_bytes_per_logit=per_logit
+        )
+        usable, reserve, kv_bytes = _kv_budget(
+            rules, gpu, weights, activation, non_torch_bytes(layout, gpu, samples=last), graphs
+        )
+        ids = stage_layer_ids(model.num_layers, layout.pp, stage)
+        per_token = model.kv_breakdown(layout.kv_dtype_bytes, layout.tp, ids).total_bytes
+        tokens = kv_bytes / per_token if per_token else float("inf")
+        if best is None or tokens < best[0]:
+            best = (tokens, stage, weights, activation, usable, reserve, kv_bytes)
+    assert best is not None
+    _, stage, weights, activation, usable, reserve, kv_bytes = best
 
     layer_ids = stage_layer_ids(model.num_layers, layout.pp, stage)
     kv: KvBytesPerToken = model.kv_breakdown(layout.kv_dtype_bytes, layout.tp, layer_ids)
-    seq_bytes = _sequence_bytes(kv, max_model_len, block_tokens)
+    seq_bytes = _sequence_bytes(kv, max_model_len, block)
     avg_bytes_per_token = seq_bytes / max_model_len if max_model_len else kv.total_bytes
-    block_bytes = block_tokens * avg_bytes_per_token
+    block_bytes = block * avg_bytes_per_token
     blocks = max(0, math.floor(kv_bytes / block_bytes)) if block_bytes > 0 else 0
+    logged_blocks = math.floor(kv_bytes / (block * kv.total_bytes)) if kv.total_bytes else 0
     concurrent = max(0, math.floor(kv_bytes / seq_bytes)) if seq_bytes > 0 else 0
     return MemoryBreakdown(
         gpu_total_bytes=gpu.memory_bytes,
         usable_bytes=usable,
         weights_bytes=weights,
-        activation_bytes=activation,
+        activation_bytes=activation if rules.name != "sglang" else 0.0,
         framework_reserve_bytes=reserve,
         kv_cache_bytes=kv_bytes,
         kv_bytes_per_token=kv.total_bytes,
         kv_bytes_per_sequence=seq_bytes,
-        kv_block_tokens=block_tokens,
+        kv_block_tokens=block,
         kv_blocks=blocks,
-        kv_capacity_tokens=blocks * block_tokens,
+        kv_capacity_tokens=blocks * block,
+        kv_tokens_logged=max(0, logged_blocks) * block,
         max_concurrent_seqs=concurrent,
         max_model_len=max_model_len,
         max_num_batched_tokens=batched,
-        gpu_memory_utilization=gpu_memory_utilization,
+        gpu_memory_utilization=rules.memory_fraction,
+        engine=rules.name,
     )
 
 
@@ -250,13 +305,14 @@ def _sequence_bytes(kv: KvBytesPerToken, tokens: int, block_tokens: int) -> floa
 
 
 def sequences_that_fit(
-    model: ModelSpec, layout: Layout, memory: MemoryBreakdown, tokens: int
+    model: ModelSpec, layout: Layout, memory: MemoryBreakdown, tokens: float
 ) -> int:
-    """How many sequences of `tokens` tokens the KV cache of `memory` holds at once."""
+    """How many sequences of `tokens` tokens (a request's KV footprint under the engine's
+    admission rule) the KV cache of `memory` holds at once; 0 when it holds none."""
     if memory.kv_cache_bytes <= 0 or tokens <= 0:
         return 0
     stage = heaviest_stage(model, layout)
     layer_ids = stage_layer_ids(model.num_layers, layout.pp, stage)
     kv = model.kv_breakdown(layout.kv_dtype_bytes, layout.tp, layer_ids)
-    seq_bytes = _sequence_bytes(kv, tokens, memory.kv_block_tokens)
+    seq_bytes = _sequence_bytes(kv, math.ceil(tokens), memory.kv_block_tokens)
     return math.floor(memory.kv_cache_bytes / seq_bytes) if seq_bytes > 0 else 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpufleet.errors import UserError
-from gpufleet.perf.roofline import RooflineStepTimeModel
+from gpufleet.perf.calibration import Calibration
 from gpufleet.perf.step_time import StepTimeModel
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.memory import (
@@ -14,9 +14,11 @@ from gpufleet.plan.memory import (
     default_max_num_batched_tokens,
     memory_breakdown,
 )
+from gpufleet.plan.perf_serving import layout_step_model
+from gpufleet.specs.catalog import load_model
 from gpufleet.specs.dtypes import KV_DTYPES, WEIGHT_DTYPES
 from gpufleet.specs.gpus import load_gpu
-from gpufleet.specs.models import load_model
+from gpufleet.specs.quant import FORMAT_ALIASES
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,9 @@ def replica_profile(
     gpu_memory_utilization: float = 0.9,
     max_num_seqs: int = 256,
     max_num_batched_tokens: int | None = None,
+    calibration: Calibration | None = None,
+    step_time_model: StepTimeModel | None = None,
+    backend: str = "vllm",
 ) -> ReplicaProfile:
     """The profile of one replica of `model` on `tp` x `pp` `gpu`s.
 
@@ -52,10 +57,14 @@ def replica_profile(
     model's max_position_embeddings, lowered to what the KV cache holds (vLLM would refuse
     to start instead; a simulator is more useful running). max_num_batched_tokens: None
     takes vLLM V1's serving default for the GPU (8192 on >= 70 GiB, else 2048).
+    calibration: the step-time model's constants (None: the shipped ones,
+    `gpufleet.perf.calibration.default_calibration()`); step_time_model: use this model as
+    is instead of building the roofline one (the KV blocks still come from the layout);
+    backend: whose engine overheads the roofline model carries.
     """
     spec = load_model(model)
     gpu_spec = load_gpu(gpu)
-    weight_dtype = spec.checkpoint_dtype if quant == "auto" else quant
+    weight_dtype = spec.checkpoint_dtype if quant == "auto" else FORMAT_ALIASES.get(quant, quant)
     if weight_dtype not in WEIGHT_DTYPES:
         raise UserError(
             f"unknown quant {quant!r}", field="quant", fix=f"use auto or one of {WEIGHT_DTYPES}"
@@ -76,7 +85,7 @@ def replica_profile(
     try:
         layout = Layout(tp=tp, pp=pp, ep=ep, weight_dtype=weight_dtype, kv_dtype=kv)
     except ValueError as e:
-        raise UserError(str(e), field="layout", fix="ep must be 1 or tp; tp, pp >= 1") from e
+        raise UserError(str(e), field="layout", fix="ep must divide tp; tp, pp >= 1") from e
 
     batched = max_num_batched_tokens or default_max_num_batched_tokens(gpu_spec)
     wanted_len = max_model_len or spec.max_position_embeddings
@@ -109,7 +118,8 @@ def replica_profile(
         wanted_len = capacity
     return ReplicaProfile(
         model_name=spec.name,
-        step_time_model=RooflineStepTimeModel(spec, gpu_spec, layout, backend="vllm"),
+        step_time_model=step_time_model
+        or layout_step_model(spec, gpu_spec, layout, backend=backend, calibration=calibration),
         num_gpu_blocks=mem.kv_blocks,
         block_size=DEFAULT_BLOCK_TOKENS,
         max_model_len=wanted_len,

@@ -39,3 +39,4 @@ class ReplicaConfig:
     exit_after_s: float | None = None  # fault: exit abruptly this long after start
     access_log: bool = False  # log every HTTP request to stderr
     tp: int = 1  # reported by the SGLang-style /server_info only
+    max_logprobs: int = 20  # vLLM's --max-logprobs: the most (top) logprobs a request gets

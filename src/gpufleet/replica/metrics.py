@@ -38,6 +38,9 @@ REQUEST_LATENCY_BUCKETS_S = (
 
 
 ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
+# vLLM v1's FinishReason values: each is exported from the start (0 until it happens).
+FINISH_REASONS = ("stop", "length", "abort", "error")
 
 
 def build_1_2_5_buckets(max_value: int) -> tuple[int, ...]:
@@ -78,8 +81,21 @@ class ReplicaMetrics(Collector):
         self.prompt_tokens = Histogram(token_buckets)
         self.generation_tokens = Histogram(token_buckets)
         self.iteration_tokens = Histogram(ITERATION_TOKENS_BUCKETS)
+        self.max_generation_tokens = Histogram(token_buckets)
+        self.params_n = Histogram(PARAMS_N_BUCKETS)
+        self.params_max_tokens = Histogram(token_buckets)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
+
+    def observe_request(self, n: int, max_tokens_param: int | None) -> None:
+        """The request's own parameters (vllm:request_params_n, _max_tokens)."""
+        self.params_n.observe(n)
+        if max_tokens_param:
+            self.params_max_tokens.observe(max_tokens_param)
+
+    def observe_max_generation(self, tokens: int) -> None:
+        """The longest choice of a finished request (vllm:request_max_num_generation_tokens)."""
+        self.max_generation_tokens.observe(tokens)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -111,6 +127,36 @@ class ReplicaMetrics(Collector):
             "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
             s.kv_cache_usage,
         )  # fmt: skip
+        # vLLM's pre-0.11 name, still queried by vLLM's example Grafana dashboard
+        yield gauge(
+            "vllm:gpu_cache_usage_perc",
+            "GPU KV-cache usage. 1 means 100 percent usage."
+            "DEPRECATED: Use vllm:kv_cache_usage_perc instead.",
+            s.kv_cache_usage,
+        )
+        sleep = GaugeMetricFamily(
+            "vllm:engine_sleep_state",
+            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine "
+            "is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means "
+            "sleep level 2.",
+            labels=[*names, "sleep_state"],
+        )
+        for state, value in (("awake", 1.0), ("weights_offloaded", 0.0), ("discard_all", 0.0)):
+            sleep.add_metric([*labels, state], value)
+        yield sleep
+        # No KV connector and no multi-modal cache in the simulated replica: always 0.
+        for name, doc in (
+            ("vllm:external_prefix_cache_queries",
+             "External prefix cache queries from KV connector cross-instance cache sharing, "
+             "in terms of number of queried tokens."),
+            ("vllm:external_prefix_cache_hits",
+             "External prefix cache hits from KV connector cross-instance cache sharing, "
+             "in terms of number of cached tokens."),
+            ("vllm:mm_cache_queries",
+             "Multi-modal cache queries, in terms of number of queried items."),
+            ("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items."),
+        ):  # fmt: skip
+            yield counter(name, doc, 0.0)
         yield counter(
             "vllm:prefix_cache_queries",
             "Prefix cache queries, in terms of number of queried tokens.",
@@ -135,7 +181,9 @@ class ReplicaMetrics(Collector):
             "Count of successfully processed requests.",
             labels=[*names, "finished_reason"],
         )
-        for reason, count in s.finished_by_reason.items():
+        counts = {reason: 0.0 for reason in FINISH_REASONS}
+        counts.update(s.finished_by_reason)
+        for reason, count in counts.items():
             success.add_metric([*labels, reason], count)
         yield success
         info_keys = sorted(self._cache_config)
@@ -169,6 +217,16 @@ class ReplicaMetrics(Collector):
              self.generation_tokens),
             ("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
              self.iteration_tokens),
+            ("vllm:request_max_num_generation_tokens",
+             "Histogram of maximum number of requested generation tokens.",
+             self.max_generation_tokens),
+            ("vllm:request_params_n", "Histogram of the n request parameter.", self.params_n),
+            ("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
+             self.params_max_tokens),
+            # vLLM's pre-0.11 name for inter-token latency, still queried by its dashboard
+            ("vllm:time_per_output_token_seconds",
+             "Histogram of time per output token in seconds."
+             "DEPRECATED: Use vllm:inter_token_latency_seconds instead.", self.itl),
         ):  # fmt: skip
             h = HistogramMetricFamily(name, doc, labels=names)
             h.add_metric(labels, hist.cumulative(), sum_value=hist.sum)

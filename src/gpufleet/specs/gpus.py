@@ -31,6 +31,7 @@ class GpuSpec:
     network_gbps: float  # per GPU, between nodes
     price_per_gpu_hour_usd: float
     gpus_per_node: int
+    nvlink_domain_gpus: int = 0  # GPUs reachable at intra_node_gbps (0: gpus_per_node)
 
     def tflops(self, dtype: str) -> float:
         """Dense tensor TFLOP/s for `dtype`; a dtype the GPU has no tensor path for runs at
@@ -49,6 +50,17 @@ class GpuSpec:
     def intra_node_gbps(self) -> float:
         """Bandwidth one GPU has to its node peers: NVLink if any, else PCIe."""
         return self.nvlink_gbps if self.nvlink_gbps > 0 else self.pcie_gbps
+
+    @property
+    def domain_gpus(self) -> int:
+        """GPUs one GPU reaches at intra_node_gbps: the node, or a multi-node NVLink
+        domain (GB200 / GB300 NVL72: 72)."""
+        return self.nvlink_domain_gpus or self.gpus_per_node
+
+    def link_gbps(self, group_gpus: int) -> float:
+        """Per-GPU bandwidth of a collective over `group_gpus` GPUs: the NVLink (or PCIe)
+        fabric while the group fits its domain, else the inter-node network."""
+        return self.intra_node_gbps if group_gpus <= self.domain_gpus else self.network_gbps
 
 
 _WIDER: dict[str, tuple[str, ...]] = {
@@ -82,6 +94,7 @@ def _catalog() -> tuple[dict[str, GpuSpec], dict[str, str]]:
             network_gbps=float(entry["network_gbps"]),
             price_per_gpu_hour_usd=float(entry["price_per_gpu_hour_usd"]),
             gpus_per_node=int(entry["gpus_per_node"]),
+            nvlink_domain_gpus=int(entry.get("nvlink_domain_gpus", 0)),
         )
         aliases[_key(name)] = name
         aliases[_key(name).replace("-", "")] = name

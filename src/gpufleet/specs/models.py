@@ -1,5 +1,6 @@
 """Model specs parsed from any Hugging Face `config.json` (dense, GQA, MLA, MoE, sliding
-window), and the catalog of configs shipped in `data/models/` (named `ORG--NAME.json`).
+window). Parsing a config.json is in `config_parse`, the catalog of shipped configs in
+`catalog`.
 
 Parameter counts follow the module shapes of the reference implementations (HF
 transformers / vLLM): q/k/v/o projections (or MLA's low-rank ones), gated MLPs with three
@@ -8,16 +9,10 @@ matrices, routers, RMSNorm weights, embeddings and an untied lm_head.
 
 from __future__ import annotations
 
-import difflib
-import functools
-import json
-import re
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from gpufleet.errors import UserError
+from gpufleet.specs.quant import FORMATS, UNQUANTIZED, QuantScheme, uniform_scheme
 
 
 @dataclass(frozen=True)
@@ -90,7 +85,32 @@ class ModelSpec:
     attention_bias: bool = False
     qk_norm: bool = False
     attention_sinks: bool = False
-    checkpoint_dtype: str = "bf16"  # how the published weights are stored (bf16|fp8|fp4)
+    quant: QuantScheme = UNQUANTIZED  # the checkpoint's per-module storage formats
+    vision_params: int = 0  # a multimodal checkpoint's vision encoder + projector
+    rotary_dim: int = 0  # dims RoPE rotates per head (0: head_dim; MLA: qk_rope_head_dim)
+
+    def rope_cache_elements(self) -> int:
+        """vLLM's rotary cos/sin cache: one row of rotary_dim per position up to
+        max_position_embeddings, on every GPU (Llama 4's 10M positions: 2.5 GiB in bf16)."""
+        dim = self.rotary_dim or (
+            self.qk_rope_head_dim if self.attention_kind == "mla" else self.head_dim
+        )
+        return self.max_position_embeddings * dim
+
+    @property
+    def checkpoint_dtype(self) -> str:
+        """How most of the published weights are stored: bf16, fp8, int8, int4, mxfp4 or
+        nvfp4 (the per-module detail is in `quant`)."""
+        return self.quant.headline
+
+    def weight_scheme(self, weight_dtype: str) -> QuantScheme:
+        """Per-module formats when serving at `weight_dtype`: the checkpoint's own scheme
+        when that is its precision (modules it left unquantized stay so), else every
+        decoder linear layer in `weight_dtype` (an online re-quantization or another
+        checkpoint of the same model)."""
+        if weight_dtype == self.checkpoint_dtype:
+            return self.quant
+        return uniform_scheme(FORMATS[weight_dtype])
 
     # ---- parameters -------------------------------------------------------------------
     def attention_params(self, layer: int = 0) -> int:
@@ -244,284 +264,3 @@ class ModelSpec:
 
     def kv_bytes_per_token_sliding(self, kv_dtype_bytes: float, tp: int = 1) -> float:
         return self.kv_breakdown(kv_dtype_bytes, tp).sliding_bytes
-
-
-# ---- parsing ------------------------------------------------------------------------
-
-_SYNONYMS: dict[str, tuple[str, ...]] = {
-    "hidden_size": ("hidden_size", "n_embd", "d_model"),
-    "num_hidden_layers": ("num_hidden_layers", "n_layer", "num_layers"),
-    "num_attention_heads": ("num_attention_heads", "n_head"),
-    "vocab_size": ("vocab_size",),
-    "max_position_embeddings": (
-        "max_position_embeddings",
-        "n_positions",
-        "max_sequence_length",
-        "seq_length",
-    ),
-}
-
-
-def _get(cfg: dict[str, Any], key: str, source: str) -> Any:
-    for k in _SYNONYMS.get(key, (key,)):
-        if cfg.get(k) is not None:
-            return cfg[k]
-    raise UserError(
-        f"{source} has no {key!r}",
-        field=key,
-        fix=f"add {key!r} to the config (it is in every Hugging Face config.json of this kind)",
-    )
-
-
-def _int(cfg: dict[str, Any], key: str, source: str) -> int:
-    value = _get(cfg, key, source)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise UserError(
-            f"{source}: {key!r} must be a non-negative integer, got {value!r}",
-            field=key,
-            fix=f"set {key!r} to an integer",
-        )
-    return value
-
-
-def _checkpoint_dtype(cfg: dict[str, Any]) -> str:
-    quant = cfg.get("quantization_config") or {}
-    method = str(quant.get("quant_method", "")).lower()
-    if method == "fp8":
-        return "fp8"
-    if method == "mxfp4":
-        return "fp4"
-    if method in ("awq", "gptq") and quant.get("bits") == 4:
-        return "int4"
-    return "bf16"
-
-
-def _moe_layers(cfg: dict[str, Any], model_type: str, num_layers: int) -> list[bool]:
-    if model_type.startswith("deepseek"):
-        first_dense = int(cfg.get("first_k_dense_replace", 0) or 0)
-        freq = int(cfg.get("moe_layer_freq", 1) or 1)
-        return [i >= first_dense and i % freq == 0 for i in range(num_layers)]
-    if model_type.startswith("llama4"):
-        step = int(cfg.get("interleave_moe_layer_step", 1) or 1)
-        moe_ids = cfg.get("moe_layers") or list(range(step - 1, num_layers, step))
-        return [i in set(moe_ids) for i in range(num_layers)]
-    if "decoder_sparse_step" in cfg or "mlp_only_layers" in cfg:  # qwen2_moe / qwen3_moe
-        step = int(cfg.get("decoder_sparse_step", 1) or 1)
-        dense_ids = set(cfg.get("mlp_only_layers") or [])
-        return [i not in dense_ids and (i + 1) % step == 0 for i in range(num_layers)]
-    return [True] * num_layers
-
-
-def _sliding_windows(cfg: dict[str, Any], model_type: str, num_layers: int) -> list[int | None]:
-    window = cfg.get("sliding_window")
-    layer_types = cfg.get("layer_types")
-    if layer_types and window:
-        return [window if t == "sliding_attention" else None for t in layer_types][:num_layers]
-    chunk = cfg.get("attention_chunk_size")
-    if model_type.startswith("llama4") and chunk:
-        # Llama 4: RoPE layers attend within chunks of attention_chunk_size tokens, every
-        # no_rope_layer_interval-th layer (NoPE) attends globally. A chunked layer never
-        # needs more than one chunk of KV, so it is bounded like a window.
-        interval = int(cfg.get("no_rope_layer_interval", 4) or 4)
-        flags = cfg.get("no_rope_layers") or [
-            int((i + 1) % interval != 0) for i in range(num_layers)
-        ]
-        return [chunk if flags[i] else None for i in range(num_layers)]
-    if window and cfg.get("use_sliding_window", True):
-        return [int(window)] * num_layers
-    return [None] * num_layers
-
-
-def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> ModelSpec:
-    """A ModelSpec from a config.json dict. Missing required fields raise UserError."""
-    src = source or name
-    top_type = str(cfg.get("model_type", ""))
-    if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (Llama 4, ...)
-        cfg = {**cfg, **cfg["text_config"]}
-    model_type = str(cfg.get("model_type", top_type))
-    hidden = _int(cfg, "hidden_size", src)
-    num_layers = _int(cfg, "num_hidden_layers", src)
-    heads = _int(cfg, "num_attention_heads", src)
-    vocab = _int(cfg, "vocab_size", src)
-    max_pos = _int(cfg, "max_position_embeddings", src)
-    kv_heads = cfg.get("num_key_value_heads") or heads  # HF default: multi-head attention
-    head_dim = cfg.get("head_dim") or hidden // heads
-
-    num_experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts")
-    num_experts = num_experts or cfg.get("num_experts")
-    moe: MoESpec | None = None
-    moe_flags = [False] * num_layers
-    if num_experts:
-        experts_per_token = cfg.get("num_experts_per_tok") or cfg.get("experts_per_token")
-        if not experts_per_token:
-            experts_per_token = _int(cfg, "num_experts_per_tok", src)
-        expert_inter = cfg.get("moe_intermediate_size") or _int(cfg, "intermediate_size", src)
-        shared_n = int(cfg.get("n_shared_experts") or 0)
-        shared_inter = shared_n * expert_inter
-        if cfg.get("shared_expert_intermediate_size"):
-            shared_n, shared_inter = 1, int(cfg["shared_expert_intermediate_size"])
-        if model_type.startswith("llama4"):
-            shared_n, shared_inter = 1, int(cfg["intermediate_size"])
-        moe = MoESpec(
-            num_experts=int(num_experts),
-            experts_per_token=int(experts_per_token),
-            expert_intermediate_size=int(expert_inter),
-            num_shared_experts=shared_n,
-            shared_expert_intermediate_size=shared_inter,
-            expert_bias=model_type == "gpt_oss",
-        )
-        moe_flags = _moe_layers(cfg, model_type, num_layers)
-
-    if model_type.startswith("llama4"):
-        dense_inter = int(cfg.get("intermediate_size_mlp") or cfg.get("intermediate_size") or 0)
-    elif moe is not None and all(moe_flags):
-        dense_inter = int(cfg.get("intermediate_size") or 0)  # unused: every layer is MoE
-    else:
-        dense_inter = _int(cfg, "intermediate_size", src)
-
-    windows = _sliding_windows(cfg, model_type, num_layers)
-    layers = tuple(
-        LayerSpec(sliding_window=windows[i], is_moe=moe_flags[i]) for i in range(num_layers)
-    )
-    is_mla = cfg.get("kv_lora_rank") is not None
-    mla: dict[str, Any] = {}
-    if is_mla:
-        mla = dict(
-            q_lora_rank=cfg.get("q_lora_rank"),
-            kv_lora_rank=_int(cfg, "kv_lora_rank", src),
-            qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", src),
-            qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", src),
-            v_head_dim=_int(cfg, "v_head_dim", src),
-        )
-    attention_bias = cfg.get("attention_bias")
-    if attention_bias is None:
-        attention_bias = model_type in ("qwen2", "qwen2_moe")
-    return ModelSpec(
-        name=name,
-        model_type=model_type,
-        hidden_size=hidden,
-        num_layers=num_layers,
-        vocab_size=vocab,
-        num_attention_heads=heads,
-        num_kv_heads=int(kv_heads),
-        head_dim=int(head_dim),
-        intermediate_size=dense_inter,
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        max_position_embeddings=max_pos,
-        attention_kind="mla" if is_mla else "gqa",
-        layers=layers,
-        moe=moe,
-        num_mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0),
-        attention_bias=bool(attention_bias),
-        qk_norm=model_type in ("qwen3", "qwen3_moe"),
-        attention_sinks=model_type == "gpt_oss",
-        checkpoint_dtype=_checkpoint_dtype(cfg),
-        **mla,
-    )
-
-
-# ---- catalog ------------------------------------------------------------------------
-
-# Suffixes that name a variant of the same architecture (chat tuning, a quantized copy).
-_VARIANT_SUFFIX = re.compile(
-    r"(-(instruct|chat|it|base|hf|fp8|fp8-dynamic|awq|gptq|int4|int8|w4a16|w8a8|bf16|v0\.\d+))+$"
-)
-
-
-def _name_keys(name: str) -> set[str]:
-    """Every spelling a user might type for a model named `org/Name`."""
-    full = name.strip().lower()
-    short = full.rsplit("/", 1)[-1]
-    keys = {full, short}
-    for k in list(keys):
-        keys.add(_VARIANT_SUFFIX.sub("", k))
-    for k in list(keys):
-        if k.rsplit("/", 1)[-1].startswith("meta-"):
-            keys.add(k.rsplit("/", 1)[-1].removeprefix("meta-"))
-    return keys
-
-
-@functools.cache
-def _catalog_files() -> dict[str, str]:
-    """Canonical `org/Name` -> file name."""
-    root = resources.files("gpufleet.specs").joinpath("data/models")
-    out: dict[str, str] = {}
-    for entry in root.iterdir():
-        if entry.name.endswith(".json"):
-            out[entry.name.removesuffix(".json").replace("--", "/")] = entry.name
-    return out
-
-
-@functools.cache
-def _catalog_index() -> dict[str, str]:
-    index: dict[str, str] = {}
-    for canonical in _catalog_files():
-        for key in _name_keys(canonical):
-            index.setdefault(key, canonical)
-    return index
-
-
-def model_names() -> list[str]:
-    """Canonical names (`org/Name`) of every model config that ships with gpufleet."""
-    return sorted(_catalog_files())
-
-
-@functools.cache
-def _load_catalog_model(canonical: str) -> ModelSpec:
-    file_name = _catalog_files()[canonical]
-    root = resources.files("gpufleet.specs").joinpath("data/models")
-    cfg = json.loads(root.joinpath(file_name).read_text())
-    return parse_config(cfg, canonical, source=f"catalog config {file_name}")
-
-
-def load_model(name_or_path: str) -> ModelSpec:
-    """A catalog name (usual spellings, case-insensitive: `meta-llama/Llama-3.1-70B`,
-    `Meta-Llama-3.1-70B`), a path to a config.json, or a directory holding one."""
-    path = Path(name_or_path).expanduser()
-    if path.is_dir():
-        config_path = path / "config.json"
-        if not config_path.is_file():
-            raise UserError(
-                f"directory {str(path)!r} holds no config.json",
-                field="--model",
-                fix="point --model at a Hugging Face model directory or its config.json",
-            )
-        return _load_path(config_path, name=str(path))
-    if path.is_file():
-        # A model directory's config.json names the directory (what engines load).
-        return _load_path(path, name=str(path.parent) if path.name == "config.json" else "")
-
-    index = _catalog_index()
-    for key in sorted(_name_keys(name_or_path), key=len, reverse=True):
-        if key in index:
-            return _load_catalog_model(index[key])
-    lowered = name_or_path.strip().lower()
-    close = difflib.get_close_matches(lowered, list(index), n=8, cutoff=0.5)
-    close_names = sorted({index[c] for c in close})
-    hint = f" (close names: {', '.join(close_names)})" if close_names else ""
-    raise UserError(
-        f"unknown model {name_or_path!r}{hint}",
-        field="--model",
-        fix=f"use a catalog name ({', '.join(model_names())}), a config.json path, "
-        "or a directory holding one",
-    )
-
-
-def _load_path(config_path: Path, name: str) -> ModelSpec:
-    try:
-        cfg = json.loads(config_path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise UserError(
-            f"cannot read {str(config_path)!r}: {e}",
-            field="--model",
-            fix="pass a valid Hugging Face config.json",
-        ) from e
-    if not isinstance(cfg, dict):
-        raise UserError(
-            f"{str(config_path)!r} is not a JSON object",
-            field="--model",
-            fix="pass a valid Hugging Face config.json",
-        )
-    # ORG--NAME.json (how the shipped configs are named) reads as the hub id ORG/NAME.
-    display = name or str(cfg.get("_name_or_path") or config_path.stem.replace("--", "/"))
-    return parse_config(cfg, display, source=str(config_path))

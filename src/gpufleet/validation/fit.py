@@ -21,6 +21,8 @@ import yaml
 
 from gpufleet.errors import UserError
 from gpufleet.perf.calibration import (
+    BACKEND_CONSTANTS,
+    BOUNDS,
     SCALAR_CONSTANTS,
     Calibration,
     calibration_to_dict,
@@ -29,35 +31,25 @@ from gpufleet.perf.calibration import (
 from gpufleet.validation.measured import default_csv, predict_row, read_rows
 
 
-def _score(cal: Calibration, rows: Sequence[Any]) -> float:
+def _errors(cal: Calibration, row: Any) -> tuple[float, float] | None:
+    pred = predict_row(row, cal)
+    if pred is None:
+        return None
+    return abs(math.log(pred.ttft_s / row.ttft_s)), abs(math.log(pred.tpot_s / row.tpot_s))
+
+
+def _combine(errors: Sequence[tuple[float, float] | None]) -> float:
     """The acceptance metrics themselves: median |log(predicted / measured)| of TTFT and of
     TPOT, each scaled by its target (20% and 10%), summed. Medians keep the fit robust to
     the few rows no engine-level model explains."""
-    ttft: list[float] = []
-    tpot: list[float] = []
-    for row in rows:
-        pred = predict_row(row, cal)
-        if pred is None:
-            continue
-        ttft.append(abs(math.log(pred.ttft_s / row.ttft_s)))
-        tpot.append(abs(math.log(pred.tpot_s / row.tpot_s)))
-    if not ttft:
+    got = [e for e in errors if e is not None]
+    if not got:
         return math.inf
-    return statistics.median(ttft) / 0.2 + statistics.median(tpot) / 0.1
+    return statistics.median(e[0] for e in got) / 0.2 + statistics.median(e[1] for e in got) / 0.1
 
 
-_BOUNDS: dict[str, tuple[float, float]] = {
-    "gemm_efficiency": (0.2, 0.95),
-    "attention_efficiency": (0.1, 0.95),
-    "memory_efficiency": (0.4, 0.95),
-    "allreduce_latency_s": (2e-6, 40e-6),
-    "queue_scale": (0.05, 4.0),
-    "benchmark_requests_per_client": (1.0, 50.0),
-    "step_overhead_s": (0.0, 0.02),
-    "ttft_overhead_s": (0.0, 0.3),
-    "moe_efficiency": (0.1, 1.5),
-    "moe_gemm_efficiency": (0.02, 1.0),  # no faster than dense GEMMs
-}
+def _score(cal: Calibration, rows: Sequence[Any]) -> float:
+    return _combine([_errors(cal, r) for r in rows])
 
 
 def _replace(cal: Calibration, key: str, value: float, backend: str | None) -> Calibration:
@@ -69,33 +61,53 @@ def _replace(cal: Calibration, key: str, value: float, backend: str | None) -> C
     return dataclasses.replace(cal, backends=MappingProxyType(backends))
 
 
+def _inside_bounds(cal: Calibration) -> Calibration:
+    """Start from constants moved inside their bounds (a calibration written under older,
+    wider bounds would otherwise stay outside: the search never steps back in past a
+    worse score)."""
+    for key in SCALAR_CONSTANTS:
+        lo, hi = BOUNDS[key]
+        cal = _replace(cal, key, min(hi, max(lo, float(getattr(cal, key)))), None)
+    for name, b in cal.backends.items():
+        for key in BACKEND_CONSTANTS:
+            lo, hi = BOUNDS[key]
+            cal = _replace(cal, key, min(hi, max(lo, float(getattr(b, key)))), name)
+    return cal
+
+
 def fit(rows: Sequence[Any], start: Calibration, rounds: int = 3) -> Calibration:
-    """Coordinate search: each constant in turn, multiplicative steps that shrink."""
-    cal = start
-    best = _score(cal, rows)
+    """Coordinate search: each constant in turn, multiplicative steps that shrink, never
+    past its physical bounds (`perf.calibration.BOUNDS`). A backend's own constants only
+    move its rows' predictions, so only those are recomputed when one changes."""
+    cal = _inside_bounds(start)
+    errors = [_errors(cal, r) for r in rows]
+    best = _combine(errors)
     knobs: list[tuple[str, str | None]] = [(k, None) for k in SCALAR_CONSTANTS]
     backends = sorted({r.backend for r in rows} & set(cal.backends))
     for b in backends:
-        knobs += [("step_overhead_s", b), ("ttft_overhead_s", b), ("moe_efficiency", b)]
-        knobs += [("moe_gemm_efficiency", b)]
-        knobs += [("benchmark_requests_per_client", b)]
+        knobs += [(k, b) for k in BACKEND_CONSTANTS]
+    by_backend = {b: [i for i, r in enumerate(rows) if r.backend == b] for b in backends}
     for step in [1.5, 1.2, 1.07][:rounds]:
         for key, backend in knobs:
+            idx = range(len(rows)) if backend is None else by_backend[backend]
             improved = True
             while improved:
                 improved = False
                 owner: Any = cal if backend is None else cal.backend(backend)
                 current = float(getattr(owner, key))
-                lo, hi = _BOUNDS[key]
+                lo, hi = BOUNDS[key]
                 seed = current if current > 0 else hi * 0.05
                 for raw in (seed * step, seed / step):
                     cand = min(hi, max(lo, raw))
                     if cand == current:
                         continue
                     trial = _replace(cal, key, cand, backend)
-                    s = _score(trial, rows)
+                    trial_errors = list(errors)
+                    for i in idx:
+                        trial_errors[i] = _errors(trial, rows[i])
+                    s = _combine(trial_errors)
                     if s < best - 1e-6:
-                        cal, best, improved = trial, s, True
+                        cal, best, errors, improved = trial, s, trial_errors, True
                         break
     return cal
 

@@ -1,0 +1,100 @@
+"""Per-layer constants of the roofline model: weight bytes and GEMM seconds per token of each
+class of identical layers, in each module's own storage format and tensor-core path.
+
+A layer's attention projections, dense MLP (or shared experts and router) are GEMMs over
+the weights one GPU holds. Each module is stored in the format the checkpoint's
+`QuantScheme` gives it and multiplied on the tensor-core path that format has on the GPU:
+W8A8 fp8 / int8 where the GPU has those units; W4A4 NVFP4 (and W4A8 MXFP4) only on GPUs
+with fp4 tensor cores (Blackwell) — elsewhere the engines run 4-bit weights through a
+weight-only kernel at bf16 (Marlin: W4A16), reading 4-bit weights but computing at bf16.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpufleet.specs.gpus import GpuSpec
+from gpufleet.specs.models import ModelSpec
+from gpufleet.specs.quant import QuantScheme, WeightFormat
+
+
+def compute_dtype(fmt: WeightFormat, gpu: GpuSpec) -> str:
+    """The tensor-core dtype a module in `fmt` is multiplied at on `gpu`."""
+    if fmt.name in ("mxfp4", "nvfp4") and not gpu.supports("fp4"):
+        return "bf16"  # Hopper and older: W4A16 (Marlin / Triton)
+    return fmt.act_dtype if gpu.supports(fmt.act_dtype) else "bf16"
+
+
+@dataclass(frozen=True, slots=True)
+class LayerClass:
+    """Layers that cost the same, and how many of them there are (per whole model)."""
+
+    count: int
+    window: int | None
+    weight_bytes: float  # per GPU: attention projections + dense MLP / shared / router
+    gemm_s_per_token: float  # per GPU, at the achieved tensor rate of each module's path
+    is_moe: bool
+
+
+_CACHE: dict[tuple[object, ...], tuple[LayerClass, ...]] = {}
+
+
+def layer_classes(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    scheme: QuantScheme,
+    *,
+    tp: int,
+    moe_tp: int,
+    gemm_efficiency: float,
+) -> tuple[LayerClass, ...]:
+    """Group the model's layers by (window, MoE, attention format, MLP format)."""
+    key = (model, gpu.name, tuple(gpu.dense_tflops.items()), scheme, tp, moe_tp, gemm_efficiency)
+    if key not in _CACHE:
+        if len(_CACHE) > 4096:  # a long fit sweeps many efficiencies
+            _CACHE.clear()
+        _CACHE[key] = _layer_classes(model, gpu, scheme, tp, moe_tp, gemm_efficiency)
+    return _CACHE[key]
+
+
+def _layer_classes(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    scheme: QuantScheme,
+    tp: int,
+    moe_tp: int,
+    gemm_efficiency: float,
+) -> tuple[LayerClass, ...]:
+    groups: dict[tuple[int | None, bool, WeightFormat, WeightFormat], list[int]] = {}
+    for i, spec in enumerate(model.layers):
+        is_moe = spec.is_moe and model.moe is not None
+        mlp_fmt = scheme.format(i, "shared" if is_moe else "mlp")
+        key = (spec.sliding_window, is_moe, scheme.format(i, "attn"), mlp_fmt)
+        groups.setdefault(key, []).append(i)
+    out = []
+    for (window, is_moe, attn_fmt, mlp_fmt), ids in groups.items():
+        first = ids[0]
+        attn = model.attention_params(first) / tp
+        if is_moe:
+            mlp = model.shared_expert_params() / moe_tp
+            router = float(model.router_params())
+        else:
+            mlp = model.mlp_params(first) / tp
+            router = 0.0
+        attn_rate = gpu.tflops(compute_dtype(attn_fmt, gpu)) * 1e12 * gemm_efficiency
+        mlp_rate = gpu.tflops(compute_dtype(mlp_fmt, gpu)) * 1e12 * gemm_efficiency
+        bf16_rate = gpu.tflops("bf16") * 1e12 * gemm_efficiency
+        out.append(
+            LayerClass(
+                count=len(ids),
+                window=window,
+                weight_bytes=attn * attn_fmt.bytes_per_param
+                + mlp * mlp_fmt.bytes_per_param
+                + router * 2.0,
+                gemm_s_per_token=2.0 * attn / attn_rate
+                + 2.0 * mlp / mlp_rate
+                + 2.0 * router / bf16_rate,
+                is_moe=is_moe,
+            )
+        )
+    return tuple(out)

@@ -1,0 +1,135 @@
+"""The serving engines' own rules, as their documentation and source state them: how much
+memory the KV cache gets, which requests they admit, how they schedule prefill, how large a
+batch their CUDA graphs cover.
+
+* vLLM (V1): the KV cache gets `--gpu-memory-utilization` (0.9) × total GPU memory, less
+  the weights, the activation peak of one profiling pass of max_num_batched_tokens tokens
+  and the non-torch memory that pass allocates (NCCL, cuBLAS workspaces). It admits a
+  request when blocks for its prompt are free, and preempts (recomputes) when decoding
+  runs out of blocks, so a request holds the blocks it has filled: prompt + tokens so
+  far. Chunked prefill shares iterations with decodes (budget 8192 tokens on ≥ 70 GiB
+  GPUs, 2048 below; max_num_seqs 1024 / 256). CUDA graphs cover batches up to 512.
+* SGLang: `--mem-fraction-static` of total memory holds weights + KV pool; the default is
+  (total − reserved) / total with reserved = 512 MiB + 1.5 × max(chunked_prefill_size,
+  2048) MiB + 2 × cuda_graph_max_bs MiB + tp × pp / 8 GiB, at least 10 GiB on > 60 GiB
+  GPUs (server_args._handle_gpu_memory_settings). The pool is that fraction of total less
+  what is already in use after loading (weights, CUDA context). It admits a request when
+  its prompt plus `new_token_ratio` × its max new tokens fit beside the running requests'
+  own reservations (the ratio decays from 0.7 towards ~0.1 while nothing is retracted);
+  prefill batches run as iterations of their own (no mixed chunks by default); chunked
+  prefill 8192 tokens on 60–160 GiB GPUs, 16384 above, 4096 / 2048 below.
+* TensorRT-LLM (trtllm-serve, PyTorch backend): the KV cache gets
+  `kv_cache_free_gpu_memory_fraction` (0.9) of the memory still free after the weights and
+  an activation-profiling pass; the default GUARANTEED_NO_EVICT scheduler admits a request
+  only with blocks reserved for its whole input + max output; in-flight batching mixes
+  context and generation (max_num_tokens 8192, max_batch_size 2048); CUDA graphs up to
+  batch 128 (the LLM API's cuda_graph_config default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpufleet.errors import UserError
+from gpufleet.specs.gpus import GpuSpec
+
+GIB = 1 << 30
+MIB = 1 << 20
+ENGINES = ("vllm", "sglang", "trtllm")
+
+
+@dataclass(frozen=True)
+class EngineRules:
+    """One engine's defaults on one GPU and layout."""
+
+    name: str
+    memory_fraction: float  # the engine's own flag's default
+    memory_fraction_flag: str
+    max_num_batched_tokens: int  # token budget per iteration (chunked prefill size)
+    max_num_seqs: int  # requests running at once, at most
+    mixed_prefill: bool  # prefill chunks share iterations with decodes
+    cuda_graph_max_batch: int  # decode batches above this run without CUDA graphs
+    block_tokens: int  # KV block (page) size
+
+    def admission_tokens(self, input_tokens: int, output_tokens: int) -> float:
+        """KV tokens one running request counts against the cache, on average over its
+        life, under the engine's admission rule."""
+        if self.name == "trtllm":  # GUARANTEED_NO_EVICT: the whole request, reserved
+            return float(input_tokens + output_tokens)
+        held = input_tokens + output_tokens / 2.0  # blocks filled so far, on average
+        if self.name == "sglang":  # plus the decayed reservation of what is still to come
+            return held + SGLANG_MIN_NEW_TOKEN_RATIO * output_tokens / 2.0
+        return held
+
+
+# SGLang's new_token_ratio floor: init 0.7 × min factor 0.14 (global_config defaults).
+SGLANG_MIN_NEW_TOKEN_RATIO = 0.7 * 0.14
+
+
+def _sglang_sizes(gpu: GpuSpec, tp: int) -> tuple[int, int]:
+    """SGLang's (chunked_prefill_size, cuda_graph_max_bs) defaults by GPU memory."""
+    mem = gpu.memory_bytes
+    if mem < 20 * GIB:
+        return 2048, 8 if tp < 4 else 80
+    if mem < 35 * GIB:
+        return 2048, 24 if tp < 4 else 80
+    if mem < 60 * GIB:
+        return 4096, 32 if tp < 4 else 160
+    if mem < 160 * GIB:
+        return 8192, 256 if tp < 4 else 512
+    return 16384, 512
+
+
+def sglang_mem_fraction_static(gpu: GpuSpec, tp: int, pp: int = 1, dp_attention: int = 1) -> float:
+    """SGLang's default --mem-fraction-static (server_args._handle_gpu_memory_settings)."""
+    chunk, graph_bs = _sglang_sizes(gpu, tp)
+    gpu_mib = gpu.memory_bytes / MIB
+    reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp * pp / 8 * 1024
+    if dp_attention > 1:
+        reserved += graph_bs * dp_attention * 3
+        if graph_bs > 300:
+            reserved += graph_bs * dp_attention * 1.5
+    if gpu_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((gpu_mib - reserved) / gpu_mib, 3)
+
+
+def engine_rules(
+    engine: str,
+    gpu: GpuSpec,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    dp: int = 1,
+    memory_fraction: float | None = None,
+) -> EngineRules:
+    """The engine's defaults for a layout of tp × dp × pp GPUs; `memory_fraction`
+    overrides its memory flag (--gpu-memory-utilization, --mem-fraction-static,
+    kv_cache_free_gpu_memory_fraction)."""
+    name = engine.lower()
+    if memory_fraction is not None and not 0.0 < memory_fraction <= 1.0:
+        raise UserError(
+            f"memory fraction {memory_fraction} is outside (0, 1]",
+            field="--gpu-memory-utilization",
+            fix="use a fraction such as 0.9",
+        )
+    big = gpu.memory_bytes >= 70 * GIB
+    if name == "vllm":
+        return EngineRules(
+            name, memory_fraction or 0.9, "--gpu-memory-utilization",
+            8192 if big else 2048, 1024 if big else 256, True, 512, 16,
+        )  # fmt: skip
+    if name == "sglang":
+        chunk, graph_bs = _sglang_sizes(gpu, tp)
+        frac = memory_fraction or sglang_mem_fraction_static(gpu, tp, pp, dp)
+        return EngineRules(
+            name, frac, "--mem-fraction-static", chunk, 4096, False, graph_bs, 1,
+        )  # fmt: skip
+    if name == "trtllm":
+        return EngineRules(
+            name, memory_fraction or 0.9, "--kv_cache_free_gpu_memory_fraction",
+            8192, 2048, True, 128, 32,
+        )  # fmt: skip
+    raise UserError(
+        f"unknown engine {engine!r}", field="--engine", fix=f"use one of {', '.join(ENGINES)}"
+    )

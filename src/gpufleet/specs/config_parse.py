@@ -1,0 +1,228 @@
+"""A `ModelSpec` from any Hugging Face `config.json`: field synonyms, MoE layer patterns,
+sliding-window layers and the checkpoint's quantization."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpufleet.errors import UserError
+from gpufleet.specs.models import LayerSpec, ModelSpec, MoESpec
+from gpufleet.specs.quant import parse_quantization_config
+
+_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "hidden_size": ("hidden_size", "n_embd", "d_model"),
+    "num_hidden_layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "num_attention_heads": ("num_attention_heads", "n_head"),
+    "vocab_size": ("vocab_size",),
+    "max_position_embeddings": (
+        "max_position_embeddings",
+        "n_positions",
+        "max_sequence_length",
+        "seq_length",
+    ),
+}
+
+
+def _get(cfg: dict[str, Any], key: str, source: str) -> Any:
+    for k in _SYNONYMS.get(key, (key,)):
+        if cfg.get(k) is not None:
+            return cfg[k]
+    raise UserError(
+        f"{source} has no {key!r}",
+        field=key,
+        fix=f"add {key!r} to the config (it is in every Hugging Face config.json of this kind)",
+    )
+
+
+def _int(cfg: dict[str, Any], key: str, source: str) -> int:
+    value = _get(cfg, key, source)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise UserError(
+            f"{source}: {key!r} must be a non-negative integer, got {value!r}",
+            field=key,
+            fix=f"set {key!r} to an integer",
+        )
+    return value
+
+
+# tie_word_embeddings when a config leaves it out: the default of the model's transformers
+# config class (PretrainedConfig's is True; these classes set False).
+_UNTIED_BY_DEFAULT = frozenset(
+    {"llama", "llama4", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
+     "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2", "glm4", "glm4_moe", "gpt_oss",
+     "minimax", "minimax_m2", "phi3", "olmo", "olmo2", "gpt_neox", "granite", "internlm2"}
+)  # fmt: skip
+
+# Models whose configs give one sliding_window but alternate sliding and full layers
+# without listing layer_types: every n-th layer (1-based) attends globally, the rest
+# within the window (transformers' Gemma2 / Gemma3 / Cohere2 layer patterns).
+_GLOBAL_EVERY: dict[str, tuple[str, int]] = {
+    "gemma2": ("", 2),
+    "gemma3": ("sliding_window_pattern", 6),
+    "gemma3_text": ("sliding_window_pattern", 6),
+    "cohere2": ("sliding_window_pattern", 4),
+}
+
+
+def _tied(cfg: dict[str, Any], model_type: str) -> bool:
+    if "tie_word_embeddings" in cfg and cfg["tie_word_embeddings"] is not None:
+        return bool(cfg["tie_word_embeddings"])
+    return model_type not in _UNTIED_BY_DEFAULT
+
+
+def _moe_layers(cfg: dict[str, Any], model_type: str, num_layers: int) -> list[bool]:
+    if "first_k_dense_replace" in cfg:  # DeepSeek, Kimi K2, GLM-4.5
+        first_dense = int(cfg.get("first_k_dense_replace", 0) or 0)
+        freq = int(cfg.get("moe_layer_freq", 1) or 1)
+        return [i >= first_dense and i % freq == 0 for i in range(num_layers)]
+    if model_type.startswith("llama4"):
+        step = int(cfg.get("interleave_moe_layer_step", 1) or 1)
+        moe_ids = cfg.get("moe_layers") or list(range(step - 1, num_layers, step))
+        return [i in set(moe_ids) for i in range(num_layers)]
+    if "decoder_sparse_step" in cfg or "mlp_only_layers" in cfg:  # qwen2_moe / qwen3_moe
+        step = int(cfg.get("decoder_sparse_step", 1) or 1)
+        dense_ids = set(cfg.get("mlp_only_layers") or [])
+        return [i not in dense_ids and (i + 1) % step == 0 for i in range(num_layers)]
+    return [True] * num_layers
+
+
+def _sliding_windows(cfg: dict[str, Any], model_type: str, num_layers: int) -> list[int | None]:
+    window = cfg.get("sliding_window")
+    layer_types = cfg.get("layer_types")
+    if layer_types and window:
+        return [window if t == "sliding_attention" else None for t in layer_types][:num_layers]
+    chunk = cfg.get("attention_chunk_size")
+    if model_type.startswith("llama4") and chunk:
+        # Llama 4: RoPE layers attend within chunks of attention_chunk_size tokens, every
+        # no_rope_layer_interval-th layer (NoPE) attends globally. A chunked layer never
+        # needs more than one chunk of KV, so it is bounded like a window.
+        interval = int(cfg.get("no_rope_layer_interval", 4) or 4)
+        flags = cfg.get("no_rope_layers") or [
+            int((i + 1) % interval != 0) for i in range(num_layers)
+        ]
+        return [chunk if flags[i] else None for i in range(num_layers)]
+    if window and model_type in _GLOBAL_EVERY:
+        key, default_every = _GLOBAL_EVERY[model_type]
+        every = int(cfg.get(key) or default_every) if key else default_every
+        return [None if (i + 1) % every == 0 else int(window) for i in range(num_layers)]
+    if window and model_type.startswith(("qwen2", "qwen3")):
+        # Qwen: off unless use_sliding_window; then layers from max_window_layers on.
+        if not cfg.get("use_sliding_window", False):
+            return [None] * num_layers
+        first = int(cfg.get("max_window_layers") or 0)
+        return [int(window) if i >= first else None for i in range(num_layers)]
+    if window and cfg.get("use_sliding_window", True):
+        return [int(window)] * num_layers
+    return [None] * num_layers
+
+
+def _vision_params(cfg: dict[str, Any]) -> int:
+    """A multimodal checkpoint's vision encoder and projector, which vLLM loads beside the
+    language model: ViT layers (attention 4h², MLP 2h·inter) plus the projection into the
+    text model's hidden size. 0 for text-only configs."""
+    vision = cfg.get("vision_config")
+    if not isinstance(vision, dict):
+        return 0
+    h = int(vision.get("hidden_size") or 0)
+    layers = int(vision.get("num_hidden_layers") or vision.get("depth") or 0)
+    inter = int(vision.get("intermediate_size") or 4 * h)
+    patch = int(vision.get("patch_size") or 14)
+    channels = int(vision.get("num_channels") or 3)
+    body = layers * (4 * h * h + 2 * h * inter + 4 * h)
+    text_h = int((cfg.get("text_config") or cfg).get("hidden_size") or 0)
+    out = int(vision.get("vision_output_dim") or vision.get("out_hidden_size") or h)
+    projector = out * text_h + h * out
+    return body + channels * patch * patch * h + projector
+
+
+def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> ModelSpec:
+    """A ModelSpec from a config.json dict. Missing required fields raise UserError."""
+    src = source or name
+    raw = cfg
+    top_type = str(cfg.get("model_type", ""))
+    if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (Llama 4, ...)
+        cfg = {**cfg, **cfg["text_config"]}
+    model_type = str(cfg.get("model_type", top_type))
+    hidden = _int(cfg, "hidden_size", src)
+    num_layers = _int(cfg, "num_hidden_layers", src)
+    heads = _int(cfg, "num_attention_heads", src)
+    vocab = _int(cfg, "vocab_size", src)
+    max_pos = _int(cfg, "max_position_embeddings", src)
+    kv_heads = cfg.get("num_key_value_heads") or heads  # HF default: multi-head attention
+    head_dim = cfg.get("head_dim") or hidden // heads
+
+    num_experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts")
+    num_experts = num_experts or cfg.get("num_experts")
+    moe: MoESpec | None = None
+    moe_flags = [False] * num_layers
+    if num_experts:
+        experts_per_token = cfg.get("num_experts_per_tok") or cfg.get("experts_per_token")
+        if not experts_per_token:
+            experts_per_token = _int(cfg, "num_experts_per_tok", src)
+        expert_inter = cfg.get("moe_intermediate_size") or _int(cfg, "intermediate_size", src)
+        shared_n = int(cfg.get("n_shared_experts") or 0)
+        shared_inter = shared_n * expert_inter
+        if cfg.get("shared_expert_intermediate_size"):
+            shared_n, shared_inter = 1, int(cfg["shared_expert_intermediate_size"])
+        if model_type.startswith("llama4"):
+            shared_n, shared_inter = 1, int(cfg["intermediate_size"])
+        moe = MoESpec(
+            num_experts=int(num_experts),
+            experts_per_token=int(experts_per_token),
+            expert_intermediate_size=int(expert_inter),
+            num_shared_experts=shared_n,
+            shared_expert_intermediate_size=shared_inter,
+            expert_bias=model_type == "gpt_oss",
+        )
+        moe_flags = _moe_layers(cfg, model_type, num_layers)
+
+    if model_type.startswith("llama4"):
+        dense_inter = int(cfg.get("intermediate_size_mlp") or cfg.get("intermediate_size") or 0)
+    elif moe is not None and all(moe_flags):
+        dense_inter = int(cfg.get("intermediate_size") or 0)  # unused: every layer is MoE
+    else:
+        dense_inter = _int(cfg, "intermediate_size", src)
+
+    windows = _sliding_windows(cfg, model_type, num_layers)
+    layers = tuple(
+        LayerSpec(sliding_window=windows[i], is_moe=moe_flags[i]) for i in range(num_layers)
+    )
+    is_mla = cfg.get("kv_lora_rank") is not None
+    mla: dict[str, Any] = {}
+    if is_mla:
+        mla = dict(
+            q_lora_rank=cfg.get("q_lora_rank"),
+            kv_lora_rank=_int(cfg, "kv_lora_rank", src),
+            qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", src),
+            qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", src),
+            v_head_dim=_int(cfg, "v_head_dim", src),
+        )
+    attention_bias = cfg.get("attention_bias")
+    if attention_bias is None:
+        attention_bias = model_type in ("qwen2", "qwen2_moe")
+    return ModelSpec(
+        name=name,
+        model_type=model_type,
+        hidden_size=hidden,
+        num_layers=num_layers,
+        vocab_size=vocab,
+        num_attention_heads=heads,
+        num_kv_heads=int(kv_heads),
+        head_dim=int(head_dim),
+        intermediate_size=dense_inter,
+        tie_word_embeddings=_tied(cfg, model_type),
+        max_position_embeddings=max_pos,
+        attention_kind="mla" if is_mla else "gqa",
+        layers=layers,
+        moe=moe,
+        num_mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0),
+        attention_bias=bool(attention_bias),
+        qk_norm=model_type in ("qwen3", "qwen3_moe"),
+        attention_sinks=model_type == "gpt_oss",
+        quant=parse_quantization_config(cfg, num_layers),
+        rotary_dim=int(int(head_dim) * float(cfg.get("partial_rotary_factor") or 1.0))
+        if not is_mla
+        else 0,
+        vision_params=_vision_params(raw),
+        **mla,
+    )
