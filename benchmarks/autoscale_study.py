@@ -48,8 +48,8 @@ from gpufleet.sim.report import summarize
 from gpufleet.sim.results import SimResult
 from gpufleet.sim.scenario import Scenario, build_config, build_requests
 from gpufleet.sim.simulator import FleetSimulator
-from gpufleet.specs.gpus import load_gpu
 from gpufleet.specs import load_model
+from gpufleet.specs.gpus import load_gpu
 from gpufleet.stats import percentile
 from gpufleet.workload import read_trace, slice_records, tile_records
 

@@ -328,4 +328,3 @@ def _run(kw: dict[str, Any], sc: Any, json_out: JsonOut) -> None:
     written = json_out.write(out)
     if written:
         click.echo(f"wrote {written}")
-

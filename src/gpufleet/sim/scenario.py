@@ -27,7 +27,7 @@ from gpufleet.sim.groups import build_faults, build_groups, build_tenants
 from gpufleet.sim.report import summarize
 from gpufleet.sim.results import SimResult
 from gpufleet.sim.simulator import FleetSimulator, Progress
-from gpufleet.specs.models import load_model
+from gpufleet.specs import load_model
 from gpufleet.workload import (
     RatePhase,
     SimRequest,
