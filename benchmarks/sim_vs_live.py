@@ -78,7 +78,10 @@ TOLERANCE = 0.10
 
 
 def fleet_config(
-    policy: str, time_scale: float, min_replicas: int = MIN_REPLICAS, max_replicas: int = MAX_REPLICAS
+    policy: str,
+    time_scale: float,
+    min_replicas: int = MIN_REPLICAS,
+    max_replicas: int = MAX_REPLICAS,
 ) -> FleetConfig:
     data: dict[str, Any] = json.loads(json.dumps(demo_fleet_data(policy)))
     data["replicas"].update(time_scale=time_scale, startup_s=STARTUP_S)
