@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -205,6 +206,25 @@ async def ttft_breakdown(run: Any, traffic: TrafficLog, until_s: float) -> dict[
     return out
 
 
+async def loop_lag(plan: tuple[RatePhase, ...], period_s: float = 0.05) -> dict[str, Any]:
+    """How late this process's event loop wakes (the gateway and the client both run on it),
+    per phase: p50/p99 ms past a `period_s` sleep. On a starved CPU this is what every
+    request waits for on top of the engine, and it grows with the streamed chunks/s."""
+    loop, lags, t0 = asyncio.get_running_loop(), [], time.monotonic()
+    end_s = sum(p.duration_s for p in plan)
+    while (now := time.monotonic() - t0) < end_s:
+        start = loop.time()
+        await asyncio.sleep(period_s)
+        lags.append((now, loop.time() - start - period_s))
+    out, t = {}, 0.0
+    for i, phase in enumerate(plan):
+        got = [lag for at, lag in lags if t <= at < t + phase.duration_s]
+        ps = percentiles(got, (50, 99)) or [None, None]
+        out[f"{i}:{phase.name}"] = [None if v is None else round(v * 1000, 1) for v in ps]
+        t += phase.duration_s
+    return out
+
+
 async def live_once(cfg: FleetConfig, plan: tuple[RatePhase, ...], seed: int) -> dict[str, Any]:
     clock = time.monotonic
     async with fleet_up(cfg, port=0) as run:
@@ -221,6 +241,7 @@ async def live_once(cfg: FleetConfig, plan: tuple[RatePhase, ...], seed: int) ->
         # Until the burst ends (replicas drained later keep their counts until then).
         busy_s = sum(p.duration_s for p in plan[:3])
         breakdown = asyncio.get_running_loop().create_task(ttft_breakdown(run, traffic, busy_s))
+        lag = asyncio.get_running_loop().create_task(loop_lag(plan))
         await drive(run.url, cfg.replicas.model, plan, log=traffic, seed=seed)
         changes = [(d.now_s - t0, d.current_replicas, d.desired_replicas, d.reason)
                    for d in run.changes[before:]]  # fmt: skip
@@ -229,10 +250,13 @@ async def live_once(cfg: FleetConfig, plan: tuple[RatePhase, ...], seed: int) ->
         # The fleet is quiet again: measure what the HTTP path adds to one request.
         overhead_s = await measure_overhead(run, cfg.replicas.model, seed)
         ttft_split = await breakdown
+        lag_ms = await lag
     points = [(r.sent_s, r.ttft_s, r.tpot_s) for r in traffic.results if r.ok]
     return {**figures(plan, points, len(traffic.results), changes, cut), "cold_start_s": cold_start_s,
             "initial_cold_start_s": initial_cold_start_s, "request_overhead_s": overhead_s,
-            "ttft_breakdown_until_burst_end": ttft_split}  # fmt: skip
+            "ttft_breakdown_until_burst_end": ttft_split,
+            "event_loop_lag_p50_p99_ms_by_phase": lag_ms,
+            "load_average_1m_at_end": os.getloadavg()[0], "cpus": os.cpu_count()}  # fmt: skip
 
 
 def sim_once(
