@@ -111,3 +111,12 @@ def test_the_vision_config_added_to_a_shared_config_is_minimal() -> None:
     cfg = json.loads((MODELS / "meta-llama--Llama-4-Scout-17B-16E-Instruct.json").read_text())
     assert [k for k in unread_keys(cfg) if k.startswith("vision_config")] == []
     assert cfg["vision_config"]["num_hidden_layers"] > 0
+
+
+BENCH_CONFIGS = Path(__file__).parents[2] / "benchmarks/data/model_configs"
+
+
+@pytest.mark.parametrize("path", sorted(BENCH_CONFIGS.glob("*.json")), ids=lambda p: p.name)
+def test_the_benchmarks_configs_are_minimal_and_sourced(path: Path) -> None:
+    assert f"`{path.name}`" in (BENCH_CONFIGS / "README.md").read_text()
+    assert unread_keys(json.loads(path.read_text())) == []
