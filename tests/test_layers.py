@@ -47,7 +47,7 @@ ALLOWED: dict[str, set[str]] = {
     "validation": _BASE | {"engine", "plan", "perf", "specs", "stats", "shared_data"},
     "bench": _BASE | {"workload", "stats", "tokenizer", "openai_errors"},
     "sim": _BASE | {"engine", "perf", "plan", "routing", "fleet_state", "autoscale",
-                    "workload", "stats", "tokenizer"},
+                    "workload", "stats", "tokenizer", "specs"},
     # the top: `gpufleet up` and the command line
     "fleet": _BASE | {"autoscale", "bench", "gateway", "fleet_state", "plan", "replica",
                       "routing", "stats", "workload", "specs", "config_errors", "report"},

@@ -11,6 +11,7 @@ class UserError(Exception):
     """
 
     def __init__(self, message: str, *, field: str | None = None, fix: str | None = None):
+        self.message = message
         self.field = field
         self.fix = fix
         parts = [f"{field}: {message}" if field else message]

@@ -145,7 +145,10 @@ def simulated_gateway(policy: RoutingPolicy) -> tuple[list[Outcome], FleetState[
     def refuse(live: LiveRequest, refusal: Refusal) -> None:
         outcomes.append((clock.now_s, live.info.request_id, _refusal(refusal)))
 
-    gateway = SimGateway(fleet, events, clock, dispatch, refuse)
+    def fail(live: LiveRequest, why: str) -> None:  # a retry's end: the script has none
+        raise AssertionError(f"{live.info.request_id} failed: {why}")
+
+    gateway = SimGateway(fleet, events, clock, dispatch, refuse, fail)
     script = list(SCRIPT)
     while script or events.heap:
         if events.heap and (not script or events.heap[0][0] < script[0][0]):
@@ -157,7 +160,7 @@ def simulated_gateway(policy: RoutingPolicy) -> tuple[list[Outcome], FleetState[
         if what == "arrive":
             info = _info(name)
             req = SimRequest(0, clock.now_s, (), 1)
-            gateway.arrive(LiveRequest(req, info, RequestResult(0, clock.now_s, 0, 0)))
+            gateway.arrive(LiveRequest(req, info, RequestResult(0, clock.now_s, 0, 0), policy))
         else:
             view = FleetReplica(replica_id=name, url=f"sim://{name}", models=frozenset({"m"}),
                                 fixed_models=True)  # fmt: skip

@@ -12,7 +12,6 @@ import yaml
 from gpufleet.errors import UserError
 from gpufleet.gateway.config import load_config, validate_config
 from gpufleet.gateway.server import Gateway
-from gpufleet.gateway.tenants import TokenBucket
 from gpufleet.routing.types import ReplicaState
 
 from .conftest import GatewayFactory, wait_until
@@ -90,14 +89,6 @@ async def test_per_tenant_policy(stubs: list[StubBackend], make_gateway: Gateway
         bad = [{"name": "t", "api_keys": ["k"], "policy": "session",
                 "policy_options": {"nope": 1}}]  # fmt: skip
         Gateway(validate_config({"tenants": bad}))
-
-
-def test_token_bucket_refills() -> None:
-    bucket = TokenBucket(rate_per_s=2.0, burst=1)
-    now = bucket.updated_s
-    assert bucket.take(now) == 0.0
-    assert bucket.take(now) == pytest.approx(0.5)
-    assert bucket.take(now + 0.5) == 0.0
 
 
 @pytest.mark.parametrize(

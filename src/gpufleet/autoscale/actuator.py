@@ -40,6 +40,12 @@ class ManagedReplica:
         }
 
 
+def restart_backoff_s(restarts: int) -> float:
+    """How long an actuator waits before restarting a replica that crashed `restarts`
+    times already: 0.5 s, doubling, at most 30 s."""
+    return float(min(30.0, 0.5 * 2.0**restarts))
+
+
 class Actuator(Protocol):
     async def start(self, n: int) -> list[ManagedReplica]:
         """Start `n` replicas; returns at once with them `starting`."""

@@ -16,7 +16,12 @@ from typing import Any, Generic, TypeVar
 
 import aiohttp
 
-from gpufleet.autoscale.actuator import FleetRegistry, ManagedReplica, NoRegistry
+from gpufleet.autoscale.actuator import (
+    FleetRegistry,
+    ManagedReplica,
+    NoRegistry,
+    restart_backoff_s,
+)
 from gpufleet.autoscale.draining import wait_drained
 from gpufleet.routing.types import ReplicaState
 
@@ -140,8 +145,8 @@ class ActuatorBase(Generic[E]):
 
     def _restarting(self, replica: ManagedReplica) -> float:
         """It died: starting again from now (capacity on its way, so the controller starts no
-        second one in its place), after the returned backoff (0.5 s, doubling up to 30 s)."""
-        backoff_s = min(30.0, 0.5 * 2**replica.restarts)
+        second one in its place), after the returned backoff (`restart_backoff_s`)."""
+        backoff_s = restart_backoff_s(replica.restarts)
         now = self.clock()
         replica.state = ReplicaState.STARTING
         replica.started_at_s = now

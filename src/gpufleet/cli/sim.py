@@ -91,6 +91,10 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
 )
 @click.option("--trace-format", default="auto", type=click.Choice(["auto", "azure", "mooncake"]))
 @click.option("--speedup", default=1.0, show_default=True, type=float, help="Trace pace ×.")
+@click.option(
+    "--trace-copies", default=1, show_default=True, type=click.IntRange(min=1),
+    help="Replay N interleaved copies of the trace: N× its rate over the same span.",
+)  # fmt: skip
 @click.option("--trace-start-s", default=0.0, show_default=True, type=float, help="Slice start.")
 @click.option("--duration", default=None, type=float, help="Seconds of trace (or of --rate load).")
 @click.option("--num-requests", default=None, type=click.IntRange(min=1))
@@ -126,6 +130,29 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
     help="Gateway queue bound: requests beyond it get the gateway's 503.",
 )  # fmt: skip
 @click.option("--tail-s", default=0.0, show_default=True, type=float, help="Idle time after.")
+@click.option(
+    "--max-attempts", default=3, show_default=True, type=click.IntRange(1, 10),
+    help="Gateway: tries of a request whose replica fails before its first token.",
+)  # fmt: skip
+# production: heterogeneous groups, tenants, failures, cost
+@click.option(
+    "--config", "config_path", default=None,
+    help="YAML: replica groups (GPU types, layouts, pools), tenants, failures (docs/sim.md).",
+)  # fmt: skip
+@click.option("--mtbf-s", default=None, type=float, help="Replica failures: mean time between.")
+@click.option(
+    "--restart-crashed/--no-restart-crashed", default=True, show_default=True,
+    help="A crashed replica is restarted after its backoff and a cold start.",
+)  # fmt: skip
+@click.option("--gpu-price", default=None, type=float, help="$ per GPU-hour (default: catalog).")
+@click.option(
+    "--time-scale", default=1.0, show_default=True, type=float,
+    help="As gpufleet replica --time-scale: every engine step takes this many times longer.",
+)  # fmt: skip
+@click.option(
+    "--request-overhead-s", default=0.0, show_default=True, type=float,
+    help="The HTTP path (client, gateway, replica) before the engine sees a request.",
+)  # fmt: skip
 # output
 @click.option(
     "--sweep", default=None, help="KEY=V1,V2,...: routing, autoscale, replicas, rate, speedup, ..."
@@ -138,13 +165,21 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
 )
 @json_option()
 @click.option(
-    "--report",
-    type=click.Path(file_okay=False),
-    default=None,
+    "--plot", "plot_path", default=None,
+    help="Write one PNG here: replicas over time, TTFT/TPOT over time, latency CDFs "
+    "(needs the plot extra).",
+)  # fmt: skip
+@click.option(
+    "--report", "report_dir", default=None, type=click.Path(file_okay=False),
     help="Write PNG plots and an HTML summary into this directory (needs the plot extra).",
-)
+)  # fmt: skip
+@click.option(
+    "--progress/--no-progress", default=None,
+    help="Progress bar on stderr (default: when stderr is a terminal).",
+)  # fmt: skip
 def command(**kw: Any) -> None:
     """Simulate a fleet of replicas behind a router (and an autoscaler) on a virtual clock."""
+    from gpufleet.sim.fleet_spec import load_sim_fleet
     from gpufleet.sim.scenario import Scenario
     from gpufleet.workload import parse_rate_steps
 
@@ -193,6 +228,7 @@ def command(**kw: Any) -> None:
         trace=kw["trace"],
         trace_format=kw["trace_format"],
         speedup=kw["speedup"],
+        trace_copies=kw["trace_copies"],
         trace_start_s=kw["trace_start_s"],
         duration_s=kw["duration"],
         num_requests=kw["num_requests"],
@@ -222,18 +258,34 @@ def command(**kw: Any) -> None:
         queue_timeout_s=kw["queue_timeout_s"],
         queue_max_size=kw["queue_max_size"],
         tail_s=kw["tail_s"],
+        max_attempts=kw["max_attempts"],
+        gpu_price=kw["gpu_price"],
+        mtbf_s=kw["mtbf_s"],
+        restart_crashed=kw["restart_crashed"],
+        time_scale=kw["time_scale"],
+        request_overhead_s=kw["request_overhead_s"],
+        fleet=load_sim_fleet(kw["config_path"]) if kw["config_path"] else None,
     )
-    if kw["report"] and kw["sweep"]:
-        raise UserError(
-            "a report covers one run", field="--report", fix="drop --sweep, or drop --report"
-        )
+    if kw["sweep"] and (kw["plot_path"] or kw["report_dir"]):
+        flag = "--plot" if kw["plot_path"] else "--report"
+        raise UserError("a plot covers one run", field=flag, fix=f"drop --sweep, or drop {flag}")
+    if kw["plot_path"] or kw["report_dir"]:
+        from gpufleet.report.plots import pyplot
+
+        pyplot("--plot" if kw["plot_path"] else "--report")  # fail before the run, not after
     with JsonOut(kw["json_path"]) as json_out:
         _run(kw, sc, json_out)
 
 
 def _run(kw: dict[str, Any], sc: Any, json_out: JsonOut) -> None:
-    from gpufleet.sim.report import comparison_row, comparison_table, format_summary
-    from gpufleet.sim.scenario import run_many, run_scenario
+    from gpufleet.cli.sim_output import (
+        run_progress,
+        sweep_progress,
+        write_plot,
+        write_report_dir,
+    )
+    from gpufleet.sim.report import comparison_row, comparison_table, format_summary, summarize
+    from gpufleet.sim.scenario import run_many, run_scenario_result
 
     out: dict[str, Any]
     if kw["ray_address"] and not kw["sweep"]:
@@ -255,47 +307,24 @@ def _run(kw: dict[str, Any], sc: Any, json_out: JsonOut) -> None:
 
             summaries = run_many_on_ray(scenarios, kw["ray_address"])
         else:
-            summaries = run_many(scenarios, kw["workers"])
+            with sweep_progress(kw["progress"], len(scenarios)) as on_done:
+                summaries = run_many(scenarios, kw["workers"], on_done)
         rows = [comparison_row(s["scenario"], s) for s in summaries]
         click.echo(f"sweep over {field}: {', '.join(names)}")
         click.echo(comparison_table(rows))
         out = {"sweep": field, "rows": rows, "runs": summaries}
-    elif kw["report"]:
-        from gpufleet.sim.report import summarize
-        from gpufleet.sim.scenario import run_scenario_result
-
-        result = run_scenario_result(sc)
+    else:
+        with run_progress(kw["progress"]) as progress:
+            result = run_scenario_result(sc, progress)
         summary = summarize(result)
         summary["scenario"] = sc.name or sc.routing
         click.echo(format_summary(summary, title=f"gpufleet sim ({sc.routing})"))
-        for path in write_sim_report(result, summary, kw["report"]):
-            click.echo(f"wrote {path}")
-        out = summary
-    else:
-        summary = run_scenario(sc)
-        click.echo(format_summary(summary, title=f"gpufleet sim ({sc.routing})"))
+        if kw["plot_path"]:
+            click.echo(f"wrote {write_plot(result, summary, kw['plot_path'])}")
+        if kw["report_dir"]:
+            for path in write_report_dir(result, summary, kw["report_dir"]):
+                click.echo(f"wrote {path}")
         out = summary
     written = json_out.write(out)
     if written:
         click.echo(f"wrote {written}")
-
-
-def write_sim_report(result: Any, summary: dict[str, Any], directory: str) -> list[Any]:
-    """The run as a report: requests in virtual time, fleet size, scaling decisions."""
-    from gpufleet.report import Decision, RequestPoint, RunRecord, write_report
-
-    record = RunRecord(
-        title=f"gpufleet sim ({summary.get('scenario', '')})",
-        requests=[
-            RequestPoint(r.arrival_s, r.ok, r.ttft_s, r.tpot_s, r.e2e_s) for r in result.requests
-        ],
-        replicas=[(t, total) for t, _, total in result.fleet_size],
-        ready=[(t, ready) for t, ready, _ in result.fleet_size],
-        decisions=[
-            Decision(d.now_s, d.current_replicas, d.desired_replicas, d.reason)
-            for d in result.scaling_changes
-        ],
-        summary={k: v for k, v in summary.items() if isinstance(v, int | float | str)},
-        notes=["times are virtual seconds of the simulated run"],
-    )
-    return write_report(record, directory)

@@ -72,7 +72,7 @@ class TrafficLog:
         return [r for r in self.results if r.sent_s >= now_s - window_s]
 
 
-async def _one_request(
+async def one_request(
     session: aiohttp.ClientSession,
     url: str,
     model: str,
@@ -122,7 +122,7 @@ async def drive(
         async def run_one(sent_s: float, messages: list[dict[str, str]]) -> None:
             log.in_flight += 1
             try:
-                result = await _one_request(session, url, model, messages, max_tokens, sent_s)
+                result = await one_request(session, url, model, messages, max_tokens, sent_s)
             finally:
                 log.in_flight -= 1
             log.results.append(result)

@@ -1,7 +1,7 @@
 """gpufleet.fleet_state: the pure fleet core between routing policies and drivers.
 
-The replica table and its states, eligibility per model and tenant pool, in-flight counts,
-the admission queue, scraped engine metrics, policy notifications and the typed signal
+The replica table and its states, eligibility per model and tenant pool, tenants' rate
+and concurrency limits, in-flight counts, the admission queue, scraped engine metrics, policy notifications and the typed signal
 snapshot for autoscaling. The gateway drives it with sockets and the real clock, the
 simulator with a virtual clock (docs/design.md).
 """
@@ -25,6 +25,7 @@ from gpufleet.fleet_state.signals import (
 )
 from gpufleet.fleet_state.state import FleetState, needs_prefix_hashes
 from gpufleet.fleet_state.table import ReplicaTable
+from gpufleet.fleet_state.tenant_limits import TenantLimits, TokenBucket
 
 __all__ = [
     "ENGINE_METRICS",
@@ -43,6 +44,8 @@ __all__ = [
     "ReplicaSnapshot",
     "ReplicaTable",
     "ScrapedMetrics",
+    "TenantLimits",
+    "TokenBucket",
     "merge_signals",
     "needs_prefix_hashes",
     "parse_engine_metrics",

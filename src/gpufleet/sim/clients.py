@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpufleet.engine import EngineRequest
-from gpufleet.fleet_state import Refusal
-from gpufleet.routing.types import RequestInfo
+from gpufleet.fleet_state import FleetReplica, Refusal
+from gpufleet.routing.types import RequestInfo, RoutingPolicy
 from gpufleet.sim.events import ARRIVAL, EventQueue, SimClock
 from gpufleet.sim.results import RequestResult
 from gpufleet.tokenizer import block_hashes
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from gpufleet.sim.config import SimConfig
     from gpufleet.sim.gateway import SimGateway
     from gpufleet.sim.replica import SimReplica
+    from gpufleet.sim.tenants import SimTenant, SimTenants
 
 
 @dataclass(slots=True)
@@ -27,8 +28,16 @@ class LiveRequest:
     req: SimRequest
     info: RequestInfo
     result: RequestResult
+    policy: RoutingPolicy  # its tenant's routing policy, or the fleet's
+    tenant: SimTenant | None = None  # admitted by its limits (released when it ends)
     replica: SimReplica | None = None
     engine_req: EngineRequest | None = None
+    tried: tuple[FleetReplica, ...] = ()  # replicas that failed it before its first token
+    prompt: tuple[list[int], list[int] | None] | None = None  # kept for a retry
+
+    @property
+    def pool(self) -> str | None:
+        return self.tenant.pool if self.tenant is not None else None
 
 
 class Clients:
@@ -39,8 +48,12 @@ class Clients:
         events: EventQueue,
         clock: SimClock,
         needs_prefix: bool,
+        policy: RoutingPolicy,
+        tenants: SimTenants | None = None,
     ) -> None:
         self.config = config
+        self.policy = policy  # the fleet's routing policy (a tenant may have its own)
+        self.tenants = tenants
         self.requests = list(requests)
         self.events = events
         self.clock = clock
@@ -84,6 +97,7 @@ class Clients:
         result = RequestResult(
             index=index, arrival_s=now, input_tokens=req.input_tokens, output_tokens=0
         )
+        tenant = self.tenants.of(index) if self.tenants is not None else None
         hashes: tuple[int, ...] = ()
         if self.needs_prefix:
             hashes = tuple(self._routing_hasher.hashes(req.segments))
@@ -91,11 +105,19 @@ class Clients:
             request_id=f"sim-{index}",
             model=self.config.model,
             prompt_tokens=0,  # the live gateway does not tokenize either
+            tenant=tenant.name if tenant is not None else None,
             session_key=req.session_key,
             prefix_hashes=hashes,
         )
-        live = LiveRequest(req, info, result)
-        if req.input_tokens + req.output_tokens > self.config.engine.max_model_len:
+        policy = tenant.policy if tenant is not None else self.policy
+        live = LiveRequest(req, info, result, policy)
+        if tenant is not None:
+            result.tenant = tenant.name
+            if tenant.limits.admit(now):  # over its rate or concurrency: the gateway's 429
+                self.fail(live, "rate_limited")
+                return
+            live.tenant = tenant
+        if req.input_tokens + req.output_tokens > self.config.max_model_len:
             # The replica refuses it with a 400, as vLLM does.
             self.fail(live, "context_length_exceeded")
             return
@@ -105,7 +127,10 @@ class Clients:
 
     def engine_request(self, live: LiveRequest, now_s: float) -> EngineRequest:
         req = live.req
-        tokens, hashes = self._engine_prompt(req)
+        if live.prompt is None:  # built once: a retry sends the same prompt
+            live.prompt = self._engine_prompt(req)
+        tokens, hashes = live.prompt
+        live.result.attempts += 1
         return EngineRequest(
             live.info.request_id,
             tokens,
@@ -141,18 +166,28 @@ class Clients:
         res.prefix_hit_tokens = ereq.num_prefix_hit_tokens
         res.preemptions = ereq.num_preemptions
         self.results.append(res)
+        if live.tenant is not None:
+            live.tenant.limits.release()
         if live.req.index in self._followers:  # the next turn resends these tokens
             self._turn_tokens[live.req.index] = (ereq.all_token_ids, ereq.block_hashes)
         return res
 
     def refused(self, live: LiveRequest, refusal: Refusal) -> None:
         """The gateway answered an error (the queue's 503)."""
+        self.end(live, refusal.reason)
+
+    def end(self, live: LiveRequest, error: str) -> None:
+        """It ends in an error after reaching the gateway (no longer in `live`)."""
         self.live.pop(live.info.request_id, None)
-        self.fail(live, refusal.reason)
+        if live.replica is not None:
+            live.replica.live_ids.discard(live.info.request_id)
+        self.fail(live, error)
 
     def fail(self, live: LiveRequest, error: str) -> None:
         live.result.error = error
         self.results.append(live.result)
+        if live.tenant is not None:
+            live.tenant.limits.release()
         self.client_done(live.req.index, ok=False)
 
     def client_done(self, index: int, ok: bool = True) -> None:

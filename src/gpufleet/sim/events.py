@@ -1,9 +1,9 @@
 """The simulator's events: one heap ordered by (time, kind, sequence).
 
 At equal times: hand out a step's tokens first, then new replicas, scrapes, arrivals,
-idle engines waking for them (so requests arriving at one instant share a first step, as
+requests reaching their engines, idle engines waking for them (so requests arriving at one instant share a first step, as
 the live runner wakes only after the submitting handlers yield), the autoscaler (which
-then sees this instant's arrivals), and timeouts last.
+then sees this instant's arrivals), timeouts, and crashes last.
 """
 
 from __future__ import annotations
@@ -16,12 +16,14 @@ from typing import Any
     REPLICA_READY,  # SimReplica: its cold start is over
     SCRAPE,  # None: the gateway reads every replica's /metrics
     ARRIVAL,  # int: request index, its client sends it
+    DELIVER,  # (SimReplica, LiveRequest): a routed request reaches its engine (HTTP path)
     WAKE,  # SimReplica: an idle engine starts on what arrived this instant
     TICK,  # None: the autoscaler decides
     QUEUE_TIMEOUT,  # QueueTicket: a request waiting at the gateway reaches its deadline
     DRAIN_DEADLINE,  # SimReplica: a draining replica's requests are cut
     RETRY,  # SimReplica: a blocked engine tries again
-) = range(9)
+    CRASH,  # SimReplica: its process fails (`gpufleet.sim.faults`)
+) = range(11)
 
 
 class EventQueue:

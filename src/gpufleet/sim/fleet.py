@@ -12,6 +12,7 @@ or is aborted in the middle of it; the results are those of stepping.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from gpufleet.autoscale.controller import scale_in_order
@@ -21,8 +22,9 @@ from gpufleet.engine import BLOCKED_RETRY_S, Advance, StepOutcome
 from gpufleet.fleet_state import FleetReplica, FleetState
 from gpufleet.routing.types import ReplicaState
 from gpufleet.sim.clients import Clients, LiveRequest
-from gpufleet.sim.config import SimConfig
+from gpufleet.sim.config import ReplicaGroup, SimConfig
 from gpufleet.sim.events import (
+    DELIVER,
     DRAIN_DEADLINE,
     REPLICA_READY,
     RETRY,
@@ -49,10 +51,12 @@ class SimFleet:
         self.clients = clients
         self.events = events
         self.clock = clock
-        # What the gateway tells the routing policy, through the fleet core.
-        self.policy = fleet.policy
         self._live = clients.live
         self.replicas: dict[str, SimReplica] = {}
+        self.retired: list[SimReplica] = []  # replaced by a restart after a crash
+        self.groups = config.replica_groups()
+        self.scaled_group = next((g for g in self.groups if g.autoscaled), None)
+        self.on_start: list[Callable[[SimReplica], None]] = []  # e.g. arm its failure
         self.decisions: list[ScalingDecision] = []
         self.fleet_size: list[tuple[float, int, int]] = []  # (t, ready, total)
         self._cold_starts_s: deque[float] = deque(maxlen=8)
@@ -64,15 +68,34 @@ class SimFleet:
         now = self.clock.now_s
         replica = self.replicas[view.replica_id]
         replica.account(now)
-        self.fleet.started(live.info, view, self.policy)
+        self.fleet.started(live.info, view, live.policy)
+        assert replica.group is not None
+        if live.req.input_tokens + live.req.output_tokens > replica.group.engine.max_model_len:
+            # Longer than this layout takes (another group's may): the replica's 400.
+            live.result.replica_id, live.result.dispatched_s = replica.replica_id, now
+            self.fleet.finished(live.info, view, live.policy, False)
+            self.clients.end(live, "context_length_exceeded")
+            return
         replica.note_peak()
         replica.requests_routed += 1
-        ereq = self.clients.engine_request(live, now)
         live.replica = replica
-        live.engine_req = ereq
         live.result.replica_id = replica.replica_id
         live.result.dispatched_s = now
         replica.live_ids.add(live.info.request_id)
+        delay_s = self.config.request_overhead_s
+        if delay_s > 0:  # on its way over HTTP: the engine sees it this much later
+            self.events.push(now + delay_s, DELIVER, (replica, live))
+        else:
+            self.deliver((replica, live))
+
+    def deliver(self, payload: tuple[SimReplica, LiveRequest]) -> None:
+        """A routed request reaches its replica's engine."""
+        replica, live = payload
+        if replica.stopped_at_s is not None or live.replica is not replica:
+            return  # its replica failed or was cut meanwhile (the request was answered)
+        now = self.clock.now_s
+        ereq = self.clients.engine_request(live, now)
+        live.engine_req = ereq
         advance = replica.advance
         due_s = advance.due_s if advance is not None else 0.0
         replica.driver.submit(ereq, now)
@@ -110,6 +133,9 @@ class SimFleet:
     def on_step_done(self, payload: Any) -> None:
         """Iterations end: their tokens reach their clients, the next ones begin."""
         replica, advance = payload
+        if replica.stopped_at_s is not None:
+            replica.stepping = False
+            return  # stopped (or crashed) since: its clients were answered then
         now = self.clock.now_s
         if advance is not replica.advance or now != advance.due_s:
             return  # a run cut short: its delivery was queued again, sooner
@@ -124,7 +150,7 @@ class SimFleet:
                     continue
                 if live.result.first_token_s is None:
                     live.result.first_token_s = now
-                    self.fleet.first_token(live.info, view, self.policy)
+                    self.fleet.first_token(live.info, view, live.policy)
         for ereq in outcome.finished:
             live = live_map.pop(ereq.request_id, None)
             if live is None:
@@ -132,12 +158,9 @@ class SimFleet:
             res = self.clients.finish(live, ereq, now)
             replica.live_ids.discard(ereq.request_id)
             replica.account(now)
-            self.fleet.finished(live.info, view, self.policy, True, res.first_token_s is not None)
+            self.fleet.finished(live.info, view, live.policy, True, res.first_token_s is not None)
             self.fleet.observe_latency(now, res.ttft_s, res.tpot_s)
             self.clients.client_done(live.req.index)
-        if replica.stopped_at_s is not None:
-            replica.stepping = False
-            return
         if replica.engine.has_work:
             self.step(replica)
         else:
@@ -152,24 +175,32 @@ class SimFleet:
             self.fleet.apply_scrape(view, self.replicas[view.replica_id].scraped(now), now)
 
     # -- lifecycle ----------------------------------------------------------------------
-    def start(self, startup_s: float) -> SimReplica:
+    def start(
+        self,
+        group: ReplicaGroup,
+        startup_s: float,
+        *,
+        restart_of: SimReplica | None = None,
+        backoff_s: float = 0.0,
+    ) -> SimReplica:
+        """A new replica of `group` (or `restart_of`'s next process, after `backoff_s`)."""
         now = self.clock.now_s
-        rid = f"r{self._next_replica}"
-        replica = SimReplica.create(
-            rid,
-            self.config.model,
-            self.config.engine,
-            self.config.step_time_model,
-            now_s=now,
-            startup_s=startup_s,
-            seed=self.config.seed * 7919 + self._next_replica,
-        )
+        seed = self.config.seed * 7919 + self._next_replica
         self._next_replica += 1
+        rid = f"r{self._next_replica - 1}"
+        restarts = 0
+        if restart_of is not None:
+            rid, restarts = restart_of.replica_id, restart_of.restarts + 1
+            self.retired.append(restart_of)
+        replica = SimReplica.create(rid, self.config.model, group, now_s=now, startup_s=startup_s,
+                                    seed=seed, backoff_s=backoff_s, restarts=restarts)  # fmt: skip
         self.replicas[rid] = replica
         if replica.state is ReplicaState.READY:
             self.fleet.table.add(replica.view)  # the gateway knows it once it is ready
         else:
-            self.events.push(now + startup_s, REPLICA_READY, replica)
+            self.events.push(now + backoff_s + startup_s, REPLICA_READY, replica)
+        for listener in self.on_start:
+            listener(replica)
         return replica
 
     def on_ready(self, replica: SimReplica) -> None:
@@ -180,9 +211,13 @@ class SimFleet:
         replica.managed.ready_at_s = now
         replica.engine.advance_to(now)
         replica.last_change_s = now
-        self._cold_starts_s.append(now - replica.managed.started_at_s)
+        self.note_cold_start(now - replica.spawned_s)
         self.record_size()
         self.fleet.table.add(replica.view)  # the queue is re-admitted
+
+    def note_cold_start(self, seconds: float) -> None:
+        """A cold start the actuator observed (the autoscaler reads their mean)."""
+        self._cold_starts_s.append(seconds)
 
     def drain(self, replica: SimReplica) -> None:
         if replica.state is ReplicaState.STARTING:
@@ -209,7 +244,7 @@ class SimFleet:
             if live is not None:
                 replica.account(now)
                 streamed = live.result.first_token_s is not None
-                self.fleet.finished(live.info, replica.view, self.policy, False, streamed)
+                self.fleet.finished(live.info, replica.view, live.policy, False, streamed)
                 self.clients.fail(live, "drain_deadline")
         replica.live_ids.clear()
         self.stop(replica)
@@ -218,7 +253,7 @@ class SimFleet:
         now = self.clock.now_s
         replica.account(now)
         replica.stopped_at_s = now
-        if replica.replica_id in self.fleet.table.by_id:
+        if self.fleet.table.by_id.get(replica.replica_id) is replica.view:
             self.fleet.table.remove(replica.replica_id)  # policies forget it
         replica.set_state(ReplicaState.DEAD)
         self.record_size()
@@ -230,10 +265,15 @@ class SimFleet:
 
     # -- autoscaling ----------------------------------------------------------------------
     def on_tick(self) -> None:
-        spec = self.config.autoscale
-        assert spec is not None
+        spec, group = self.config.autoscale, self.scaled_group
+        assert spec is not None and group is not None
         now = self.clock.now_s
-        managed = [r.managed for r in self.replicas.values() if r.state is not ReplicaState.DEAD]
+        # The actuator's own replicas: the autoscaled group's (the gateway knows the rest).
+        managed = [
+            r.managed
+            for r in self.replicas.values()
+            if r.state is not ReplicaState.DEAD and r.group is group
+        ]
         cold = sum(self._cold_starts_s) / len(self._cold_starts_s) if self._cold_starts_s else None
         signals = fleet_signals(self.fleet.signals(now), managed, cold)
         decision = spec.policy.decide(now, signals)
@@ -241,7 +281,7 @@ class SimFleet:
         delta = decision.desired_replicas - signals.current_replicas
         if delta > 0:
             for _ in range(delta):
-                self.start(spec.startup_s)
+                self.start(group, group.startup_s)
             self.record_size()
         elif delta < 0:
             mine = {m.replica_id for m in managed}
@@ -255,8 +295,14 @@ class SimFleet:
         s = r.engine.stats
         ready = r.managed.ready_at_s
         served_s = max(0.0, (r.stopped_at_s or end_s) - (ready if ready is not None else end_s))
+        group = r.group
+        assert group is not None
         return ReplicaRecord(
             replica_id=r.replica_id,
+            group=group.name,
+            gpus=group.gpus_per_replica,
+            price_per_gpu_hour_usd=group.price_per_gpu_hour_usd,
+            restarts=r.restarts,
             started_s=r.managed.started_at_s,
             ready_s=ready,
             stopped_s=r.stopped_at_s,

@@ -5,11 +5,14 @@ queue, or refuse with the gateway's 503) and the routing policy's choice. What t
 gateway does with sockets and asyncio events is done here with events on the virtual
 clock: a queued request's deadline is a QUEUE_TIMEOUT event, and a change of the replica
 table re-admits the queue in arrival order (as it wakes the live gateway's waiters).
+A request whose replica failed before its first token is tried again elsewhere, as the
+live proxy's `route` does: replicas that failed it are avoided while others are eligible,
+it waits in the queue when none is, and it fails after `max_attempts` tries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from gpufleet.fleet_state import AdmissionQueue, FleetReplica, FleetState, QueueTicket, Refusal
@@ -21,12 +24,17 @@ if TYPE_CHECKING:
     from gpufleet.sim.config import SimConfig
 
 
-def build_fleet(config: SimConfig, routing: RoutingPolicy) -> FleetState[FleetReplica]:
+def build_fleet(
+    config: SimConfig,
+    routing: RoutingPolicy,
+    tenant_policies: Mapping[str, RoutingPolicy] | None = None,
+) -> FleetState[FleetReplica]:
     """The fleet core as the simulated gateway runs it: one model, always served."""
     queue = AdmissionQueue(config.queue_max_size, config.queue_timeout_s,
                            config.queue_retry_after_s)  # fmt: skip
     return FleetState[FleetReplica](
         routing,
+        tenant_policies=tenant_policies,
         served_models=(config.model,),
         queue=queue,
         signals_window_s=config.signals_window_s,
@@ -41,31 +49,61 @@ class SimGateway:
         clock: Callable[[], float],
         dispatch: Callable[[LiveRequest, FleetReplica], None],
         refuse: Callable[[LiveRequest, Refusal], None],
+        fail: Callable[[LiveRequest, str], None],
+        max_attempts: int = 3,
     ) -> None:
         self.fleet = fleet
-        self.policy = fleet.policy
         self.events = events
         self.clock = clock
         self._dispatch = dispatch  # the request goes to this replica's engine
         self._refuse = refuse  # the client gets the gateway's error
+        self._fail = fail  # the client gets the gateway's 502 (every try failed)
+        self.max_attempts = max_attempts
+        self.retries = 0  # tries after a replica failed a request before its first token
         self._waiting: dict[QueueTicket, LiveRequest] = {}
         fleet.table.listeners.append(self.wake_queue)
 
     def arrive(self, live: LiveRequest) -> None:
         """A request reaches the gateway: route it, queue it, or refuse it."""
         now = self.clock()
-        info = live.info
-        admitted = self.fleet.admit(info.model, None, now, now + self.fleet.queue.timeout_s)
+        self._admit(live, now + self.fleet.queue.timeout_s)
+
+    def retry(self, live: LiveRequest) -> None:
+        """Its replica failed it before the first token (it is in `live.tried`): try
+        another, or report the failure after `max_attempts` tries or when every ready
+        replica has failed it. The queue deadline still counts from its arrival."""
+        if len(live.tried) >= self.max_attempts:
+            self._fail(live, "replica_failed")
+            return
+        fleet = self.fleet
+        eligible = fleet.table.eligible(live.info.model, live.pool)
+        if eligible and all(r in live.tried for r in eligible):
+            self._fail(live, "replica_failed")
+            return
+        self.retries += 1
+        self._admit(live, live.result.arrival_s + fleet.queue.timeout_s)
+
+    def _admit(self, live: LiveRequest, deadline_s: float) -> None:
+        now = self.clock()
+        admitted = self.fleet.admit(live.info.model, live.pool, now, deadline_s)
         if isinstance(admitted, QueueTicket):
             self._waiting[admitted] = live
             self.events.push(admitted.deadline_s, QUEUE_TIMEOUT, admitted)
         elif isinstance(admitted, Refusal):
-            self._refuse(live, admitted)
+            self._refused(live, admitted)
         else:
             self._route(live, admitted)
 
+    def _refused(self, live: LiveRequest, refusal: Refusal) -> None:
+        if live.tried:  # the client gets the failure that sent it back, as live
+            self._fail(live, "replica_failed")
+        else:
+            self._refuse(live, refusal)
+
     def _route(self, live: LiveRequest, candidates: Sequence[FleetReplica]) -> None:
-        chosen = self.policy.choose(live.info, candidates)
+        if live.tried:  # avoid the replicas that failed it while there are others
+            candidates = [r for r in candidates if r not in live.tried] or candidates
+        chosen = live.policy.choose(live.info, candidates)
         if chosen is None:
             raise RuntimeError("routing policy chose nothing with replicas ready")
         replica = chosen if isinstance(chosen, FleetReplica) else candidates[0]
@@ -95,6 +133,6 @@ class SimGateway:
             return  # still waiting
         live = self._waiting.pop(ticket)
         if isinstance(admitted, Refusal):
-            self._refuse(live, admitted)
+            self._refused(live, admitted)
         else:
             self._route(live, admitted)

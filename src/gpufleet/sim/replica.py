@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpufleet.autoscale.actuator import ManagedReplica
-from gpufleet.engine import Advance, Engine, EngineConfig, EngineDriver
+from gpufleet.engine import Advance, Engine, EngineDriver
 from gpufleet.fleet_state import FleetReplica, ScrapedMetrics
-from gpufleet.perf.step_time import StepTimeModel
 from gpufleet.routing.types import ReplicaState
+from gpufleet.sim.config import ReplicaGroup
 
 
 @dataclass(slots=True)
@@ -31,21 +31,28 @@ class SimReplica:
     last_change_s: float = 0.0
     peak_in_flight: int = 0
     live_ids: set[str] = field(default_factory=set)
+    group: ReplicaGroup | None = None  # its layout (set by `create`)
+    spawned_s: float = 0.0  # its process started (after a restart's backoff)
+    restarts: int = 0  # crashes it was restarted after
 
     @classmethod
     def create(
         cls,
         replica_id: str,
         model: str,
-        config: EngineConfig,
-        step_time_model: StepTimeModel,
+        group: ReplicaGroup,
         *,
         now_s: float,
         startup_s: float,
         seed: int,
+        backoff_s: float = 0.0,
+        restarts: int = 0,
     ) -> SimReplica:
-        state = ReplicaState.READY if startup_s <= 0 else ReplicaState.STARTING
-        engine = Engine(config, step_time_model, seed=seed)
+        """A replica holding its GPUs from `now_s`, its process spawned `backoff_s` later
+        and ready `startup_s` after that (at once when both are 0)."""
+        ready_in_s = backoff_s + startup_s
+        state = ReplicaState.READY if ready_in_s <= 0 else ReplicaState.STARTING
+        engine = Engine(group.engine, group.step_time_model, seed=seed)
         engine.advance_to(now_s)
         return cls(
             replica_id=replica_id,
@@ -57,16 +64,21 @@ class SimReplica:
                 models=frozenset({model}),
                 state=state,
                 fixed_models=True,
+                pool=group.pool,
             ),
             managed=ManagedReplica(
                 replica_id=replica_id,
                 url=f"sim://{replica_id}",
                 state=state,
                 started_at_s=now_s,
-                expected_ready_s=now_s + startup_s,
-                ready_at_s=now_s if startup_s <= 0 else None,
+                expected_ready_s=now_s + ready_in_s,
+                ready_at_s=now_s if ready_in_s <= 0 else None,
+                restarts=restarts,
             ),
             last_change_s=now_s,
+            group=group,
+            spawned_s=now_s + backoff_s,
+            restarts=restarts,
         )
 
     @property

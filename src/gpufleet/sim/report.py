@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from gpufleet.sim.results import SimResult
+from gpufleet.sim.results import RequestResult, SimResult
 from gpufleet.stats import DEFAULT_PERCENTILES, summarize_ms
 
 
@@ -39,6 +39,8 @@ def summarize(
     loads = [r.mean_in_flight for r in served]
     mean_load = sum(loads) / len(loads) if loads else 0.0
     replica_s = sum(r.lifetime_s for r in result.replicas)
+    gpu_hours = sum(r.gpu_hours for r in result.replicas)
+    cost_usd = sum(r.cost_usd for r in result.replicas)
     errors = Counter(r.error for r in reqs if r.error is not None)
     changes = result.scaling_changes
     return {
@@ -60,9 +62,15 @@ def summarize(
         "prefix_cache_queries_tokens": queries,
         "prefix_cache_hits_tokens": hits,
         "preemptions": sum(r.preemptions for r in result.replicas),
-        "replicas_used": len(result.replicas),
+        "replicas_used": len({r.replica_id for r in result.replicas}),
         "peak_ready_replicas": max((n for _, n, _ in result.fleet_size), default=0),
         "replica_seconds": replica_s,
+        "gpu_hours": gpu_hours,
+        "cost_usd": cost_usd,
+        "groups": _by_group(result),
+        "tenants": _by_tenant(reqs, percentiles),
+        "crashes": result.crashes,
+        "retries": result.retries,
         "max_mean_requests": max(counts) / mean_count if mean_count else 0.0,
         "max_mean_in_flight": max(loads) / mean_load if mean_load else 0.0,
         "scaling_decisions": len(result.decisions),
@@ -85,6 +93,41 @@ def summarize(
         "sim_events_per_s": result.events / result.wall_s if result.wall_s > 0 else 0.0,
         "virtual_s": result.end_s,
     }
+
+
+def _by_group(result: SimResult) -> dict[str, dict[str, Any]]:
+    """Per replica group (layout): replicas, requests, replica-seconds, GPU-hours, cost."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in result.replicas:
+        g = out.setdefault(r.group, {"replicas": set(), "requests": 0, "replica_seconds": 0.0,
+                                     "gpu_hours": 0.0, "cost_usd": 0.0, "restarts": 0})  # fmt: skip
+        g["replicas"].add(r.replica_id)
+        g["requests"] += r.requests
+        g["replica_seconds"] += r.lifetime_s
+        g["gpu_hours"] += r.gpu_hours
+        g["cost_usd"] += r.cost_usd
+        g["restarts"] += 1 if r.restarts else 0
+    for g in out.values():
+        g["replicas"] = len(g["replicas"])
+    return out
+
+
+def _by_tenant(
+    reqs: Sequence[RequestResult], percentiles: Sequence[float]
+) -> dict[str, dict[str, Any]]:
+    """Per tenant: requests, completed, failures by reason, TTFT and TPOT."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted({r.tenant for r in reqs if r.tenant is not None}):
+        mine = [r for r in reqs if r.tenant == name]
+        ok = [r for r in mine if r.ok]
+        out[name] = {
+            "requests": len(mine),
+            "completed": len(ok),
+            "failures": dict(Counter(r.error for r in mine if r.error is not None)),
+            "ttft_ms": summarize_ms([r.ttft_s for r in ok if r.ttft_s is not None], percentiles),
+            "tpot_ms": summarize_ms([t for r in ok if (t := r.tpot_s) is not None], percentiles),
+        }
+    return out
 
 
 def format_summary(s: dict[str, Any], title: str = "gpufleet sim") -> str:
@@ -115,6 +158,17 @@ def format_summary(s: dict[str, Any], title: str = "gpufleet sim") -> str:
     row("Load max/mean (time-avg in flight)", f"{s['max_mean_in_flight']:.2f}")
     row("Replicas used / peak ready", f"{s['replicas_used']} / {s['peak_ready_replicas']}")
     row("Replica-seconds", f"{s['replica_seconds']:.0f}")
+    row("GPU-hours (cost)", f"{s['gpu_hours']:.2f} (${s['cost_usd']:.2f})")
+    if len(s["groups"]) > 1:
+        for name, g in s["groups"].items():
+            lines.append(f"  group {name}: {g['replicas']} replicas, {g['requests']} requests, "
+                         f"{g['gpu_hours']:.2f} GPU-h (${g['cost_usd']:.2f})")  # fmt: skip
+    for name, t in s["tenants"].items():
+        fails = ", ".join(f"{k} {v}" for k, v in sorted(t["failures"].items())) or "none failed"
+        lines.append(f"  tenant {name}: {t['completed']}/{t['requests']} ({fails}), TTFT p90 "
+                     f"{t['ttft_ms'].get('p90', 0.0):.0f} ms")  # fmt: skip
+    if s["crashes"] or s["retries"]:
+        row("Replica crashes / retried requests", f"{s['crashes']} / {s['retries']}")
     if s["scaling_decisions"]:
         row("Scaling ticks / changes", f"{s['scaling_decisions']} / {len(s['scaling_changes'])}")
         for c in s["scaling_changes"][:20]:

@@ -21,8 +21,12 @@ class RequestResult:
     finished_s: float | None = None
     prefix_hit_tokens: int = 0
     preemptions: int = 0
+    tenant: str | None = None
+    attempts: int = 0  # replicas it was sent to (more than 1: retried after a failure)
     # None: completed. Else why not: queue_full and queue_timeout (the gateway's 503),
-    # context_length_exceeded (the replica's 400), drain_deadline, previous_turn_failed.
+    # rate_limited (the tenant's 429), context_length_exceeded (the replica's 400),
+    # drain_deadline, replica_failed (failed before its first token on every try: 502),
+    # stream_cut (its replica failed after the first token), previous_turn_failed.
     error: str | None = None
 
     @property
@@ -48,11 +52,17 @@ class RequestResult:
 
 @dataclass(slots=True)
 class ReplicaRecord:
+    """One replica process's life (a restart after a crash is another record, same id)."""
+
     replica_id: str
+    group: str  # its replica group (layout)
+    gpus: int  # GPUs it holds
+    price_per_gpu_hour_usd: float
+    restarts: int  # crashes before this process
     started_s: float
     ready_s: float | None
     stopped_s: float | None
-    lifetime_s: float
+    lifetime_s: float  # held its GPUs: from start (cold start included) to stop
     requests: int
     mean_in_flight: float
     peak_in_flight: int
@@ -60,6 +70,14 @@ class ReplicaRecord:
     prefix_hits_tokens: int
     preemptions: int
     steps: int
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.lifetime_s * self.gpus / 3600.0
+
+    @property
+    def cost_usd(self) -> float:
+        return self.gpu_hours * self.price_per_gpu_hour_usd
 
 
 @dataclass(slots=True)
@@ -72,6 +90,8 @@ class SimResult:
     wall_s: float
     cpu_s: float = 0.0  # this process's CPU time (the machine may be shared)
     fleet_size: list[tuple[float, int, int]] = field(default_factory=list)  # (t, ready, total)
+    retries: int = 0  # tries on another replica after one failed a request
+    crashes: int = 0  # replica processes that failed
 
     @property
     def scaling_changes(self) -> list[ScalingDecision]:

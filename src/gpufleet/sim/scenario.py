@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,12 +20,14 @@ from gpufleet.autoscale.policies import make_policy as make_scaling_policy
 from gpufleet.engine import EngineConfig
 from gpufleet.errors import UserError
 from gpufleet.plan.capacity import DEFAULT_TOKENS_PER_REQUEST, concurrent_sequences
-from gpufleet.plan.profile import replica_profile
 from gpufleet.routing import make_policy as make_routing_policy
 from gpufleet.sim.config import AutoscaleSpec, SimConfig
+from gpufleet.sim.fleet_spec import SimFleetSpec
+from gpufleet.sim.groups import build_faults, build_groups, build_tenants
 from gpufleet.sim.report import summarize
 from gpufleet.sim.results import SimResult
-from gpufleet.sim.simulator import FleetSimulator
+from gpufleet.sim.simulator import FleetSimulator, Progress
+from gpufleet.specs import load_model
 from gpufleet.workload import (
     RatePhase,
     SimRequest,
@@ -35,6 +37,7 @@ from gpufleet.workload import (
     slice_records,
     spec_from_flags,
     synthetic_shapes,
+    tile_records,
     trace_shapes,
 )
 
@@ -58,6 +61,7 @@ class Scenario:
     trace: str | None = None
     trace_format: str = "auto"
     speedup: float = 1.0
+    trace_copies: int = 1  # interleaved copies: N times the trace's rate, its shape kept
     trace_start_s: float = 0.0
     duration_s: float | None = None
     num_requests: int | None = None
@@ -89,6 +93,18 @@ class Scenario:
     queue_timeout_s: float = 60.0
     queue_max_size: int = 256
     tail_s: float = 0.0
+    max_attempts: int = 3  # the gateway's limits.max_attempts
+    # what it costs and how it fails
+    gpu_price: float | None = None  # $ per GPU-hour (default: the GPU catalog's)
+    mtbf_s: float | None = None  # replica failures (default: the config's `failures`)
+    restart_crashed: bool = True
+    # the replica's --time-scale: every engine step takes this many times its modelled time
+    time_scale: float = 1.0
+    request_overhead_s: float = 0.0  # the live HTTP path before the engine sees a request
+    tick_phase_s: float = 0.0  # the autoscaler's first tick
+    scrape_phase_s: float = 0.0  # the gateway's first scrape (0: one interval in)
+    # --config: replica groups, tenants, failures (`gpufleet.sim.fleet_spec`)
+    fleet: SimFleetSpec | None = None
     name: str = field(default="", compare=False)
 
     def with_field(self, key: str, value: Any) -> Scenario:
@@ -102,8 +118,10 @@ def build_requests(sc: Scenario) -> list[SimRequest]:
             raise UserError("must be > 0", field="--speedup", fix="e.g. --speedup 2")
         if sc.trace_start_s < 0:
             raise UserError("must be >= 0", field="--trace-start-s")
+        if sc.trace_copies < 1:
+            raise UserError("must be >= 1", field="--trace-copies", fix="e.g. 10 for 10x the rate")
         records = slice_records(
-            read_trace(sc.trace, fmt=sc.trace_format),
+            tile_records(read_trace(sc.trace, fmt=sc.trace_format), sc.trace_copies),
             start_s=sc.trace_start_s,
             duration_s=sc.duration_s,
             limit=sc.num_requests,
@@ -147,28 +165,13 @@ def workload_spec(sc: Scenario) -> WorkloadSpec:
 
 
 def build_config(sc: Scenario) -> SimConfig:
-    profile = replica_profile(
-        sc.model,
-        sc.gpu,
-        tp=sc.tp,
-        pp=sc.pp,
-        ep=sc.ep,
-        quant=sc.quant,
-        kv_dtype=sc.kv_cache_dtype,
-        max_model_len=sc.max_model_len,
-        gpu_memory_utilization=sc.gpu_memory_utilization,
-        max_num_seqs=sc.max_num_seqs,
-        max_num_batched_tokens=sc.max_num_batched_tokens,
-    )
-    engine = EngineConfig(
-        num_gpu_blocks=profile.num_gpu_blocks,
-        block_size=profile.block_size,
-        max_num_seqs=profile.max_num_seqs,
-        max_num_batched_tokens=profile.max_num_batched_tokens,
-        max_model_len=profile.max_model_len,
-        pipeline_stages=profile.pipeline_stages,
-        enable_prefix_caching=sc.enable_prefix_caching,
-    )
+    if not sc.time_scale > 0:
+        raise UserError("must be > 0", field="--time-scale", fix="1 is real time")
+    if sc.request_overhead_s < 0:
+        raise UserError("must be >= 0", field="--request-overhead-s")
+    groups = build_groups(sc)
+    scaled_group = next((g for g in groups if g.autoscaled), groups[0])
+    engine = scaled_group.engine
     autoscale = None
     if sc.autoscale:
         bounds = ReplicaBounds(sc.min_replicas, sc.max_replicas)
@@ -188,17 +191,24 @@ def build_config(sc: Scenario) -> SimConfig:
         )
     if sc.queue_max_size < 0:
         raise UserError("must be >= 0", field="--queue-max-size")
-    if not sc.autoscale and sc.replicas < 1:
+    if not sc.autoscale and sc.fleet is None and sc.replicas < 1:
         raise UserError("must be >= 1", field="--replicas", fix="or pass --autoscale POLICY")
-    initial = sc.replicas
-    if sc.autoscale:
-        initial = max(sc.min_replicas, min(sc.max_replicas, sc.replicas))
+    if not 1 <= sc.max_attempts <= 10:
+        raise UserError("must be in 1..10", field="--max-attempts", fix="3 is the gateway's")
+    fleet = sc.fleet
     return SimConfig(
         engine=engine,
-        step_time_model=profile.step_time_model,
-        model=profile.model_name,
-        replicas=initial,
+        step_time_model=scaled_group.step_time_model,
+        model=load_model(sc.model).name,
+        replicas=sum(g.replicas for g in groups),
         autoscale=autoscale,
+        groups=groups,
+        tenants=build_tenants(sc),
+        faults=build_faults(sc),
+        max_attempts=fleet.max_attempts if fleet and fleet.max_attempts else sc.max_attempts,
+        request_overhead_s=sc.request_overhead_s,
+        tick_phase_s=sc.tick_phase_s,
+        scrape_phase_s=sc.scrape_phase_s,
         scrape_interval_s=sc.scrape_interval_s,
         signals_window_s=sc.signals_window_s,
         queue_timeout_s=sc.queue_timeout_s,
@@ -230,7 +240,9 @@ def _policy_params(sc: Scenario, engine: EngineConfig) -> dict[str, Any]:
     return params
 
 
-def run_scenario_result(sc: Scenario) -> SimResult:
+def run_scenario_result(
+    sc: Scenario, progress: Callable[[Progress], None] | None = None
+) -> SimResult:
     config = build_config(sc)
     requests = build_requests(sc)
     if not requests:
@@ -240,7 +252,7 @@ def run_scenario_result(sc: Scenario) -> SimResult:
             fix="widen --duration / --trace-start-s, or raise --num-requests",
         )
     routing = make_routing_policy(sc.routing, seed=sc.seed, **dict(sc.routing_options))
-    return FleetSimulator(config, requests, routing).run()
+    return FleetSimulator(config, requests, routing).run(progress)
 
 
 def run_scenario(sc: Scenario) -> dict[str, Any]:
@@ -250,12 +262,27 @@ def run_scenario(sc: Scenario) -> dict[str, Any]:
     return summary
 
 
-def run_many(scenarios: Sequence[Scenario], workers: int | None = None) -> list[dict[str, Any]]:
-    """Run scenarios side by side in local processes; summaries in the order given."""
+def run_many(
+    scenarios: Sequence[Scenario],
+    workers: int | None = None,
+    on_done: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run scenarios side by side in local processes; summaries in the order given.
+    `on_done(n)` is told how many have finished, as each one does."""
     if not scenarios:
         return []
     workers = workers or min(len(scenarios), os.cpu_count() or 1)
+    out: list[dict[str, Any] | None] = [None] * len(scenarios)
     if workers <= 1 or len(scenarios) == 1:
-        return [run_scenario(sc) for sc in scenarios]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(run_scenario, scenarios))
+        for i, sc in enumerate(scenarios):
+            out[i] = run_scenario(sc)
+            if on_done is not None:
+                on_done(i + 1)
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(run_scenario, sc): i for i, sc in enumerate(scenarios)}
+            for done, future in enumerate(as_completed(futures), start=1):
+                out[futures[future]] = future.result()
+                if on_done is not None:
+                    on_done(done)
+    return [s for s in out if s is not None]

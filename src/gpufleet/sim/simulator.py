@@ -23,6 +23,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.fleet_state import GatewaySignals, needs_prefix_hashes
@@ -31,6 +32,8 @@ from gpufleet.sim.clients import Clients
 from gpufleet.sim.config import AutoscaleSpec, SimConfig
 from gpufleet.sim.events import (
     ARRIVAL,
+    CRASH,
+    DELIVER,
     DRAIN_DEADLINE,
     QUEUE_TIMEOUT,
     REPLICA_READY,
@@ -42,20 +45,36 @@ from gpufleet.sim.events import (
     EventQueue,
     SimClock,
 )
+from gpufleet.sim.faults import SimFaults
 from gpufleet.sim.fleet import SimFleet
 from gpufleet.sim.gateway import SimGateway, build_fleet
 from gpufleet.sim.replica import SimReplica
 from gpufleet.sim.results import ReplicaRecord, RequestResult, SimResult
+from gpufleet.sim.tenants import SimTenants
 from gpufleet.workload import SimRequest
 
 __all__ = [
     "AutoscaleSpec",
     "FleetSimulator",
+    "Progress",
     "ReplicaRecord",
     "RequestResult",
     "SimConfig",
     "SimResult",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How far a run is: the virtual clock, and requests ended (completed or failed)."""
+
+    virtual_s: float
+    requests_done: int
+    requests_total: int
+
+
+# Report progress about this often (in events; the report costs nothing in between).
+PROGRESS_EVERY_EVENTS = 50_000
 
 
 class FleetSimulator:
@@ -70,10 +89,7 @@ class FleetSimulator:
         *,
         needs_prefix: bool | None = None,
     ) -> None:
-        if config.replicas < 0:
-            raise ValueError("replicas must be >= 0")
-        if config.autoscale is None and config.replicas < 1:
-            raise ValueError("a fixed fleet needs at least one replica")
+        config.check()
         self.config = config
         self.routing = routing
         if needs_prefix is None:  # hash prompts only for policies that read them, as live
@@ -81,12 +97,21 @@ class FleetSimulator:
         self.needs_prefix = needs_prefix
         self.clock = SimClock()
         self.events = EventQueue()
-        self.fleet_state = build_fleet(config, routing)
-        self.clients = Clients(config, requests, self.events, self.clock, needs_prefix)
+        tenants = None
+        if config.tenants:
+            tenants = SimTenants(config.tenants, requests, routing, config.seed)
+        self.fleet_state = build_fleet(config, routing, tenants.policies() if tenants else None)
+        self.clients = Clients(config, requests, self.events, self.clock, needs_prefix, routing,
+                               tenants)  # fmt: skip
         self.fleet = SimFleet(config, self.fleet_state, self.clients, self.events, self.clock)
-        self.gateway = SimGateway(self.fleet_state, self.events, self.clock,
-                                  self.fleet.dispatch, self.clients.refused)  # fmt: skip
+        self.gateway = SimGateway(self.fleet_state, self.events, self.clock, self.fleet.dispatch,
+                                  self.clients.refused, self.clients.end,
+                                  config.max_attempts)  # fmt: skip
         self.clients.gateway = self.gateway
+        self.faults: SimFaults | None = None
+        if config.faults is not None:
+            self.faults = SimFaults(config.faults, self.fleet, self.gateway, self.clients,
+                                    self.events, self.clock, config.seed)  # fmt: skip
 
     @property
     def now_s(self) -> float:
@@ -100,19 +125,25 @@ class FleetSimulator:
         """What the live gateway's `signals()` returns, from the same fleet core."""
         return self.fleet_state.signals(self.clock.now_s)
 
-    def run(self) -> SimResult:
+    def run(self, progress: Callable[[Progress], None] | None = None) -> SimResult:
+        """Play the whole run. `progress`, if given, is called every
+        `PROGRESS_EVERY_EVENTS` events or so, and once at the end (a progress bar)."""
         wall0 = time.perf_counter()
         cpu0 = time.process_time()
         cfg = self.config
         clock = self.clock
         fleet = self.fleet
-        for _ in range(cfg.replicas):  # the initial fleet is already warm at t = 0
-            fleet.start(startup_s=0.0)
+        for group in fleet.groups:  # the initial fleet is already warm at t = 0
+            for _ in range(group.replicas):
+                fleet.start(group, startup_s=0.0)
+                if group.autoscaled and group.startup_s > 0:
+                    # It did load once: the actuator observed that cold start, as live.
+                    fleet.note_cold_start(group.startup_s)
         fleet.record_size()
         self.clients.start()
-        self.events.push(cfg.scrape_interval_s, SCRAPE)
+        self.events.push(cfg.scrape_phase_s or cfg.scrape_interval_s, SCRAPE)
         if cfg.autoscale is not None:
-            self.events.push(0.0, TICK)
+            self.events.push(cfg.tick_phase_s, TICK)
         handlers: dict[int, Callable[[Any], None]] = {
             STEP_DONE: fleet.on_step_done,
             REPLICA_READY: fleet.on_ready,
@@ -123,13 +154,17 @@ class FleetSimulator:
             DRAIN_DEADLINE: fleet.on_drain_deadline,
             RETRY: fleet.on_retry,
             WAKE: fleet.on_wake,
+            DELIVER: fleet.deliver,
         }
+        if self.faults is not None:
+            handlers[CRASH] = self.faults.on_crash
         heap = self.events.heap
         pop = heapq.heappop
         on_step_done = fleet.on_step_done
         max_events = cfg.max_events
         count = 0
         last_work_s = 0.0
+        report_at = PROGRESS_EVERY_EVENTS if progress is not None else max_events
         while heap:
             t, kind, _, payload = pop(heap)
             count += 1
@@ -139,7 +174,7 @@ class FleetSimulator:
                 clock.now_s = last_work_s = t
                 on_step_done(payload)
                 continue
-            if kind in (SCRAPE, TICK):
+            if kind in (SCRAPE, TICK, CRASH):
                 if self._finished() and t > last_work_s + cfg.tail_s:
                     count -= 1
                     continue  # nothing left to serve: let the periodic events lapse
@@ -147,17 +182,28 @@ class FleetSimulator:
                 last_work_s = t
             clock.now_s = t
             handlers[kind](payload)
+            if count >= report_at and progress is not None:  # off the STEP_DONE fast path
+                report_at = count + PROGRESS_EVERY_EVENTS
+                progress(self.progress_now())
         end_s = clock.now_s
+        if progress is not None:
+            progress(self.progress_now())
         return SimResult(
             requests=sorted(self.clients.results, key=lambda r: r.index),
-            replicas=[fleet.record(r, end_s) for r in fleet.replicas.values()],
+            replicas=[fleet.record(r, end_s) for r in (*fleet.retired, *fleet.replicas.values())],
             decisions=fleet.decisions,
             end_s=end_s,
             events=count,
             wall_s=time.perf_counter() - wall0,
             cpu_s=time.process_time() - cpu0,
             fleet_size=fleet.fleet_size,
+            retries=self.gateway.retries,
+            crashes=self.faults.crashes if self.faults is not None else 0,
         )
+
+    def progress_now(self) -> Progress:
+        clients = self.clients
+        return Progress(self.clock.now_s, len(clients.results), len(clients.requests))
 
     def _finished(self) -> bool:
         return self.clients.done and not len(self.fleet_state.queue)

@@ -46,6 +46,7 @@ from gpufleet.workload.traces import (
     read_mooncake_jsonl,
     read_trace,
     slice_records,
+    tile_records,
     trace_path,
 )
 from gpufleet.workload.types import Conversation, Turn
@@ -85,6 +86,7 @@ __all__ = [
     "spec_from_flags",
     "synthetic_shapes",
     "text_conversations",
+    "tile_records",
     "total_duration_s",
     "trace_path",
     "trace_shapes",

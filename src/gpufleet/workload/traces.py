@@ -214,3 +214,26 @@ def slice_records(
             break
         out.append(dataclasses.replace(rec, arrival_s=rec.arrival_s - start_s))
     return out
+
+
+def tile_records(records: Sequence[TraceRecord], copies: int) -> list[TraceRecord]:
+    """`copies` copies of a trace interleaved: `copies` times its rate over the same span,
+    its bursts and lulls kept. Copy k is shifted by k/copies of the mean gap between
+    arrivals, and its Mooncake `hash_ids` are its own (copies share no prefix)."""
+    if copies < 1:
+        raise ValueError("copies must be >= 1")
+    if copies == 1 or not records:
+        return list(records)
+    gap_s = (records[-1].arrival_s - records[0].arrival_s) / max(1, len(records) - 1)
+    top = 1 + max((max(r.hash_ids) for r in records if r.hash_ids), default=-1)
+    tiled = [
+        dataclasses.replace(
+            r,
+            arrival_s=r.arrival_s + k * gap_s / copies,
+            hash_ids=None if r.hash_ids is None else tuple(h + k * top for h in r.hash_ids),
+        )
+        for k in range(copies)
+        for r in records
+    ]
+    tiled.sort(key=lambda r: r.arrival_s)
+    return tiled

@@ -1,0 +1,300 @@
+"""The study the simulator exists for: which scaling policy serves a day's traffic within
+its SLO for the fewest GPU-hours? (issue 12)
+
+    GPUFLEET_SHARED=/work/shared python benchmarks/autoscale_study.py [--copies 10]
+        [--start-s 0] [--duration-s S] [--policies default,hpa,kpa,ray_serve,queue_depth]
+        [--static N] [--workers 2] [--out benchmarks/results/autoscale_study]
+
+The Azure LLM conversation trace (2023-11-16, 19,366 requests in 58 minutes, mean 1,155
+prompt and 211 output tokens), Llama-3.1-70B at TP=4 on H100 (bf16), 120 s cold starts,
+SLO: TTFT p90 <= 2 s and TPOT <= 100 ms. At its own rate the trace is 5.5 req/s, which one
+replica almost holds (no room to scale: see the docs), so it is replayed `--copies` times
+interleaved (10: 194k requests, 55 req/s on average, 85 in the busiest minute), its
+bursts and lulls kept (`gpufleet.workload.tile_records`).
+
+Every policy gets the same inputs: the per-replica capacity the planner finds for this
+layout and request size within the SLO (`max_serving_concurrency_within_slo`: the most
+requests in flight whose mean TTFT and TPOT meet it), `default` and `queue_depth` as
+`capacity_per_replica`, the baselines' targets at 70 % of it as in `gpufleet up --demo`
+(HPA and Ray Serve 0.7 x capacity; KPA capacity with its own 70 % utilization), bounds
+1..2 x the static fleet, the same initial fleet (what the first minute needs), 1 s ticks.
+The static fleet is sized for the peak: the smallest fixed fleet, from the planner's
+peak-minute estimate upwards, that reaches the attainment target.
+
+Attainment, two ways (they differ; both are reported):
+  requests — the fraction of requests with TTFT <= 2 s and TPOT <= 100 ms (a failed
+             request misses);
+  windows  — the fraction of 1-minute windows (by arrival) whose p90 TTFT <= 2 s and
+             p90 TPOT <= 100 ms (a failed request counts as an infinite TTFT).
+GPU-hours: 4 GPUs x the hours each replica held them (cold starts and drains included);
+cost at the catalog's H100 price.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from gpufleet.plan.layout import Layout
+from gpufleet.plan.perf_serving import max_serving_concurrency_within_slo
+from gpufleet.routing import make_policy as make_routing_policy
+from gpufleet.shared_data import shared_file
+from gpufleet.sim.report import summarize
+from gpufleet.sim.results import SimResult
+from gpufleet.sim.scenario import Scenario, build_config, build_requests
+from gpufleet.sim.simulator import FleetSimulator
+from gpufleet.specs import load_model
+from gpufleet.specs.gpus import load_gpu
+from gpufleet.stats import percentile
+from gpufleet.workload import read_trace, slice_records, tile_records
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import RESULTS, write_result
+
+MODEL, GPU, TP = "meta-llama/Llama-3.1-70B", "h100-sxm", 4
+COLD_START_S = 120.0
+TTFT_SLO_S, TPOT_SLO_S = 2.0, 0.100
+TARGET = 0.99
+WINDOW_S = 60.0
+POLICIES = ("default", "hpa", "kpa", "ray_serve", "queue_depth")
+
+
+def trace_file() -> Path:
+    return shared_file("traces", "azure_llm_2023_conv.csv")
+
+
+def slo_capacity(mean_in: int, mean_out: int) -> int:
+    """Requests in flight one replica holds within the SLO (the planner's answer)."""
+    p = max_serving_concurrency_within_slo(
+        load_model(MODEL), load_gpu(GPU), Layout(tp=TP, pp=1, ep=1, weight_dtype="bf16",
+                                                 kv_dtype="bf16"),
+        mean_in, mean_out, ttft_slo_s=TTFT_SLO_S, tpot_slo_s=TPOT_SLO_S, max_num_seqs=256,
+    )  # fmt: skip
+    if p is None:
+        raise SystemExit("the layout cannot meet the SLO even with one request in flight")
+    return p.concurrency
+
+
+def policy_params(policy: str, capacity: int) -> dict[str, Any]:
+    if policy == "default":
+        return {"capacity_per_replica": capacity, "ttft_p90_slo_s": TTFT_SLO_S,
+                "cold_start_s": COLD_START_S, "capacity_source": "planner, within the SLO"}  # fmt: skip
+    if policy == "queue_depth":
+        return {"capacity_per_replica": capacity}
+    if policy == "hpa":
+        return {"target_per_replica": 0.7 * capacity}
+    if policy == "kpa":
+        return {"target_per_replica": float(capacity)}
+    return {"target_ongoing_requests": 0.7 * capacity}  # ray_serve
+
+
+def attainment(result: SimResult) -> dict[str, float]:
+    reqs = result.requests
+    good = sum(
+        1 for r in reqs
+        if r.ok and r.ttft_s is not None and r.ttft_s <= TTFT_SLO_S
+        and (r.tpot_s is None or r.tpot_s <= TPOT_SLO_S)
+    )  # fmt: skip
+    windows: dict[int, tuple[list[float], list[float]]] = {}
+    for r in reqs:
+        ttfts, tpots = windows.setdefault(int(r.arrival_s // WINDOW_S), ([], []))
+        ttfts.append(r.ttft_s if r.ok and r.ttft_s is not None else math.inf)
+        if r.ok and r.tpot_s is not None:
+            tpots.append(r.tpot_s)
+    ok_windows = sum(
+        1 for ttfts, tpots in windows.values()
+        if (percentile(ttfts, 90) or 0.0) <= TTFT_SLO_S and (percentile(tpots, 90) or 0.0) <= TPOT_SLO_S
+    )  # fmt: skip
+    return {"requests": good / len(reqs), "windows": ok_windows / len(windows)}
+
+
+def run_one(job: dict[str, Any]) -> dict[str, Any]:
+    """One fleet (a policy, or a static size) over the study's requests."""
+    sc: Scenario = job["scenario"]
+    result = FleetSimulator(build_config(sc), build_requests(sc),
+                            make_routing_policy(sc.routing, seed=sc.seed)).run()  # fmt: skip
+    s = summarize(result)
+    att = attainment(result)
+    ok = [r for r in result.requests if r.ok]
+    per_minute: dict[int, list[float]] = {}
+    for r in ok:
+        if r.ttft_s is not None:
+            per_minute.setdefault(int(r.arrival_s // WINDOW_S), []).append(r.ttft_s)
+    return {
+        "name": job["name"],
+        "attainment_requests": att["requests"],
+        "attainment_windows": att["windows"],
+        "gpu_hours": s["gpu_hours"],
+        "cost_usd": s["cost_usd"],
+        "replica_seconds": s["replica_seconds"],
+        "peak_replicas": max((total for _, _, total in result.fleet_size), default=0),
+        "scale_outs": sum(1 for d in result.scaling_changes if d.delta > 0),
+        "scale_ins": sum(1 for d in result.scaling_changes if d.delta < 0),
+        "failed": s["failed"],
+        "failures": s["failures"],
+        "ttft_p90_ms": s["ttft_ms"].get("p90"),
+        "ttft_p99_ms": s["ttft_ms"].get("p99"),
+        "tpot_p90_ms": s["tpot_ms"].get("p90"),
+        "tpot_p99_ms": s["tpot_ms"].get("p99"),
+        "fleet_timeline": [(t, total) for t, _, total in result.fleet_size],
+        "ttft_p90_by_minute_s": {k: percentile(v, 90) for k, v in sorted(per_minute.items())},
+        "sim_cpu_s": s["sim_cpu_s"],
+    }
+
+
+def base_scenario(args: argparse.Namespace) -> Scenario:
+    return Scenario(
+        model=MODEL, gpu=GPU, tp=TP, trace=str(trace_file()), trace_copies=args.copies,
+        trace_start_s=args.start_s, duration_s=args.duration_s, routing="least_outstanding",
+        startup_s=COLD_START_S, drain_deadline_s=600.0, seed=args.seed,
+    )  # fmt: skip
+
+
+def arrival_profile(args: argparse.Namespace) -> tuple[float, float, float, int, int]:
+    """(busiest-minute rate, first-minute rate, mean rate, mean in, mean out) of the slice."""
+    records = tile_records(read_trace(trace_file()), args.copies)
+    records = slice_records(records, start_s=args.start_s, duration_s=args.duration_s)
+    per_min: dict[int, int] = {}
+    for r in records:
+        per_min[int(r.arrival_s // WINDOW_S)] = per_min.get(int(r.arrival_s // WINDOW_S), 0) + 1
+    full = [n for k, n in per_min.items() if k < max(per_min)]  # the last minute is partial
+    span_s = records[-1].arrival_s - records[0].arrival_s
+    mean_in = round(sum(r.input_tokens for r in records) / len(records))
+    mean_out = round(sum(r.output_tokens for r in records) / len(records))
+    return (max(full) / WINDOW_S, per_min[0] / WINDOW_S, len(records) / span_s, mean_in,
+            mean_out)  # fmt: skip
+
+
+def run_jobs(jobs: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
+    if workers <= 1 or len(jobs) == 1:
+        return [run_one(j) for j in jobs]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(run_one, jobs))
+
+
+def static_fleet(base: Scenario, start_n: int, workers: int) -> tuple[dict[str, Any], list[Any]]:
+    """The smallest fixed fleet reaching the target on both measures, searched upwards
+    from the planner's estimate (and one below it, to show it is the smallest)."""
+    tried: dict[int, dict[str, Any]] = {}
+
+    def meets(r: dict[str, Any]) -> bool:
+        return min(r["attainment_requests"], r["attainment_windows"]) >= TARGET
+
+    n = start_n
+    while True:
+        sizes = [m for m in (n - 1, n) if m >= 1 and m not in tried]
+        jobs = [{"name": f"static {m}", "scenario": base.with_field("replicas", m)} for m in sizes]
+        for m, r in zip(sizes, run_jobs(jobs, workers), strict=True):
+            tried[m] = r
+            print(f"  static {m}: attainment {r['attainment_requests']:.4f} requests, "
+                  f"{r['attainment_windows']:.4f} windows", file=sys.stderr)  # fmt: skip
+        if meets(tried[n]) and (n - 1 < 1 or not meets(tried[n - 1])):
+            return tried[n], sorted(tried.items())
+        n = n - 1 if meets(tried[n]) else n + 1
+
+
+def markdown(rows: list[dict[str, Any]], static: dict[str, Any]) -> str:
+    head = ("| fleet | attainment (requests) | attainment (1-min windows) | GPU-hours | × static "
+            "| cost $ | peak | scale-outs / -ins | TTFT p90 / p99 s | TPOT p90 / p99 ms | failed |\n"
+            "|" + " --- |" * 11 + "\n")  # fmt: skip
+    lines = []
+    for r in [static, *rows]:
+        lines.append(
+            f"| {r['name']} | {r['attainment_requests']:.2%} | {r['attainment_windows']:.2%} "
+            f"| {r['gpu_hours']:.1f} | {r['gpu_hours'] / static['gpu_hours']:.2f} "
+            f"| {r['cost_usd']:.0f} | {r['peak_replicas']} | {r['scale_outs']} / {r['scale_ins']} "
+            f"| {(r['ttft_p90_ms'] or 0) / 1000:.2f} / {(r['ttft_p99_ms'] or 0) / 1000:.2f} "
+            f"| {r['tpot_p90_ms'] or 0:.0f} / {r['tpot_p99_ms'] or 0:.0f} | {r['failed']} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict[str, Any]], static: dict[str, Any], path: Path) -> None:
+    """Replicas and TTFT p90 (per minute of arrivals) over time, one line per fleet."""
+    from gpufleet.report.plots import pyplot
+
+    plt = pyplot("--png")
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 8), sharex=True)
+    for r in [static, *rows]:
+        ts, ns = zip(*r["fleet_timeline"], strict=True)
+        top.step([t / 60 for t in ts], ns, where="post", label=r["name"], linewidth=1.5)
+        minutes = sorted(int(k) for k in r["ttft_p90_by_minute_s"])
+        bottom.plot([m + 0.5 for m in minutes],
+                    [r["ttft_p90_by_minute_s"][m] for m in minutes], marker=".",
+                    label=r["name"])  # fmt: skip
+    bottom.axhline(TTFT_SLO_S, color="red", linestyle="--", label="SLO: TTFT p90 2 s")
+    bottom.set_yscale("log")
+    top.set_ylabel("replicas holding GPUs (TP=4)")
+    top.set_title("Azure conversation trace ×10, Llama-3.1-70B TP=4 on H100, 120 s cold starts")
+    bottom.set_ylabel("TTFT p90 per minute (s)")
+    bottom.set_xlabel("minutes")
+    for ax in (top, bottom):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--copies", type=int, default=10)
+    ap.add_argument("--start-s", type=float, default=0.0)
+    ap.add_argument("--duration-s", type=float, default=None)
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--static", type=int, default=None, help="skip the search: this size")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_study")
+    args = ap.parse_args()
+    peak_rps, first_rps, mean_rps, mean_in, mean_out = arrival_profile(args)
+    capacity = slo_capacity(mean_in, mean_out)
+    # Little's law: requests in flight = rate x time in the system (prefill + decode at
+    # the SLO's TPOT, an upper bound), per replica holding `capacity`.
+    per_replica_rps = capacity / (mean_out * TPOT_SLO_S)
+    planned = math.ceil(peak_rps / per_replica_rps)
+    print(f"capacity {capacity} in flight/replica (~{per_replica_rps:.1f} req/s); busiest minute "
+          f"{peak_rps:.1f} req/s -> {planned} replicas", file=sys.stderr)  # fmt: skip
+    base = base_scenario(args)
+    if args.static is not None:
+        job = {
+            "name": f"static {args.static}",
+            "scenario": base.with_field("replicas", args.static),
+        }
+        static, tried = run_jobs([job], 1)[0], []
+    else:
+        static, tried = static_fleet(base, planned, args.workers)
+    n_static = int(static["name"].split()[1])
+    initial = max(1, math.ceil(n_static * first_rps / peak_rps))
+    jobs = []
+    for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
+        sc = base.with_field("autoscale", policy).with_field("replicas", initial)
+        sc = sc.with_field("min_replicas", 1).with_field("max_replicas", 2 * n_static)
+        sc = sc.with_field("autoscale_params", tuple(policy_params(policy, capacity).items()))
+        jobs.append({"name": policy, "scenario": sc})
+    rows = run_jobs(jobs, args.workers)
+    table = markdown(rows, static)
+    png = args.out.with_suffix(".png")
+    plot(rows, static, png)
+    data = {
+        "setup": {"model": MODEL, "gpu": GPU, "tp": TP, "copies": args.copies,
+                  "start_s": args.start_s, "duration_s": args.duration_s,
+                  "cold_start_s": COLD_START_S, "ttft_p90_slo_s": TTFT_SLO_S,
+                  "tpot_slo_s": TPOT_SLO_S, "capacity_per_replica": capacity,
+                  "busiest_minute_rps": peak_rps, "mean_rps": mean_rps,
+                  "initial_replicas": initial, "planned_static": planned},
+        "static": static, "static_tried": {n: {k: v for k, v in r.items() if k not in (
+            "fleet_timeline", "ttft_p90_by_minute_s")} for n, r in tried},
+        "rows": rows,
+    }  # fmt: skip
+    write_result(args.out, data, table, note=f"PNG: {png.name}")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

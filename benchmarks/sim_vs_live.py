@@ -1,0 +1,393 @@
+"""Does the simulator predict the live fleet? The same seeded workload through `gpufleet up`
+in real time and through `gpufleet sim` on a virtual clock (issue 12).
+
+    python benchmarks/sim_vs_live.py [--repeats 3] [--seed 0] [--time-scale 3]
+        [--policy default] [--out benchmarks/results/sim_vs_live]
+
+The fleet: simulated Llama-3.1-8B replicas on h100-sxm with an 8-sequence batch, time
+slowed `--time-scale`× (so a few requests/s saturate a replica on this small machine),
+8 s cold starts, 3 to 6 replicas under the `default` scaling policy (the demo's
+parameters), the real gateway with prefix_aware routing. The workload: a ramp and a
+burst of streamed chat requests, six shared ~500-token system prompts (prefix groups),
+64 output tokens, Poisson arrivals from one seed.
+
+Live: `gpufleet up` (gateway in this process, replicas as child processes); traffic starts
+once the three initial replicas are ready; every request is measured by `gpufleet
+bench`'s streaming client. Simulated: the very same request shapes and arrival times,
+the same layout (its step times slowed by the same factor), the same policy objects with
+the same parameters (`capacity_per_replica` as `up` derives it), the same gateway
+settings. The simulator's cold start is what a live replica really takes from spawn to
+ready on this machine (process start and imports, `--startup-s`, the actuator's health
+poll), measured in each live run: it is part of the real behaviour, not a fitted knob.
+
+Agreement: TTFT and TPOT p50/p90/p99 within 10 % of the live runs' mean, scale-outs and
+scale-ins within ±1, the same requests cut (0). The live side repeats `--repeats` times
+to show its spread; the simulator is deterministic per seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from gpufleet.fleet.config import FleetConfig, validate_fleet
+from gpufleet.fleet.demo import demo_fleet_data
+from gpufleet.fleet.run import fleet_up
+from gpufleet.fleet.traffic import TrafficLog, demo_workload, drive, one_request
+from gpufleet.routing import make_policy as make_routing_policy
+from gpufleet.routing.types import ReplicaState
+from gpufleet.sim.report import summarize
+from gpufleet.sim.scenario import Scenario, build_config
+from gpufleet.sim.simulator import FleetSimulator
+from gpufleet.stats import percentiles
+from gpufleet.workload import RatePhase, sim_requests, synthetic_shapes, text_conversations
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import RESULTS, write_result
+
+# At time scale 3 (the demo's); `phases()` keeps each replica's utilization at another
+# scale (rates x 3 / scale) and stretches the phases to keep enough requests.
+BASE_PHASES = (
+    RatePhase("quiet", 15.0, 2.0, 2.0),
+    RatePhase("ramp", 30.0, 2.0, 12.0),
+    RatePhase("burst", 20.0, 15.0, 15.0),
+    RatePhase("quiet", 45.0, 2.0, 2.0),
+)
+
+
+def phases(time_scale: float, stretch: float) -> tuple[RatePhase, ...]:
+    k = 3.0 / time_scale
+    return tuple(
+        RatePhase(p.name, p.duration_s * stretch, p.start_rps * k, p.end_rps * k)
+        for p in BASE_PHASES
+    )
+
+
+MIN_REPLICAS, MAX_REPLICAS, STARTUP_S = 3, 6, 8.0
+PCTS = (50, 90, 99)
+TOLERANCE = 0.10
+
+
+def fleet_config(
+    policy: str,
+    time_scale: float,
+    min_replicas: int = MIN_REPLICAS,
+    max_replicas: int = MAX_REPLICAS,
+) -> FleetConfig:
+    data: dict[str, Any] = json.loads(json.dumps(demo_fleet_data(policy)))
+    data["replicas"].update(time_scale=time_scale, startup_s=STARTUP_S)
+    data["autoscale"].update(min_replicas=min_replicas, max_replicas=max_replicas)
+    data["gateway"] = {"port": 0}
+    return validate_fleet(data, source="sim_vs_live fleet")
+
+
+def figures(
+    plan: tuple[RatePhase, ...],
+    points: list[tuple[float, float | None, float | None]],
+    requests: int,
+    changes: list[tuple[float, int, int, str]],
+    cut: int,
+) -> dict[str, Any]:
+    """What both sides report: (sent, TTFT, TPOT) of each completed request, and the
+    scaling changes (t, from, to, why) since the traffic began."""
+    out: dict[str, Any] = {"requests": requests, "errors": requests - len(points)}
+    for i, name in ((1, "ttft"), (2, "tpot")):
+        values = [v for pt in points if (v := pt[i]) is not None]
+        got = percentiles(values, PCTS) or [None] * len(PCTS)
+        for p, v in zip(PCTS, got, strict=True):
+            out[f"{name}_p{p}_ms"] = None if v is None else v * 1000
+    by_phase, t = {}, 0.0
+    for i, phase in enumerate(plan):
+        ttfts = [v for sent, v, _ in points if t <= sent < t + phase.duration_s and v is not None]
+        got = percentiles(ttfts, (50, 90)) or [None, None]
+        by_phase[f"{i}:{phase.name}"] = [None if v is None else round(v * 1000, 1) for v in got]
+        t += phase.duration_s
+    out["ttft_by_phase_p50_p90_ms"] = by_phase
+    busy_s = sum(p.duration_s for p in plan[:3])
+    early = [v for sent, v, _ in points if sent < busy_s and v is not None]
+    out["ttft_mean_until_burst_end_ms"] = 1000 * sum(early) / max(1, len(early))
+    out["scale_outs"] = sum(1 for _, a, b, _ in changes if b > a)
+    out["scale_ins"] = sum(1 for _, a, b, _ in changes if b < a)
+    out["cut"] = cut
+    out["changes"] = [(round(t, 1), a, b, why) for t, a, b, why in changes]
+    return out
+
+
+# Sums and counts a replica reports (wall seconds): its TTFT as it sees it (from the
+# request's arrival to the step that emitted the first token), and the engine's own
+# share of it (queue + prefill on the engine clock, scaled to wall time).
+_TOTALS = {
+    "vllm:time_to_first_token_seconds_sum": "replica_ttft_s",
+    "vllm:time_to_first_token_seconds_count": "replica_ttft_n",
+    "vllm:request_queue_time_seconds_sum": "engine_ttft_s",
+    "vllm:request_prefill_time_seconds_sum": "engine_ttft_s",
+    "vllm:request_prefill_time_seconds_count": "engine_ttft_n",
+}
+
+
+async def replica_totals(
+    session: aiohttp.ClientSession, urls: list[str]
+) -> dict[str, dict[str, float]]:
+    """Per replica URL that answered: its totals."""
+    out: dict[str, dict[str, float]] = {}
+    for url in urls:
+        with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+            async with session.get(f"{url}/metrics") as resp:
+                totals = dict.fromkeys(_TOTALS.values(), 0.0)
+                for line in (await resp.text()).splitlines():
+                    name, _, value = line.partition(" ")
+                    key = _TOTALS.get(name.split("{")[0])
+                    if key is not None:
+                        totals[key] += float(value)
+                out[url] = totals
+    return out
+
+
+def totals_delta(
+    before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
+) -> dict[str, float]:
+    """What replicas added between two scrapes (those absent at the first from zero;
+    those gone at the second are left out: their last counts are lost)."""
+    out = dict.fromkeys(_TOTALS.values(), 0.0)
+    for url, now in after.items():
+        then = before.get(url, {})
+        for key, value in now.items():
+            out[key] += value - then.get(key, 0.0)
+    return out
+
+
+def _ready_urls(run: Any) -> list[str]:
+    return [m.url for m in run.actuator.list() if m.state is ReplicaState.READY]
+
+
+async def measure_overhead(run: Any, model: str, seed: int, n: int = 20) -> float:
+    """The live HTTP path's share of TTFT on this machine, now: `n` requests one at a
+    time (prompts of another seed, so the run's prefix caches stay cold), their mean client
+    TTFT minus the engines' own (queue + prefill, from the replicas' metrics)."""
+    phases = (RatePhase("calibration", float(n), 1.0, 1.0),)
+    convs = list(text_conversations(synthetic_shapes(demo_workload(phases, seed + 1000))))[:n]
+    urls = _ready_urls(run)
+    async with aiohttp.ClientSession() as session:
+        before = await replica_totals(session, urls)
+        ttfts = []
+        for conv in convs:
+            messages = [{"role": "user", "content": conv.turns[0].text}]
+            r = await one_request(session, run.url, model, messages, 64, 0.0)
+            if r.ttft_s is not None:
+                ttfts.append(r.ttft_s)
+            await asyncio.sleep(0.3)
+        delta = totals_delta(before, await replica_totals(session, urls))
+    engine_s = delta["engine_ttft_s"] / max(1.0, delta["engine_ttft_n"])
+    return max(0.0, sum(ttfts) / len(ttfts) - engine_s)
+
+
+async def ttft_breakdown(run: Any, traffic: TrafficLog, until_s: float) -> dict[str, float]:
+    """Where the TTFT of the requests sent before `until_s` went, in mean ms: the client's
+    view, the replicas' view (from arrival at the replica), the engines' own (queue +
+    prefill). Scraped from the replicas ready at the start and at `until_s`."""
+    async with aiohttp.ClientSession() as session:
+        before = await replica_totals(session, _ready_urls(run))
+        await asyncio.sleep(until_s)
+        delta = totals_delta(before, await replica_totals(session, _ready_urls(run)))
+    sent = [r.ttft_s for r in traffic.results if r.ok and r.sent_s < until_s and r.ttft_s]
+    out = {"client_ms": 1000 * sum(sent) / max(1, len(sent))}
+    for name in ("replica", "engine"):
+        out[f"{name}_ms"] = 1000 * delta[f"{name}_ttft_s"] / max(1.0, delta[f"{name}_ttft_n"])
+    return out
+
+
+async def loop_lag(plan: tuple[RatePhase, ...], period_s: float = 0.05) -> dict[str, Any]:
+    """How late this process's event loop wakes (the gateway and the client both run on it),
+    per phase: p50/p99 ms past a `period_s` sleep. On a starved CPU this is what every
+    request waits for on top of the engine, and it grows with the streamed chunks/s."""
+    loop, lags, t0 = asyncio.get_running_loop(), [], time.monotonic()
+    end_s = sum(p.duration_s for p in plan)
+    while (now := time.monotonic() - t0) < end_s:
+        start = loop.time()
+        await asyncio.sleep(period_s)
+        lags.append((now, loop.time() - start - period_s))
+    out, t = {}, 0.0
+    for i, phase in enumerate(plan):
+        got = [lag for at, lag in lags if t <= at < t + phase.duration_s]
+        ps = percentiles(got, (50, 99)) or [None, None]
+        out[f"{i}:{phase.name}"] = [None if v is None else round(v * 1000, 1) for v in ps]
+        t += phase.duration_s
+    return out
+
+
+async def live_once(cfg: FleetConfig, plan: tuple[RatePhase, ...], seed: int) -> dict[str, Any]:
+    clock = time.monotonic
+    async with fleet_up(cfg, port=0) as run:
+        deadline = clock() + 180.0
+        initial = cfg.autoscale.min_replicas
+        while sum(m.state is ReplicaState.READY for m in run.actuator.list()) < initial:
+            if clock() > deadline:
+                raise RuntimeError("the initial replicas did not become ready in 180 s")
+            await asyncio.sleep(0.1)
+        initial_cold_start_s = run.actuator.observed_cold_start_s()
+        before = len(run.changes)
+        traffic = TrafficLog()
+        t0 = clock()
+        # Until the burst ends (replicas drained later keep their counts until then).
+        busy_s = sum(p.duration_s for p in plan[:3])
+        breakdown = asyncio.get_running_loop().create_task(ttft_breakdown(run, traffic, busy_s))
+        lag = asyncio.get_running_loop().create_task(loop_lag(plan))
+        await drive(run.url, cfg.replicas.model, plan, log=traffic, seed=seed)
+        changes = [(d.now_s - t0, d.current_replicas, d.desired_replicas, d.reason)
+                   for d in run.changes[before:]]  # fmt: skip
+        cold_start_s = run.actuator.observed_cold_start_s()
+        cut = run.cut_requests
+        # The fleet is quiet again: measure what the HTTP path adds to one request.
+        overhead_s = await measure_overhead(run, cfg.replicas.model, seed)
+        ttft_split = await breakdown
+        lag_ms = await lag
+    points = [(r.sent_s, r.ttft_s, r.tpot_s) for r in traffic.results if r.ok]
+    return {**figures(plan, points, len(traffic.results), changes, cut), "cold_start_s": cold_start_s,
+            "initial_cold_start_s": initial_cold_start_s, "request_overhead_s": overhead_s,
+            "ttft_breakdown_until_burst_end": ttft_split,
+            "event_loop_lag_p50_p99_ms_by_phase": lag_ms,
+            "load_average_1m_at_end": os.getloadavg()[0], "cpus": os.cpu_count()}  # fmt: skip
+
+
+def sim_once(
+    cfg: FleetConfig,
+    plan: tuple[RatePhase, ...],
+    seed: int,
+    time_scale: float,
+    cold_start_s: float,
+    overhead_s: float,
+    phase_s: float = 0.0,
+) -> dict[str, Any]:
+    sc = Scenario(
+        model=cfg.replicas.model, gpu=cfg.replicas.gpu, tp=cfg.replicas.tp,
+        max_num_seqs=cfg.replicas.arg_int("--max-num-seqs") or 256, time_scale=time_scale,
+        routing=str(cfg.gateway_settings()["policy"]), autoscale=cfg.autoscale.policy,
+        autoscale_params=tuple(cfg.policy_params().items()), min_replicas=cfg.autoscale.min_replicas,
+        max_replicas=cfg.autoscale.max_replicas, replicas=cfg.autoscale.min_replicas, startup_s=cold_start_s,
+        autoscale_interval_s=cfg.autoscale.interval_s,
+        drain_deadline_s=cfg.replicas.drain_deadline_s, request_overhead_s=overhead_s, seed=seed,
+        tick_phase_s=phase_s, scrape_phase_s=(phase_s + 0.5) % 1.0,
+    )  # fmt: skip
+    requests = sim_requests(synthetic_shapes(demo_workload(plan, seed)))
+    routing = make_routing_policy(sc.routing, seed=seed)
+    result = FleetSimulator(build_config(sc), requests, routing).run()
+    s = summarize(result)
+    points = [(r.arrival_s, r.ttft_s, r.tpot_s) for r in result.requests if r.ok]
+    changes = [(d.now_s, d.current_replicas, d.desired_replicas, d.reason)
+               for d in result.scaling_changes]  # fmt: skip
+    cut = s["failures"].get("drain_deadline", 0)
+    return {**figures(plan, points, s["requests"], changes, cut), "cold_start_s": cold_start_s,
+            "request_overhead_s": overhead_s, "tick_phase_s": phase_s}  # fmt: skip
+
+
+# Live, the autoscaler's ticks and the gateway's scrapes fall anywhere in their 1 s
+# interval of the traffic's start; the simulator is run at these phases and averaged.
+PHASES_S = (0.0, 0.2, 0.4, 0.6, 0.8)
+
+
+def sim_mean(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The simulator's figures averaged over the tick phases (each run is kept too)."""
+    out: dict[str, Any] = {"runs": runs}
+    for key in [*METRICS, "scale_outs", "scale_ins", "cut"]:
+        values = [r[key] for r in runs]
+        out[key] = sum(values) / len(values)
+        out[f"{key}_range"] = (min(values), max(values))
+    return out
+
+
+METRICS = [f"{m}_p{p}_ms" for m in ("ttft", "tpot") for p in PCTS]
+
+
+def compare(live: list[dict[str, Any]], sim: dict[str, Any]) -> dict[str, Any]:
+    """The sim against the live runs' mean (latency) and each live run (counts)."""
+    out: dict[str, Any] = {}
+    for key in METRICS:
+        values = [r[key] for r in live if r[key] is not None]
+        mean = sum(values) / len(values)
+        out[key] = {"live_mean": mean, "live_min": min(values), "live_max": max(values),
+                    "sim": sim[key], "error": (sim[key] - mean) / mean}  # fmt: skip
+    for key in ("scale_outs", "scale_ins", "cut"):
+        values = [r[key] for r in live]
+        out[key] = {"live": values, "live_mean": sum(values) / len(values), "sim": sim[key],
+                    "sim_range": sim[f"{key}_range"]}  # fmt: skip
+    out["agrees"] = (
+        all(abs(out[k]["error"]) <= TOLERANCE for k in METRICS)
+        and all(abs(out[k]["live_mean"] - sim[k]) <= 1 for k in ("scale_outs", "scale_ins"))
+        and sim["cut"] == 0
+        and all(v == 0 for v in out["cut"]["live"])
+    )
+    return out
+
+
+def markdown(cmp: dict[str, Any], sim: dict[str, Any], nominal: dict[str, Any]) -> str:
+    lines = ["| figure | live: mean (runs) | sim: mean over tick phases (range) | sim − live "
+             "| sim, nothing measured |",
+             "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    for key in METRICS:
+        c = cmp[key]
+        lo, hi = sim[f"{key}_range"]
+        lines.append(f"| {key.replace('_', ' ')} | {c['live_mean']:.1f} ({c['live_min']:.1f}–"
+                     f"{c['live_max']:.1f}) | {c['sim']:.1f} ({lo:.1f}–{hi:.1f}) | {c['error']:+.1%} "
+                     f"| {nominal[key]:.1f} |")  # fmt: skip
+    for key in ("scale_outs", "scale_ins", "cut"):
+        c = cmp[key]
+        lo, hi = c["sim_range"]
+        lines.append(f"| {key.replace('_', '-')} | {c['live_mean']:.1f} ({', '.join(map(str, c['live']))}) "
+                     f"| {c['sim']:.1f} ({lo}–{hi}) | {c['sim'] - c['live_mean']:+.1f} "
+                     f"| {nominal[key]:.1f} |")  # fmt: skip
+    lines.append(f"\nagrees (latency within {TOLERANCE:.0%}, scalings ±1, 0 cut): {cmp['agrees']}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--time-scale", type=float, default=6.0)
+    ap.add_argument("--stretch", type=float, default=1.5, help="phases this many times longer")
+    ap.add_argument("--policy", default="default")
+    ap.add_argument("--min-replicas", type=int, default=MIN_REPLICAS)
+    ap.add_argument("--max-replicas", type=int, default=MAX_REPLICAS)
+    ap.add_argument("--out", type=Path, default=RESULTS / "sim_vs_live")
+    ap.add_argument("--live-from", type=Path, default=None,
+                    help="reuse the live runs of an earlier result JSON (simulate again only)")  # fmt: skip
+    args = ap.parse_args()
+    cfg = fleet_config(args.policy, args.time_scale, args.min_replicas, args.max_replicas)
+    plan = phases(args.time_scale, args.stretch)
+    live = json.loads(args.live_from.read_text())["live"] if args.live_from else []
+    for i in range(0 if args.live_from else args.repeats):
+        print(f"live run {i + 1}/{args.repeats} …", file=sys.stderr)
+        with contextlib.suppress(KeyboardInterrupt):
+            live.append(asyncio.run(live_once(cfg, plan, args.seed)))
+        print(json.dumps(live[-1]), file=sys.stderr)
+    cold = [r["cold_start_s"] for r in live if r["cold_start_s"] is not None]
+    cold_start_s = sum(cold) / len(cold) if cold else STARTUP_S
+    overhead_s = sum(r.get("request_overhead_s", 0.0) for r in live) / len(live)
+    sim = sim_mean([sim_once(cfg, plan, args.seed, args.time_scale, cold_start_s, overhead_s, ph)
+                    for ph in PHASES_S])  # fmt: skip
+    # Beside it, the simulator told only what the fleet config says (nothing measured).
+    nominal = sim_mean([sim_once(cfg, plan, args.seed, args.time_scale, STARTUP_S, 0.0, ph)
+                        for ph in PHASES_S])  # fmt: skip
+    cmp = compare(live, sim)
+    table = markdown(cmp, sim, nominal)
+    data = {"phases": [dataclasses.asdict(p) for p in plan], "time_scale": args.time_scale,
+            "policy": args.policy, "live": live, "sim": sim, "sim_nothing_measured": nominal,
+            "comparison": cmp}  # fmt: skip
+    note = (f"measured on the live fleet: cold start {cold_start_s:.1f} s (nominal "
+            f"{STARTUP_S:g} s), HTTP path {overhead_s * 1000:.1f} ms per request")  # fmt: skip
+    write_result(args.out, data, table, note=note)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
