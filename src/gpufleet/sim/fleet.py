@@ -115,7 +115,7 @@ class SimFleet:
             replica.live_ids.discard(ereq.request_id)
             replica.account(now)
             self.fleet.finished(live.info, view, self.policy, True, res.first_token_s is not None)
-            self.fleet.observe_latency(now, res.ttft_s, res.tpot_s)
+            self.fleet.observe_latency(now, res.ttft_s, res.tpot_s, live.info.model)
             self.clients.client_done(live.req.index)
         if replica.stopped_at_s is not None:
             replica.stepping = False
