@@ -175,6 +175,10 @@ class Engine:
     def has_work(self) -> bool:
         return bool(self._running or self._waiting or self._in_flight)
 
+    def reset_prefix_cache(self) -> bool:
+        """Drop the prefix cache (SGLang's /flush_cache); False while requests run or wait."""
+        return not self.has_work and self._pool.reset_prefix_cache()
+
     def advance_to(self, now_s: float) -> None:
         """Move the engine clock across an idle gap (never backwards, never mid-step)."""
         if not self._in_flight and now_s > self.now_s:

@@ -41,6 +41,14 @@ class BlockPool:
     def num_cached(self) -> int:
         return len(self._cached)
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix; refused (False) while a request holds blocks."""
+        if len(self._free) < self.num_blocks:
+            return False
+        self._cached.clear()
+        self._hash_of = [None] * self.num_blocks
+        return True
+
     def lookup(self, block_hash: int) -> int | None:
         return self._cached.get(block_hash)
 

@@ -120,16 +120,18 @@ class AdminApi:
             return error_response(400, "the body is not valid JSON")
         if not isinstance(body, dict) or not isinstance(body.get("url"), str):
             return error_response(400, "'url' is required and must be a string", param="url")
-        for name in ("id", "pool"):
+        for name in ("id", "pool", "engine"):
             if body.get(name) is not None and not isinstance(body[name], str):
                 return error_response(400, f"'{name}' must be a string", param=name)
         models = body.get("models", [])
         if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
             return error_response(400, "'models' must be a list of strings", param="models")
         try:
-            out = self.gw.add_replica(body["url"], body.get("id"), body.get("pool"), models)
+            out = self.gw.add_replica(
+                body["url"], body.get("id"), body.get("pool"), models, body.get("engine")
+            )
         except UserError as exc:
-            return error_response(400, str(exc), param="url")
+            return error_response(400, str(exc), param=exc.field or "url")
         except KeyError:
             return error_response(409, f"replica id {body.get('id')!r} already exists", param="id")
         return web.json_response(out, status=201)
