@@ -21,25 +21,47 @@ from gpufleet.routing.types import ReplicaState
 class GatewayLike(Protocol):
     """The in-process gateway's replica management (gpufleet.gateway.Gateway)."""
 
-    def add_replica(self, url: str, replica_id: str | None = None) -> dict[str, Any]: ...
+    def add_replica(
+        self,
+        url: str,
+        replica_id: str | None = None,
+        pool: str | None = None,
+        models: list[str] | tuple[str, ...] = (),
+        engine: str | None = None,
+    ) -> dict[str, Any]: ...
     def drain_replica(self, replica_id: str) -> dict[str, Any]: ...
     def remove_replica(self, replica_id: str) -> dict[str, Any]: ...
     def signals(self) -> GatewaySignals: ...
 
 
 class InProcessGateway:
-    """FleetRegistry and signal source over a `Gateway` in this event loop."""
+    """FleetRegistry and signal source over a `Gateway` in this event loop.
 
-    def __init__(self, gateway: GatewayLike) -> None:
+    With a `model`, it is one model group's: the replicas it adds serve that model (and
+    run `engine`), and its signals are that model's alone (`GatewaySignals.for_model`)."""
+
+    def __init__(
+        self, gateway: GatewayLike, model: str | None = None, engine: str | None = None
+    ) -> None:
         self.gateway = gateway
+        self.model = model
+        self.engine = engine
+        self._ids: set[str] = set()  # the replicas this group added
 
     async def add(self, replica_id: str, url: str) -> None:
-        self.gateway.add_replica(url, replica_id=replica_id)
+        if self.model is None:
+            self.gateway.add_replica(url, replica_id=replica_id)
+        else:
+            self.gateway.add_replica(
+                url, replica_id=replica_id, models=[self.model], engine=self.engine
+            )
+        self._ids.add(replica_id)
 
     async def drain(self, replica_id: str) -> None:
         self.gateway.drain_replica(replica_id)
 
     async def remove(self, replica_id: str) -> None:
+        self._ids.discard(replica_id)
         self.gateway.remove_replica(replica_id)
 
     async def in_flight(self, replica_id: str) -> int | None:
@@ -47,7 +69,8 @@ class InProcessGateway:
         return None if r is None else r.in_flight
 
     async def read_signals(self) -> GatewaySignals:
-        return self.gateway.signals()
+        signals = self.gateway.signals()
+        return signals if self.model is None else signals.for_model(self.model, self._ids)
 
 
 class AdminApiGateway:

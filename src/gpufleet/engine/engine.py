@@ -98,7 +98,7 @@ class Engine:
 
     def reset_prefix_cache(self) -> bool:
         """Drop the prefix cache (SGLang's /flush_cache); False while requests run or wait."""
-        return not self.has_work and self._pool.reset_prefix_cache()
+        return not self.has_work and self.kv.pool.reset_prefix_cache()
 
     def advance_to(self, now_s: float) -> None:
         """Move the engine clock across an idle gap (never backwards, never mid-step)."""
