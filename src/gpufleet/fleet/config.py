@@ -194,6 +194,17 @@ class GroupQueueSpec(_Strict):
     retry_after_s: int | None = Field(default=None, ge=1)
 
 
+class TrafficSpec(_Strict):
+    """What `gpufleet plan --groups` sizes a group for (`up` does not read it)."""
+
+    rps: float = Field(default=1.0, gt=0)
+    input_tokens: int = Field(default=1024, ge=1)
+    output_tokens: int = Field(default=256, ge=1)
+    # unset: the group's autoscale.params.ttft_p90_slo_s, else the plan's 1 s
+    ttft_slo_s: float | None = Field(default=None, gt=0)
+    tpot_slo_s: float = Field(default=0.05, gt=0)
+
+
 class GroupSpec(_Strict):
     """One model group: its replicas, its autoscaler (policy, bounds, SLOs) and queue."""
 
@@ -201,6 +212,7 @@ class GroupSpec(_Strict):
     replicas: ReplicaSpec = Field(default_factory=ReplicaSpec)
     autoscale: AutoscaleSpec = Field(default_factory=AutoscaleSpec)
     queue: GroupQueueSpec | None = None
+    traffic: TrafficSpec = Field(default_factory=TrafficSpec)
     _where: str = PrivateAttr(default="")  # "groups[1]." in a groups: list, for errors
 
     @property
