@@ -133,3 +133,14 @@ def test_replicas_die_with_a_killed_up(tmp_path: Path) -> None:
         for p in pids:  # never leave a replica behind, even when the assertion failed
             if _alive(p):
                 os.killpg(p, signal.SIGKILL)
+
+
+def test_single_group_verbs_refuse_a_groups_yaml(tmp_path: Path) -> None:
+    cfg = tmp_path / "fleet.yaml"
+    cfg.write_text("groups:\n  - replicas: {model: Qwen/Qwen3-8B}\n")
+    for argv in (["up", str(cfg), "--policy", "hpa", "--port", "0"],
+                 ["deploy", "k8s", str(cfg), "-o", str(tmp_path / "out")]):  # fmt: skip
+        out = subprocess.run([GPUFLEET, *argv], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2, out.stderr
+        assert "groups:" in out.stderr and "fix:" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "out").exists()

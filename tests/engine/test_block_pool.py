@@ -121,3 +121,17 @@ def test_pool_matches_the_reference_pool(seed: int) -> None:
         pool.release(blocks)
         ref.release(blocks)
     assert pool.fingerprint() == ref.fingerprint()
+
+
+def test_reset_prefix_cache_forgets_every_prefix_only_when_idle() -> None:
+    """SGLang's /flush_cache: refused while a request holds blocks, else no hash survives."""
+    pool = BlockPool(8)
+    blocks = pool.allocate(3)
+    pool.cache_range(blocks, [11, 12, 13], 0, 3)
+    assert not pool.reset_prefix_cache()  # held: refused, nothing forgotten
+    assert pool.cached_prefix([11, 12, 13], 3) == blocks
+    pool.release(blocks)
+    assert pool.cached_prefix([11, 12, 13], 3) == blocks  # free but still cached
+    assert pool.reset_prefix_cache()
+    assert pool.cached_prefix([11], 1) == [] and pool.hashes_of_next_free(8) == set()
+    assert pool.num_free == 8

@@ -32,7 +32,7 @@ def _vllm_exposition(engines: dict[str, tuple[int, int, float, int | None]]) -> 
 
 def test_one_engine() -> None:
     s = parse_engine_metrics(_vllm_exposition({"0": (3, 7, 0.25, 1000)}))
-    assert s == ScrapedMetrics(3, 7, 0.25, 16000, "vllm")
+    assert s == ScrapedMetrics(3, 7, 0.25, 16000, "vllm", load_reported=True)
     assert s.load == 10
 
 
@@ -69,10 +69,11 @@ def test_older_vllm_names_and_hand_written_text() -> None:
     assert s.kv_capacity_tokens == 16000  # engine 1 did not report its cache
 
 
-def test_text_without_known_names_reads_as_no_load() -> None:
+def test_text_without_known_names_reports_no_load() -> None:
+    """Not zeros (that would read as an idle replica): no load at all."""
     s = parse_engine_metrics("# HELP other x\n# TYPE other gauge\nother 4\n")
-    assert s == ScrapedMetrics()
-    assert s.engine is None
+    assert s == ScrapedMetrics.no_load()
+    assert (s.engine, s.load_reported, s.kv_cache_usage) == (None, False, None)
 
 
 def test_malformed_text_is_an_error() -> None:

@@ -23,7 +23,14 @@ class GatewayLike(Protocol):
     """The in-process gateway's replica management (gpufleet.gateway.Gateway; its
     `WorkerPool`, whose calls are coroutines, when it runs with several workers)."""
 
-    def add_replica(self, url: str, replica_id: str | None = None) -> Any: ...
+    def add_replica(
+        self,
+        url: str,
+        replica_id: str | None = None,
+        pool: str | None = None,
+        models: list[str] | tuple[str, ...] = (),
+        engine: str | None = None,
+    ) -> Any: ...
     def drain_replica(self, replica_id: str) -> Any: ...
     def remove_replica(self, replica_id: str) -> Any: ...
     def signals(self) -> Any: ...
@@ -34,18 +41,35 @@ async def _done(value: Any) -> Any:
 
 
 class InProcessGateway:
-    """FleetRegistry and signal source over a `Gateway` (or `WorkerPool`) in this loop."""
+    """FleetRegistry and signal source over a `Gateway` (or `WorkerPool`) in this loop.
 
-    def __init__(self, gateway: GatewayLike) -> None:
+    With a `model`, it is one model group's: the replicas it adds serve that model (and
+    run `engine`), and its signals are that model's alone (`GatewaySignals.for_model`)."""
+
+    def __init__(
+        self, gateway: GatewayLike, model: str | None = None, engine: str | None = None
+    ) -> None:
         self.gateway = gateway
+        self.model = model
+        self.engine = engine
+        self._ids: set[str] = set()  # the replicas this group added
 
     async def add(self, replica_id: str, url: str) -> None:
-        await _done(self.gateway.add_replica(url, replica_id=replica_id))
+        if self.model is None:
+            await _done(self.gateway.add_replica(url, replica_id=replica_id))
+        else:
+            await _done(
+                self.gateway.add_replica(
+                    url, replica_id=replica_id, models=[self.model], engine=self.engine
+                )
+            )
+        self._ids.add(replica_id)
 
     async def drain(self, replica_id: str) -> None:
         await _done(self.gateway.drain_replica(replica_id))
 
     async def remove(self, replica_id: str) -> None:
+        self._ids.discard(replica_id)
         await _done(self.gateway.remove_replica(replica_id))
 
     async def in_flight(self, replica_id: str) -> int | None:
@@ -54,7 +78,7 @@ class InProcessGateway:
 
     async def read_signals(self) -> GatewaySignals:
         signals: GatewaySignals = await _done(self.gateway.signals())
-        return signals
+        return signals if self.model is None else signals.for_model(self.model, self._ids)
 
 
 class AdminApiGateway:

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from gpufleet.errors import UserError
+
 if TYPE_CHECKING:
     from gpufleet.k8s.emit import Emitted
 
@@ -44,6 +46,12 @@ def k8s(fleet_yaml: str, out_dir: str, namespace: str | None, scaler: str, as_js
     from gpufleet.k8s.emit import deploy_fleet
 
     fleet = load_fleet(fleet_yaml, derive=False)
+    if fleet.groups:
+        raise UserError(
+            "deploy k8s takes one model group; this config has `groups:`",
+            field="groups",
+            fix="one FLEET_YAML per group (its replicas: and autoscale: at the top)",
+        )
     emitted = deploy_fleet(fleet, out_dir, namespace=namespace, scaler=scaler)
     print_emitted(emitted, out_dir, as_json)
 

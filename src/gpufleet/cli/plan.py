@@ -23,12 +23,21 @@ KV_CHOICES = ("auto", *KV_DTYPES)
 @click.command(name="plan")
 @click.option(
     "--model",
-    required=True,
-    help="Catalog name (e.g. meta-llama/Llama-3.1-70B), a config.json, or a directory holding one.",
+    default=None,
+    help="Catalog name (e.g. meta-llama/Llama-3.1-70B), a config.json, or a directory holding "
+    "one. Required unless --groups.",
+)
+@click.option(
+    "--groups",
+    "groups_yaml",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Plan every model group of a fleet YAML (groups:, docs/multi-model.md) against "
+    "--max-gpus together; exits 1 when they do not fit.",
 )
 @click.option(
     "--gpu",
-    required=True,
+    default=None,
     help="GPU kind: l4, a10g, l40s, a100-40gb, a100-80gb, h100-pcie, h100-sxm, h200, b200, b300, "
     "gb200, gb300 (NVL72), mi300x.",
 )
@@ -142,8 +151,9 @@ KV_CHOICES = ("auto", *KV_DTYPES)
 )
 @json_option("the whole plan")
 def command(
-    model: str,
-    gpu: str,
+    model: str | None,
+    groups_yaml: str | None,
+    gpu: str | None,
     gpus_per_node: int | None,
     input_tokens: int,
     output_tokens: int,
@@ -165,6 +175,15 @@ def command(
     """Memory per GPU, the layout decision trail, predicted TTFT/TPOT/throughput/cost,
     and launch commands for vLLM, SGLang and TRT-LLM (and for disaggregated prefill /
     decode pools when they are planned)."""
+    if groups_yaml is not None:
+        from gpufleet.cli.plan_groups import plan_groups_command
+
+        plan_groups_command(groups_yaml, max_gpus, json_path)
+        return
+    for name, value in (("--model", model), ("--gpu", gpu)):
+        if value is None:
+            raise click.UsageError(f"Missing option '{name}' (or plan a fleet with --groups).")
+    assert model is not None and gpu is not None
     from gpufleet.plan.search import PlanRequest, plan
     from gpufleet.specs import load_gpu, load_model
 

@@ -38,6 +38,19 @@ def _parse_step_time(spec: str) -> LinearStepTimeModel:
 
 @click.command(name="replica")
 @click.option("--model", required=True, help="Model name, e.g. meta-llama/Llama-3.1-8B.")
+@click.option(
+    "--engine",
+    type=click.Choice(["vllm", "sglang"]),
+    default="vllm",
+    show_default=True,
+    help="Whose server it imitates: vLLM's OpenAI server, or SGLang's (native /generate, "
+    "/get_server_info, /flush_cache ..., sglang: metric names).",
+)
+@click.option(
+    "--enable-metrics/--no-enable-metrics",
+    default=None,
+    help="Serve /metrics [default: on for vllm; off for sglang, as SGLang's --enable-metrics].",
+)
 @click.option("--gpu", default="h100-sxm", show_default=True, help="GPU type, e.g. h100-sxm.")
 @click.option("--tp", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--pp", default=1, show_default=True, type=click.IntRange(min=1))
@@ -107,6 +120,8 @@ def _parse_step_time(spec: str) -> LinearStepTimeModel:
 )
 def command(
     model: str,
+    engine: str,
+    enable_metrics: bool | None,
     gpu: str,
     tp: int,
     pp: int,
@@ -133,7 +148,7 @@ def command(
     slow_factor: float,
     exit_after_s: float | None,
 ) -> None:
-    """Run a simulated vLLM-compatible replica (OpenAI API, /health, /metrics)."""
+    """Run a simulated vLLM- or SGLang-compatible replica (OpenAI API, /health, /metrics)."""
     from gpufleet.cli.ports import bind_error, check_port_free
     from gpufleet.engine import EngineConfig
     from gpufleet.plan.profile import replica_profile
@@ -189,6 +204,8 @@ def command(
         access_log=access_log,
         tp=tp,
         max_logprobs=max_logprobs,
+        engine=engine,
+        enable_metrics=enable_metrics if enable_metrics is not None else engine == "vllm",
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     try:

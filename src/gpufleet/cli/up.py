@@ -86,6 +86,12 @@ def command(
 
     # The demo fleet gives each policy targets set alike (fleet/demo.py).
     cfg = demo_fleet(policy or "default") if fleet_yaml is None and demo else load_fleet(fleet_yaml)
+    if policy is not None and cfg.groups:
+        raise UserError(
+            "--policy applies to a single-group fleet; this config has `groups:`",
+            field="--policy",
+            fix="set autoscale.policy in each group of the YAML",
+        )
     if policy is not None and policy != cfg.autoscale.policy:
         data = cfg.model_dump()
         data["autoscale"]["policy"] = policy

@@ -37,6 +37,15 @@ class BlockPool:
         """Fraction of blocks held by requests (vLLM's kv_cache_usage_perc)."""
         return 1.0 - self.num_free / self.num_blocks
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix; refused (False) while a request holds blocks."""
+        if self.num_free < self.num_blocks:
+            return False
+        for block in self._cached.values():
+            self._hash_of[block] = None
+        self._cached.clear()
+        return True
+
     def lookup(self, block_hash: int) -> int | None:
         return self._cached.get(block_hash)
 

@@ -96,6 +96,10 @@ class Engine:
         s = self.scheduler
         return bool(s.running or s.waiting or self.in_flight)
 
+    def reset_prefix_cache(self) -> bool:
+        """Drop the prefix cache (SGLang's /flush_cache); False while requests run or wait."""
+        return not self.has_work and self.kv.pool.reset_prefix_cache()
+
     def advance_to(self, now_s: float) -> None:
         """Move the engine clock across an idle gap (never backwards, never mid-step)."""
         if not self.in_flight and now_s > self.now_s:

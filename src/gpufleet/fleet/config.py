@@ -25,6 +25,20 @@ backend:                   # local (default) or ray (docs/ray.md)
   address: auto            # auto | ray://HOST:10001; unset: a local Ray cluster of its own
   namespace: gpufleet
 ```
+
+Several models in one fleet (docs/multi-model.md): `groups:` instead of `replicas:` and
+`autoscale:`; each group has its own replicas, autoscaler and scale-from-zero queue.
+
+```yaml
+groups:
+  - name: llama
+    replicas: {model: meta-llama/Llama-3.1-8B, engine: vllm}
+    autoscale: {min_replicas: 1, max_replicas: 4, params: {ttft_p90_slo_s: 0.5}}
+  - name: qwen
+    replicas: {model: Qwen/Qwen3-8B, engine: sglang, tp: 2}
+    autoscale: {min_replicas: 0, max_replicas: 2}
+    queue: {max_size: 32, timeout_s: 120}
+```
 """
 
 from __future__ import annotations
@@ -33,18 +47,27 @@ import shlex
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
 
 from gpufleet.autoscale.decision import ReplicaBounds
 from gpufleet.autoscale.local import DEFAULT_COMMAND, check_template
 from gpufleet.autoscale.policies import make_policy
 from gpufleet.config_errors import Positions, load_yaml, user_error
 from gpufleet.errors import UserError
+from gpufleet.gateway.config import EngineName
 from gpufleet.plan.capacity import DEFAULT_TOKENS_PER_REQUEST, ReplicaCapacity, replica_capacity
 
 # Policies whose capacity_per_replica the fleet derives when the user did not set it.
 CAPACITY_POLICIES = ("default", "queue_depth")
 _POLICY_DEFAULT_CAPACITY = 256  # the policies' own default (vLLM's max_num_seqs)
+PERSONALITIES = ("vllm", "sglang")  # the engines `gpufleet replica --engine` imitates
 
 
 class _Strict(BaseModel):
@@ -65,9 +88,16 @@ class ReplicaSpec(_Strict):
     drain_deadline_s: float = Field(default=60.0, gt=0)
     health_timeout_s: float = Field(default=600.0, gt=0)
     restart_crashed: bool = True
+    # What the replicas run, for the gateway's metric names (auto: named from /metrics);
+    # `gpufleet replica` also gets `--engine` from it (sglang: with --enable-metrics).
+    engine: EngineName = "auto"
 
     def full_command(self) -> str:
-        return f"{self.command} {self.args}".strip()
+        command = f"{self.command} {self.args}".strip()
+        if self.engine in PERSONALITIES and self.is_simulated() and "--engine" not in command:
+            command += f" --engine {self.engine}"
+            command += " --enable-metrics" if self.engine == "sglang" else ""
+        return command
 
     def is_simulated(self) -> bool:
         """Replicas are `gpufleet replica` (whose layout the plan can size)."""
@@ -156,27 +186,45 @@ class BackendSpec(_Strict):
     probe_failures: int = Field(default=3, ge=1)
 
 
-class FleetConfig(_Strict):
+class GroupQueueSpec(_Strict):
+    """A group's own scale-from-zero queue at the gateway (unset keys: the gateway's queue)."""
+
+    max_size: int | None = Field(default=None, ge=0)
+    timeout_s: float | None = Field(default=None, gt=0)
+    retry_after_s: int | None = Field(default=None, ge=1)
+
+
+class TrafficSpec(_Strict):
+    """What `gpufleet plan --groups` sizes a group for (`up` does not read it)."""
+
+    rps: float = Field(default=1.0, gt=0)
+    input_tokens: int = Field(default=1024, ge=1)
+    output_tokens: int = Field(default=256, ge=1)
+    # unset: the group's autoscale.params.ttft_p90_slo_s, else the plan's 1 s
+    ttft_slo_s: float | None = Field(default=None, gt=0)
+    tpot_slo_s: float = Field(default=0.05, gt=0)
+
+
+class GroupSpec(_Strict):
+    """One model group: its replicas, its autoscaler (policy, bounds, SLOs) and queue."""
+
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
     replicas: ReplicaSpec = Field(default_factory=ReplicaSpec)
     autoscale: AutoscaleSpec = Field(default_factory=AutoscaleSpec)
-    # Passed to the gateway's own config (validated there); host/port/policy defaults below.
-    gateway: dict[str, Any] = Field(default_factory=dict)
-    log_dir: str | None = None  # replica logs; default: a temporary directory
-    # `gpufleet deploy k8s` reads it (gpufleet.k8s.settings validates it there); `up` ignores it.
-    kubernetes: dict[str, Any] = Field(default_factory=dict)
-    backend: BackendSpec = Field(default_factory=BackendSpec)
+    queue: GroupQueueSpec | None = None
+    traffic: TrafficSpec = Field(default_factory=TrafficSpec)
+    _where: str = PrivateAttr(default="")  # "groups[1]." in a groups: list, for errors
 
-    def gateway_settings(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"host": "127.0.0.1", "port": 8000, "policy": "prefix_aware"}
-        out.update(self.gateway)
-        out.setdefault("models", [self.replicas.model])
-        return out
+    @property
+    def label(self) -> str:
+        """The group's name; unset: its model's last path part."""
+        return self.name or self.replicas.model.rsplit("/", 1)[-1]
 
     def capacity(self) -> ReplicaCapacity | None:
         """capacity_per_replica for the policy, and where it came from; None when the
         policy takes none. The user's value wins; else the plan's concurrent sequences for
         `gpufleet replica`; else (another command) the policy's default."""
-        a, rs = self.autoscale, self.replicas
+        a, rs, where = self.autoscale, self.replicas, self._where
         if a.policy not in CAPACITY_POLICIES:
             return None
         if "capacity_per_replica" in a.params:
@@ -184,15 +232,15 @@ class FleetConfig(_Strict):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise UserError(
                     f"{value!r} is not an integer",
-                    field="autoscale.params.capacity_per_replica",
+                    field=f"{where}autoscale.params.capacity_per_replica",
                     fix="e.g. 64",
                 )
-            return ReplicaCapacity(value, "set in autoscale.params.capacity_per_replica")
+            return ReplicaCapacity(value, f"set in {where}autoscale.params.capacity_per_replica")
         if not rs.is_simulated():
             return ReplicaCapacity(
                 _POLICY_DEFAULT_CAPACITY,
                 f"default {_POLICY_DEFAULT_CAPACITY}: the plan cannot size replicas of a "
-                "custom command; set autoscale.params.capacity_per_replica",
+                f"custom command; set {where}autoscale.params.capacity_per_replica",
             )
         tokens = a.tokens_per_request or DEFAULT_TOKENS_PER_REQUEST
         return replica_capacity(
@@ -203,7 +251,7 @@ class FleetConfig(_Strict):
             max_model_len=rs.arg_int("--max-model-len"),
             tokens_per_request=tokens,
             tokens_source=(
-                "autoscale.tokens_per_request"
+                f"{where}autoscale.tokens_per_request"
                 if a.tokens_per_request
                 else "default request 1024 in + 256 out"
             ),
@@ -219,13 +267,74 @@ class FleetConfig(_Strict):
         return params
 
 
+class FleetConfig(_Strict):
+    replicas: ReplicaSpec = Field(default_factory=ReplicaSpec)
+    autoscale: AutoscaleSpec = Field(default_factory=AutoscaleSpec)
+    # Several model groups in one fleet; set, `replicas` and `autoscale` stay unset.
+    groups: list[GroupSpec] = Field(default_factory=list)
+    # Passed to the gateway's own config (validated there); host/port/policy defaults below.
+    gateway: dict[str, Any] = Field(default_factory=dict)
+    log_dir: str | None = None  # replica logs; default: a temporary directory
+    # `gpufleet deploy k8s` reads it (gpufleet.k8s.settings validates it there); `up` ignores it.
+    kubernetes: dict[str, Any] = Field(default_factory=dict)
+    backend: BackendSpec = Field(default_factory=BackendSpec)
+
+    @model_validator(mode="after")
+    def _one_way_to_say_it(self) -> FleetConfig:
+        if not self.groups:
+            return self
+        for key, default in (("replicas", ReplicaSpec()), ("autoscale", AutoscaleSpec())):
+            if getattr(self, key) != default:
+                raise ValueError(f"with groups, set {key} inside each group, not at the top")
+        seen: dict[str, str] = {}
+        for i, g in enumerate(self.groups):
+            g._where = f"groups[{i}]."
+            for kind, value in (("model", g.replicas.model), ("name", g.label)):
+                if f"{kind}:{value}" in seen:
+                    raise ValueError(f"groups[{i}] has the {kind} {value!r} of "
+                                     f"{seen[f'{kind}:{value}']}; each group its own")  # fmt: skip
+                seen[f"{kind}:{value}"] = f"groups[{i}]"
+        return self
+
+    def fleet_groups(self) -> list[GroupSpec]:
+        """The groups; a single-group config (`replicas` + `autoscale`) is one group."""
+        if self.groups:
+            return list(self.groups)
+        return [GroupSpec(replicas=self.replicas, autoscale=self.autoscale)]
+
+    def gateway_settings(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"host": "127.0.0.1", "port": 8000, "policy": "prefix_aware"}
+        out.update(self.gateway)
+        groups = self.fleet_groups()
+        out.setdefault("models", [g.replicas.model for g in groups])
+        own = {
+            g.replicas.model: g.queue.model_dump(exclude_none=True)
+            for g in groups
+            if g.queue is not None
+        }
+        if own:  # a group's queue; the gateway's own queue.models entries win
+            queue = dict(out.get("queue") or {})
+            queue["models"] = {**own, **dict(queue.get("models") or {})}
+            out["queue"] = queue
+        return out
+
+    def capacity(self) -> ReplicaCapacity | None:
+        """The first group's capacity_per_replica (the only group of a single-group config)."""
+        return self.fleet_groups()[0].capacity()
+
+    def policy_params(self) -> dict[str, Any]:
+        return self.fleet_groups()[0].policy_params()
+
+
 def validate_fleet(
     data: Any, source: str = "fleet config", positions: Positions | None = None
 ) -> FleetConfig:
     cfg = parse_fleet(data, source, positions)
-    check_template(cfg.replicas.full_command())
-    # Build the policy once now so a bad parameter fails before any process starts.
-    make_policy(cfg.autoscale.policy, cfg.autoscale.bounds(), cfg.policy_params())
+    for group in cfg.fleet_groups():
+        check_template(group.replicas.full_command())
+        # Build the policy once now so a bad parameter fails before any process starts.
+        a = group.autoscale
+        make_policy(a.policy, a.bounds(), group.policy_params())
     return cfg
 
 

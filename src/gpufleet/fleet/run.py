@@ -14,10 +14,9 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import math
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,19 +25,18 @@ import aiohttp
 from rich.console import Console
 from rich.live import Live
 
-from gpufleet.autoscale.actuator import FleetActuator
+from gpufleet.autoscale.actuator import FleetActuator, ManagedReplica
 from gpufleet.autoscale.controller import Controller
 from gpufleet.autoscale.decision import ScalingDecision
 from gpufleet.autoscale.gateway_link import InProcessGateway
-from gpufleet.autoscale.local import LocalProcessActuator
 from gpufleet.autoscale.metrics import AutoscaleCollector
 from gpufleet.autoscale.policies import make_policy
-from gpufleet.fleet.config import FleetConfig
+from gpufleet.fleet.backend import group_actuator
+from gpufleet.fleet.config import FleetConfig, GroupSpec
 from gpufleet.fleet.replica_latency import ReplicaTtft, scrape_ttft
 from gpufleet.fleet.summary import ReplicaTimeline, Summary, summarize, summary_lines
 from gpufleet.fleet.traffic import DEMO_PHASES, TrafficLog, drive
 from gpufleet.fleet.view import Snapshot, render
-from gpufleet.plan.capacity import ReplicaCapacity
 from gpufleet.routing.types import ReplicaState
 from gpufleet.workload import RatePhase, phase_at, total_duration_s
 
@@ -46,8 +44,26 @@ log = logging.getLogger("gpufleet.up")
 
 
 @dataclass(slots=True)
+class GroupRun:
+    """One model group's replicas and the autoscaler that sizes them."""
+
+    spec: GroupSpec
+    actuator: FleetActuator
+    controller: Controller
+
+    @property
+    def name(self) -> str:
+        return self.spec.label
+
+    @property
+    def model(self) -> str:
+        return self.spec.replicas.model
+
+
+@dataclass(slots=True)
 class FleetRun:
-    """Everything one `up` holds while it runs (for the view, tests and the summary)."""
+    """Everything one `up` holds while it runs (for the view, tests and the summary).
+    `actuator` and `controller` are the first group's (the only one without `groups:`)."""
 
     config: FleetConfig
     gateway: Any
@@ -57,18 +73,29 @@ class FleetRun:
     started_s: float
     timeline: ReplicaTimeline = field(default_factory=ReplicaTimeline)
     ttft: ReplicaTtft = field(default_factory=ReplicaTtft)
+    groups: list[GroupRun] = field(default_factory=list)
 
     @property
     def changes(self) -> list[ScalingDecision]:
-        return list(self.controller.changes)
+        if len(self.groups) < 2:
+            return list(self.controller.changes)
+        every = [d for g in self.groups for d in g.controller.changes]
+        return sorted(every, key=lambda d: d.now_s)
 
     @property
     def cut_requests(self) -> int:
-        return self.actuator.cut_requests_total
+        return sum(g.actuator.cut_requests_total for g in self.groups) or (
+            self.actuator.cut_requests_total
+        )
+
+    def managed(self) -> list[ManagedReplica]:
+        """Every group's replicas."""
+        actuators = [g.actuator for g in self.groups] or [self.actuator]
+        return [m for a in actuators for m in a.list()]
 
     def holding(self) -> int:
         """Replicas holding a GPU right now (starting, ready or draining)."""
-        return sum(1 for m in self.actuator.list() if m.state != ReplicaState.DEAD)
+        return sum(1 for m in self.managed() if m.state != ReplicaState.DEAD)
 
 
 def _build_gateway(cfg: FleetConfig, port: int | None, host: str | None) -> Any:
@@ -91,68 +118,26 @@ def _build_gateway(cfg: FleetConfig, port: int | None, host: str | None) -> Any:
     return Gateway(config)
 
 
-def _admin_route(gateway: Any, controller: Controller, capacity: ReplicaCapacity | None) -> None:
+def _admin_route(gateway: Any, groups: list[GroupRun], several: bool) -> None:
+    """GET /admin/autoscale: the (first) group's controller; with `groups:`, every group's
+    under "groups" too."""
     from gpufleet.gateway.routes import Reply, json_reply
 
-    async def autoscale(request: Any) -> Reply:
-        body = controller.to_json()
+    def state(group: GroupRun) -> dict[str, Any]:
+        body = group.controller.to_json()
+        capacity = group.spec.capacity()
         body["capacity_per_replica"] = capacity.to_json() if capacity is not None else None
+        return body
+
+    async def autoscale(request: Any) -> Reply:
+        body = state(groups[0])
+        if several:
+            body["groups"] = {g.name: {"model": g.model, **state(g)} for g in groups}
         return json_reply(body)
 
     # Behind the admin key when one is set, open otherwise.
     gateway.add_route("GET", "/admin/autoscale", autoscale,
                       admin=bool(getattr(gateway.config, "admin_key", None)))  # fmt: skip
-
-
-@contextlib.asynccontextmanager
-async def _actuator(
-    cfg: FleetConfig, link: InProcessGateway, log_dir: Path, clock: Callable[[], float]
-) -> AsyncIterator[FleetActuator]:
-    """The backend's actuator (local processes or Ray), closed (all replicas stopped) on exit."""
-    rs, be = cfg.replicas, cfg.backend
-    common: dict[str, Any] = {
-        "values": rs.values(),
-        "registry": link,
-        "expected_startup_s": rs.expected_startup_s or rs.startup_s + 2.0,
-        "health_timeout_s": rs.health_timeout_s,
-        "drain_deadline_s": rs.drain_deadline_s,
-        "restart_crashed": rs.restart_crashed,
-        "log_dir": log_dir,
-        "clock": clock,
-    }
-    if be.kind == "ray":
-        from gpufleet.autoscale.raycluster import ReplicaShape, ray_actuator
-
-        shape = ReplicaShape(
-            tp=rs.tp,
-            pp=rs.pp,
-            cpus_per_bundle=be.cpus_per_bundle,
-            memory_bytes_per_bundle=(
-                int(be.memory_gb_per_bundle * (1 << 30)) if be.memory_gb_per_bundle else None
-            ),
-            resources_per_bundle=be.resources_per_bundle,
-        )
-        async with ray_actuator(
-            rs.full_command(),
-            address=be.address,
-            namespace=be.namespace,
-            fleet=be.fleet_name,
-            shape=shape,
-            local_gpus=be.local_gpus
-            if be.local_gpus is not None
-            else cfg.autoscale.max_replicas * shape.gpus,
-            local_cpus=math.ceil(cfg.autoscale.max_replicas * rs.pp * be.cpus_per_bundle) + 1,
-            probe_interval_s=be.probe_interval_s,
-            probe_failures=be.probe_failures,
-            **common,
-        ) as ray_act:
-            yield ray_act
-        return
-    local = LocalProcessActuator(rs.full_command(), host="127.0.0.1", **common)
-    try:
-        yield local
-    finally:
-        await local.close()
 
 
 @contextlib.asynccontextmanager
@@ -166,35 +151,50 @@ async def fleet_up(
 ) -> Any:
     """Start gateway, replicas and controller; yield a FleetRun; stop all of them on exit."""
     gateway = _build_gateway(cfg, port, host)
-    link = InProcessGateway(gateway)
     if log_dir is None and cfg.log_dir:
         log_dir = Path(cfg.log_dir)
     tmp = None
     if log_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="gpufleet-up-")
         log_dir = Path(tmp.name)
-    policy = make_policy(cfg.autoscale.policy, cfg.autoscale.bounds(), cfg.policy_params())
-    controller: Controller | None = None
+    groups: list[GroupRun] = []
     run: FleetRun | None = None
     sampler: asyncio.Task[None] | None = None
     stack = contextlib.AsyncExitStack()
     try:
-        actuator = await stack.enter_async_context(_actuator(cfg, link, log_dir, clock))
-        controller = Controller(
-            policy, actuator, link.read_signals, interval_s=cfg.autoscale.interval_s, clock=clock
-        )
-        _admin_route(gateway, controller, cfg.capacity())
-        # One scrape of the gateway shows the fleet's size and decisions beside its traffic.
-        gateway.metrics.registry.register(AutoscaleCollector(controller))
+        for spec in cfg.fleet_groups():
+            # Each group scales on its own model's signals (queue, latency, replicas).
+            link = (
+                InProcessGateway(gateway, spec.replicas.model, spec.replicas.engine)
+                if cfg.groups
+                else InProcessGateway(gateway)
+            )
+            actuator = await stack.enter_async_context(
+                group_actuator(cfg, spec, link, log_dir, clock)
+            )
+            a = spec.autoscale
+            policy = make_policy(a.policy, a.bounds(), spec.policy_params())
+            controller = Controller(
+                policy, actuator, link.read_signals, interval_s=a.interval_s, clock=clock
+            )
+            groups.append(GroupRun(spec, actuator, controller))
+        _admin_route(gateway, groups, several=bool(cfg.groups))
+        # One scrape of the gateway shows the fleet's size and decisions beside its traffic
+        # (the first group's: the collector's series carry no group label).
+        gateway.metrics.registry.register(AutoscaleCollector(groups[0].controller))
         bound = await gateway.start()
         url = f"http://{gateway.host}:{bound}"
-        run = FleetRun(cfg, gateway, actuator, controller, url, clock())
-        # Replicas adopted from a previous controller (Ray) count towards the first ones.
-        missing = cfg.autoscale.first_count() - len(actuator.list())
-        if missing > 0:
-            await actuator.start(missing)
-        if cfg.autoscale.enabled:
-            controller.start()
+        first = groups[0]
+        run = FleetRun(cfg, gateway, first.actuator, first.controller, url, clock())
+        run.groups = groups
+        for g in groups:
+            # Replicas adopted from a previous controller (Ray) count towards the first ones.
+            missing = g.spec.autoscale.first_count() - len(g.actuator.list())
+            if missing > 0:
+                await g.actuator.start(missing)
+        for g in groups:
+            if g.spec.autoscale.enabled:
+                g.controller.start()
         sampler = asyncio.get_running_loop().create_task(_sample(run, clock))
         yield run
     finally:
@@ -202,8 +202,8 @@ async def fleet_up(
             sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
-        if controller is not None:
-            await controller.stop()
+        for g in groups:
+            await g.controller.stop()
         await stack.aclose()  # every replica stopped
         await gateway.stop()
         if tmp is not None:
@@ -220,7 +220,7 @@ async def _sample(run: FleetRun, clock: Callable[[], float]) -> None:
             if tick % 4 == 0:
                 ready = {
                     m.replica_id: m.url
-                    for m in run.actuator.list()
+                    for m in run.managed()
                     if m.state in (ReplicaState.READY, ReplicaState.DRAINING)
                 }
                 await scrape_ttft(session, ready, run.ttft, now)
@@ -278,23 +278,26 @@ async def run_up(
             f"gateway on {run.url} — OpenAI API at {run.url}/v1, decisions at "
             f"{run.url}/admin/autoscale; Ctrl-C stops everything"
         )
-        cap = cfg.capacity()
-        if cap is not None:
-            console.print(
-                f"{cfg.autoscale.policy} policy: capacity_per_replica {cap.sequences} "
-                f"({cap.describe()})",
-                markup=False,
-                highlight=False,
-            )
+        for g in run.groups:
+            cap = g.spec.capacity()
+            if cap is not None:
+                console.print(
+                    (f"{g.name} ({g.model}): " if cfg.groups else "")
+                    + f"{g.spec.autoscale.policy} policy: capacity_per_replica "
+                    f"{cap.sequences} ({cap.describe()})",
+                    markup=False,
+                    highlight=False,
+                )
         traffic: TrafficLog | None = None
-        driver: asyncio.Task[TrafficLog] | None = None
+        driver: asyncio.Task[None] | None = None
         if demo:
             # Traffic starts on a warm fleet: the show is scaling, not the first cold start.
-            console.print(
-                f"waiting for the first replica (cold start ≈ {cfg.replicas.startup_s:g} s)…"
-            )
-            while not stop.is_set() and not any(
-                m.state == ReplicaState.READY for m in run.actuator.list()
+            startup_s = max(g.spec.replicas.startup_s for g in run.groups)
+            console.print(f"waiting for the first replicas (cold start ≈ {startup_s:g} s)…")
+            while not stop.is_set() and not all(
+                any(m.state == ReplicaState.READY for m in g.actuator.list())
+                or g.spec.autoscale.min_replicas == 0
+                for g in run.groups
             ):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), 0.2)
@@ -302,15 +305,7 @@ async def run_up(
         if demo and not stop.is_set():
             traffic = TrafficLog()
             driver = asyncio.get_running_loop().create_task(
-                drive(
-                    run.url,
-                    cfg.replicas.model,
-                    phases,
-                    log=traffic,
-                    seed=seed,
-                    stop=stop,
-                    clock=clock,
-                )
+                _drive_groups(run, phases, traffic, seed, stop, clock)
             )
         live_ok = console.is_terminal
         with (
@@ -352,6 +347,23 @@ async def run_up(
             for path in write_up_report(record, report_dir):
                 console.print(f"wrote {path}", markup=False, highlight=False)
     return summary
+
+
+async def _drive_groups(
+    run: FleetRun,
+    phases: Sequence[RatePhase],
+    traffic: TrafficLog,
+    seed: int,
+    stop: asyncio.Event,
+    clock: Callable[[], float],
+) -> None:
+    """The demo's traffic, once per group's model, into one log."""
+    await asyncio.gather(
+        *(
+            drive(run.url, g.model, phases, log=traffic, seed=seed + i, stop=stop, clock=clock)
+            for i, g in enumerate(run.groups)
+        )
+    )
 
 
 def _summary(

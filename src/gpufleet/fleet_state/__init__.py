@@ -6,38 +6,51 @@ snapshot for autoscaling. The gateway drives it with sockets and the real clock,
 simulator with a virtual clock (docs/design.md).
 """
 
-from gpufleet.fleet_state.engine_metrics import (
+from gpufleet.fleet_state.engine_detect import EngineIdentity, identify
+from gpufleet.fleet_state.engine_metrics import KV_USAGE_RULE, ScrapedMetrics, parse_engine_metrics
+from gpufleet.fleet_state.engine_names import (
     ENGINE_METRICS,
-    KV_USAGE_RULE,
+    ENGINES,
     EngineMetricNames,
-    ScrapedMetrics,
-    parse_engine_metrics,
+    metric_names,
 )
 from gpufleet.fleet_state.latency import LatencyWindows, RecentWindow
 from gpufleet.fleet_state.outlier import OutlierConfig
-from gpufleet.fleet_state.queue import AdmissionQueue, QueueTicket, Refusal
+from gpufleet.fleet_state.queue import AdmissionQueue, QueueLimits, QueueTicket, Refusal
 from gpufleet.fleet_state.replica import FleetReplica
 from gpufleet.fleet_state.signals import (
     GatewaySignals,
     LatencyPercentiles,
+    ModelLatency,
     ReplicaSnapshot,
     merge_signals,
 )
-from gpufleet.fleet_state.state import FleetState, needs_prefix_hashes
+from gpufleet.fleet_state.state import (
+    LOAD_FROM_ENGINE,
+    LOAD_FROM_IN_FLIGHT,
+    FleetState,
+    needs_prefix_hashes,
+)
 from gpufleet.fleet_state.table import ReplicaTable
 from gpufleet.fleet_state.tenant_limits import TenantLimits, TokenBucket
 
 __all__ = [
+    "ENGINES",
     "ENGINE_METRICS",
     "KV_USAGE_RULE",
+    "LOAD_FROM_ENGINE",
+    "LOAD_FROM_IN_FLIGHT",
     "AdmissionQueue",
+    "EngineIdentity",
     "EngineMetricNames",
     "FleetReplica",
     "FleetState",
     "GatewaySignals",
     "LatencyPercentiles",
     "LatencyWindows",
+    "ModelLatency",
     "OutlierConfig",
+    "QueueLimits",
     "QueueTicket",
     "RecentWindow",
     "Refusal",
@@ -46,7 +59,9 @@ __all__ = [
     "ScrapedMetrics",
     "TenantLimits",
     "TokenBucket",
+    "identify",
     "merge_signals",
+    "metric_names",
     "needs_prefix_hashes",
     "parse_engine_metrics",
 ]

@@ -2,73 +2,59 @@
 
 The gateway applies it to every replica it scrapes, the local actuator to a draining
 replica, and the simulator builds the same `ScrapedMetrics` from its engine, so every
-consumer reads a replica's load the same way.
-
-Engines name their gauges differently; each family of names is one `EngineMetricNames`
-in `ENGINE_METRICS`. To read another engine (SGLang, TGI, TRT-LLM), add its names there;
-nothing else changes.
+consumer reads a replica's load the same way. Each engine's names are in engine_names.py
+(vLLM V0 and V1, SGLang, TGI, trtllm-serve); trtllm-serve's JSON iteration statistics are
+read here too.
 
 Combining the engines of one replica (vLLM with data parallelism exposes one label set per
-engine, `engine="0"`, `engine="1"`, ...):
+engine, `engine="0"`, `engine="1"`, ...; SGLang one per `dp_rank`):
 
 - running and waiting requests are **summed**: each request sits in exactly one engine.
 - KV usage is the **capacity-weighted mean** of the engines' fractions, i.e. the share of
-  the replica's KV blocks in use (`KV_USAGE_RULE`). A sum exceeds 1 as soon as two engines
+  the replica's KV cache in use (`KV_USAGE_RULE`). A sum exceeds 1 as soon as two engines
   are half full; a max calls a replica full while its API server would still place a new
-  request on a less loaded engine. Weights are the engines' `num_gpu_blocks` from the info
-  metric; engines that do not report it weigh as much as the mean of those that do (all
-  equally when none does).
-- KV capacity in tokens is the sum over engines of `num_gpu_blocks x block_size`.
+  request on a less loaded engine. Weights are the engines' KV capacities in tokens;
+  engines that do not report one weigh as much as the mean of those that do (all equally
+  when none does).
+- KV capacity in tokens is the sum over engines.
+
+A replica whose text carries none of its engine's load gauges reports no load
+(`load_reported` False): the fleet then routes it by the gateway's in-flight counts alone
+rather than reading it as idle.
 """
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpufleet.fleet_state.engine_names import ENGINE_METRICS, EngineMetricNames, metric_names
+
 KV_USAGE_RULE = "capacity-weighted mean over the replica's engines"
+_PREFIXES = tuple(sorted({name for family in ENGINE_METRICS for name in family.names}))
 
-
-@dataclass(frozen=True, slots=True)
-class EngineMetricNames:
-    """One engine family's names for the signals the fleet reads."""
-
-    engine: str  # "vllm", ...
-    running: tuple[str, ...]  # gauges of requests in the batch
-    waiting: tuple[str, ...]  # gauges of requests queued in the engine
-    kv_usage: tuple[str, ...]  # fraction 0..1 per engine; the first name present wins
-    cache_info: str | None = None  # info gauge with num_gpu_blocks and block_size labels
-    # Labels that tell one engine of a replica from another (data-parallel ranks).
-    engine_labels: tuple[str, ...] = ("engine",)
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        info = (self.cache_info,) if self.cache_info else ()
-        return (*self.running, *self.waiting, *self.kv_usage, *info)
-
-
-# vLLM V1 names; V0 called KV usage gpu_cache_usage_perc.
-VLLM = EngineMetricNames(
-    engine="vllm",
-    running=("vllm:num_requests_running",),
-    waiting=("vllm:num_requests_waiting",),
-    kv_usage=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-    cache_info="vllm:cache_config_info",
-)
-ENGINE_METRICS: tuple[EngineMetricNames, ...] = (VLLM,)
-_PREFIXES = tuple(name for family in ENGINE_METRICS for name in family.names)
+Key = tuple[str, ...]  # one engine of a replica (its data-parallel rank labels)
 
 
 @dataclass(frozen=True, slots=True)
 class ScrapedMetrics:
-    """A replica's load as its /metrics told it (zeros when it exposes none of the names)."""
+    """A replica's load as its /metrics told it."""
 
     num_running: int = 0
     num_waiting: int = 0
-    kv_cache_usage: float = 0.0  # fraction 0..1 of the replica's KV blocks in use
+    kv_cache_usage: float | None = 0.0  # fraction 0..1 of the replica's KV; None: not exported
     kv_capacity_tokens: int | None = None  # None: the engine does not report it
     engine: str | None = None  # which family of names matched; None: none did
+    load_reported: bool = True  # False: no running/waiting gauge (route by in-flight counts)
+
+    @classmethod
+    def no_load(cls, engine: str | None = None) -> ScrapedMetrics:
+        """What a text without load gauges says: nothing (not zero) about the load."""
+        return cls(kv_cache_usage=None, engine=engine, load_reported=False)
 
     @property
     def load(self) -> int:
@@ -76,66 +62,120 @@ class ScrapedMetrics:
         return self.num_running + self.num_waiting
 
 
-def parse_engine_metrics(text: str) -> ScrapedMetrics:
-    """Read one replica's Prometheus exposition. Raises ValueError on text that does not
-    parse. Only the lines with a known name reach the parser (replicas expose hundreds)."""
+def parse_engine_metrics(text: str, engine: str | None = None) -> ScrapedMetrics:
+    """Read one replica's metrics text: Prometheus exposition, or trtllm-serve's JSON
+    iteration statistics. `engine` (vllm, sglang, tgi, trtllm) reads only that family's
+    names; None takes the first family the text carries. Raises ValueError on text that
+    does not parse (and KeyError on an unknown `engine`)."""
+    families = (metric_names(engine),) if engine is not None else ENGINE_METRICS
+    if text.lstrip().startswith("["):
+        if engine not in (None, "trtllm"):
+            return ScrapedMetrics.no_load(engine)
+        return parse_iteration_stats(text)
+    # Only the lines with a known name reach the parser (replicas expose hundreds).
     lines = [ln for ln in text.splitlines() if ln.startswith(_PREFIXES)]
-    samples: list[tuple[str, dict[str, str], float]] = []
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
     for family in text_string_to_metric_families("\n".join(lines) + "\n"):
         for sample in family.samples:
-            samples.append((sample.name, sample.labels, sample.value))
-    present = {name for name, _, _ in samples}
-    for names in ENGINE_METRICS:
-        if present.intersection(names.names):
+            if math.isfinite(sample.value):
+                samples.setdefault(sample.name, []).append((sample.labels, sample.value))
+    for names in families:
+        if any(name in samples for name in names.names):
             return _combine(names, samples)
-    return ScrapedMetrics()
+    return ScrapedMetrics.no_load(engine)
 
 
 def _combine(
-    names: EngineMetricNames, samples: list[tuple[str, dict[str, str], float]]
+    names: EngineMetricNames, samples: Mapping[str, list[tuple[dict[str, str], float]]]
 ) -> ScrapedMetrics:
-    running = waiting = 0.0
-    usage_by_name: dict[str, dict[tuple[str, ...], float]] = {}
-    blocks: dict[tuple[str, ...], int] = {}
-    capacity_tokens = 0
-    for name, labels, value in samples:
-        if name in names.running:
-            running += value
-        elif name in names.waiting:
-            waiting += value
-        elif name in names.kv_usage:
-            usage_by_name.setdefault(name, {})[_engine_key(names, labels)] = value
-        elif name == names.cache_info:
-            try:
-                n_blocks = int(labels["num_gpu_blocks"])
-                block_size = int(labels["block_size"])
-            except (KeyError, ValueError):
-                continue
-            key = _engine_key(names, labels)
-            if key not in blocks:  # an engine counts once, however many info lines
-                blocks[key] = n_blocks
-                capacity_tokens += n_blocks * block_size
-    usage = next((usage_by_name[n] for n in names.kv_usage if n in usage_by_name), {})
+    def per_engine(name: str) -> dict[Key, float]:
+        out: dict[Key, float] = {}
+        for labels, value in samples.get(name, ()):
+            key = tuple(labels.get(label, "") for label in names.engine_labels)
+            out[key] = max(out.get(key, value), value)  # ranks of one engine count once
+        return out
+
+    def total(metric: Iterable[str]) -> float:
+        return sum(sum(per_engine(n).values()) for n in metric)
+
+    load_reported = any(n in samples for n in names.load_names)
+    usage_name = next((n for n in names.kv_usage if n in samples), None)
+    usage = per_engine(usage_name) if usage_name else None
+    capacity = _capacity_tokens(names, samples, per_engine)
     return ScrapedMetrics(
-        num_running=int(running),
-        num_waiting=int(waiting),
-        kv_cache_usage=weighted_kv_usage(usage, blocks),
-        kv_capacity_tokens=capacity_tokens or None,
+        num_running=int(total(names.running)),
+        num_waiting=int(total(names.waiting)),
+        kv_cache_usage=weighted_kv_usage(usage, capacity) if usage is not None else None,
+        kv_capacity_tokens=int(sum(capacity.values())) or None,
         engine=names.engine,
+        load_reported=load_reported,
     )
 
 
-def _engine_key(names: EngineMetricNames, labels: dict[str, str]) -> tuple[str, ...]:
-    return tuple(labels.get(label, "") for label in names.engine_labels)
+def _capacity_tokens(
+    names: EngineMetricNames,
+    samples: Mapping[str, list[tuple[dict[str, str], float]]],
+    per_engine: Callable[[str], dict[Key, float]],
+) -> dict[Key, float]:
+    """KV capacity in tokens per engine, from whichever form the engine reports it."""
+    capacity: dict[Key, float] = {}
+    if names.cache_info:
+        for labels, _ in samples.get(names.cache_info, ()):
+            try:
+                blocks = int(labels[names.info_blocks_label])
+                block_size = int(labels[names.info_block_size_label])
+            except (KeyError, ValueError):
+                continue
+            key = tuple(labels.get(label, "") for label in names.engine_labels)
+            capacity.setdefault(key, float(blocks * block_size))  # one engine counts once
+    for name in names.capacity_tokens:
+        for key, tokens in per_engine(name).items():
+            capacity.setdefault(key, tokens)
+    if names.capacity_blocks is not None:
+        max_blocks, per_block = (per_engine(n) for n in names.capacity_blocks)
+        for key, n in max_blocks.items():
+            if key in per_block:
+                capacity.setdefault(key, n * per_block[key])
+    return {k: v for k, v in capacity.items() if v > 0}
 
 
-def weighted_kv_usage(
-    usage: dict[tuple[str, ...], float], blocks: dict[tuple[str, ...], int]
-) -> float:
-    """KV_USAGE_RULE: the engines' usage fractions weighted by their KV blocks."""
+def weighted_kv_usage(usage: Mapping[Key, float], capacity: Mapping[Key, float]) -> float:
+    """KV_USAGE_RULE: the engines' usage fractions weighted by their KV capacities."""
     if not usage:
         return 0.0
-    known = [blocks[k] for k in usage if blocks.get(k)]
+    known = [capacity[k] for k in usage if capacity.get(k)]
     default = sum(known) / len(known) if known else 1.0
-    total = sum(blocks.get(k) or default for k in usage)
-    return sum(u * (blocks.get(k) or default) for k, u in usage.items()) / total
+    total = sum(capacity.get(k) or default for k in usage)
+    return sum(u * (capacity.get(k) or default) for k, u in usage.items()) / total
+
+
+def parse_iteration_stats(text: str) -> ScrapedMetrics:
+    """trtllm-serve's `/metrics` JSON (a list of per-iteration statistics, drained on each
+    read): the latest iteration's active and queued requests and KV blocks. An empty list
+    (no iteration since the last read, or statistics not enabled) says nothing."""
+    try:
+        stats = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON iteration statistics: {e}") from None
+    if not isinstance(stats, list):
+        raise ValueError("iteration statistics must be a JSON list")
+    last = next((s for s in reversed(stats) if isinstance(s, dict)), None)
+    if last is None or "numActiveRequests" not in last:
+        return ScrapedMetrics.no_load("trtllm")
+    kv = last.get("kvCacheStats") or {}
+    max_blocks = _number(kv.get("maxNumBlocks"))
+    used = _number(kv.get("usedNumBlocks"))
+    per_block = _number(kv.get("tokensPerBlock"))
+    return ScrapedMetrics(
+        num_running=int(_number(last.get("numActiveRequests"))),
+        num_waiting=int(_number(last.get("numQueuedRequests"))),
+        kv_cache_usage=used / max_blocks if max_blocks > 0 else None,
+        kv_capacity_tokens=int(max_blocks * per_block) or None,
+        engine="trtllm",
+    )
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    return float(value)

@@ -38,16 +38,33 @@ class RecentWindow:
 
 
 class LatencyWindows:
-    """TTFT and TPOT over the same recent window."""
+    """TTFT and TPOT over the same recent window: the fleet's, and each model's (a model
+    group of `gpufleet up` scales on its own model's latencies)."""
+
+    MAX_MODELS = 64  # a bound on per-model windows (model names come from clients)
 
     def __init__(self, window_s: float) -> None:
         self.window_s = window_s
         self.ttft = RecentWindow(window_s)
         self.tpot = RecentWindow(window_s)
+        self.by_model: dict[str, tuple[RecentWindow, RecentWindow]] = {}
 
-    def observe(self, now_s: float, ttft_s: float | None, tpot_s: float | None) -> None:
+    def observe(
+        self, now_s: float, ttft_s: float | None, tpot_s: float | None, model: str | None = None
+    ) -> None:
         """One finished request: TTFT when it streamed a token, TPOT when it had > 1."""
-        if ttft_s is not None:
-            self.ttft.add(now_s, ttft_s)
-        if tpot_s is not None:
-            self.tpot.add(now_s, tpot_s)
+        windows = [(self.ttft, self.tpot)]
+        if model is not None:
+            pair = self.by_model.get(model)
+            if pair is None and len(self.by_model) < self.MAX_MODELS:
+                pair = self.by_model[model] = (
+                    RecentWindow(self.window_s),
+                    RecentWindow(self.window_s),
+                )
+            if pair is not None:
+                windows.append(pair)
+        for ttft, tpot in windows:
+            if ttft_s is not None:
+                ttft.add(now_s, ttft_s)
+            if tpot_s is not None:
+                tpot.add(now_s, tpot_s)

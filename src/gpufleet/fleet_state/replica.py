@@ -27,6 +27,12 @@ class FleetReplica(ReplicaView):
     streaming: int = 0  # of in_flight, those whose first token reached the client
     kv_capacity_tokens: int | None = None  # from the engine's metrics, when it reports it
     down_reason: str = ""  # why the last probe failed ("" once healthy), as a person reads it
+    engine: str | None = None  # vllm | sglang | tgi | trtllm | openai; None: not known yet
+    engine_source: str = ""  # "config", "/metrics names", "/v1/models owned_by", ...
+    # Where its load comes from: "engine" (its /metrics), "in_flight" (the gateway's own
+    # counts: the engine exposes no load metrics); None: not scraped yet.
+    load_signals: str | None = None
+    load_note: str = ""  # why it is routed by in-flight counts, as a person reads it
 
     def serves(self, model: str) -> bool:
         # A replica whose models are not known yet (no /v1/models) is offered none.

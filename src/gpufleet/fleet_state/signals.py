@@ -8,7 +8,7 @@ turns that JSON back into the same snapshot (`from_json`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -41,6 +41,27 @@ class LatencyPercentiles:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelLatency:
+    """One model's latencies over the recent window (a model group scales on them)."""
+
+    ttft_s: LatencyPercentiles = LatencyPercentiles()
+    tpot_s: LatencyPercentiles = LatencyPercentiles()
+    streamed_requests: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ttft_s": self.ttft_s.to_json(), "tpot_s": self.tpot_s.to_json(),
+                "streamed_requests_in_window": self.streamed_requests}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, raw: object) -> ModelLatency:
+        if not isinstance(raw, Mapping):
+            return cls()
+        return cls(LatencyPercentiles.from_json(raw.get("ttft_s")),
+                   LatencyPercentiles.from_json(raw.get("tpot_s")),
+                   int(raw.get("streamed_requests_in_window") or 0))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaSnapshot:
     """One replica as the gateway sees it: state, its own in-flight count, last scrape."""
 
@@ -67,7 +88,7 @@ class ReplicaSnapshot:
             in_flight=r.in_flight,
             num_running=s.num_running if s else None,
             num_waiting=s.num_waiting if s else None,
-            kv_cache_usage=s.kv_cache_usage if s else None,
+            kv_cache_usage=s.kv_cache_usage if s and s.kv_reported else None,
             stats_age_s=(now_s - s.scraped_at_s) if s else None,
         )
 
@@ -116,9 +137,35 @@ class GatewaySignals:
     tpot_s: LatencyPercentiles = LatencyPercentiles()
     streamed_requests_in_window: int = 0
     replicas: tuple[ReplicaSnapshot, ...] = ()
+    latency_by_model: Mapping[str, ModelLatency] = field(default_factory=dict)
 
     def replica(self, replica_id: str) -> ReplicaSnapshot | None:
         return next((r for r in self.replicas if r.replica_id == replica_id), None)
+
+    def for_model(self, model: str, replica_ids: Collection[str] = ()) -> GatewaySignals:
+        """This model's signals alone (a model group's autoscaler reads them): its queue
+        depth, its latencies, and the replicas that serve it (or are in `replica_ids`,
+        the group's own, whose models the gateway may not know yet)."""
+        replicas = tuple(
+            r for r in self.replicas if model in r.models or r.replica_id in replica_ids
+        )
+        by_state = {str(s): 0 for s in ReplicaState}
+        for r in replicas:
+            by_state[str(r.state)] += 1
+        depth = self.queue_depth_by_model.get(model, 0)
+        latency = self.latency_by_model.get(model, ModelLatency())
+        return replace(
+            self,
+            queue_depth=depth,
+            queue_depth_by_model={model: depth} if depth else {},
+            in_flight_total=sum(r.in_flight for r in replicas),
+            replicas_by_state=by_state,
+            ttft_s=latency.ttft_s,
+            tpot_s=latency.tpot_s,
+            streamed_requests_in_window=latency.streamed_requests,
+            replicas=replicas,
+            latency_by_model={model: latency},
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -132,6 +179,7 @@ class GatewaySignals:
             "tpot_s": self.tpot_s.to_json(),
             "streamed_requests_in_window": self.streamed_requests_in_window,
             "replicas": [r.to_json() for r in self.replicas],
+            "latency_by_model": {m: v.to_json() for m, v in self.latency_by_model.items()},
         }
 
     @classmethod
@@ -150,6 +198,10 @@ class GatewaySignals:
             tpot_s=LatencyPercentiles.from_json(raw.get("tpot_s")),
             streamed_requests_in_window=int(raw.get("streamed_requests_in_window") or 0),
             replicas=tuple(ReplicaSnapshot.from_json(r) for r in raw.get("replicas") or ()),
+            latency_by_model={
+                str(m): ModelLatency.from_json(v)
+                for m, v in (raw.get("latency_by_model") or {}).items()
+            },
         )
 
 
@@ -216,6 +268,12 @@ def build_signals(
         tpot_s=LatencyPercentiles.of(latency.tpot, now_s),
         streamed_requests_in_window=latency.ttft.count(),
         replicas=tuple(ReplicaSnapshot.of(r, now_s) for r in views),
+        latency_by_model={
+            model: ModelLatency(
+                LatencyPercentiles.of(ttft, now_s), LatencyPercentiles.of(tpot, now_s), ttft.count()
+            )
+            for model, (ttft, tpot) in latency.by_model.items()
+        },
     )
 
 

@@ -22,6 +22,8 @@ from gpufleet.fleet_state.table import ReplicaTable
 from gpufleet.routing.types import EngineStats, RequestInfo, RoutingPolicy
 
 R = TypeVar("R", bound=FleetReplica)
+LOAD_FROM_ENGINE = "engine"  # FleetReplica.load_signals: its /metrics
+LOAD_FROM_IN_FLIGHT = "in_flight"  # the gateway's own in-flight counts
 
 
 @runtime_checkable
@@ -100,10 +102,10 @@ class FleetState(Generic[R]):
             why = "; ".join(f"{r.replica_id} ({r.url}): {r.down_reason or 'failing'}" for r in down)
             refusal = Refusal(503, f"no replica of model '{model}' can become ready: {why}",
                               "no_replica_can_become_ready",
-                              retry_after_s=self.queue.retry_after_s)  # fmt: skip
+                              retry_after_s=self.queue.limits(model).retry_after_s)  # fmt: skip
         elif now_s >= deadline_s:
             refusal = self._unavailable(model, "timed out in the queue", "queue_timeout")
-        elif ticket is None and self.queue.full:
+        elif ticket is None and self.queue.is_full(model):
             refusal = self._unavailable(model, "the queue is full", "queue_full")
         if refusal is not None:
             if ticket is not None:
@@ -120,7 +122,7 @@ class FleetState(Generic[R]):
 
     def _unavailable(self, model: str, why: str, reason: str) -> Refusal:
         return Refusal(503, f"no replica ready for model '{model}' ({why})", reason,
-                       retry_after_s=self.queue.retry_after_s)  # fmt: skip
+                       retry_after_s=self.queue.limits(model).retry_after_s)  # fmt: skip
 
     # -- requests on replicas (policy notifications) --------------------------------------
     def started(self, info: RequestInfo, replica: R, policy: RoutingPolicy) -> None:
@@ -145,27 +147,48 @@ class FleetState(Generic[R]):
             replica.streaming -= 1
         policy.on_finished(info, replica, ok)
 
-    def observe_latency(self, now_s: float, ttft_s: float | None, tpot_s: float | None) -> None:
-        self.latency.observe(now_s, ttft_s, tpot_s)
+    def observe_latency(
+        self, now_s: float, ttft_s: float | None, tpot_s: float | None, model: str | None = None
+    ) -> None:
+        self.latency.observe(now_s, ttft_s, tpot_s, model)
 
     # -- scraped engine metrics -----------------------------------------------------------
-    def apply_scrape(self, replica: R, scraped: ScrapedMetrics, now_s: float) -> None:
+    def apply_scrape(self, replica: R, scraped: ScrapedMetrics, now_s: float) -> bool:
         """What a replica's /metrics said at `now_s`. The in-flight count at that moment
         goes with it, so a policy can correct the stale numbers by what was sent since; a
-        newly reported KV capacity resizes the policies' per-replica state."""
-        replica.stats = EngineStats(
-            num_running=scraped.num_running,
-            num_waiting=scraped.num_waiting,
-            kv_cache_usage=scraped.kv_cache_usage,
-            scraped_at_s=now_s,
-            in_flight_at_scrape=replica.in_flight,
-        )
+        newly reported KV capacity resizes the policies' per-replica state. A scrape
+        without load gauges leaves no stats: policies then see the gateway's in-flight
+        count alone, never a replica that looks idle. True when the replica's load source
+        changed (engine metrics <-> in-flight counts): drivers say so once."""
+        if scraped.engine and replica.engine_source != "config":
+            replica.engine, replica.engine_source = scraped.engine, "/metrics names"
         capacity = scraped.kv_capacity_tokens
         if capacity and capacity != replica.kv_capacity_tokens:
             replica.kv_capacity_tokens = capacity
             for policy in self.policies:
                 if isinstance(policy, SizedByCapacity):
                     policy.set_capacity_tokens(replica.replica_id, capacity)
+        if not scraped.load_reported:
+            return self.route_by_in_flight(replica, replica.load_note or "no load metrics")
+        replica.stats = EngineStats(
+            num_running=scraped.num_running,
+            num_waiting=scraped.num_waiting,
+            kv_cache_usage=scraped.kv_cache_usage or 0.0,
+            scraped_at_s=now_s,
+            in_flight_at_scrape=replica.in_flight,
+            kv_reported=scraped.kv_cache_usage is not None,
+        )
+        changed = replica.load_signals != LOAD_FROM_ENGINE
+        replica.load_signals, replica.load_note = LOAD_FROM_ENGINE, ""
+        return changed
+
+    def route_by_in_flight(self, replica: R, note: str) -> bool:
+        """Route `replica` by the gateway's in-flight counts alone (its engine exposes no
+        load metrics; `note` says why). True when this is news."""
+        replica.stats = None
+        changed = replica.load_signals != LOAD_FROM_IN_FLIGHT
+        replica.load_signals, replica.load_note = LOAD_FROM_IN_FLIGHT, note
+        return changed
 
     # -- signals --------------------------------------------------------------------------
     def signals(self, now_s: float) -> GatewaySignals:

@@ -125,7 +125,7 @@ class AdminApi:
             return error_reply(400, "the body is not valid JSON")
         if not isinstance(body, dict) or not isinstance(body.get("url"), str):
             return error_reply(400, "'url' is required and must be a string", param="url")
-        for name in ("id", "pool"):
+        for name in ("id", "pool", "engine"):
             if body.get(name) is not None and not isinstance(body[name], str):
                 return error_reply(400, f"'{name}' must be a string", param=name)
         models = body.get("models", [])
@@ -133,10 +133,12 @@ class AdminApi:
             return error_reply(400, "'models' must be a list of strings", param="models")
         try:
             out = await _maybe(
-                self.gw.add_replica(body["url"], body.get("id"), body.get("pool"), models)
+                self.gw.add_replica(
+                    body["url"], body.get("id"), body.get("pool"), models, body.get("engine")
+                )
             )
         except UserError as exc:
-            return error_reply(400, str(exc), param="url")
+            return error_reply(400, str(exc), param=exc.field or "url")
         except KeyError:
             return error_reply(409, f"replica id {body.get('id')!r} already exists", param="id")
         return json_reply(out, status=201)

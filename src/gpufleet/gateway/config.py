@@ -6,7 +6,7 @@ policy: least_outstanding
 admin_key: change-me
 replicas:
   - url: http://127.0.0.1:8001
-  - {url: http://127.0.0.1:8002, pool: gold}
+  - {url: http://127.0.0.1:8002, pool: gold, engine: sglang}
 tenants:
   - {name: acme, api_keys: [sk-acme], pool: gold, requests_per_s: 50, max_concurrency: 16}
 ```
@@ -22,12 +22,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpufleet.config_errors import Positions, load_yaml, user_error
 from gpufleet.errors import UserError
-from gpufleet.fleet_state import OutlierConfig
+from gpufleet.fleet_state import OutlierConfig, QueueLimits
 
 
 class _Strict(BaseModel):
     # Unknown keys are typos more often than not: refuse them so the error names them.
     model_config = ConfigDict(extra="forbid")
+
+
+# What a replica runs: auto = named from its /metrics (and its other answers); openai = a
+# plain OpenAI-compatible server without load metrics (routed by in-flight counts).
+EngineName = Literal["auto", "vllm", "sglang", "tgi", "trtllm", "openai"]
 
 
 class ReplicaConfig(_Strict):
@@ -36,6 +41,7 @@ class ReplicaConfig(_Strict):
     pool: str | None = None
     # Models it serves; empty = learn them from the replica's /v1/models.
     models: list[str] = Field(default_factory=list)
+    engine: EngineName | None = None  # None: the gateway's `engine`
 
     @field_validator("url")
     @classmethod
@@ -123,12 +129,34 @@ class FailoverConfig(_Strict):
     models: dict[str, FailoverModel] = Field(default_factory=dict)
 
 
+class ModelQueueConfig(_Strict):
+    """A model's own queue (a model group's scale from zero); unset: the shared queue's."""
+
+    max_size: int | None = Field(default=None, ge=0)
+    timeout_s: float | None = Field(default=None, gt=0)
+    retry_after_s: int | None = Field(default=None, ge=1)
+
+
 class QueueConfig(_Strict):
     """Requests that find no ready replica for their model wait here (scale from zero)."""
 
     max_size: int = Field(default=256, ge=0)
     timeout_s: float = Field(default=60.0, gt=0)
     retry_after_s: int = Field(default=5, ge=1)
+    # model -> its own queue; the other models share this one.
+    models: dict[str, ModelQueueConfig] = Field(default_factory=dict)
+
+    def limits(self) -> tuple[QueueLimits, dict[str, QueueLimits]]:
+        default = QueueLimits(self.max_size, self.timeout_s, self.retry_after_s)
+        own = {
+            model: QueueLimits(
+                q.max_size if q.max_size is not None else self.max_size,
+                q.timeout_s if q.timeout_s is not None else self.timeout_s,
+                q.retry_after_s if q.retry_after_s is not None else self.retry_after_s,
+            )
+            for model, q in self.models.items()
+        }
+        return default, own
 
 
 class GatewayConfig(_Strict):
@@ -136,6 +164,8 @@ class GatewayConfig(_Strict):
     port: int = Field(default=8000, ge=0, le=65535)
     policy: str = "round_robin"
     policy_options: dict[str, Any] = Field(default_factory=dict)
+    # The engine of replicas that do not name theirs (see ReplicaConfig.engine).
+    engine: EngineName = "auto"
     seed: int | None = None
     admin_key: str | None = None
     replicas: list[ReplicaConfig] = Field(default_factory=list)

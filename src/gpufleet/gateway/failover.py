@@ -96,7 +96,7 @@ class Failover:
             chosen = choose_ready(fleet, ctx.info, ctx.policy, pool, avoid)
             if chosen is not None:
                 return chosen
-        deadline_s = time.monotonic() + fleet.queue.timeout_s
+        deadline_s = time.monotonic() + fleet.queue.limits(ctx.info.model).timeout_s
         waited = await choose_replica(fleet, ctx.info, ctx.policy, pool, deadline_s,
                                       self.proxy.changes)  # fmt: skip
         return None if waited is None or isinstance(waited, Refusal) else waited

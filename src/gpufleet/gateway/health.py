@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import aiohttp
 
-from gpufleet.fleet_state import FleetState, parse_engine_metrics
-from gpufleet.gateway import probe_reasons, probes
+from gpufleet.fleet_state import LOAD_FROM_IN_FLIGHT, EngineIdentity, FleetState
+from gpufleet.gateway import engine_probe, probe_reasons, probes
 from gpufleet.gateway.config import GatewayConfig
 from gpufleet.gateway.replicas import Replica
 from gpufleet.routing.types import ReplicaState
@@ -97,14 +97,26 @@ class HealthChecks:
     async def scrape_one(self, replica: Replica) -> None:
         session = self._session()
         assert session is not None
-        text = await probes.scrape_metrics(session, replica.url, self.config.health.probe_timeout_s)
-        if text is None:
+        if replica.engine == engine_probe.NO_METRICS_ENGINE:
+            return  # configured as a plain OpenAI server: routed by in-flight counts
+        timeout_s = self.config.health.probe_timeout_s
+        scraped = await engine_probe.scrape(session, replica, timeout_s)
+        if scraped is None:
             return
-        try:
-            scraped = parse_engine_metrics(text)
-        except ValueError:
-            return
-        self.fleet.apply_scrape(replica, scraped, time.monotonic())
+        if not scraped.load_reported and not replica.load_note:
+            identity = EngineIdentity(replica.engine, "config")
+            if replica.engine_source != "config":
+                identity = await engine_probe.identify_engine(session, replica, scraped, timeout_s)
+                if identity.engine and not replica.engine:
+                    replica.engine, replica.engine_source = identity.engine, identity.source
+            replica.load_note = engine_probe.no_load_note(identity)
+        if self.fleet.apply_scrape(replica, scraped, time.monotonic()):
+            if replica.load_signals == LOAD_FROM_IN_FLIGHT:
+                log.warning("replica %s (%s): %s; routing it by in-flight counts alone",
+                            replica.replica_id, replica.url, replica.load_note)  # fmt: skip
+            else:
+                log.info("replica %s: load and KV from its %s metrics", replica.replica_id,
+                         replica.engine)  # fmt: skip
 
     async def scrape_loop(self) -> None:
         interval_s = self.config.scrape_interval_s

@@ -196,7 +196,7 @@ class GatewayMetrics:
         if chunks > 1:
             tpot_s = (e2e_s - ttft_s) / (chunks - 1)
             tpot.observe(tpot_s)
-        self.windows.observe(now_s, ttft_s, tpot_s)
+        self.windows.observe(now_s, ttft_s, tpot_s, model)
 
     # -- exposition (prometheus_client calls this on every /metrics read) ----------------
     def collect(self) -> Iterator[Any]:

@@ -163,7 +163,7 @@ class Proxy:
     # -- routing and retries --------------------------------------------------------------
     async def route(self, ctx: RequestContext) -> None:
         max_attempts = self.limits.max_attempts
-        deadline_s = ctx.t0_s + self.fleet.queue.timeout_s
+        deadline_s = ctx.t0_s + self.fleet.queue.limits(ctx.model).timeout_s
         tried: tuple[Replica, ...] = ()
         failure: Failure | None = None
         while True:

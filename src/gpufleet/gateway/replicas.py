@@ -38,8 +38,10 @@ class Replica(FleetReplica):
         pool: str | None = None,
         models: Iterable[str] = (),
         source: str = "admin",
+        engine: str = "auto",
     ) -> Replica:
-        """A `starting` replica; its models, when given, are fixed (else learned later)."""
+        """A `starting` replica; its models, when given, are fixed (else learned later);
+        its engine, unless "auto", is the config's (else named from its metrics)."""
         model_set = frozenset(models)
         url = url.rstrip("/")
         parts = urlsplit(url)
@@ -53,6 +55,8 @@ class Replica(FleetReplica):
             source=source,
             addr=(parts.hostname or "127.0.0.1", parts.port or 80),
             host_header=parts.netloc.encode(),
+            engine=None if engine == "auto" else engine,
+            engine_source="" if engine == "auto" else "config",
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -68,6 +72,11 @@ class Replica(FleetReplica):
             "streaming": self.streaming,
             "pool": self.pool,
             "kv_capacity_tokens": self.kv_capacity_tokens,
+            "engine": self.engine,
+            "engine_source": self.engine_source or None,
+            # "engine": its /metrics; "in_flight": the gateway's own counts (why: load_note)
+            "load_signals": self.load_signals,
+            "load_note": self.load_note or None,
             "source": self.source,
             "consecutive_failures": self.consecutive_failures,
             "healthy": self.healthy,

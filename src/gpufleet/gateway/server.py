@@ -26,10 +26,11 @@ import aiohttp
 from prometheus_client import generate_latest
 
 from gpufleet.errors import UserError
-from gpufleet.fleet_state import AdmissionQueue, FleetState, GatewaySignals
+from gpufleet.fleet_state import AdmissionQueue, EngineIdentity, FleetState, GatewaySignals
 from gpufleet.gateway.admin import AdminApi, build_router
 from gpufleet.gateway.admission import TableChanges
 from gpufleet.gateway.config import GatewayConfig, ReplicaConfig, load_config
+from gpufleet.gateway.engine_probe import NO_METRICS_ENGINE, no_load_note
 from gpufleet.gateway.fast_http import FastFront
 from gpufleet.gateway.health import HealthChecks
 from gpufleet.gateway.metrics import GatewayMetrics
@@ -54,11 +55,12 @@ def build_fleet(cfg: GatewayConfig) -> FleetState[Replica]:
                 options = cfg.policy_options if t.policy == cfg.policy else {}
             tenant_policies[t.name] = make_policy(t.policy, seed=cfg.seed, **options)
     q = cfg.queue
+    default, own = q.limits()
     return FleetState[Replica](
         make_policy(cfg.policy, seed=cfg.seed, **cfg.policy_options),
         tenant_policies=tenant_policies,
         served_models=cfg.models,
-        queue=AdmissionQueue(q.max_size, q.timeout_s, q.retry_after_s),
+        queue=AdmissionQueue(default.max_size, default.timeout_s, default.retry_after_s, own),
         eject_after_failures=cfg.health.eject_after_failures,
         readmit_after_successes=cfg.health.readmit_after_successes,
         signals_window_s=cfg.signals_window_s,
@@ -168,11 +170,16 @@ class Gateway:
     # -- replica management (admin API and in-process callers) --------------------------
     def _add(self, rc: ReplicaConfig, source: str) -> Replica:
         rid = rc.id or self.replicas.new_id()
-        replica = Replica.create(rid, rc.url, rc.pool, rc.models, source=source)
+        engine = rc.engine or self.config.engine
+        replica = Replica.create(rid, rc.url, rc.pool, rc.models, source=source, engine=engine)
         if rid in self.replicas.by_id:
             raise KeyError(rid)
         self.metrics.bind_replica(replica)
         self.replicas.add(replica)
+        if engine == NO_METRICS_ENGINE:
+            self.fleet.route_by_in_flight(replica, no_load_note(EngineIdentity(engine, "config")))
+            log.info("replica %s (%s): %s; routing it by in-flight counts alone",
+                     rid, rc.url, replica.load_note)  # fmt: skip
         if self._session is not None:
             # Probe at once rather than at the next tick, so it becomes ready sooner.
             task = asyncio.get_running_loop().create_task(self.health.probe_one(replica))
@@ -190,17 +197,23 @@ class Gateway:
         replica_id: str | None = None,
         pool: str | None = None,
         models: list[str] | tuple[str, ...] = (),
+        engine: str | None = None,
     ) -> dict[str, Any]:
         """Add a replica as `starting`; it becomes `ready` once its /health passes.
 
-        Raises KeyError if the id is taken, UserError if the URL is not http(s).
+        Raises KeyError if the id is taken, UserError if the URL is not http(s) or the
+        engine is not one of auto, vllm, sglang, tgi, trtllm, openai.
         """
         from pydantic import ValidationError
 
         try:
-            rc = ReplicaConfig(url=url, id=replica_id, pool=pool, models=list(models))
+            fields = {"url": url, "id": replica_id, "pool": pool, "models": list(models)}
+            rc = ReplicaConfig.model_validate({**fields, "engine": engine})
         except ValidationError as exc:
-            raise UserError(exc.errors()[0]["msg"], field="url", fix="http://host:port") from None
+            err = exc.errors()[0]
+            name = str(err["loc"][0]) if err["loc"] else "url"
+            fix = "http://host:port" if name == "url" else "auto, vllm, sglang, tgi, trtllm, openai"
+            raise UserError(err["msg"], field=name, fix=fix) from None
         return self._add(rc, source="admin").to_json()
 
     def drain_replica(self, replica_id: str) -> dict[str, Any]:
@@ -245,6 +258,7 @@ class Gateway:
             if self.replicas.find_by_url(url) is None:
                 added.append(self._add(rc, source="config").replica_id)
         self.fleet.served_models = frozenset(cfg.models)
+        self.fleet.queue.set_limits(*cfg.queue.limits())
         self.replicas.changed()
         log.info("config reloaded: +%s -%s", added, removed)
         return {"added": added, "removed": removed}

@@ -217,12 +217,13 @@ class WorkerPool:
         return dict(results[0]) if results else {}
 
     async def add_replica(self, url: str, replica_id: str | None = None, pool: str | None = None,
-                          models: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:  # fmt: skip
+                          models: list[str] | tuple[str, ...] = (),
+                          engine: str | None = None) -> dict[str, Any]:  # fmt: skip
         if replica_id is None:  # one id for every worker: the first picks it
             first = next(iter(self._channels.values()))
             replica_id = await first.call("new_id")
         return await self._change("add_replica", url=url, replica_id=replica_id, pool=pool,
-                                  models=list(models))  # fmt: skip
+                                  models=list(models), engine=engine)  # fmt: skip
 
     async def drain_replica(self, replica_id: str) -> dict[str, Any]:
         return await self._change("drain_replica", replica_id=replica_id)

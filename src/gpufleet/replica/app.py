@@ -11,6 +11,10 @@ Endpoints (as vLLM serves them):
        local directory with this replica's tokenizer (tokenizer.json), so the router loads
        it from there instead of asking a model hub
   GET|POST /admin/faults                        fault injection (`faults`)
+
+With `engine="sglang"` it speaks SGLang instead (`sglang.py`): its native /generate,
+/health_generate and /flush_cache, its metric names (only with --enable-metrics), its
+model cards and error shape, and neither /version nor /load.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from gpufleet.replica.generate import Generator
 from gpufleet.replica.http import error_response, json_response, openai_errors, read_json
 from gpufleet.replica.metrics import ReplicaMetrics
 from gpufleet.replica.runner import EngineRunner
+from gpufleet.replica.sglang import SglangApi, flat_errors
+from gpufleet.replica.sglang_metrics import SglangMetrics
 from gpufleet.tokenizer import Tokenizer, apply_chat_template, default_tokenizer
 
 
@@ -47,7 +53,8 @@ class ReplicaServer:
         self.engine = Engine(config.engine_config, config.step_time_model, seed=config.seed)
         self.runner: EngineRunner | None = None
         self.faults = config.faults
-        self.metrics = ReplicaMetrics(
+        metrics_class = SglangMetrics if config.engine == "sglang" else ReplicaMetrics
+        self.metrics = metrics_class(
             self.model_name,
             lambda: self.engine.stats,
             cache_config={
@@ -68,15 +75,21 @@ class ReplicaServer:
 
     # ------------------------------------------------------------------ lifecycle
     def _build_app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 2**20, middlewares=[openai_errors])
+        sglang = self.config.engine == "sglang"
+        middlewares = [openai_errors, flat_errors] if sglang else [openai_errors]
+        app = web.Application(client_max_size=64 * 2**20, middlewares=middlewares)
         r = app.router
         r.add_post("/v1/completions", self.generator.completions)
         r.add_post("/v1/chat/completions", self.generator.chat_completions)
         r.add_get("/v1/models", self.models)
         r.add_get("/health", self.health)
-        r.add_get("/metrics", self.metrics_endpoint)
-        r.add_get("/version", self.version)
-        r.add_get("/load", self.load)
+        if self.config.enable_metrics:
+            r.add_get("/metrics", self.metrics_endpoint)
+        if sglang:
+            SglangApi(self).add_routes(app)
+        else:
+            r.add_get("/version", self.version)
+            r.add_get("/load", self.load)
         r.add_post("/tokenize", self.tokenize)
         r.add_post("/detokenize", self.detokenize)
         r.add_get("/ping", self.health)
@@ -168,7 +181,12 @@ class ReplicaServer:
     async def server_info(self, request: web.Request) -> web.Response:
         return json_response(
             info.sglang_server_info(
-                self.model_name, self.tokenizer, self.config.engine_config, tp=self.config.tp
+                self.model_name,
+                self.tokenizer,
+                self.config.engine_config,
+                tp=self.config.tp,
+                engine=self.config.engine,
+                enable_metrics=self.config.enable_metrics,
             )
         )
 
@@ -182,6 +200,7 @@ class ReplicaServer:
                 root=self.model_name,
                 max_model_len=self.config.engine_config.max_model_len,
                 created=self.created,
+                engine=self.config.engine,
             )
         )
 

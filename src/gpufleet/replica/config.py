@@ -40,3 +40,5 @@ class ReplicaConfig:
     access_log: bool = False  # log every HTTP request to stderr
     tp: int = 1  # reported by the SGLang-style /server_info only
     max_logprobs: int = 20  # vLLM's --max-logprobs: the most (top) logprobs a request gets
+    engine: str = "vllm"  # whose API personality it speaks: vllm | sglang
+    enable_metrics: bool = True  # serve /metrics (SGLang only with --enable-metrics)

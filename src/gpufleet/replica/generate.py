@@ -105,13 +105,9 @@ class Generator:
         # work (reading JSON, tokenizing) is simulation overhead, not modelled time.
         received_wall_s = time.monotonic()
         server = self.server
-        if server.starting():
-            return error_response("the model is still loading", 503)
-        if server.dead():
-            return error_response("the engine is dead", 503)
-        if server.faults.fail_next > 0:
-            server.faults.fail_next -= 1
-            return error_response("injected failure", server.faults.fail_status)
+        refused = self.refusal()
+        if refused is not None:
+            return refused
         try:
             body = await read_json(request)
             params = parse_generation_request(
@@ -122,13 +118,46 @@ class Generator:
                 tokenizer=self.tokenizer,
                 max_logprobs=server.config.max_logprobs,
             )
-            plans = self._plan_choices(params)
+            prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
+            request_id = prefix + (params.request_id or uuid.uuid4().hex)
+            choices = self.submit(params, request_id, received_wall_s)
         except RequestError as e:
             return error_response(e.message, e.status, e.param)
+        done = False
+        try:
+            from gpufleet.replica import streaming
+
+            if params.stream:
+                response = await streaming.stream(self, request, params, choices, request_id)
+            elif params.plain:
+                response = await self._complete_plain(params, choices[0], request_id)
+            else:
+                response = await self._complete(params, choices, request_id)
+            done = True
+            return response
+        finally:
+            self.release(choices, done)
+
+    def refusal(self) -> web.Response | None:
+        """The 503 (or injected failure) a request gets before reaching the engine."""
+        server = self.server
+        if server.starting():
+            return error_response("the model is still loading", 503)
+        if server.dead():
+            return error_response("the engine is dead", 503)
+        if server.faults.fail_next > 0:
+            server.faults.fail_next -= 1
+            return error_response("injected failure", server.faults.fail_status)
+        return None
+
+    def submit(
+        self, params: GenerationParams, request_id: str, received_wall_s: float
+    ) -> list[ChoiceOutput]:
+        """One engine request per choice, handed to the runner. Raises RequestError."""
+        server = self.server
+        plans = self._plan_choices(params)
         runner = server.runner
         assert runner is not None
-        prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
-        request_id = prefix + (params.request_id or uuid.uuid4().hex)
         hashes = None
         if params.cache_salt is not None:  # a salted prefix cache: other salts never hit
             parent = zlib.crc32(params.cache_salt.encode())
@@ -152,27 +181,20 @@ class Generator:
             )
         server.metrics.observe_request(params.n, params.max_tokens_param)
         server.in_flight += 1
-        done = False
-        try:
-            from gpufleet.replica import streaming
+        return choices
 
-            if params.stream:
-                response = await streaming.stream(self, request, params, choices, request_id)
-            elif params.plain:
-                response = await self._complete_plain(params, choices[0], request_id)
-            else:
-                response = await self._complete(params, choices, request_id)
-            done = True
-            return response
-        finally:
-            server.in_flight -= 1
-            for c in choices:
-                if not c.req.is_finished:
-                    # a stop matched (done), or the client left / an error (not done)
-                    reason = FinishReason.STOP if done else FinishReason.ABORT
-                    runner.abort(c.req.request_id, reason)
-            if done:
-                server.metrics.observe_max_generation(max(c.stream.sent for c in choices))
+    def release(self, choices: list[ChoiceOutput], done: bool) -> None:
+        """The request left: choices still in the engine are aborted (a stop string
+        matched when `done`; else the client left or an error ended it)."""
+        server = self.server
+        server.in_flight -= 1
+        runner = server.runner
+        assert runner is not None
+        for c in choices:
+            if not c.req.is_finished:
+                runner.abort(c.req.request_id, FinishReason.STOP if done else FinishReason.ABORT)
+        if done:
+            server.metrics.observe_max_generation(max(c.stream.sent for c in choices))
 
     def _plan_choices(
         self, p: GenerationParams
@@ -260,6 +282,13 @@ class Generator:
     async def _complete(
         self, params: GenerationParams, choices: list[ChoiceOutput], request_id: str
     ) -> web.Response:
+        failed = await self.collect(choices)
+        if failed is not None:
+            return failed
+        return json_response(self._body(params, choices, request_id))
+
+    async def collect(self, choices: list[ChoiceOutput]) -> web.Response | None:
+        """Wait for every choice to end; an error response if the engine died."""
         for c in choices:
             # Each step's tokens are taken as they come (exact latencies, even for choices
             # this handler is not waiting on); the handler wakes when a choice is over.
@@ -277,7 +306,7 @@ class Generator:
                     return error_response("the engine died", 500)
                 self.advance(c)
             self.observe_finished(c.stream, c.stream.sent)
-        return json_response(self._body(params, choices, request_id))
+        return None
 
     def _prompt_logprobs(self, params: GenerationParams, seed: int) -> list[Any] | None:
         k = params.prompt_logprobs

@@ -20,9 +20,21 @@ _tokenizer_dirs: dict[int, str] = {}
 
 
 def model_list(
-    served_model_names: list[str], *, root: str, max_model_len: int, created: int
+    served_model_names: list[str],
+    *,
+    root: str,
+    max_model_len: int,
+    created: int,
+    engine: str = "vllm",
 ) -> dict[str, Any]:
-    """vLLM's GET /v1/models body (ModelCard with max_model_len and a permission)."""
+    """vLLM's GET /v1/models body (ModelCard with max_model_len and a permission); SGLang's
+    card has no permission and says owned_by "sglang"."""
+    if engine == "sglang":
+        return {"object": "list", "data": [
+            {"id": name, "object": "model", "created": created, "owned_by": "sglang",
+             "root": name, "max_model_len": max_model_len}
+            for name in served_model_names
+        ]}  # fmt: skip
     data = []
     for name in served_model_names:
         data.append(
@@ -76,19 +88,33 @@ def tokenizer_dir(tokenizer: Tokenizer) -> str:
     return path
 
 
+SGLANG_VERSION = "0.5.10"  # the SGLang release whose API and metrics the personality mimics
+
+
 def sglang_model_info(model_name: str, tokenizer: Tokenizer) -> dict[str, Any]:
     # model_path is where SGLang loaded the model from: here, a local tokenizer directory.
     return {
         "model_path": tokenizer_dir(tokenizer),
         "tokenizer_path": tokenizer_dir(tokenizer),
         "is_generation": True,
+        "preferred_sampling_params": None,
+        "weight_version": "default",
         "served_model_name": model_name,
     }
 
 
 def sglang_server_info(
-    model_name: str, tokenizer: Tokenizer, cfg: EngineConfig, *, tp: int
+    model_name: str,
+    tokenizer: Tokenizer,
+    cfg: EngineConfig,
+    *,
+    tp: int,
+    engine: str = "vllm",
+    enable_metrics: bool = False,
+    gen_throughput: float = 0.0,
 ) -> dict[str, Any]:
+    """SGLang's GET /get_server_info: its server args, scheduler info, per-DP internal
+    states and version (the vLLM personality answers it too, for sglang-router)."""
     return {
         "model_path": tokenizer_dir(tokenizer),
         "tokenizer_path": tokenizer_dir(tokenizer),
@@ -98,8 +124,13 @@ def sglang_server_info(
         "dp_size": 1,
         "context_length": cfg.max_model_len,
         "max_total_num_tokens": cfg.num_gpu_blocks * cfg.block_size,
+        "max_req_input_len": cfg.max_model_len - 1,
         "max_running_requests": cfg.max_num_seqs,
         "chunked_prefill_size": cfg.max_num_batched_tokens,
         "page_size": cfg.block_size,
-        "version": VLLM_API_VERSION,
+        "schedule_policy": "fcfs",
+        "disable_radix_cache": not cfg.enable_prefix_caching,
+        "enable_metrics": enable_metrics,
+        "internal_states": [{"last_gen_throughput": gen_throughput}],
+        "version": SGLANG_VERSION if engine == "sglang" else VLLM_API_VERSION,
     }

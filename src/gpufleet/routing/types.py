@@ -32,6 +32,7 @@ class EngineStats:
     # The gateway's own in-flight count for this replica when the scrape was taken, so a
     # policy can correct stale engine numbers by what was sent since.
     in_flight_at_scrape: int = 0
+    kv_reported: bool = True  # False: the engine exports no KV usage (TGI); 0.0 above
 
 
 @dataclass(slots=True)

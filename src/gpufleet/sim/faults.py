@@ -72,7 +72,7 @@ class SimFaults:
         view = replica.view
         for rid in sorted(replica.live_ids):
             live = clients.live[rid]
-            table.record_failure(view)
+            table.record_failure(view, now)
             streamed = live.result.first_token_s is not None
             fleet.fleet.finished(live.info, view, live.policy, False, streamed)
             if streamed:

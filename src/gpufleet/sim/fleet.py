@@ -159,7 +159,7 @@ class SimFleet:
             replica.live_ids.discard(ereq.request_id)
             replica.account(now)
             self.fleet.finished(live.info, view, live.policy, True, res.first_token_s is not None)
-            self.fleet.observe_latency(now, res.ttft_s, res.tpot_s)
+            self.fleet.observe_latency(now, res.ttft_s, res.tpot_s, live.info.model)
             self.clients.client_done(live.req.index)
         if replica.engine.has_work:
             self.step(replica)
