@@ -6,6 +6,7 @@ snapshot for autoscaling. The gateway drives it with sockets and the real clock,
 simulator with a virtual clock (docs/design.md).
 """
 
+from gpufleet.fleet_state.adapters import AdapterCatalog, AdapterSpec, can_serve_adapter
 from gpufleet.fleet_state.engine_metrics import (
     ENGINE_METRICS,
     KV_USAGE_RULE,
@@ -14,6 +15,7 @@ from gpufleet.fleet_state.engine_metrics import (
     parse_engine_metrics,
 )
 from gpufleet.fleet_state.latency import LatencyWindows, RecentWindow
+from gpufleet.fleet_state.lora_metrics import LoraRequestsInfo
 from gpufleet.fleet_state.queue import AdmissionQueue, QueueTicket, Refusal
 from gpufleet.fleet_state.replica import FleetReplica
 from gpufleet.fleet_state.signals import GatewaySignals, LatencyPercentiles, ReplicaSnapshot
@@ -23,6 +25,8 @@ from gpufleet.fleet_state.table import ReplicaTable
 __all__ = [
     "ENGINE_METRICS",
     "KV_USAGE_RULE",
+    "AdapterCatalog",
+    "AdapterSpec",
     "AdmissionQueue",
     "EngineMetricNames",
     "FleetReplica",
@@ -30,12 +34,14 @@ __all__ = [
     "GatewaySignals",
     "LatencyPercentiles",
     "LatencyWindows",
+    "LoraRequestsInfo",
     "QueueTicket",
     "RecentWindow",
     "Refusal",
     "ReplicaSnapshot",
     "ReplicaTable",
     "ScrapedMetrics",
+    "can_serve_adapter",
     "needs_prefix_hashes",
     "parse_engine_metrics",
 ]

@@ -23,9 +23,15 @@ engine, `engine="0"`, `engine="1"`, ...):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from gpufleet.fleet_state.lora_metrics import (
+    LORA_REQUESTS_INFO,
+    LoraRequestsInfo,
+    lora_requests_info,
+)
 
 KV_USAGE_RULE = "capacity-weighted mean over the replica's engines"
 
@@ -57,7 +63,7 @@ VLLM = EngineMetricNames(
     cache_info="vllm:cache_config_info",
 )
 ENGINE_METRICS: tuple[EngineMetricNames, ...] = (VLLM,)
-_PREFIXES = tuple(name for family in ENGINE_METRICS for name in family.names)
+_PREFIXES = (*(name for family in ENGINE_METRICS for name in family.names), LORA_REQUESTS_INFO)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +75,7 @@ class ScrapedMetrics:
     kv_cache_usage: float = 0.0  # fraction 0..1 of the replica's KV blocks in use
     kv_capacity_tokens: int | None = None  # None: the engine does not report it
     engine: str | None = None  # which family of names matched; None: none did
+    lora: LoraRequestsInfo | None = None  # vllm:lora_requests_info, when it exposes it
 
     @property
     def load(self) -> int:
@@ -85,10 +92,11 @@ def parse_engine_metrics(text: str) -> ScrapedMetrics:
         for sample in family.samples:
             samples.append((sample.name, sample.labels, sample.value))
     present = {name for name, _, _ in samples}
+    lora = lora_requests_info(samples) if LORA_REQUESTS_INFO in present else None
     for names in ENGINE_METRICS:
         if present.intersection(names.names):
-            return _combine(names, samples)
-    return ScrapedMetrics()
+            return replace(_combine(names, samples), lora=lora)
+    return ScrapedMetrics(lora=lora)
 
 
 def _combine(

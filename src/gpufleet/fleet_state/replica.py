@@ -21,6 +21,11 @@ class FleetReplica(ReplicaView):
     streaming: int = 0  # of in_flight, those whose first token reached the client
     kv_capacity_tokens: int | None = None  # from the engine's metrics, when it reports it
     down_reason: str = ""  # why the last probe failed ("" once healthy), as a person reads it
+    # LoRA: whether it loads adapters at runtime (None: not known yet), why not, and how
+    # many adapters were loaded onto it for this fleet.
+    lora_loadable: bool | None = None
+    lora_note: str = ""
+    adapter_loads: int = 0
 
     def serves(self, model: str) -> bool:
         # A replica whose models are not known yet (no /v1/models) is offered none.
