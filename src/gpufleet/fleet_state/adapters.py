@@ -38,6 +38,11 @@ class AdapterCatalog:
             self._by_name[spec.name] = spec
             self._declared.add(spec.name)
 
+    def declare(self, spec: AdapterSpec) -> None:
+        """Add or replace a configured adapter (a config reload)."""
+        self._by_name[spec.name] = spec
+        self._declared.add(spec.name)
+
     def get(self, name: str) -> AdapterSpec | None:
         return self._by_name.get(name)
 

@@ -19,6 +19,7 @@ from gpufleet.fleet_state import FleetState, Refusal, needs_prefix_hashes
 from gpufleet.gateway.admission import TableChanges, choose_ready, choose_replica
 from gpufleet.gateway.config import GatewayConfig
 from gpufleet.gateway.http_adapters import JSON, In, Out, send_error
+from gpufleet.gateway.lora_loader import AdapterLoader, request_body_for
 from gpufleet.gateway.metrics import GatewayMetrics
 from gpufleet.gateway.replicas import Replica
 from gpufleet.gateway.request_meta import BadRequest, parse_body
@@ -49,8 +50,8 @@ class Failure:
     `final` failures (timeouts) are not retried: the request may still be running there.
     """
 
-    __slots__ = ("body", "code", "content_type", "final", "headers", "message", "param",
-                 "status")  # fmt: skip
+    __slots__ = ("again", "body", "code", "content_type", "final", "headers", "message",
+                 "param", "status")  # fmt: skip
 
     def __init__(
         self,
@@ -63,6 +64,7 @@ class Failure:
         code: str | int | None = None,
         headers: dict[str, str] | None = None,
         final: bool = False,
+        again: bool = False,
     ) -> None:
         self.status = status
         self.message = message
@@ -72,6 +74,7 @@ class Failure:
         self.code = code
         self.headers = headers
         self.final = final
+        self.again = again  # worth another try on the same replica (its adapter reloaded)
 
     @classmethod
     def refused(cls, refusal: Refusal) -> Failure:
@@ -107,7 +110,7 @@ class RequestContext:
         self.out = out
         self.headers = headers  # the client's, minus hop-by-hop ones, as raw bytes
         self.info = info
-        self.model = info.model
+        self.model = info.adapter or info.model  # as the client named it (for metrics)
         self.policy = policy
         self.tenant = tenant
         self.path = path
@@ -124,6 +127,7 @@ class Proxy:
         metrics: GatewayMetrics,
         changes: TableChanges,
         pool: Callable[[], UpstreamPool | None],
+        loader: AdapterLoader,
     ) -> None:
         self.config = config
         self.limits = config.limits
@@ -132,6 +136,7 @@ class Proxy:
         self.metrics = metrics
         self.changes = changes
         self._pool = pool
+        self.loader = loader
         self._request_ids = itertools.count(1)
 
     # -- admission steps ------------------------------------------------------------------
@@ -177,9 +182,11 @@ class Proxy:
             if self.fleet.needs_prefix and needs_prefix_hashes(policy):
                 hashes = request_prefix_hashes(meta.body, endpoint)
             session = request.header(b"x-session-id")
+            base, adapter = self.fleet.resolve(model)  # a LoRA adapter: its base's replicas
             info = RequestInfo(
                 request_id=f"gw-{next(self._request_ids)}",
-                model=model,
+                model=base,
+                adapter=adapter,
                 tenant=tenant.name,
                 session_key=session.decode("latin-1") if session is not None else meta.user,
                 prefix_hashes=hashes,
@@ -213,6 +220,7 @@ class Proxy:
         deadline_s = ctx.t0_s + self.fleet.queue.timeout_s
         tried: tuple[Replica, ...] = ()
         failure: Failure | None = None
+        attempts = 0
         while True:
             chosen: Replica | Refusal | None
             chosen = choose_ready(self.fleet, ctx.info, ctx.policy, ctx.tenant.pool, tried)
@@ -230,8 +238,10 @@ class Proxy:
             failure = result
             if result.final:
                 break
-            tried = (*tried, replica)
-            if len(tried) >= max_attempts:
+            attempts += 1
+            if not result.again:
+                tried = (*tried, replica)
+            if attempts >= max_attempts:
                 break
             replica.m_retries.inc()
         assert failure is not None
@@ -277,9 +287,18 @@ class Proxy:
         fleet.started(ctx.info, replica, ctx.policy)
         replica.m_requests.inc()
         ok = ctx.streamed = False
-        head = request_head(b"POST", replica.host_header, ctx.path.encode(), len(ctx.body))
-        data = b"".join((head, ctx.headers, b"\r\n", ctx.body))
         try:
+            body = ctx.body
+            info = ctx.info
+            if info.adapter is not None:
+                spec = fleet.adapter_missing(info, replica)
+                if spec is not None:  # load it there first (requests meanwhile share the load)
+                    loaded = await self.loader.ensure(replica, spec)
+                    if not loaded.ok:
+                        return Failure(loaded.status, loaded.message)
+                body = request_body_for(replica, body, info.model, info.adapter)
+            head = request_head(b"POST", replica.host_header, ctx.path.encode(), len(body))
+            data = b"".join((head, ctx.headers, b"\r\n", body))
             try:
                 upstream = await self._open(replica, data, ctx.t0_s)
             except UpstreamTimeout:
@@ -303,6 +322,10 @@ class Proxy:
                     return self._failed(replica, 502, f"replica {replica.replica_id} broke: {exc}")
                 if status >= 500:
                     return self._failed(replica, status, "", body, ctype)
+                if status == 404 and info.adapter is not None:
+                    # It lost the adapter (restarted?): load it again and resend.
+                    fleet.adapter_forgotten(replica, info.adapter)
+                    return Failure(404, "", body=body, content_type=ctype, again=True)
                 ok = status < 400
                 fleet.table.record_success(replica)
                 e2e = self.metrics.latency(ctx.model, ctx.tenant.name)[3]

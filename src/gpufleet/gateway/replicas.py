@@ -23,6 +23,7 @@ class Replica(FleetReplica):
     addr: tuple[str, int] = ("", 0)  # host, port for the proxy's connection pool
     host_header: bytes = b""
     uses_models_probe: bool = False  # no /health (a plain OpenAI server): probe /v1/models
+    lora_api: str | None = None  # whose dynamic-LoRA API it answered: "vllm", "sglang"
     m_requests: Any = None
     m_errors: Any = None
     m_retries: Any = None
@@ -67,6 +68,12 @@ class Replica(FleetReplica):
             "pool": self.pool,
             "kv_capacity_tokens": self.kv_capacity_tokens,
             "source": self.source,
+            "lora": {
+                "api": self.lora_api,
+                "loadable": self.lora_loadable,
+                "note": self.lora_note or None,
+                "adapter_loads": self.adapter_loads,
+            },
             "consecutive_failures": self.consecutive_failures,
             "stats": None
             if s is None
@@ -76,5 +83,8 @@ class Replica(FleetReplica):
                 "kv_cache_usage": s.kv_cache_usage,
                 "scraped_at_s": s.scraped_at_s,
                 "in_flight_at_scrape": s.in_flight_at_scrape,
+                "running_adapters": list(s.running_adapters),
+                "waiting_adapters": list(s.waiting_adapters),
+                "max_lora": s.max_lora,
             },
         }

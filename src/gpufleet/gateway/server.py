@@ -31,6 +31,7 @@ from gpufleet.gateway.admission import TableChanges
 from gpufleet.gateway.config import GatewayConfig, ReplicaConfig, load_config
 from gpufleet.gateway.fast_http import FastFront
 from gpufleet.gateway.health import HealthChecks
+from gpufleet.gateway.lora_loader import AdapterLoader
 from gpufleet.gateway.metrics import GatewayMetrics
 from gpufleet.gateway.proxy import Proxy
 from gpufleet.gateway.replicas import Replica
@@ -60,6 +61,7 @@ def build_fleet(cfg: GatewayConfig) -> FleetState[Replica]:
         eject_after_failures=cfg.health.eject_after_failures,
         readmit_after_successes=cfg.health.readmit_after_successes,
         signals_window_s=cfg.signals_window_s,
+        adapters=cfg.adapter_specs(),
     )
 
 
@@ -78,8 +80,9 @@ class Gateway:
         )
         self._session: aiohttp.ClientSession | None = None
         self._pool: UpstreamPool | None = None
+        self.loader = AdapterLoader(self.fleet, lambda: self._session, cfg.limits.read_timeout_s)
         self.proxy = Proxy(cfg, self.fleet, self.tenants, self.metrics, TableChanges(self.fleet),
-                           lambda: self._pool)  # fmt: skip
+                           lambda: self._pool, self.loader)  # fmt: skip
         self.health = HealthChecks(cfg, self.fleet, lambda: self._session)
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -244,6 +247,8 @@ class Gateway:
             if self.replicas.find_by_url(url) is None:
                 added.append(self._add(rc, source="config").replica_id)
         self.fleet.served_models = frozenset(cfg.models)
+        for spec in cfg.adapter_specs():  # new and changed adapters (removed ones stay known)
+            self.fleet.adapters.declare(spec)
         self.replicas.changed()
         log.info("config reloaded: +%s -%s", added, removed)
         return {"added": added, "removed": removed}
