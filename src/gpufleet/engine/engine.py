@@ -28,6 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from gpufleet.engine.kv_cache import BlockPool
+from gpufleet.engine.lora import AdapterSlots
 from gpufleet.engine.request import EngineRequest, FinishReason, RequestStatus
 from gpufleet.perf.step_time import StepBatch, StepTimeModel
 from gpufleet.tokenizer import block_hashes
@@ -104,8 +105,15 @@ class _MicroBatch:
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, step_time_model: StepTimeModel, seed: int = 0):
+    def __init__(
+        self,
+        config: EngineConfig,
+        step_time_model: StepTimeModel,
+        seed: int = 0,
+        lora: AdapterSlots | None = None,
+    ):
         self.config = config
+        self.lora = lora  # LoRA adapter slots (engine.lora); None: LoRA not enabled
         self.step_time_model = step_time_model
         self.seed = seed
         self.now_s = 0.0
@@ -158,6 +166,7 @@ class Engine:
             return None
         if req.status is RequestStatus.RUNNING:
             self._running.remove(req)
+            self._release_lora(req)
         else:
             self._waiting.remove(req)
         self._pool.release(req.blocks)
@@ -307,6 +316,8 @@ class Engine:
 
         # 2. waiting requests, first come first served
         waiting = self._waiting
+        lora = self.lora
+        skipped: list[EngineRequest] = []  # over max_loras: kept in order, passed over
         # With pp > 1, spread simultaneous arrivals over the pipeline's micro-batches (as
         # vLLM's per-stage virtual engines did) instead of packing them into one.
         admit_left = len(waiting)
@@ -316,6 +327,9 @@ class Engine:
             while waiting and budget > 0 and len(running) < cfg.max_num_seqs and admit_left > 0:
                 admit_left -= 1
                 req = waiting[0]
+                if req.lora is not None and lora is not None and not lora.can_admit(req.lora):
+                    skipped.append(waiting.popleft())
+                    continue
                 hit_blocks: list[int] = []
                 if pool.enable_caching:
                     hit_blocks = self._longest_cached_prefix(req)
@@ -345,6 +359,8 @@ class Engine:
                 if req.first_scheduled_s is None:
                     req.first_scheduled_s = start_s
                 req.status = RequestStatus.RUNNING
+                if req.lora is not None and lora is not None:
+                    lora.admit(req.lora)
                 running.append(req)
                 req.in_flight += 1
                 entries.append((req, computed + n))
@@ -356,6 +372,9 @@ class Engine:
                     prefill_tokens.append(n)
                     prefill_context.append(computed)
 
+            if skipped:
+                waiting.extendleft(reversed(skipped))
+
         if not entries:
             return None
         batch = StepBatch(
@@ -365,6 +384,8 @@ class Engine:
             decode_context_tokens=decode_context,
         )
         step_s = self.step_time_model.step_time_s(batch)
+        if lora is not None:  # loads this iteration waits for, SGMV kernels of its adapters
+            step_s += lora.step_extra_s(cfg.max_num_batched_tokens - budget, start_s)
         pp = cfg.pipeline_stages
         end_s = start_s + step_s
         if self._in_flight and end_s < self._in_flight[-1].end_s:
@@ -386,6 +407,7 @@ class Engine:
 
     def _preempt(self, req: EngineRequest) -> None:
         self._running.remove(req)
+        self._release_lora(req)
         self._pool.release(req.blocks)
         req.blocks = []
         req.num_cached_blocks = 0
@@ -395,6 +417,10 @@ class Engine:
         self._waiting.appendleft(req)
         self._preemptions += 1
         self._preempted_pending.append(req)
+
+    def _release_lora(self, req: EngineRequest) -> None:
+        if req.lora is not None and self.lora is not None:
+            self.lora.release(req.lora)
 
     def _longest_cached_prefix(self, req: EngineRequest) -> list[int]:
         """Cached blocks of the request's longest cached prefix, never covering its last
@@ -462,6 +488,7 @@ class Engine:
                 self._pool.release(req.blocks)
                 req.blocks = []
                 del self._requests[req.request_id]
+                self._release_lora(req)
                 finished.append(req)
         self._generation_tokens += len(emitted)
         if finished:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from gpufleet.tokenizer import SPECIAL_TOKENS, VOCAB_SIZE
 
 # Generated tokens are ordinary vocabulary words (never special tokens), so generated
 # text re-tokenizes to exactly as many tokens as were generated.
+if TYPE_CHECKING:
+    from gpufleet.engine.lora import LoraAdapter
+
 _FIRST_WORD_ID = len(SPECIAL_TOKENS)
 _WORD_SPAN = VOCAB_SIZE - _FIRST_WORD_ID
 
@@ -46,6 +50,7 @@ class EngineRequest:
         "first_scheduled_s",
         "first_token_s",
         "in_flight",
+        "lora",
         "max_tokens",
         "num_cached_blocks",
         "num_computed_tokens",
@@ -69,6 +74,7 @@ class EngineRequest:
         stop_after_tokens: int | None = None,
         prompt_block_hashes: list[int] | None = None,
         arrival_s: float | None = None,
+        lora: LoraAdapter | None = None,
     ):
         if not prompt_token_ids:
             raise ValueError("prompt_token_ids must not be empty")
@@ -84,6 +90,7 @@ class EngineRequest:
         self.block_hashes: list[int] = list(prompt_block_hashes or [])
         self._rng = seed  # the engine fills in a seed if None
         self.arrival_s = arrival_s
+        self.lora = lora  # the LoRA adapter it runs with (None: the base model)
         self.status = RequestStatus.WAITING
         self.blocks: list[int] = []
         self.num_cached_blocks = 0  # blocks[:n] are registered in the prefix cache
