@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from gpufleet.engine.kv_cache import BlockPool
-from gpufleet.engine.lora import AdapterSlots
+from gpufleet.engine.lora import AdapterSlots, LoraAdapter
 from gpufleet.engine.request import EngineRequest, FinishReason, RequestStatus
 from gpufleet.perf.step_time import StepBatch, StepTimeModel
 from gpufleet.tokenizer import block_hashes
@@ -177,6 +177,19 @@ class Engine:
         self._finished_by_reason[reason.value] += 1
         return req
 
+    def add_lora(self, adapter: LoraAdapter, now_s: float) -> float:
+        """Load `adapter` (vLLM's add_lora) between iterations, at `now_s` or when the one
+        in progress ends; the engine time when it is loaded. ValueError if it cannot be."""
+        if self.lora is None:
+            raise ValueError("LoRA is not enabled. Use --enable-lora to enable LoRA.")
+        self.advance_to(now_s)
+        self.lora.add(adapter, self.now_s)
+        return self.lora.busy_until_s
+
+    def remove_lora(self, name: str) -> bool:
+        """Unregister an adapter (vLLM's remove_lora); False if it was not registered."""
+        return self.lora is not None and self.lora.remove(name)
+
     def get(self, request_id: str) -> EngineRequest | None:
         return self._requests.get(request_id)
 
@@ -211,6 +224,9 @@ class Engine:
     @property
     def num_running(self) -> int:
         return len(self._running)
+
+    def waiting_requests(self) -> tuple[EngineRequest, ...]:
+        return tuple(self._waiting)
 
     @property
     def num_waiting(self) -> int:
