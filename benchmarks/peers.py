@@ -21,6 +21,7 @@ PEER_VERSIONS: dict[str, str] = {
     "vllm-router": "0.1.17",
     "aiperf": "0.13.0",
     "vllm": "0.33.0",  # `vllm bench serve` only (bench_parity --with-vllm): a ~9 GB venv
+    "vidur": "0.0.26",  # sim_speed's simulator peer (microsoft/vidur)
 }
 
 PEERS_DIR = Path(

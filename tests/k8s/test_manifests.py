@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import math
 import shlex
 from typing import Any
 
+import jsonschema
 import pytest
 
 from gpufleet.k8s.emit import ManifestFile, fleet_for_plan, render
@@ -92,6 +94,50 @@ def test_a_schema_violation_is_caught() -> None:
     bad_so = {**so, "spec": {**so["spec"], "minReplicas": 1}}
     with pytest.raises(Exception, match="minReplicas"):
         validate_manifest(bad_so)
+
+
+def _with(obj: dict[str, Any], path: str, key: str, value: Any) -> dict[str, Any]:
+    """A deep copy of `obj` with `key` set to `value` in the mapping at the dotted `path`
+    (a number picks a list item)."""
+    out = copy.deepcopy(obj)
+    node: Any = out
+    for part in path.split(".") if path else ():
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    node[key] = value
+    return out
+
+
+@pytest.mark.parametrize(
+    ("kind", "path", "key", "value", "match"),
+    [
+        # LWS fields, each a documented name misspelt or a documented bound broken
+        ("LeaderWorkerSet", "spec.leaderWorkerTemplate", "sizes", 2, "sizes"),
+        ("LeaderWorkerSet", "spec.leaderWorkerTemplate", "size", 0, "minimum of 1"),
+        ("LeaderWorkerSet", "spec.leaderWorkerTemplate", "restartPolicy", "Always", "Always"),
+        ("LeaderWorkerSet", "spec", "networkConfig", {"subdomainPolicy": "Unique"}, "Unique"),
+        ("LeaderWorkerSet", "spec", "rolloutStrategy", {"type": "Recreate"}, "Recreate"),
+        # the pod templates are Kubernetes' PodTemplateSpec, checked strictly
+        ("LeaderWorkerSet", "spec.leaderWorkerTemplate.workerTemplate.spec", "nodeSelectors",
+         {}, "nodeSelectors"),
+        ("LeaderWorkerSet", "spec.leaderWorkerTemplate.leaderTemplate.spec.containers.0",
+         "readinessProbes", {}, "readinessProbes"),
+        ("LeaderWorkerSet", "metadata", "label", {}, "label"),
+        # KEDA: nested fields, and a null the API server would prune silently
+        ("ScaledObject", "spec.triggers.0", "metricTyp", "Value", "metricTyp"),
+        ("ScaledObject", "spec.advanced.horizontalPodAutoscalerConfig.behavior.scaleDown",
+         "stabilizationWindow", 60, "stabilizationWindow"),
+        ("ScaledObject", "spec.scaleTargetRef", "name", 7, "7"),
+        ("ScaledObject", "spec", "cooldownPeriod", None, "None"),
+    ],
+)  # fmt: skip
+def test_a_crd_schema_violation_is_caught(
+    kind: str, path: str, key: str, value: Any, match: str
+) -> None:
+    """Our LWS schema and the KEDA models' schema reject what a strict API server would."""
+    obj = one(manifests("405b", "keda"), kind)
+    validate_manifest(obj)
+    with pytest.raises(jsonschema.ValidationError, match=match):
+        validate_manifest(_with(obj, path, key, value))
 
 
 def _engine(pod: dict[str, Any]) -> dict[str, Any]:

@@ -15,9 +15,15 @@ planner's closed-loop check, tests and benchmarks):
 
 `run_virtual` plays the contract out on virtual time for offline drivers.
 
-Later (issue 12) an advance may cover several uneventful iterations at once; its outcome's
-tokens then carry their own times, and a driver delivers each at its time and begins the
-next advance at the outcome's end. Drivers go through `begin()`, so that lands here.
+Offline drivers (the simulator) may instead `begin_advance()`: an `Advance` is one
+iteration or, when the coming iterations are plain decode steps, a whole run of them
+(`Engine.plan_decode_run`), due at its `due_s`. A run is applied lazily: the engine keeps
+its state from before the run until something needs it. `submit` and `abort` during a run
+first apply the iterations that began by then and cut the run there (its `due_s` moves
+earlier: the driver schedules its delivery again); `metrics` answers from the plan. At its
+due time `end(advance)` applies what is left and returns the outcome to deliver: a
+`StepOutcome`, or a `DecodeRunOutcome` whose tokens carry their own times. Either way the
+engine ends exactly where stepping iteration by iteration would have left it.
 """
 
 from __future__ import annotations
@@ -26,8 +32,10 @@ import heapq
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-from gpufleet.engine.engine import Engine, StepOutcome
-from gpufleet.engine.request import EngineRequest
+from gpufleet.engine.decode_run import DecodeRun
+from gpufleet.engine.engine import Engine
+from gpufleet.engine.outputs import DecodeRunOutcome, StepOutcome
+from gpufleet.engine.request import EngineRequest, FinishReason
 
 # How long a driver waits before retrying a blocked engine (the live runner sleeps 1 ms).
 BLOCKED_RETRY_S = 0.001
@@ -35,14 +43,30 @@ BLOCKED_RETRY_S = 0.001
 T = TypeVar("T")
 
 
+class Advance:
+    """Iterations begun on an engine, their tokens due at `due_s` (earlier once cut)."""
+
+    __slots__ = ("due_s", "outcome", "run")
+
+    def __init__(self, due_s: float, outcome: Outcome | None, run: DecodeRun | None) -> None:
+        self.due_s = due_s
+        self.outcome = outcome  # set once applied
+        self.run = run  # the planned run not applied yet
+
+
+Outcome = StepOutcome | DecodeRunOutcome
+
+
 class EngineDriver:
-    __slots__ = ("engine",)
+    __slots__ = ("_advance", "engine")
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self._advance: Advance | None = None  # a run begun and not applied yet
 
     def submit(self, request: EngineRequest, arrival_s: float) -> None:
         """Add a request that reached the engine at `arrival_s` (engine clock)."""
+        self._settle(arrival_s)
         engine = self.engine
         if not engine.has_work:
             engine.advance_to(arrival_s)
@@ -51,10 +75,62 @@ class EngineDriver:
     def begin(self) -> StepOutcome | None:
         """Start the next iteration; its outcome is due at `outcome.now_s`. None: nothing
         ran (idle, or blocked while `engine.has_work`)."""
-        outcome = self.engine.step()
-        if outcome.duration_s <= 0.0 and not outcome.emitted:
-            return None
-        return outcome
+        engine = self.engine
+        steps = engine.num_steps
+        outcome = engine.step()
+        return None if engine.num_steps == steps else outcome
+
+    # -- jumps (offline drivers) ----------------------------------------------------------
+    def begin_advance(self) -> Advance | None:
+        """Start the next iteration, or a run of plain decode iterations (applied lazily);
+        deliver `end(advance)` at `advance.due_s`. None: nothing ran (as `begin`)."""
+        run = self.engine.plan_decode_run()
+        if run is not None:
+            self._advance = Advance(run.step_end_s[-1], None, run)
+            return self._advance
+        outcome = self.begin()
+        return None if outcome is None else Advance(outcome.now_s, outcome, None)
+
+    def end(self, advance: Advance) -> Outcome:
+        """The outcome of `advance` at its due time (a run is applied now if it was not)."""
+        if advance.run is not None:
+            advance.outcome = self.engine.run_decode(advance.run)
+            advance.run = None
+            self._advance = None
+        assert advance.outcome is not None
+        return advance.outcome
+
+    def abort(
+        self, request_id: str, at_s: float, reason: FinishReason = FinishReason.ABORT
+    ) -> EngineRequest | None:
+        """Drop a request at `at_s` (cutting a run in progress there)."""
+        self._settle(at_s)
+        return self.engine.abort(request_id, reason)
+
+    def metrics(self, at_s: float) -> tuple[int, int, float]:
+        """(running, waiting, KV cache usage) as `/metrics` would read them at `at_s`."""
+        advance = self._advance
+        engine = self.engine
+        if advance is not None and advance.run is not None:
+            run = advance.run
+            steps = run.num_steps_started_by(at_s)
+            if steps < run.num_steps or not run.finishes:
+                return engine.num_running, engine.num_waiting, run.kv_cache_usage_after(steps)
+            self._settle(at_s)  # every step has begun: apply the run, due time unchanged
+        return engine.num_running, engine.num_waiting, engine.kv_cache_usage
+
+    def _settle(self, at_s: float) -> None:
+        """Apply the iterations of the run in progress that began by `at_s`; the rest of
+        the run is dropped (planned again once these are delivered)."""
+        advance = self._advance
+        if advance is None or advance.run is None:
+            return
+        run = advance.run
+        outcome = self.engine.run_decode(run, max(1, run.num_steps_started_by(at_s)))
+        advance.outcome = outcome
+        advance.run = None
+        advance.due_s = outcome.now_s
+        self._advance = None
 
 
 class Arrivals(Generic[T]):

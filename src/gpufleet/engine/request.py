@@ -5,6 +5,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+import numpy as np
+import numpy.typing as npt
+
 from gpufleet.tokenizer import SPECIAL_TOKENS, VOCAB_SIZE
 
 # Generated tokens are ordinary vocabulary words (never special tokens), so generated
@@ -14,6 +17,36 @@ if TYPE_CHECKING:
 
 _FIRST_WORD_ID = len(SPECIAL_TOKENS)
 _WORD_SPAN = VOCAB_SIZE - _FIRST_WORD_ID
+# The token generator: x <- (x * _LCG_MUL + _LCG_ADD) mod 2^31.
+_LCG_MUL = 1103515245
+_LCG_ADD = 12345
+_LCG_MASK = 0x7FFFFFFF
+# Runs of at least this many tokens are generated with numpy (k steps at once: x_k =
+# (MUL^k * x + ADD_k) mod 2^31 from precomputed tables), shorter ones in a Python loop.
+_VECTOR_MIN_TOKENS = 48
+
+
+class _LcgJumps:
+    """MUL^k and ADD_k = ADD * (MUL^(k-1) + ... + 1), both mod 2^31, for k = 0..len-1."""
+
+    mul = np.ones(1, dtype=np.uint64)
+    add = np.zeros(1, dtype=np.uint64)
+
+    @classmethod
+    def upto(cls, n: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
+        have = len(cls.mul)
+        if have <= n:
+            size = max(n + 1, 2 * have)
+            mul, add = cls.mul.tolist(), cls.add.tolist()
+            m, a = mul[-1], add[-1]
+            for _ in range(size - have):
+                m = (m * _LCG_MUL) & _LCG_MASK
+                a = (a * _LCG_MUL + _LCG_ADD) & _LCG_MASK
+                mul.append(m)
+                add.append(a)
+            cls.mul = np.array(mul, dtype=np.uint64)
+            cls.add = np.array(add, dtype=np.uint64)
+        return cls.mul, cls.add
 
 
 class RequestStatus(StrEnum):
@@ -44,7 +77,6 @@ class EngineRequest:
         "all_token_ids",
         "arrival_s",
         "block_hashes",
-        "blocks",
         "finish_reason",
         "finished_s",
         "first_scheduled_s",
@@ -52,7 +84,6 @@ class EngineRequest:
         "in_flight",
         "lora",
         "max_tokens",
-        "num_cached_blocks",
         "num_computed_tokens",
         "num_output_tokens",
         "num_preemptions",
@@ -92,8 +123,6 @@ class EngineRequest:
         self.arrival_s = arrival_s
         self.lora = lora  # the LoRA adapter it runs with (None: the base model)
         self.status = RequestStatus.WAITING
-        self.blocks: list[int] = []
-        self.num_cached_blocks = 0  # blocks[:n] are registered in the prefix cache
         self.num_computed_tokens = 0
         self.num_output_tokens = 0
         self.num_prefix_hit_tokens = 0  # prompt tokens served from the prefix cache
@@ -119,9 +148,43 @@ class EngineRequest:
 
     def next_token_id(self) -> int:
         """The next generated token: a deterministic sequence from the request's seed."""
-        x = ((self._rng or 0) * 1103515245 + 12345) & 0x7FFFFFFF
+        x = ((self._rng or 0) * _LCG_MUL + _LCG_ADD) & _LCG_MASK
         self._rng = x
         return _FIRST_WORD_ID + x % _WORD_SPAN
+
+    def generate_tokens(self, n: int) -> None:
+        """Append the next `n` generated tokens (`next_token_id` n times, in one call)."""
+        if n <= 0:
+            return
+        x = self._rng or 0
+        if n >= _VECTOR_MIN_TOKENS:
+            mul, add = _LcgJumps.upto(n)
+            states = (mul[1 : n + 1] * np.uint64(x) + add[1 : n + 1]) & np.uint64(_LCG_MASK)
+            self.all_token_ids.extend((states % _WORD_SPAN + _FIRST_WORD_ID).tolist())
+            self._rng = int(states[-1])
+            return
+        append = self.all_token_ids.append
+        for _ in range(n):
+            x = (x * _LCG_MUL + _LCG_ADD) & _LCG_MASK
+            append(_FIRST_WORD_ID + x % _WORD_SPAN)
+        self._rng = x
+
+    def extend_block_hashes(self, block_size: int, max_blocks: int | None = None) -> None:
+        """Hash the full blocks of the known tokens (prompt and generated) not hashed yet, up
+        to `max_blocks` in all, chained as `gpufleet.tokenizer.block_hashes` chains them."""
+        hashes = self.block_hashes
+        tokens = self.all_token_ids
+        stop = len(tokens) // block_size
+        if max_blocks is not None and max_blocks < stop:
+            stop = max_blocks
+        start = len(hashes)
+        if start >= stop:
+            return
+        h = hashes[-1] if hashes else 0
+        append = hashes.append
+        for first in range(start * block_size, stop * block_size, block_size):
+            h = hash((h, *tokens[first : first + block_size]))
+            append(h)
 
     def seed_if_unset(self, seed: int) -> None:
         if self._rng is None:
@@ -133,3 +196,21 @@ class EngineRequest:
             f"tokens={self.num_tokens}, computed={self.num_computed_tokens}, "
             f"out={self.num_output_tokens}/{self.max_tokens})"
         )
+
+
+def generate_tokens_for(requests: list[EngineRequest], n: int) -> None:
+    """`generate_tokens(n)` for each of `requests`, with one numpy pass when that is many
+    tokens (a decode run of a whole batch)."""
+    if n <= 0:
+        return
+    if n * len(requests) < _VECTOR_MIN_TOKENS or n < 4:
+        for r in requests:
+            r.generate_tokens(n)
+        return
+    mul, add = _LcgJumps.upto(n)
+    seeds = np.array([r._rng or 0 for r in requests], dtype=np.uint64)
+    states = (mul[None, 1 : n + 1] * seeds[:, None] + add[None, 1 : n + 1]) & np.uint64(_LCG_MASK)
+    rows = (states % _WORD_SPAN + _FIRST_WORD_ID).tolist()
+    for r, tokens, x in zip(requests, rows, states[:, -1].tolist(), strict=True):
+        r.all_token_ids.extend(tokens)
+        r._rng = x

@@ -34,6 +34,7 @@ from typing import Protocol
 
 from gpufleet.perf.calibration import Calibration, default_calibration
 from gpufleet.perf.comm import AllReduceCurve, send_recv_s
+from gpufleet.perf.decode_run import DecodeParts, decode_run_times_s
 from gpufleet.perf.layer_costs import compute_dtype, layer_classes
 from gpufleet.perf.step_time import StepBatch
 from gpufleet.specs.dtypes import BYTES_PER_PARAM
@@ -189,6 +190,8 @@ class RooflineStepTimeModel:
         self._dp_curve = AllReduceCurve(gpu.link_gbps(stage_gpus), cal.allreduce_latency_s)
         group = stage_gpus * max(1, layout.pp)
         self._pp_link_gbps = gpu.link_gbps(group)
+        # decode batch size -> the parts of a decode step's time that do not depend on context
+        self._decode_parts: dict[int, DecodeParts] = {}
 
     # ---------------------------------------------------------------------------------
 
@@ -286,6 +289,44 @@ class RooflineStepTimeModel:
             return self._latency_s + on
         off = bytes_per_gpu * self._a2a_off_share / (self._net_gbps * 1e9)
         return self._latency_s + NETWORK_LATENCY_S + max(on, off)
+
+    # ---------------------------------------------------------------- decode runs
+
+    def decode_step_times_s(
+        self, num_decode: int, context_tokens: int, num_steps: int
+    ) -> list[float]:
+        """`step_time_s` of each step of a decode run (see `perf.step_time.DecodeStepTimes`)."""
+        parts = self._decode_parts.get(num_decode) or self._decode_parts_for(num_decode)
+        return decode_run_times_s(parts, num_decode, context_tokens, num_steps)
+
+    def _decode_parts_for(self, n: int) -> DecodeParts:
+        """step_time_s's terms for a decode-only batch of n that do not depend on context."""
+        moe_s = self._moe_s(n) if self._num_experts else 0.0
+        act_io = n * self._act_io_bytes_per_token
+        layers = []
+        for cls in self._classes:
+            gemm_s = _soft_max(
+                n * cls.gemm_s_per_token, (cls.weight_bytes + act_io) / self._hbm_bytes_s
+            )
+            layers.append((cls.count, gemm_s, moe_s if cls.is_moe else None, cls.window))
+        tail = [self._allreduce_s(n)] if self._allreduces_per_layer else []
+        compute_s = n * self._lm_flops_per_seq / self._lm_flops_s
+        memory_s = self._lm_bytes / self._hbm_bytes_s
+        tail.append(memory_s if memory_s > compute_s else compute_s)
+        if self.pipeline_stages > 1:
+            hop = send_recv_s(n * self._h * ACT_BYTES, self._pp_link_gbps, 5e-6)
+            tail.append((self.pipeline_stages - 1) * hop)
+        parts = DecodeParts(
+            tuple(layers),
+            tuple(tail),
+            self._overheads_s(n, n, False),
+            self._decode_attn_flops_per_pair,
+            self._attn_flops_s,
+            self._kv_bytes_per_token_layer,
+            self._hbm_bytes_s,
+        )
+        self._decode_parts[n] = parts
+        return parts
 
     def breakdown_s(self, batch: StepBatch) -> dict[str, float]:
         """Where one iteration's time goes (for the planner's explanations)."""

@@ -8,8 +8,9 @@ iteration takes on one layout. It is pure: same batch in, same seconds out.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,41 @@ class StepTimeModel(Protocol):
         ...
 
 
+@runtime_checkable
+class DecodeStepTimes(Protocol):
+    """An optional fast path of a step-time model, for the engine's jumps over decode runs."""
+
+    def decode_step_times_s(
+        self, num_decode: int, context_tokens: int, num_steps: int
+    ) -> list[float]:
+        """The times of `num_steps` decode-only iterations of `num_decode` (>= 1) sequences
+        whose summed KV length is `context_tokens` at the first and grows by `num_decode` a
+        step: bit for bit what `step_time_s(StepBatch(num_decode=num_decode,
+        decode_context_tokens=c))` gives for each, so stepped and jumped runs agree exactly."""
+        ...
+
+
+DecodeStepTimesFn = Callable[[int, int, int], list[float]]
+
+
+def decode_step_times_fn(model: StepTimeModel) -> DecodeStepTimesFn:
+    """`decode_step_times_s` of `model` (see `DecodeStepTimes`): its own fast path when it
+    has one, else one `step_time_s` call per iteration (exact either way)."""
+    fast = getattr(model, "decode_step_times_s", None)
+    if fast is not None:
+        return cast(DecodeStepTimesFn, fast)
+    step_time_s = model.step_time_s
+
+    def one_by_one(num_decode: int, context_tokens: int, num_steps: int) -> list[float]:
+        stop = context_tokens + num_decode * num_steps
+        return [
+            step_time_s(StepBatch(num_decode=num_decode, decode_context_tokens=c))
+            for c in range(context_tokens, stop, num_decode)
+        ]
+
+    return one_by_one
+
+
 @dataclass(frozen=True, slots=True)
 class LinearStepTimeModel:
     """Explicit constants, for tests and for engines calibrated by hand.
@@ -68,3 +104,12 @@ class LinearStepTimeModel:
             + self.per_seq_s * batch.num_seqs
             + self.per_context_token_s * context
         )
+
+    def decode_step_times_s(
+        self, num_decode: int, context_tokens: int, num_steps: int
+    ) -> list[float]:
+        # The same operations in the same order as step_time_s, so every float is identical.
+        head = self.base_s + self.per_token_s * num_decode + self.per_seq_s * num_decode
+        per_ctx = self.per_context_token_s
+        stop = context_tokens + num_decode * num_steps
+        return [head + per_ctx * c for c in range(context_tokens, stop, num_decode)]

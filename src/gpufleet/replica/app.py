@@ -136,7 +136,7 @@ class ReplicaServer:
         """(running, waiting requests per adapter, max_lora) for vllm:lora_requests_info."""
         slots = self.engine.lora
         assert slots is not None
-        waiting = slots.waiting_adapters(self.engine.waiting_requests())
+        waiting = slots.waiting_adapters(self.engine.scheduler.waiting)
         return dict(slots.running), waiting, slots.config.max_loras
 
     def _set_slow(self, factor: float) -> None:

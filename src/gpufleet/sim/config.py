@@ -35,4 +35,7 @@ class SimConfig:
     # The gateway hashes 256 bytes of prompt text per routing block, ≈ 64 tokens.
     routing_block_tokens: int = ROUTING_BLOCK_TOKENS
     seed: int = 0
+    # Advance each engine over runs of plain decode iterations in one event (the results
+    # are the same as stepping; False steps one iteration per event, for comparison).
+    jump_decode_runs: bool = True
     max_events: int = 200_000_000  # a hang guard, far above any real run

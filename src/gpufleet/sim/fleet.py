@@ -3,7 +3,10 @@ lifecycle (start, cold start, ready, drain, stop) and the autoscaler that change
 
 Each engine is driven as `gpufleet.replica.runner` drives it (`gpufleet.engine.driver`):
 an iteration begins at once, its tokens are handed out at its end (a STEP_DONE event), and
-the next iteration begins at that instant, before what the hand-out causes arrives.
+the next iteration begins at that instant, before what the hand-out causes arrives. A run
+of plain decode iterations is one event (`EngineDriver.begin_advance`): it is delivered
+at its end, or cut short (and its delivery moved earlier) when a request reaches the engine
+or is aborted in the middle of it; the results are those of stepping.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 from gpufleet.autoscale.controller import scale_in_order
 from gpufleet.autoscale.decision import ScalingDecision
 from gpufleet.autoscale.gateway_link import fleet_signals
-from gpufleet.engine import BLOCKED_RETRY_S
+from gpufleet.engine import BLOCKED_RETRY_S, Advance, StepOutcome
 from gpufleet.fleet_state import FleetReplica, FleetState
 from gpufleet.routing.types import ReplicaState
 from gpufleet.sim.clients import Clients, LiveRequest
@@ -70,20 +73,30 @@ class SimFleet:
         live.result.replica_id = replica.replica_id
         live.result.dispatched_s = now
         replica.live_ids.add(live.info.request_id)
+        advance = replica.advance
+        due_s = advance.due_s if advance is not None else 0.0
         replica.driver.submit(ereq, now)
+        if advance is not None and advance.due_s != due_s:  # a run cut short: deliver sooner
+            self.events.push(advance.due_s, STEP_DONE, (replica, advance))
         if not replica.stepping:
             replica.stepping = True  # woken below, once this instant's arrivals are in
             self.events.push(now, WAKE, replica)
 
     def step(self, replica: SimReplica) -> None:
-        outcome = replica.driver.begin()
-        if outcome is None:
+        driver = replica.driver
+        if self.config.jump_decode_runs:
+            advance = driver.begin_advance()
+        else:
+            outcome = driver.begin()
+            advance = None if outcome is None else Advance(outcome.now_s, outcome, None)
+        replica.advance = advance
+        if advance is None:
             replica.stepping = replica.engine.has_work
             if replica.stepping:
                 self.events.push(self.clock.now_s + BLOCKED_RETRY_S, RETRY, replica)
             return
         replica.stepping = True
-        self.events.push(outcome.now_s, STEP_DONE, (replica, outcome))
+        self.events.push(advance.due_s, STEP_DONE, (replica, advance))
 
     def on_wake(self, replica: SimReplica) -> None:
         if replica.stopped_at_s is None:
@@ -95,18 +108,23 @@ class SimFleet:
             self.step(replica)
 
     def on_step_done(self, payload: Any) -> None:
-        """An iteration ends: its tokens reach their clients, the next one begins."""
-        replica, outcome = payload
+        """Iterations end: their tokens reach their clients, the next ones begin."""
+        replica, advance = payload
         now = self.clock.now_s
+        if advance is not replica.advance or now != advance.due_s:
+            return  # a run cut short: its delivery was queued again, sooner
+        replica.advance = None
+        outcome = replica.driver.end(advance)
         view = replica.view
         live_map = self._live
-        for ereq in outcome.emitted:
-            live = live_map.get(ereq.request_id)
-            if live is None:
-                continue
-            if live.result.first_token_s is None:
-                live.result.first_token_s = now
-                self.fleet.first_token(live.info, view, self.policy)
+        if type(outcome) is StepOutcome:  # (no request gets its first token in a run)
+            for ereq in outcome.emitted:
+                live = live_map.get(ereq.request_id)
+                if live is None:
+                    continue
+                if live.result.first_token_s is None:
+                    live.result.first_token_s = now
+                    self.fleet.first_token(live.info, view, self.policy)
         for ereq in outcome.finished:
             live = live_map.pop(ereq.request_id, None)
             if live is None:
@@ -131,7 +149,7 @@ class SimFleet:
         """The gateway reads every ready or draining replica's /metrics."""
         now = self.clock.now_s
         for view in self.fleet.table:
-            self.fleet.apply_scrape(view, self.replicas[view.replica_id].scraped(), now)
+            self.fleet.apply_scrape(view, self.replicas[view.replica_id].scraped(now), now)
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self, startup_s: float) -> SimReplica:
@@ -187,7 +205,7 @@ class SimFleet:
         now = self.clock.now_s
         for rid in sorted(replica.live_ids):
             live = self._live.pop(rid, None)
-            replica.engine.abort(rid)
+            replica.driver.abort(rid, now)
             if live is not None:
                 replica.account(now)
                 streamed = live.result.first_token_s is not None

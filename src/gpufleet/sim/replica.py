@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpufleet.autoscale.actuator import ManagedReplica
-from gpufleet.engine import Engine, EngineConfig, EngineDriver
+from gpufleet.engine import Advance, Engine, EngineConfig, EngineDriver
 from gpufleet.fleet_state import FleetReplica, ScrapedMetrics
 from gpufleet.perf.step_time import StepTimeModel
 from gpufleet.routing.types import ReplicaState
@@ -24,6 +24,7 @@ class SimReplica:
     view: FleetReplica
     managed: ManagedReplica
     stepping: bool = False  # a step is in flight (its completion event is queued)
+    advance: Advance | None = None  # the iterations whose delivery is queued
     stopped_at_s: float | None = None
     requests_routed: int = 0
     in_flight_seconds: float = 0.0  # integral of in-flight over time (time-averaged load)
@@ -76,14 +77,14 @@ class SimReplica:
         self.view.state = state
         self.managed.state = state
 
-    def scraped(self) -> ScrapedMetrics:
-        """What its /metrics would say now (`vllm:cache_config_info` included)."""
-        e = self.engine
-        cfg = e.config
+    def scraped(self, now_s: float) -> ScrapedMetrics:
+        """What its /metrics would say at `now_s` (`vllm:cache_config_info` included)."""
+        running, waiting, kv_usage = self.driver.metrics(now_s)
+        cfg = self.engine.config
         return ScrapedMetrics(
-            num_running=e.num_running,
-            num_waiting=e.num_waiting,
-            kv_cache_usage=e.kv_cache_usage,
+            num_running=running,
+            num_waiting=waiting,
+            kv_cache_usage=kv_usage,
             kv_capacity_tokens=cfg.num_gpu_blocks * cfg.block_size,
             engine="vllm",
         )

@@ -1,0 +1,127 @@
+"""The engine's configuration and what its calls return: plain data, no behaviour."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpufleet.engine.request import EngineRequest
+from gpufleet.perf.step_time import StepBatch
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    num_gpu_blocks: int
+    block_size: int = 16
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int = 8192
+    pipeline_stages: int = 1
+    enable_prefix_caching: bool = True
+    # vLLM's long_prefill_token_threshold: cap one request's prefill chunk (0 = no cap).
+    long_prefill_token_threshold: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("num_gpu_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_model_len < 2:
+            raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+        if self.pipeline_stages < 1:
+            raise ValueError(f"pipeline_stages must be >= 1, got {self.pipeline_stages}")
+        if self.num_gpu_blocks * self.block_size < self.max_model_len:
+            raise ValueError(
+                f"the KV cache ({self.num_gpu_blocks} blocks x {self.block_size} tokens) "
+                f"cannot hold one request of max_model_len={self.max_model_len} tokens"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStats:
+    """A read-only snapshot of the engine, in the units vLLM's /metrics uses."""
+
+    num_running: int
+    num_waiting: int
+    kv_cache_usage: float  # fraction of KV blocks held by requests, 0..1
+    num_gpu_blocks: int
+    block_size: int
+    prefix_cache_queries_tokens: int  # tokens looked up in the prefix cache
+    prefix_cache_hits_tokens: int  # of those, tokens found cached
+    num_preemptions: int
+    prompt_tokens: int  # prompt tokens of requests that produced their first token
+    generation_tokens: int
+    finished_by_reason: dict[str, int]
+    num_steps: int
+    now_s: float
+
+
+@dataclass(slots=True)
+class ScheduledBatch:
+    """One iteration (with PP > 1: one micro-batch) as the scheduler planned it.
+
+    `entries` holds (request, its computed tokens once this batch ends); a request whose
+    count then reaches its known tokens emits one token at `end_s`. `batch` is the shape the
+    step-time model priced.
+    """
+
+    entries: list[tuple[EngineRequest, int]]
+    batch: StepBatch
+    start_s: float
+    end_s: float
+    num_tokens: int
+
+
+@dataclass(slots=True)
+class StepOutcome:
+    """What one iteration did. `duration_s` is how far the engine clock moved.
+
+    Every request in `emitted` produced exactly one token this step
+    (`req.all_token_ids[-1]`). `finished` requests carry `finish_reason`.
+    """
+
+    duration_s: float
+    now_s: float
+    emitted: list[EngineRequest] = field(default_factory=list)
+    finished: list[EngineRequest] = field(default_factory=list)
+    preempted: list[EngineRequest] = field(default_factory=list)
+    num_scheduled_tokens: int = 0
+
+
+@dataclass(slots=True)
+class DecodeRunOutcome:
+    """What a jump over `num_steps` decode steps did: the same as that many `StepOutcome`s.
+
+    Step j ended at `step_end_s[j]`, and each request of `step_emitted(j)` produced one token
+    then (with PP > 1 the pipeline's micro-batches take turns). Only the last step can
+    finish requests (`finished`, at `now_s`); no request got its first token in a run.
+    """
+
+    duration_s: float
+    now_s: float
+    step_end_s: list[float]
+    groups: list[list[EngineRequest]]  # requests that decode together
+    step_group: list[int]  # per step, the group that emitted (empty: group 0 every step)
+    finished: list[EngineRequest] = field(default_factory=list)
+    preempted: list[EngineRequest] = field(default_factory=list)  # always empty
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.step_end_s)
+
+    @property
+    def emitted(self) -> list[EngineRequest]:
+        """Every request that produced at least one token."""
+        if not self.step_group:
+            return list(self.groups[0]) if self.groups else []
+        seen = sorted(set(self.step_group))
+        return [r for g in seen for r in self.groups[g]]
+
+    def step_emitted(self, step: int) -> list[EngineRequest]:
+        return self.groups[self.step_group[step] if self.step_group else 0]
+
+    def token_times_s(self, req: EngineRequest) -> list[float]:
+        """When each token `req` produced in this run came out, in order."""
+        out = []
+        for j, end_s in enumerate(self.step_end_s):
+            if req in self.step_emitted(j):
+                out.append(end_s)
+        return out

@@ -1,0 +1,82 @@
+"""The times of a run of decode-only iterations, bit for bit as the roofline gives them.
+
+The engine jumps over runs of decode steps in which only the context grows (one token per
+sequence per step). Everything in a decode step's time except attention over the context
+depends on the batch size alone: the roofline computes those parts once per batch size
+(`DecodeParts`) and this module adds the attention of each step with the very float
+operations, in the same order, that `RooflineStepTimeModel.step_time_s` performs, so
+stepped and jumped runs agree exactly. Short runs loop in Python; long ones use numpy
+(IEEE float64 operations element by element: the same results).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Runs at least this long are evaluated with numpy (a fixed cost of some tens of µs, then
+# a few ns a step); shorter ones step by step in Python.
+VECTOR_MIN_STEPS = 48
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeParts:
+    """What a decode-only step of one batch size costs apart from attention over context,
+    and the constants that attention needs."""
+
+    layers: tuple[tuple[int, float, float | None, int | None], ...]  # count, GEMM, MoE, window
+    tail_s: tuple[float, ...]  # all-reduces, lm_head, PP hops: added in this order
+    overhead_s: float
+    decode_pair_flops: float  # attention FLOPs per (token, context token) pair
+    attn_flops_s: float
+    kv_bytes_per_token_layer: float
+    hbm_bytes_s: float
+
+
+def decode_run_times_s(
+    parts: DecodeParts, num_decode: int, context_tokens: int, num_steps: int
+) -> list[float]:
+    """Each step's time of a decode run of `num_decode` sequences whose summed context is
+    `context_tokens` at the first step and grows by `num_decode` a step."""
+    if num_steps >= VECTOR_MIN_STEPS:
+        return _times_np(parts, num_decode, context_tokens, num_steps)
+    n = num_decode
+    pair_flops, attn_flops_s = parts.decode_pair_flops, parts.attn_flops_s
+    kv_bytes_layer, hbm_bytes_s = parts.kv_bytes_per_token_layer, parts.hbm_bytes_s
+    out = []
+    for ctx in range(context_tokens, context_tokens + n * num_steps, n):
+        dec_ctx_mean = ctx / n
+        total = 0.0
+        for count, gemm_s, moe_s, window in parts.layers:
+            dec_pairs = n * (dec_ctx_mean if window is None else min(dec_ctx_mean, window))
+            # step_time_s adds the prefill pairs' FLOPs first: 0.0 here, which changes nothing.
+            compute_s = dec_pairs * pair_flops / attn_flops_s
+            memory_s = dec_pairs * kv_bytes_layer / hbm_bytes_s
+            layer_s = gemm_s + (memory_s if memory_s > compute_s else compute_s)
+            if moe_s is not None:
+                layer_s += moe_s
+            total += count * layer_s
+        for part_s in parts.tail_s:
+            total += part_s
+        out.append(total + parts.overhead_s)
+    return out
+
+
+def _times_np(parts: DecodeParts, n: int, context_tokens: int, num_steps: int) -> list[float]:
+    ctx = np.arange(num_steps, dtype=np.int64) * n + context_tokens
+    dec_ctx_mean = ctx / n
+    total = np.zeros(num_steps)
+    for count, gemm_s, moe_s, window in parts.layers:
+        mean = dec_ctx_mean if window is None else np.minimum(dec_ctx_mean, float(window))
+        dec_pairs = n * mean
+        compute_s = dec_pairs * parts.decode_pair_flops / parts.attn_flops_s
+        memory_s = dec_pairs * parts.kv_bytes_per_token_layer / parts.hbm_bytes_s
+        layer_s = gemm_s + np.where(memory_s > compute_s, memory_s, compute_s)
+        if moe_s is not None:
+            layer_s += moe_s
+        total += count * layer_s
+    for part_s in parts.tail_s:
+        total += part_s
+    result: list[float] = (total + parts.overhead_s).tolist()
+    return result

@@ -1,0 +1,123 @@
+"""The block pool behaves exactly as the plain pool: an ordered dict of every free block.
+
+`ReferencePool` is the straightforward implementation (every free block in an ordered dict
+from the start, one Python step per block); random sequences of what the KV cache manager
+does (admit with prefix hits, grow, register blocks under hashes that sometimes repeat,
+release) must give the same answers and the same state in both.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+
+import pytest
+
+from gpufleet.engine import BlockPool
+
+
+class ReferencePool:
+    def __init__(self, num_blocks: int) -> None:
+        self.ref = [0] * num_blocks
+        self.hash_of: list[int | None] = [None] * num_blocks
+        self.cached: dict[int, int] = {}
+        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free)
+
+    def cached_prefix(self, hashes: list[int], max_blocks: int) -> list[int]:
+        out = []
+        for h in hashes[:max_blocks]:
+            b = self.cached.get(h)
+            if b is None:
+                break
+            out.append(b)
+        return out
+
+    def hashes_of_next_free(self, n: int) -> set[int]:
+        return {h for b in list(self.free)[:n] if (h := self.hash_of[b]) is not None}
+
+    def num_evictable(self, blocks: list[int]) -> int:
+        return sum(1 for b in blocks if self.ref[b] == 0)
+
+    def touch(self, blocks: list[int]) -> None:
+        for b in blocks:
+            if self.ref[b] == 0:
+                del self.free[b]
+            self.ref[b] += 1
+
+    def allocate(self, n: int) -> list[int]:
+        out = []
+        for _ in range(n):
+            b, _ = self.free.popitem(last=False)
+            h = self.hash_of[b]
+            if h is not None:
+                self.hash_of[b] = None
+                if self.cached.get(h) == b:
+                    del self.cached[h]
+            self.ref[b] = 1
+            out.append(b)
+        return out
+
+    def release(self, blocks: list[int]) -> None:
+        for b in reversed(blocks):
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                self.free[b] = None
+
+    def cache_range(self, blocks: list[int], hashes: list[int], start: int, stop: int) -> None:
+        for k in range(start, stop):
+            if hashes[k] not in self.cached:
+                self.cached[hashes[k]] = blocks[k]
+                self.hash_of[blocks[k]] = hashes[k]
+
+    def fingerprint(self) -> tuple[object, ...]:
+        return tuple(self.free), tuple(sorted(self.cached.items())), tuple(self.ref)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_pool_matches_the_reference_pool(seed: int) -> None:
+    rng = random.Random(seed)
+    num_blocks = rng.choice([8, 64, 300])
+    pool, ref = BlockPool(num_blocks), ReferencePool(num_blocks)
+    chains = [[rng.getrandbits(63) - (1 << 62) for _ in range(40)] for _ in range(6)]
+    held: list[list[int]] = []  # blocks per request
+    for _ in range(400):
+        op = rng.random()
+        if op < 0.45:  # admit: reuse the cached prefix of a chain, allocate the rest
+            hashes = rng.choice(chains)[: rng.randrange(1, 40)]
+            hits = pool.cached_prefix(hashes, len(hashes))
+            assert hits == ref.cached_prefix(hashes, len(hashes))
+            need = rng.randrange(0, 12)
+            assert pool.num_evictable(hits) == ref.num_evictable(hits)
+            if need > pool.num_free - pool.num_evictable(hits):
+                continue
+            pool.touch(hits)
+            ref.touch(hits)
+            assert pool.hashes_of_next_free(need) == ref.hashes_of_next_free(need)
+            blocks = hits + pool.allocate(need)
+            assert blocks == hits + ref.allocate(need)
+            stop = min(len(blocks), len(hashes))
+            pool.cache_range(blocks, hashes, len(hits), stop)
+            ref.cache_range(blocks, hashes, len(hits), stop)
+            held.append(blocks)
+        elif op < 0.6 and held:  # grow a request by a few blocks
+            blocks = rng.choice(held)
+            need = rng.randrange(1, 4)
+            if need <= pool.num_free:
+                new = pool.allocate(need)
+                assert new == ref.allocate(need)
+                blocks.extend(new)
+        elif held:  # a request ends
+            blocks = held.pop(rng.randrange(len(held)))
+            pool.release(blocks)
+            ref.release(blocks)
+        assert pool.num_free == ref.num_free
+        assert pool.usage == 1.0 - ref.num_free / num_blocks
+    assert pool.fingerprint() == ref.fingerprint()
+    for blocks in held:
+        pool.release(blocks)
+        ref.release(blocks)
+    assert pool.fingerprint() == ref.fingerprint()

@@ -1,0 +1,82 @@
+"""The step-time models' decode-run fast path gives `step_time_s`'s very floats."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import pytest
+
+from gpufleet.perf.roofline import RooflineStepTimeModel
+from gpufleet.perf.step_time import (
+    DecodeStepTimes,
+    LinearStepTimeModel,
+    StepBatch,
+    StepTimeModel,
+    decode_step_times_fn,
+)
+from gpufleet.plan.layout import Layout
+from gpufleet.specs.catalog import load_model
+from gpufleet.specs.gpus import load_gpu
+
+LAYOUTS = [
+    # dense, GQA; TP all-reduces; PP hops
+    ("meta-llama/Llama-3.1-8B", "h100-sxm", Layout(tp=1, pp=1, ep=1)),
+    # attention data parallelism: the MoE layers see every rank's tokens
+    ("deepseek-ai/DeepSeek-V3", "h200", Layout(tp=2, dp=4, pp=1, ep=8, weight_dtype="fp8")),
+    ("meta-llama/Llama-3.1-70B", "h100-sxm", Layout(tp=4, pp=2, ep=1, weight_dtype="fp8")),
+    # MoE with sliding-window layers, MXFP4 experts
+    ("openai/gpt-oss-20b", "h100-sxm", Layout(tp=2, pp=1, ep=2, weight_dtype="mxfp4")),
+    # MLA + MoE, expert parallel, fp8 KV
+    (
+        "deepseek-ai/DeepSeek-V3",
+        "h200",
+        Layout(tp=8, pp=2, ep=8, weight_dtype="fp8", kv_dtype="fp8"),
+    ),
+    ("mistralai/Mixtral-8x7B-v0.1", "a100-80gb", Layout(tp=2, pp=1, ep=1)),
+]
+
+
+def one_by_one(model: StepTimeModel, n: int, context: int, steps: int) -> list[float]:
+    return [
+        model.step_time_s(StepBatch(num_decode=n, decode_context_tokens=context + n * k))
+        for k in range(steps)
+    ]
+
+
+@pytest.mark.parametrize(("name", "gpu", "layout"), LAYOUTS)
+@pytest.mark.parametrize("graph_max", [None, 16])  # batches above 16 pay eager launches
+def test_roofline_decode_runs_are_bit_identical(
+    name: str, gpu: str, layout: Layout, graph_max: int | None
+) -> None:
+    model = RooflineStepTimeModel(
+        load_model(name), load_gpu(gpu), layout, cuda_graph_max_batch=graph_max
+    )
+    assert isinstance(model, DecodeStepTimes)
+    rng = random.Random(name)
+    for steps in (1, 2, 5, 47, 48, 300) * 4:  # Python below 48 steps, numpy from 48
+        n = rng.choice([1, 3, 7, 17, 97, 255, 256])
+        # contexts that cross the sliding windows (gpt-oss: 128 tokens) within the run
+        context = n * rng.choice([0, 1, 100, 127, 4000]) + rng.randrange(n)
+        fast = model.decode_step_times_s(n, context, steps)
+        assert fast == one_by_one(model, n, context, steps)
+        assert all(isinstance(t, float) for t in fast)
+
+
+def test_linear_model_and_the_fallback_are_bit_identical() -> None:
+    linear = LinearStepTimeModel(
+        base_s=0.0031, per_token_s=7.3e-5, per_seq_s=1.1e-4, per_context_token_s=3.7e-7
+    )
+
+    @dataclass(frozen=True)
+    class Plain:  # no fast path: the engine calls step_time_s per step
+        inner: StepTimeModel
+
+        def step_time_s(self, batch: StepBatch) -> float:
+            return self.inner.step_time_s(batch)
+
+    for n, context, steps in ((1, 0, 5), (7, 1234, 90), (64, 64 * 900 + 5, 3)):
+        expected = one_by_one(linear, n, context, steps)
+        assert linear.decode_step_times_s(n, context, steps) == expected
+        assert decode_step_times_fn(linear)(n, context, steps) == expected
+        assert decode_step_times_fn(Plain(linear))(n, context, steps) == expected
