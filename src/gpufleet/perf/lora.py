@@ -156,6 +156,14 @@ def lora_cost(
     )
 
 
+def lora_cost_of(model: str, gpu: str, *, tp: int = 1, max_lora_rank: int = 16) -> RooflineLoraCost:
+    """`lora_cost` of a catalog model on a catalog GPU, by name."""
+    from gpufleet.specs.catalog import load_model
+    from gpufleet.specs.gpus import load_gpu
+
+    return lora_cost(load_model(model), load_gpu(gpu), tp=tp, max_lora_rank=max_lora_rank)
+
+
 @dataclass(frozen=True, slots=True)
 class FixedLoraCost:
     """Explicit constants (tests, or a cost measured by hand): loads and activations take

@@ -93,6 +93,7 @@ class Clients:
             prompt_tokens=0,  # the live gateway does not tokenize either
             session_key=req.session_key,
             prefix_hashes=hashes,
+            adapter=req.adapter,
         )
         live = LiveRequest(req, info, result)
         if req.input_tokens + req.output_tokens > self.config.engine.max_model_len:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from gpufleet.autoscale.decision import ScalingPolicy
 from gpufleet.engine import EngineConfig
+from gpufleet.engine.lora import LoraConfig
+from gpufleet.perf.lora import LoraCost
 from gpufleet.perf.step_time import StepTimeModel
 from gpufleet.routing.prefix import ROUTING_BLOCK_TOKENS
 
@@ -16,6 +18,17 @@ class AutoscaleSpec:
     interval_s: float = 1.0
     startup_s: float = 30.0
     drain_deadline_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class SimLora:
+    """Replicas serve LoRA adapters (`gpufleet replica --enable-lora`): their slots, the
+    cost model, and the rank of every adapter the workload names. The simulated gateway
+    loads an adapter onto a replica the first time it sends it a request for it."""
+
+    config: LoraConfig
+    cost: LoraCost
+    rank: int = 16
 
 
 @dataclass(frozen=True)
@@ -38,4 +51,5 @@ class SimConfig:
     # Advance each engine over runs of plain decode iterations in one event (the results
     # are the same as stepping; False steps one iteration per event, for comparison).
     jump_decode_runs: bool = True
+    lora: SimLora | None = None  # replicas serve LoRA adapters
     max_events: int = 200_000_000  # a hang guard, far above any real run

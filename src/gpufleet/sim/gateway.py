@@ -55,7 +55,9 @@ class SimGateway:
         """A request reaches the gateway: route it, queue it, or refuse it."""
         now = self.clock()
         info = live.info
-        admitted = self.fleet.admit(info.model, None, now, now + self.fleet.queue.timeout_s)
+        admitted = self.fleet.admit(
+            info.model, None, now, now + self.fleet.queue.timeout_s, adapter=info.adapter
+        )
         if isinstance(admitted, QueueTicket):
             self._waiting[admitted] = live
             self.events.push(admitted.deadline_s, QUEUE_TIMEOUT, admitted)

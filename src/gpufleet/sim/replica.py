@@ -11,9 +11,12 @@ from dataclasses import dataclass, field
 
 from gpufleet.autoscale.actuator import ManagedReplica
 from gpufleet.engine import Advance, Engine, EngineConfig, EngineDriver
+from gpufleet.engine.lora import AdapterSlots
 from gpufleet.fleet_state import FleetReplica, ScrapedMetrics
+from gpufleet.fleet_state.lora_metrics import LoraRequestsInfo
 from gpufleet.perf.step_time import StepTimeModel
 from gpufleet.routing.types import ReplicaState
+from gpufleet.sim.config import SimLora
 
 
 @dataclass(slots=True)
@@ -43,9 +46,11 @@ class SimReplica:
         now_s: float,
         startup_s: float,
         seed: int,
+        lora: SimLora | None = None,
     ) -> SimReplica:
         state = ReplicaState.READY if startup_s <= 0 else ReplicaState.STARTING
-        engine = Engine(config, step_time_model, seed=seed)
+        slots = AdapterSlots(lora.config, lora.cost) if lora is not None else None
+        engine = Engine(config, step_time_model, seed=seed, lora=slots)
         engine.advance_to(now_s)
         return cls(
             replica_id=replica_id,
@@ -87,7 +92,16 @@ class SimReplica:
             kv_cache_usage=kv_usage,
             kv_capacity_tokens=cfg.num_gpu_blocks * cfg.block_size,
             engine="vllm",
+            lora=self._lora_info(),
         )
+
+    def _lora_info(self) -> LoraRequestsInfo | None:
+        """vllm:lora_requests_info as the replica exports it (a run changes no adapters)."""
+        slots = self.engine.lora
+        if slots is None:
+            return None
+        waiting = slots.waiting_adapters(self.engine.scheduler.waiting)
+        return LoraRequestsInfo(tuple(slots.running), tuple(waiting), slots.config.max_loras)
 
     def account(self, now_s: float) -> None:
         """Integrate the in-flight count up to now; call before it changes."""
