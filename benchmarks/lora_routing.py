@@ -16,7 +16,7 @@ Policies compared: `lora_affinity` (over least_outstanding), `round_robin`,
   adapter loads from the gateway.
 
 Per policy: TTFT p50/p99 (ms), adapter loads by the gateway per minute, GPU slot hit rate
-(sim). Writes benchmarks/results/lora_routing.json and .md (results/ is git-ignored).
+(sim). Writes benchmarks/results/lora_routing.json and .md.
 Live TTFTs include this machine's CPU contention: compare policies within one run.
 """
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import sys
 import time
@@ -40,8 +39,10 @@ from gpufleet.routing.types import ReplicaState
 from gpufleet.sim.scenario import Scenario, run_scenario
 from gpufleet.workload import AdapterPopularity
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import write_result
+
 POLICIES = ("lora_affinity", "round_robin", "least_outstanding")
-RESULTS = Path(__file__).parent / "results"
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -89,8 +90,10 @@ async def run_live_policy(policy: str, n: int, rate: float) -> dict[str, Any]:
     env = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
     args = ("--step-time", "base_s=0.01,per_token_s=2e-5", "--enable-lora", "--max-loras", "2")
     pop = AdapterPopularity(16, 1.0, seed=2)
-    reps = [ReplicaProcess(*args, env=env) for _ in range(3)]
+    reps: list[ReplicaProcess] = []
     try:
+        for _ in range(3):
+            reps.append(ReplicaProcess(*args, env=env))
         cfg = validate_config({
             "replicas": [{"url": r.url, "id": f"r{i}"} for i, r in enumerate(reps)],
             "models": [DEFAULT_MODEL], "policy": policy, "scrape_interval_s": 0.5,
@@ -150,10 +153,8 @@ def main() -> None:
         for policy in POLICIES:
             rows.append(asyncio.run(run_live_policy(policy, a.live_requests, a.live_rate)))
             print(rows[-1], file=sys.stderr)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "lora_routing.json").write_text(json.dumps(rows, indent=2))
     table = markdown(rows)
-    (RESULTS / "lora_routing.md").write_text(table)
+    write_result("lora_routing", {"rows": rows}, table)
     print(table)
 
 
