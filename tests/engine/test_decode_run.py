@@ -1,7 +1,8 @@
 """Jumping over decode runs gives exactly what stepping one iteration at a time gives.
 
 Seeded random workloads (mixed lengths, prefix sharing, preemption under small KV,
-chunked prefill, PP > 1, stop tokens, aborts, arrivals in the middle of runs) are driven
+chunked prefill, PP > 1, stop tokens, aborts, arrivals in the middle of runs, LoRA adapters
+over max_loras and runtime adapter loads) are driven
 twice: once with `step()` only, once jumping with `plan_decode_run` / `run_decode` and
 splitting a run wherever an arrival or abort falls into it. Every token id and token time,
 every request's fate, the engine's counters and the block pool must be identical.
@@ -17,7 +18,9 @@ from typing import Any
 import pytest
 
 from gpufleet.engine import Engine, EngineConfig, EngineRequest, FinishReason
+from gpufleet.engine.lora import AdapterSlots, LoraAdapter, LoraConfig
 from gpufleet.engine.request import generate_tokens_for
+from gpufleet.perf.lora import FixedLoraCost, LoraCost, lora_cost
 from gpufleet.perf.roofline import RooflineStepTimeModel
 from gpufleet.perf.step_time import LinearStepTimeModel, StepBatch, StepTimeModel
 from gpufleet.plan.layout import Layout
@@ -40,7 +43,8 @@ class OnlyStepTime:
 class Scenario:
     config: EngineConfig
     model: StepTimeModel
-    events: list[tuple[float, str, Any]]  # (time, "add" | "abort", payload)
+    events: list[tuple[float, str, Any]]  # (time, "add" | "abort" | "add_lora", payload)
+    lora: tuple[LoraConfig, LoraCost] | None = None
 
 
 @dataclass
@@ -52,9 +56,13 @@ class Record:
     requests: list[EngineRequest] = field(default_factory=list)
     jumps: int = 0
     jumped_steps: int = 0
+    lora_jumps: int = 0  # runs jumped with adapters in the batch
 
 
-def make_scenario(seed: int) -> Scenario:
+ADAPTERS = [LoraAdapter(n, f"/adapters/{n}", rank=8) for n in ("a", "b", "c")]
+
+
+def make_scenario(seed: int, lora: bool = False) -> Scenario:
     rng = random.Random(seed)
     bs = rng.choice([1, 2, 4, 16])
     max_len = rng.choice([64, 128, 256])
@@ -105,14 +113,36 @@ def make_scenario(seed: int) -> Scenario:
     for _ in range(rng.randrange(0, 3)):
         events.append((rng.uniform(0, t + 1.0), "abort", rng.choice(ids)))
     events.sort(key=lambda e: e[0])
-    return Scenario(config, model, events)
+    if not lora:
+        return Scenario(config, model, events)
+    # LoRA from a stream of its own (the scenarios above stay as they were): adapters on
+    # most requests, a runtime load or two, 1-2 GPU slots, fixed or roofline costs.
+    lrng = random.Random(seed + 10_000)
+    events = [
+        (t, kind, (*p, lrng.choice([None, *ADAPTERS, *ADAPTERS])) if kind == "add" else p)
+        for t, kind, p in events
+    ]
+    for _ in range(lrng.randrange(0, 3)):
+        events.append((lrng.uniform(0, t + 0.5), "add_lora", lrng.choice(ADAPTERS)))
+    events.sort(key=lambda e: e[0])
+    cost: LoraCost = FixedLoraCost(
+        load_fixed_s=lrng.uniform(0.01, 0.2), activate_fixed_s=lrng.uniform(0, 0.01),
+        step_fixed_s=lrng.uniform(0, 1e-3), per_adapter_s=lrng.uniform(0, 1e-3),
+    )  # fmt: skip
+    if lrng.random() < 0.5:  # SGMV time that grows with the tokens
+        cost = lora_cost(load_model("meta-llama/Llama-3.1-8B"), load_gpu("h100-sxm"))
+    config_lora = LoraConfig(max_loras=lrng.choice([1, 2]), max_cpu_loras=lrng.choice([None, 3]))
+    return Scenario(config, model, events, (config_lora, cost))
 
 
 def apply_event(engine: Engine, event: tuple[float, str, Any], rec: Record) -> None:
     _, kind, payload = event
-    if kind == "add":
-        rid, prompt, max_tokens, stop, seed = payload
-        req = EngineRequest(rid, prompt, max_tokens, seed=seed, stop_after_tokens=stop)
+    if kind == "add_lora":
+        engine.add_lora(payload, engine.now_s)
+    elif kind == "add":
+        rid, prompt, max_tokens, stop, seed, *adapter = payload
+        lora = adapter[0] if adapter else None
+        req = EngineRequest(rid, prompt, max_tokens, seed=seed, stop_after_tokens=stop, lora=lora)
         engine.add(req)
         rec.fates[rid] = ("pending",)
         rec.tokens[rid] = req.all_token_ids
@@ -140,7 +170,8 @@ def finish(engine: Engine, rec: Record, finished: list[EngineRequest]) -> None:
 
 def drive(sc: Scenario, jump: bool, seed: int) -> tuple[Record, Engine]:
     rng = random.Random(seed)
-    engine = Engine(sc.config, sc.model, seed=3)
+    slots = AdapterSlots(*sc.lora) if sc.lora else None
+    engine = Engine(sc.config, sc.model, seed=3, lora=slots)
     rec = Record()
     events = sc.events
     i = 0
@@ -173,6 +204,7 @@ def drive(sc: Scenario, jump: bool, seed: int) -> tuple[Record, Engine]:
         if usage is not None:
             assert usage == engine.kv_cache_usage
         rec.jumps += 1
+        rec.lora_jumps += bool(engine.lora and engine.lora.running)
         rec.jumped_steps += steps
         assert run_out.num_steps == steps and run_out.now_s == engine.now_s
         for j, end_s in enumerate(run_out.step_end_s):
@@ -182,15 +214,23 @@ def drive(sc: Scenario, jump: bool, seed: int) -> tuple[Record, Engine]:
     return rec, engine
 
 
+def lora_state(engine: Engine) -> tuple[Any, ...] | None:
+    s = engine.lora
+    if s is None:
+        return None
+    return (s.gpu, s.cpu, dict(s.running), s.disk_loads, s.activations, s.admissions)
+
+
 def state(r: EngineRequest) -> tuple[Any, ...]:
     return (r.status, r.in_flight, r.num_computed_tokens, r.num_output_tokens, r.block_hashes)
 
 
 # 3973: a waiting request held back by KV whose cached prefix a running request (same
 # prompt, same seed) extends during what would otherwise be a run.
-@pytest.mark.parametrize("seed", [*range(60), 3973])
-def test_jumped_runs_equal_stepped_runs(seed: int) -> None:
-    sc = make_scenario(seed)
+@pytest.mark.parametrize(("seed", "lora"), [*((s, False) for s in [*range(60), 3973]),
+                                           *((s, True) for s in range(30))])  # fmt: skip
+def test_jumped_runs_equal_stepped_runs(seed: int, lora: bool) -> None:
+    sc = make_scenario(seed, lora)
     stepped, stepped_engine = drive(sc, jump=False, seed=seed)
     jumped, jumped_engine = drive(sc, jump=True, seed=seed)
     assert jumped.tokens == stepped.tokens
@@ -199,6 +239,7 @@ def test_jumped_runs_equal_stepped_runs(seed: int) -> None:
     assert jumped.snapshots == stepped.snapshots
     assert jumped_engine.stats == stepped_engine.stats
     assert jumped_engine.kv.pool.fingerprint() == stepped_engine.kv.pool.fingerprint()
+    assert lora_state(jumped_engine) == lora_state(stepped_engine)
     assert [state(r) for r in jumped.requests] == [state(r) for r in stepped.requests]
     prompts = {e[2][0]: e[2][1] for e in sc.events if e[1] == "add"}
     for rid, tokens in stepped.tokens.items():  # one time per generated token
@@ -222,6 +263,23 @@ def test_the_random_workloads_jump_preempt_and_pipeline() -> None:
             seen["prefix_hits"] += 1
     assert seen["jumped_steps"] > 0.4 * seen["steps"]
     assert seen["pipelined"] >= 5 and seen["preempting"] >= 5 and seen["prefix_hits"] >= 5
+
+
+def test_lora_workloads_jump_with_adapters_running_and_requests_skipped() -> None:
+    jumped = steps = skipping = lora_jumps = 0
+    for seed in range(30):
+        sc = make_scenario(seed, lora=True)
+        rec, engine = drive(sc, jump=True, seed=seed)
+        jumped += rec.jumped_steps
+        lora_jumps += rec.lora_jumps
+        steps += engine.stats.num_steps
+        assert engine.lora is not None and engine.lora.admissions > 0
+        first = {r.request_id: r.first_scheduled_s for r in rec.requests}
+        arrival = {r.request_id: r.arrival_s for r in rec.requests}
+        order = sorted(first, key=lambda rid: (arrival[rid] or 0.0, int(rid[1:])))
+        starts = [first[rid] for rid in order if first[rid] is not None]
+        skipping += starts != sorted(starts)  # someone passed a request held by max_loras
+    assert jumped > 0.2 * steps and lora_jumps > 100 and skipping >= 3
 
 
 @pytest.mark.parametrize("n", [1, 5, 47, 48, 1000])

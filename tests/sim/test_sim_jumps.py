@@ -38,6 +38,10 @@ SCENARIOS = {
         num_requests=200, concurrency=24, input_tokens=400, output_tokens=300,
         range_ratio=0.9, replicas=2, routing="queue_depth", seed=6,
     ),
+    "LoRA adapters over max_loras, lora_affinity": Scenario(
+        num_requests=300, rate=30.0, input_tokens=400, output_tokens=120, range_ratio=0.8,
+        replicas=3, routing="lora_affinity", lora_adapters=12, max_loras=2, seed=7,
+    ),
 }  # fmt: skip
 
 

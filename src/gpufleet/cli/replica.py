@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
 from gpufleet.errors import UserError
 from gpufleet.perf.step_time import LinearStepTimeModel
+
+if TYPE_CHECKING:
+    from gpufleet.engine.lora import LoraConfig
+    from gpufleet.perf.lora import LoraCost
 
 
 def _parse_step_time(spec: str) -> LinearStepTimeModel:
@@ -103,6 +108,20 @@ def _parse_step_time(spec: str) -> LinearStepTimeModel:
     type=click.IntRange(min=0),
     help="Most logprobs a request may ask for (vLLM's flag).",
 )
+@click.option("--enable-lora", is_flag=True, help="Serve LoRA adapters (vLLM's flag).")
+@click.option(
+    "--max-loras", default=1, show_default=True, type=click.IntRange(min=1),
+    help="Adapters one batch may use: the GPU slots.",
+)  # fmt: skip
+@click.option("--max-lora-rank", default=16, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--max-cpu-loras", default=None, type=click.IntRange(min=1),
+    help="Adapters cached in host memory (default: --max-loras).",
+)  # fmt: skip
+@click.option(
+    "--lora-modules", multiple=True,
+    help="An adapter to serve from the start: name=path or vLLM's JSON form (repeatable).",
+)  # fmt: skip
 @click.option(
     "--access-log/--no-access-log", default=False, help="Log every HTTP request to stderr."
 )
@@ -142,6 +161,11 @@ def command(
     time_scale: float,
     seed: int,
     max_logprobs: int,
+    enable_lora: bool,
+    max_loras: int,
+    max_lora_rank: int,
+    max_cpu_loras: int | None,
+    lora_modules: tuple[str, ...],
     access_log: bool,
     fail_next: int,
     fail_status: int,
@@ -153,6 +177,7 @@ def command(
     from gpufleet.engine import EngineConfig
     from gpufleet.plan.profile import replica_profile
     from gpufleet.replica.config import Faults, ReplicaConfig
+    from gpufleet.replica.lora import parse_lora_modules
     from gpufleet.replica.server import serve
 
     check_port_free(host, port)
@@ -190,6 +215,7 @@ def command(
     except ValueError as e:
         raise UserError(str(e), field="--num-gpu-blocks-override") from e
     step_time_model = _parse_step_time(step_time) if step_time else profile.step_time_model
+    lora, lora_cost = _lora(model, gpu, tp, enable_lora, max_loras, max_lora_rank, max_cpu_loras)
     config = ReplicaConfig(
         served_model_names=list(served_model_name) or [model],
         engine_config=engine_config,
@@ -206,6 +232,9 @@ def command(
         max_logprobs=max_logprobs,
         engine=engine,
         enable_metrics=enable_metrics if enable_metrics is not None else engine == "vllm",
+        lora=lora,
+        lora_cost=lora_cost,
+        lora_modules=parse_lora_modules(lora_modules),
     )
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop
     try:
@@ -219,3 +248,28 @@ def command(
             runner.run(serve(config))
     except OSError as e:  # lost a race for the port after the check
         raise bind_error(e, host, port) from None
+
+
+def _lora(
+    model: str,
+    gpu: str,
+    tp: int,
+    enabled: bool,
+    max_loras: int,
+    max_lora_rank: int,
+    max_cpu_loras: int | None,
+) -> tuple[LoraConfig | None, LoraCost | None]:
+    """The adapter slots and their cost model (gpufleet.perf.lora) with --enable-lora."""
+    from gpufleet.engine.lora import LoraConfig
+    from gpufleet.perf.lora import lora_cost
+    from gpufleet.specs.catalog import load_model
+    from gpufleet.specs.gpus import load_gpu
+
+    if not enabled:
+        return None, None
+    try:
+        config = LoraConfig(max_loras, max_lora_rank, max_cpu_loras)
+    except ValueError as e:
+        raise UserError(str(e), field="--max-cpu-loras") from None
+    cost = lora_cost(load_model(model), load_gpu(gpu), tp=tp, max_lora_rank=max_lora_rank)
+    return config, cost

@@ -112,6 +112,15 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
 @click.option("--sessions", default=None, type=click.IntRange(min=1), help="Multi-turn sessions.")
 @click.option("--turns", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--seed", default=0, show_default=True, type=int)
+@click.option(
+    "--lora-adapters", default=None, type=click.IntRange(min=1),
+    help="Requests ask for one of N LoRA adapters (replicas run with --enable-lora).",
+)  # fmt: skip
+@click.option("--lora-zipf", default=1.0, show_default=True, type=float,
+              help="Zipf exponent of adapter popularity (0 = uniform).")  # fmt: skip
+@click.option("--max-loras", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Adapters one batch may use (vLLM's flag).")  # fmt: skip
+@click.option("--max-lora-rank", default=16, show_default=True, type=click.IntRange(min=1))
 # fleet
 @click.option("--replicas", default=1, show_default=True, type=click.IntRange(min=0))
 @click.option("--policy", default="round_robin", show_default=True, help="Routing policy.")
@@ -244,6 +253,10 @@ def command(**kw: Any) -> None:
         sessions=kw["sessions"],
         turns=kw["turns"],
         seed=kw["seed"],
+        lora_adapters=kw["lora_adapters"],
+        lora_zipf=kw["lora_zipf"],
+        max_loras=kw["max_loras"],
+        max_lora_rank=kw["max_lora_rank"],
         replicas=kw["replicas"],
         routing=kw["policy"],
         routing_options=_parse_kv(kw["policy_option"], "--policy-option"),

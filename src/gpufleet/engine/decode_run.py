@@ -15,6 +15,11 @@ blocks would run out (a preemption), before a step that could admit a waiting re
 before micro-batches merge (PP), and after the step in which a request finishes. With
 pp > 1 the run follows the pipeline's micro-batches ("groups" of requests that decode
 together) through the same start / end arithmetic as `Engine.step`.
+
+With LoRA the batch's adapters cannot change inside a run (nobody is admitted, and a
+finish ends the run), so every step pays the same SGMV cost on top of its base time. No
+run starts while an adapter load would be paid (a runtime load holding the engine, or one
+an admission triggered), and none with pp > 1 (kept simple: those engines step).
 """
 
 from __future__ import annotations
@@ -128,6 +133,9 @@ def plan_decode_run(
         until_s is not None and engine.now_s > until_s
     ):
         return None
+    lora = engine.lora
+    if lora is not None and (engine.config.pipeline_stages > 1 or lora.loads_pending(engine.now_s)):
+        return None
     if not _admission_stays_blocked(engine):
         return None
     if engine.config.pipeline_stages == 1:
@@ -198,7 +206,9 @@ def _admission_stays_blocked(engine: Engine) -> bool:
         cap = min(cap, cfg.long_prefill_token_threshold)
     kv = engine.kv
     bs = kv.block_size
-    head = sched.waiting[0]
+    head = _first_admissible(engine)
+    if head is None:
+        return True  # every waiting request's adapter is over max_loras until a finish
     hits = kv.get_computed_blocks(head, peek=True)  # stepping might not look at it
     num_hits = len(hits)
     num_tokens = len(head.all_token_ids)
@@ -227,6 +237,16 @@ def _admission_stays_blocked(engine: Engine) -> bool:
     return True
 
 
+def _first_admissible(engine: Engine) -> EngineRequest | None:
+    """The waiting request the scheduler would try first: with LoRA it skips requests whose
+    adapter does not fit max_loras (and the running batch's adapters stay put in a run)."""
+    lora = engine.lora
+    for req in engine.scheduler.waiting:
+        if lora is None or req.lora is None or lora.can_admit(req.lora):
+            return req
+    return None
+
+
 def _steps_until_blocks_run_out(group: DecodeGroup, free_blocks: int) -> int:
     """Steps of a lone group whose block requests all fit in `free_blocks`."""
     n = len(group.members)
@@ -253,6 +273,10 @@ def _plan_one_stage(
     if steps < 1:
         return None
     times = engine.decode_step_times_s(len(running), group.context_tokens, steps)
+    lora = engine.lora
+    if lora is not None and lora.running:  # the same adapters every step: the same SGMV cost
+        lora_s = lora.step_lora_s(len(running))
+        times = [t + lora_s for t in times]
     ends = list(accumulate(times, initial=engine.now_s))
     del ends[0]
     if until_s is not None:

@@ -34,6 +34,7 @@ from typing import Generic, TypeVar
 
 from gpufleet.engine.decode_run import DecodeRun
 from gpufleet.engine.engine import Engine
+from gpufleet.engine.lora import LoraAdapter
 from gpufleet.engine.outputs import DecodeRunOutcome, StepOutcome
 from gpufleet.engine.request import EngineRequest, FinishReason
 
@@ -71,6 +72,12 @@ class EngineDriver:
         if not engine.has_work:
             engine.advance_to(arrival_s)
         engine.add(request)
+
+    def add_lora(self, adapter: LoraAdapter, at_s: float) -> float:
+        """Load a LoRA adapter at `at_s` (engine clock), cutting a run in progress there;
+        the engine time when it is loaded (`Engine.add_lora`)."""
+        self._settle(at_s)
+        return self.engine.add_lora(adapter, at_s)
 
     def begin(self) -> StepOutcome | None:
         """Start the next iteration; its outcome is due at `outcome.now_s`. None: nothing

@@ -28,6 +28,7 @@ from collections import deque
 from gpufleet.engine.decode_apply import apply_decode_run
 from gpufleet.engine.decode_run import DecodeRun, plan_decode_run
 from gpufleet.engine.kv_cache_manager import KVCacheManager
+from gpufleet.engine.lora import AdapterSlots, LoraAdapter
 from gpufleet.engine.outputs import (
     DecodeRunOutcome,
     EngineConfig,
@@ -42,8 +43,15 @@ from gpufleet.tokenizer import block_hashes
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, step_time_model: StepTimeModel, seed: int = 0):
+    def __init__(
+        self,
+        config: EngineConfig,
+        step_time_model: StepTimeModel,
+        seed: int = 0,
+        lora: AdapterSlots | None = None,
+    ):
         self.config = config
+        self.lora = lora  # LoRA adapter slots (engine.lora); None: LoRA not enabled
         self.step_time_model = step_time_model
         self.decode_step_times_s = decode_step_times_fn(step_time_model)
         self.seed = seed
@@ -51,7 +59,7 @@ class Engine:
         self.kv = KVCacheManager(
             config.num_gpu_blocks, config.block_size, enable_caching=config.enable_prefix_caching
         )
-        self.scheduler = Scheduler(config, self.kv)
+        self.scheduler = Scheduler(config, self.kv, lora)
         self.in_flight: deque[ScheduledBatch] = deque()  # oldest first
         self.next_start_s = 0.0  # earliest start of the next pipeline micro-batch
         self.num_steps = 0
@@ -87,6 +95,21 @@ class Engine:
         ended it on a stop string (the engine does not see text)."""
         self.version += 1
         return self.scheduler.abort(request_id, reason, self.now_s)
+
+    def add_lora(self, adapter: LoraAdapter, now_s: float) -> float:
+        """Load `adapter` (vLLM's add_lora) between iterations, at `now_s` or when the one
+        in progress ends; the engine time when it is loaded. ValueError if it cannot be."""
+        if self.lora is None:
+            raise ValueError("LoRA is not enabled. Use --enable-lora to enable LoRA.")
+        self.advance_to(now_s)
+        self.lora.add(adapter, self.now_s)
+        self.version += 1
+        return self.lora.busy_until_s
+
+    def remove_lora(self, name: str) -> bool:
+        """Unregister an adapter (vLLM's remove_lora); False if it was not registered."""
+        self.version += 1
+        return self.lora is not None and self.lora.remove(name)
 
     def get(self, request_id: str) -> EngineRequest | None:
         return self.scheduler.requests.get(request_id)
@@ -148,6 +171,8 @@ class Engine:
         if work is None:
             return None
         step_s = self.step_time_model.step_time_s(work.batch)
+        if self.lora is not None:  # loads it waits for, SGMV kernels of its adapters
+            step_s += self.lora.step_extra_s(work.num_tokens, start_s)
         end_s = start_s + step_s
         in_flight = self.in_flight
         if in_flight and end_s < in_flight[-1].end_s:

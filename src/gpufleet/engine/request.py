@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -11,6 +12,9 @@ from gpufleet.tokenizer import SPECIAL_TOKENS, VOCAB_SIZE
 
 # Generated tokens are ordinary vocabulary words (never special tokens), so generated
 # text re-tokenizes to exactly as many tokens as were generated.
+if TYPE_CHECKING:
+    from gpufleet.engine.lora import LoraAdapter
+
 _FIRST_WORD_ID = len(SPECIAL_TOKENS)
 _WORD_SPAN = VOCAB_SIZE - _FIRST_WORD_ID
 # The token generator: x <- (x * _LCG_MUL + _LCG_ADD) mod 2^31.
@@ -78,6 +82,7 @@ class EngineRequest:
         "first_scheduled_s",
         "first_token_s",
         "in_flight",
+        "lora",
         "max_tokens",
         "num_computed_tokens",
         "num_output_tokens",
@@ -100,6 +105,7 @@ class EngineRequest:
         stop_after_tokens: int | None = None,
         prompt_block_hashes: list[int] | None = None,
         arrival_s: float | None = None,
+        lora: LoraAdapter | None = None,
     ):
         if not prompt_token_ids:
             raise ValueError("prompt_token_ids must not be empty")
@@ -115,6 +121,7 @@ class EngineRequest:
         self.block_hashes: list[int] = list(prompt_block_hashes or [])
         self._rng = seed  # the engine fills in a seed if None
         self.arrival_s = arrival_s
+        self.lora = lora  # the LoRA adapter it runs with (None: the base model)
         self.status = RequestStatus.WAITING
         self.num_computed_tokens = 0
         self.num_output_tokens = 0

@@ -9,6 +9,8 @@
 2. If nothing was preempted, waiting requests are admitted first-come-first-served while
    `max_num_seqs` and the token budget allow; a new request first reuses the cached blocks
    of its longest cached prefix (never its last token), and only the rest is prefilled.
+   With LoRA (`engine.lora`), a request whose adapter would exceed `max_loras` adapters in
+   the running batch is skipped: it keeps its place and requests behind it may go first.
 
 `update_from_output()` applies an iteration's end: every request whose scheduled tokens
 reached its last token emits one new token, and finished requests hand back their blocks.
@@ -21,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from gpufleet.engine.kv_cache_manager import KVCacheManager
+from gpufleet.engine.lora import AdapterSlots
 from gpufleet.engine.outputs import EngineConfig, StepOutcome
 from gpufleet.engine.request import EngineRequest, FinishReason, RequestStatus
 from gpufleet.perf.step_time import StepBatch
@@ -36,9 +39,12 @@ class ScheduledWork:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, kv: KVCacheManager) -> None:
+    def __init__(
+        self, config: EngineConfig, kv: KVCacheManager, lora: AdapterSlots | None = None
+    ) -> None:
         self.config = config
         self.kv = kv
+        self.lora = lora
         self.running: list[EngineRequest] = []
         self.waiting: deque[EngineRequest] = deque()
         self.requests: dict[str, EngineRequest] = {}
@@ -62,6 +68,7 @@ class Scheduler:
             return None
         if req.status is RequestStatus.RUNNING:
             self.running.remove(req)
+            self._release_lora(req)
         else:
             self.waiting.remove(req)
         self.kv.free(req)
@@ -79,6 +86,11 @@ class Scheduler:
         self.finished_by_reason[reason.value] += 1
         self.kv.free(req)
         del self.requests[req.request_id]
+        self._release_lora(req)
+
+    def _release_lora(self, req: EngineRequest) -> None:
+        if req.lora is not None and self.lora is not None:
+            self.lora.release(req.lora)
 
     # ------------------------------------------------------------------ scheduling
     def schedule(self, start_s: float) -> ScheduledWork | None:
@@ -134,6 +146,8 @@ class Scheduler:
 
         # 2. waiting requests, first come first served
         waiting = self.waiting
+        lora = self.lora
+        skipped: list[EngineRequest] = []  # over max_loras: kept in order, passed over
         # With pp > 1, spread simultaneous arrivals over the pipeline's micro-batches (as
         # vLLM's per-stage virtual engines did) instead of packing them into one.
         admit_left = len(waiting)
@@ -143,6 +157,9 @@ class Scheduler:
             while waiting and budget > 0 and len(running) < cfg.max_num_seqs and admit_left > 0:
                 admit_left -= 1
                 req = waiting[0]
+                if req.lora is not None and lora is not None and not lora.can_admit(req.lora):
+                    skipped.append(waiting.popleft())
+                    continue
                 hit_blocks = kv.get_computed_blocks(req)
                 computed = len(hit_blocks) * kv.block_size
                 n = len(req.all_token_ids) - computed
@@ -164,6 +181,8 @@ class Scheduler:
                 if req.first_scheduled_s is None:
                     req.first_scheduled_s = start_s
                 req.status = RequestStatus.RUNNING
+                if req.lora is not None and lora is not None:
+                    lora.admit(req.lora)
                 running.append(req)
                 req.in_flight += 1
                 entries.append((req, computed + n))
@@ -174,6 +193,8 @@ class Scheduler:
                 else:
                     prefill_tokens.append(n)
                     prefill_context.append(computed)
+            if skipped:
+                waiting.extendleft(reversed(skipped))
 
         if not entries:
             return None
@@ -195,6 +216,7 @@ class Scheduler:
 
     def _preempt(self, req: EngineRequest) -> None:
         self.running.remove(req)
+        self._release_lora(req)
         self.kv.free(req)
         req.num_computed_tokens = 0
         req.num_preemptions += 1

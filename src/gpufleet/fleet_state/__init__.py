@@ -6,6 +6,7 @@ snapshot for autoscaling. The gateway drives it with sockets and the real clock,
 simulator with a virtual clock (docs/design.md).
 """
 
+from gpufleet.fleet_state.adapters import AdapterCatalog, AdapterSpec, can_serve_adapter
 from gpufleet.fleet_state.engine_detect import EngineIdentity, identify
 from gpufleet.fleet_state.engine_metrics import KV_USAGE_RULE, ScrapedMetrics, parse_engine_metrics
 from gpufleet.fleet_state.engine_names import (
@@ -15,6 +16,7 @@ from gpufleet.fleet_state.engine_names import (
     metric_names,
 )
 from gpufleet.fleet_state.latency import LatencyWindows, RecentWindow
+from gpufleet.fleet_state.lora_metrics import LoraRequestsInfo
 from gpufleet.fleet_state.outlier import OutlierConfig
 from gpufleet.fleet_state.queue import AdmissionQueue, QueueLimits, QueueTicket, Refusal
 from gpufleet.fleet_state.replica import FleetReplica
@@ -40,6 +42,8 @@ __all__ = [
     "KV_USAGE_RULE",
     "LOAD_FROM_ENGINE",
     "LOAD_FROM_IN_FLIGHT",
+    "AdapterCatalog",
+    "AdapterSpec",
     "AdmissionQueue",
     "EngineIdentity",
     "EngineMetricNames",
@@ -48,6 +52,7 @@ __all__ = [
     "GatewaySignals",
     "LatencyPercentiles",
     "LatencyWindows",
+    "LoraRequestsInfo",
     "ModelLatency",
     "OutlierConfig",
     "QueueLimits",
@@ -59,6 +64,7 @@ __all__ = [
     "ScrapedMetrics",
     "TenantLimits",
     "TokenBucket",
+    "can_serve_adapter",
     "identify",
     "merge_signals",
     "metric_names",

@@ -28,14 +28,21 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpufleet.fleet_state.engine_names import ENGINE_METRICS, EngineMetricNames, metric_names
+from gpufleet.fleet_state.lora_metrics import (
+    LORA_REQUESTS_INFO,
+    LoraRequestsInfo,
+    lora_requests_info,
+)
 
 KV_USAGE_RULE = "capacity-weighted mean over the replica's engines"
-_PREFIXES = tuple(sorted({name for family in ENGINE_METRICS for name in family.names}))
+_PREFIXES = tuple(
+    sorted({name for family in ENGINE_METRICS for name in family.names} | {LORA_REQUESTS_INFO})
+)
 
 Key = tuple[str, ...]  # one engine of a replica (its data-parallel rank labels)
 
@@ -50,6 +57,7 @@ class ScrapedMetrics:
     kv_capacity_tokens: int | None = None  # None: the engine does not report it
     engine: str | None = None  # which family of names matched; None: none did
     load_reported: bool = True  # False: no running/waiting gauge (route by in-flight counts)
+    lora: LoraRequestsInfo | None = None  # vllm:lora_requests_info, when it exposes it
 
     @classmethod
     def no_load(cls, engine: str | None = None) -> ScrapedMetrics:
@@ -79,10 +87,14 @@ def parse_engine_metrics(text: str, engine: str | None = None) -> ScrapedMetrics
         for sample in family.samples:
             if math.isfinite(sample.value):
                 samples.setdefault(sample.name, []).append((sample.labels, sample.value))
+    lora = None
+    if LORA_REQUESTS_INFO in samples:
+        lora = lora_requests_info((LORA_REQUESTS_INFO, labels, value)
+                                  for labels, value in samples[LORA_REQUESTS_INFO])  # fmt: skip
     for names in families:
         if any(name in samples for name in names.names):
-            return _combine(names, samples)
-    return ScrapedMetrics.no_load(engine)
+            return replace(_combine(names, samples), lora=lora)
+    return replace(ScrapedMetrics.no_load(engine), lora=lora)
 
 
 def _combine(

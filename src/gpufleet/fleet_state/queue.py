@@ -48,6 +48,7 @@ class QueueTicket:
     model: str
     pool: str | None
     deadline_s: float
+    adapter: str | None = None  # the LoRA adapter it asks for (of base model `model`)
 
 
 class AdmissionQueue:

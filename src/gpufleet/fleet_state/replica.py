@@ -33,6 +33,11 @@ class FleetReplica(ReplicaView):
     # counts: the engine exposes no load metrics); None: not scraped yet.
     load_signals: str | None = None
     load_note: str = ""  # why it is routed by in-flight counts, as a person reads it
+    # LoRA: whether it loads adapters at runtime (None: not known yet), why not, and how
+    # many adapters were loaded onto it for this fleet.
+    lora_loadable: bool | None = None
+    lora_note: str = ""
+    adapter_loads: int = 0
 
     def serves(self, model: str) -> bool:
         # A replica whose models are not known yet (no /v1/models) is offered none.

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Generic, Protocol, TypeVar, runtime_checkable
 
+from gpufleet.fleet_state.adapters import AdapterCatalog, AdapterSpec, can_serve_adapter
 from gpufleet.fleet_state.engine_metrics import ScrapedMetrics
 from gpufleet.fleet_state.latency import LatencyWindows
 from gpufleet.fleet_state.outlier import OutlierConfig
@@ -51,6 +52,7 @@ class FleetState(Generic[R]):
         readmit_after_successes: int = 1,
         signals_window_s: float = 60.0,
         outlier: OutlierConfig | None = None,
+        adapters: Iterable[AdapterSpec] = (),
     ) -> None:
         self.policy = policy
         self.tenant_policies: dict[str, RoutingPolicy] = dict(tenant_policies or {})
@@ -65,6 +67,7 @@ class FleetState(Generic[R]):
         self.table.on_removed.append(self._forget_replica)
         self.queue = queue if queue is not None else AdmissionQueue()
         self.latency = LatencyWindows(signals_window_s)
+        self.adapters = AdapterCatalog(adapters)  # LoRA adapters: declared and learned
 
     def policy_for(self, tenant: str | None) -> RoutingPolicy:
         if self.tenant_policies and tenant is not None:
@@ -74,7 +77,7 @@ class FleetState(Generic[R]):
     # -- admission ------------------------------------------------------------------------
     def model_known(self, model: str) -> bool:
         """Whether a request for `model` may be served (now or after waiting)."""
-        if model in self.table.known or model in self.served_models:
+        if model in self.table.known or model in self.served_models or model in self.adapters:
             return True
         return not self.served_models and self.table.discovering()
 
@@ -85,10 +88,25 @@ class FleetState(Generic[R]):
         now_s: float,
         deadline_s: float,
         ticket: QueueTicket | None = None,
+        adapter: str | None = None,
     ) -> Sequence[R] | QueueTicket | Refusal:
         """The replicas a request may go to now; else a ticket to wait with (the same one
-        when `ticket` is passed and still waits); else why it is refused (404, 503)."""
+        when `ticket` is passed and still waits); else why it is refused (404, 503).
+        For a LoRA `adapter` (of base model `model`): the replicas that hold it or may
+        load it; 503 when every replica of the model refuses to load it."""
+        if ticket is not None:
+            adapter = ticket.adapter
         candidates = self.table.eligible(model, pool)
+        if candidates and adapter is not None:
+            able = [r for r in candidates if can_serve_adapter(r, adapter)]
+            if not able:
+                why = "; ".join(f"{r.replica_id}: {r.lora_note or 'refused'}" for r in candidates)
+                if ticket is not None:
+                    self.queue.leave(ticket)
+                return Refusal(503, f"no replica of model '{model}' can load the LoRA adapter "
+                               f"'{adapter}': {why}", "adapter_not_loadable",
+                               param="model")  # fmt: skip
+            candidates = able
         if candidates:
             if ticket is not None:
                 self.queue.leave(ticket)
@@ -112,9 +130,55 @@ class FleetState(Generic[R]):
                 self.queue.leave(ticket)
             return refusal
         if ticket is None:
-            ticket = QueueTicket(model, pool, deadline_s)
+            ticket = QueueTicket(model, pool, deadline_s, adapter)
             self.queue.join(ticket)
         return ticket
+
+    def candidates(
+        self, info: RequestInfo, pool: str | None, exclude: Sequence[R] = ()
+    ) -> Sequence[R]:
+        """The ready replicas a request may go to now (the hot path: no queue)."""
+        candidates = self.table.eligible(info.model, pool, exclude)
+        adapter = info.adapter
+        if adapter is None or not candidates:
+            return candidates
+        return [r for r in candidates if can_serve_adapter(r, adapter)]
+
+    # -- LoRA adapters ---------------------------------------------------------------------
+    def resolve(self, model: str) -> tuple[str, str | None]:
+        """(the model whose replicas serve a request for `model`, the adapter or None)."""
+        spec = self.adapters.get(model)
+        if spec is None or model in self.served_models:
+            return model, None
+        return spec.base_model, spec.name
+
+    def adapter_missing(self, info: RequestInfo, replica: R) -> AdapterSpec | None:
+        """The adapter the driver must load on `replica` before sending it `info`."""
+        adapter = info.adapter
+        if adapter is None or adapter in replica.models:
+            return None
+        return self.adapters.get(adapter) or AdapterSpec(adapter, adapter, info.model)
+
+    def adapter_registered(self, replica: R, name: str, loaded: bool = True) -> None:
+        """`replica` serves adapter `name` now (`loaded`: this fleet loaded it there)."""
+        if loaded:
+            replica.adapter_loads += 1
+            replica.lora_loadable = True
+        if name not in replica.models:
+            replica.models = replica.models | {name}
+            self.table.changed()
+
+    def adapter_forgotten(self, replica: R, name: str) -> None:
+        """`replica` no longer has `name` (it said so, e.g. after a restart)."""
+        if name in replica.models:
+            replica.models = replica.models - {name}
+            self.table.changed()
+
+    def adapter_refused(self, replica: R, why: str) -> None:
+        """`replica` does not load adapters at runtime: offer it only those it holds."""
+        replica.lora_loadable = False
+        replica.lora_note = why
+        self.table.changed()
 
     def leave_queue(self, ticket: QueueTicket) -> None:
         """A waiting request gave up (its client left)."""
@@ -162,6 +226,12 @@ class FleetState(Generic[R]):
         changed (engine metrics <-> in-flight counts): drivers say so once."""
         if scraped.engine and replica.engine_source != "config":
             replica.engine, replica.engine_source = scraped.engine, "/metrics names"
+        lora = scraped.lora
+        if lora is not None:  # adapters it runs are registered there (by any gateway)
+            seen = {*lora.running, *lora.waiting}
+            if replica.models and not seen <= replica.models:
+                replica.models = replica.models | seen
+                self.table.changed()
         capacity = scraped.kv_capacity_tokens
         if capacity and capacity != replica.kv_capacity_tokens:
             replica.kv_capacity_tokens = capacity
@@ -177,6 +247,9 @@ class FleetState(Generic[R]):
             scraped_at_s=now_s,
             in_flight_at_scrape=replica.in_flight,
             kv_reported=scraped.kv_cache_usage is not None,
+            running_adapters=lora.running if lora else (),
+            waiting_adapters=lora.waiting if lora else (),
+            max_lora=lora.max_lora if lora else None,
         )
         changed = replica.load_signals != LOAD_FROM_ENGINE
         replica.load_signals, replica.load_note = LOAD_FROM_ENGINE, ""

@@ -95,6 +95,9 @@ class AdminApi:
                 cards.setdefault(m, _card(m))
         for m in self.gw.fleet.served_models:
             cards.setdefault(m, _card(m))
+        adapters = self.gw.fleet.adapters
+        for spec in adapters:  # LoRA adapters as vLLM lists them: parent = the base model
+            cards.setdefault(spec.name, adapters.card(spec))
         return json_reply({"object": "list", "data": [cards[k] for k in sorted(cards)]})
 
     # -- admin --------------------------------------------------------------------------

@@ -41,9 +41,10 @@ async def wait_for_replicas(
     deadline_s: float,
     changes: TableChanges,
     clock: Callable[[], float] = time.monotonic,
+    adapter: str | None = None,
 ) -> Sequence[R] | Refusal:
     """Eligible replicas, waiting in the bounded queue while there are none (scale from 0)."""
-    admitted = fleet.admit(model, pool, clock(), deadline_s)
+    admitted = fleet.admit(model, pool, clock(), deadline_s, adapter=adapter)
     if not isinstance(admitted, QueueTicket):
         return admitted
     ticket = admitted
@@ -68,7 +69,7 @@ def choose_ready(
 ) -> R | None:
     """The policy's pick among the eligible replicas not tried yet; None when there is
     none. The hot path: no waiting, no allocation beyond what the policy does."""
-    candidates = fleet.table.eligible(info.model, pool, tried)
+    candidates = fleet.candidates(info, pool, tried)
     if not candidates:
         return None
     chosen = policy.choose(info, candidates)
@@ -94,9 +95,10 @@ async def choose_replica(
     chosen = choose_ready(fleet, info, policy, pool, tried)
     if chosen is not None:
         return chosen
-    if tried and fleet.table.eligible(info.model, pool):
+    if tried and fleet.candidates(info, pool):
         return None
-    waited = await wait_for_replicas(fleet, info.model, pool, deadline_s, changes, clock)
+    waited = await wait_for_replicas(fleet, info.model, pool, deadline_s, changes, clock,
+                                     info.adapter)  # fmt: skip
     if isinstance(waited, Refusal):
         return waited
     candidates = [r for r in waited if r not in tried] or list(waited)

@@ -9,6 +9,8 @@ replicas:
   - {url: http://127.0.0.1:8002, pool: gold, engine: sglang}
 tenants:
   - {name: acme, api_keys: [sk-acme], pool: gold, requests_per_s: 50, max_concurrency: 16}
+adapters:                # LoRA adapters (docs/lora.md)
+  - {name: sql-lora, path: /adapters/sql, base_model: meta-llama/Llama-3.1-8B}
 ```
 """
 
@@ -22,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpufleet.config_errors import Positions, load_yaml, user_error
 from gpufleet.errors import UserError
-from gpufleet.fleet_state import OutlierConfig, QueueLimits
+from gpufleet.fleet_state import AdapterSpec, OutlierConfig, QueueLimits
 
 
 class _Strict(BaseModel):
@@ -63,6 +65,15 @@ class TenantConfig(_Strict):
     burst: int | None = Field(default=None, ge=1)  # token-bucket size; default max(1, rate)
     max_concurrency: int | None = Field(default=None, ge=1)
     failover: bool | None = None  # unset: the model's (or the gateway's) setting
+
+
+class AdapterConfig(_Strict):
+    """A LoRA adapter the fleet serves: clients send `name` as their `model`; the gateway
+    loads it onto replicas of `base_model` from `path` (vLLM `/v1/load_lora_adapter`)."""
+
+    name: str = Field(min_length=1)
+    path: str = Field(min_length=1)  # a directory on the replicas' hosts, or a hub id
+    base_model: str | None = None  # default: the one entry of `models`
 
 
 class HealthConfig(_Strict):
@@ -172,6 +183,8 @@ class GatewayConfig(_Strict):
     # Models the fleet serves even while no replica is up (scale from zero).
     models: list[str] = Field(default_factory=list)
     tenants: list[TenantConfig] = Field(default_factory=list)
+    # LoRA adapters, loaded onto replicas of their base model as traffic asks (docs/lora.md).
+    adapters: list[AdapterConfig] = Field(default_factory=list)
     scrape_interval_s: float = Field(default=1.0, gt=0)
     signals_window_s: float = Field(default=60.0, gt=0)
     # Re-read the config file's replica list when it changes (0 = only on SIGHUP or admin).
@@ -197,7 +210,22 @@ class GatewayConfig(_Strict):
         ids = [r.id for r in self.replicas if r.id]
         if len(ids) != len(set(ids)):
             raise ValueError("replicas: two replicas share one id")
+        names: set[str] = set()
+        for i, a in enumerate(self.adapters):
+            if a.name in names or a.name in self.models:
+                raise ValueError(f"adapters[{i}].name: {a.name!r} is already a model or adapter")
+            names.add(a.name)
+            if a.base_model is None:
+                if len(self.models) != 1:
+                    raise ValueError(
+                        f"adapters[{i}].base_model: set it (the model whose replicas serve "
+                        f"{a.name!r}), or list exactly one model in `models`"
+                    )
+                a.base_model = self.models[0]
         return self
+
+    def adapter_specs(self) -> list[AdapterSpec]:
+        return [AdapterSpec(a.name, a.path, a.base_model or "") for a in self.adapters]
 
 
 def validate_config(

@@ -22,7 +22,7 @@ class Failure:
     `final` failures (timeouts) are not retried: the request may still be running there.
     """
 
-    __slots__ = ("body", "code", "content_type", "final", "headers", "message",
+    __slots__ = ("again", "body", "code", "content_type", "final", "headers", "message",
                  "mid_generation", "param", "status")  # fmt: skip
 
     def __init__(
@@ -36,6 +36,7 @@ class Failure:
         code: str | int | None = None,
         headers: dict[str, str] | None = None,
         final: bool = False,
+        again: bool = False,
     ) -> None:
         self.status = status
         self.message = message
@@ -45,6 +46,7 @@ class Failure:
         self.code = code
         self.headers = headers
         self.final = final
+        self.again = again  # worth another try on the same replica (its adapter reloaded)
         self.mid_generation = False  # the replica had the request and broke while on it
 
     @classmethod
@@ -84,7 +86,7 @@ class RequestContext:
         self.out = out
         self.headers = headers  # the client's, minus hop-by-hop ones, as raw bytes
         self.info = info
-        self.model = info.model
+        self.model = info.adapter or info.model  # as the client named it (for metrics)
         self.policy = policy
         self.tenant = tenant
         self.path = path

@@ -75,6 +75,7 @@ class HealthChecks:
                     return  # try next tick
                 replica.model_cards = cards
                 replica.models = frozenset(c["id"] for c in cards)
+                self.fleet.adapters.learn(cards)  # its adapters: cards with a parent
             was = replica.state
             if table.mark_ready(replica):
                 log.info("replica %s %s -> ready (%s)", replica.replica_id, was, result.reason)

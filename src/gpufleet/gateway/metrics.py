@@ -221,6 +221,14 @@ class GatewayMetrics:
             state.add_metric([r.replica_id, str(r.state)], 1)
         yield in_flight
         yield state
+        loads = CounterMetricFamily(
+            "gpufleet_gateway_replica_lora_loads",
+            "LoRA adapters the gateway loaded onto a replica (dynamic-LoRA API).",
+            labels=["replica"],
+        )
+        for rid, r in every.items():
+            loads.add_metric([rid], r.adapter_loads)
+        yield loads
         queue = GaugeMetricFamily(
             "gpufleet_gateway_queue_depth",
             "Requests waiting for a ready replica of their model (scale from zero).",

@@ -24,6 +24,7 @@ from gpufleet.gateway.context import Failure, RequestContext
 from gpufleet.gateway.continuation import Splicer, Transcript
 from gpufleet.gateway.failover import Failover, FailoverPlan, Interrupted
 from gpufleet.gateway.http_adapters import JSON, In, Out, send_error
+from gpufleet.gateway.lora_loader import AdapterLoader, request_body_for
 from gpufleet.gateway.metrics import GatewayMetrics
 from gpufleet.gateway.relay import StallWatch, StreamRelay
 from gpufleet.gateway.replicas import Replica
@@ -59,6 +60,7 @@ class Proxy:
         metrics: GatewayMetrics,
         changes: TableChanges,
         pool: Callable[[], UpstreamPool | None],
+        loader: AdapterLoader,
     ) -> None:
         self.config = config
         self.limits = config.limits
@@ -67,6 +69,7 @@ class Proxy:
         self.metrics = metrics
         self.changes = changes
         self._pool = pool
+        self.loader = loader
         self._request_ids = itertools.count(1)
         fo = config.failover
         self.watch = StallWatch(max(0.05, min(1.0, fo.inter_token_timeout_s / 4)))
@@ -116,9 +119,11 @@ class Proxy:
             if self.fleet.needs_prefix and needs_prefix_hashes(policy):
                 hashes = request_prefix_hashes(meta.body, endpoint)
             session = request.header(b"x-session-id")
+            base, adapter = self.fleet.resolve(model)  # a LoRA adapter: its base's replicas
             info = RequestInfo(
                 request_id=f"gw-{next(self._request_ids)}",
-                model=model,
+                model=base,
+                adapter=adapter,
                 tenant=tenant.name,
                 session_key=session.decode("latin-1") if session is not None else meta.user,
                 prefix_hashes=hashes,
@@ -163,9 +168,10 @@ class Proxy:
     # -- routing and retries --------------------------------------------------------------
     async def route(self, ctx: RequestContext) -> None:
         max_attempts = self.limits.max_attempts
-        deadline_s = ctx.t0_s + self.fleet.queue.limits(ctx.model).timeout_s
+        deadline_s = ctx.t0_s + self.fleet.queue.limits(ctx.info.model).timeout_s
         tried: tuple[Replica, ...] = ()
         failure: Failure | None = None
+        attempts = 0
         while True:
             chosen: Replica | Refusal | None
             chosen = choose_ready(self.fleet, ctx.info, ctx.policy, ctx.tenant.pool, tried)
@@ -185,8 +191,10 @@ class Proxy:
             failure = result
             if result.final:
                 break
-            tried = (*tried, replica)
-            if len(tried) >= max_attempts:
+            attempts += 1
+            if not result.again:
+                tried = (*tried, replica)
+            if attempts >= max_attempts:
                 break
             if result.mid_generation and ctx.failover is not None:
                 self.metrics.count_resume(ctx.model, "non_streamed", 0)
@@ -235,9 +243,18 @@ class Proxy:
         fleet.started(ctx.info, replica, ctx.policy)
         replica.m_requests.inc()
         ctx.ok = ctx.streamed = False
-        head = request_head(b"POST", replica.host_header, ctx.path.encode(), len(ctx.body))
-        data = b"".join((head, ctx.headers, b"\r\n", ctx.body))
         try:
+            body = ctx.body
+            info = ctx.info
+            if info.adapter is not None:
+                spec = fleet.adapter_missing(info, replica)
+                if spec is not None:  # load it there first (requests meanwhile share the load)
+                    loaded = await self.loader.ensure(replica, spec)
+                    if not loaded.ok:
+                        return Failure(loaded.status, loaded.message)
+                body = request_body_for(replica, body, info.model, info.adapter)
+            head = request_head(b"POST", replica.host_header, ctx.path.encode(), len(body))
+            data = b"".join((head, ctx.headers, b"\r\n", body))
             try:
                 upstream = await self.open_upstream(replica, data, ctx.t0_s)
             except UpstreamTimeout:
@@ -267,6 +284,10 @@ class Proxy:
                                         f"{exc}", mid_generation=True)  # fmt: skip
                 if status >= 500:
                     return self._failed(replica, status, "", body, ctype)
+                if status == 404 and info.adapter is not None:
+                    # It lost the adapter (restarted?): load it again and resend.
+                    fleet.adapter_forgotten(replica, info.adapter)
+                    return Failure(404, "", body=body, content_type=ctype, again=True)
                 ctx.ok = status < 400
                 fleet.table.record_success(replica)
                 e2e = self.metrics.latency(ctx.model, ctx.tenant.name)[3]

@@ -25,6 +25,7 @@ class Replica(FleetReplica):
     host_header: bytes = b""
     rx_chunks: int = 0  # response chunks received from it (a probe's proof of life)
     uses_models_probe: bool = False  # no /health (a plain OpenAI server): probe /v1/models
+    lora_api: str | None = None  # whose dynamic-LoRA API it answered: "vllm", "sglang"
     m_requests: Any = None
     m_errors: Any = None
     m_retries: Any = None
@@ -78,6 +79,12 @@ class Replica(FleetReplica):
             "load_signals": self.load_signals,
             "load_note": self.load_note or None,
             "source": self.source,
+            "lora": {
+                "api": self.lora_api,
+                "loadable": self.lora_loadable,
+                "note": self.lora_note or None,
+                "adapter_loads": self.adapter_loads,
+            },
             "consecutive_failures": self.consecutive_failures,
             "healthy": self.healthy,
             "ejections": self.ejections,
@@ -93,5 +100,8 @@ class Replica(FleetReplica):
                 "kv_cache_usage": s.kv_cache_usage,
                 "scraped_at_s": s.scraped_at_s,
                 "in_flight_at_scrape": s.in_flight_at_scrape,
+                "running_adapters": list(s.running_adapters),
+                "waiting_adapters": list(s.waiting_adapters),
+                "max_lora": s.max_lora,
             },
         }

@@ -33,6 +33,7 @@ from gpufleet.gateway.config import GatewayConfig, ReplicaConfig, load_config
 from gpufleet.gateway.engine_probe import NO_METRICS_ENGINE, no_load_note
 from gpufleet.gateway.fast_http import FastFront
 from gpufleet.gateway.health import HealthChecks
+from gpufleet.gateway.lora_loader import AdapterLoader
 from gpufleet.gateway.metrics import GatewayMetrics
 from gpufleet.gateway.proxy import Proxy
 from gpufleet.gateway.replicas import Replica
@@ -65,6 +66,7 @@ def build_fleet(cfg: GatewayConfig) -> FleetState[Replica]:
         readmit_after_successes=cfg.health.readmit_after_successes,
         signals_window_s=cfg.signals_window_s,
         outlier=cfg.outlier.core(),
+        adapters=cfg.adapter_specs(),
     )
 
 
@@ -83,8 +85,9 @@ class Gateway:
         )
         self._session: aiohttp.ClientSession | None = None
         self._pool: UpstreamPool | None = None
+        self.loader = AdapterLoader(self.fleet, lambda: self._session, cfg.limits.read_timeout_s)
         self.proxy = Proxy(cfg, self.fleet, self.tenants, self.metrics, TableChanges(self.fleet),
-                           lambda: self._pool)  # fmt: skip
+                           lambda: self._pool, self.loader)  # fmt: skip
         self.health = HealthChecks(cfg, self.fleet, lambda: self._session)
         self._tasks: list[asyncio.Task[None]] = []
         self._config_mtime: float | None = None
@@ -259,6 +262,8 @@ class Gateway:
                 added.append(self._add(rc, source="config").replica_id)
         self.fleet.served_models = frozenset(cfg.models)
         self.fleet.queue.set_limits(*cfg.queue.limits())
+        for spec in cfg.adapter_specs():  # new and changed adapters (removed ones stay known)
+            self.fleet.adapters.declare(spec)
         self.replicas.changed()
         log.info("config reloaded: +%s -%s", added, removed)
         return {"added": added, "removed": removed}

@@ -11,6 +11,8 @@ Endpoints (as vLLM serves them):
        local directory with this replica's tokenizer (tokenizer.json), so the router loads
        it from there instead of asking a model hub
   GET|POST /admin/faults                        fault injection (`faults`)
+  POST /v1/load_lora_adapter, /v1/unload_lora_adapter   with --enable-lora and
+       VLLM_ALLOW_RUNTIME_LORA_UPDATING=True (`lora`, `lora_api`)
 
 With `engine="sglang"` it speaks SGLang instead (`sglang.py`): its native /generate,
 /health_generate and /flush_cache, its metric names (only with --enable-metrics), its
@@ -30,12 +32,16 @@ from aiohttp import web
 
 from gpufleet import __version__
 from gpufleet.engine import Engine
+from gpufleet.engine.lora import AdapterSlots, LoraAdapter
+from gpufleet.errors import UserError
 from gpufleet.replica import info
 from gpufleet.replica.config import ReplicaConfig
 from gpufleet.replica.errors import RequestError
 from gpufleet.replica.faults import FaultsApi
 from gpufleet.replica.generate import Generator
 from gpufleet.replica.http import error_response, json_response, openai_errors, read_json
+from gpufleet.replica.lora import adapter_cards, adapter_from_path, runtime_updates_allowed
+from gpufleet.replica.lora_api import LoraApi
 from gpufleet.replica.metrics import ReplicaMetrics
 from gpufleet.replica.runner import EngineRunner
 from gpufleet.replica.sglang import SglangApi, flat_errors
@@ -50,7 +56,15 @@ class ReplicaServer:
         self.config = config
         self.tokenizer = tokenizer or default_tokenizer()
         self.model_name = config.served_model_names[0]
-        self.engine = Engine(config.engine_config, config.step_time_model, seed=config.seed)
+        slots = None
+        if config.lora is not None:
+            assert config.lora_cost is not None, "a LoRA config needs its cost model"
+            slots = AdapterSlots(config.lora, config.lora_cost)
+        self.engine = Engine(
+            config.engine_config, config.step_time_model, seed=config.seed, lora=slots
+        )
+        self.adapter_bases: dict[str, str] = {}  # adapter -> base model, where --lora-modules said
+        self._register_lora_modules()
         self.runner: EngineRunner | None = None
         self.faults = config.faults
         metrics_class = SglangMetrics if config.engine == "sglang" else ReplicaMetrics
@@ -64,6 +78,7 @@ class ReplicaServer:
                 "cache_dtype": "auto",
             },
             max_model_len=config.engine_config.max_model_len,
+            lora=self._lora_info if slots is not None else None,
         )
         self.created = int(time.time())
         self.port = config.port
@@ -100,7 +115,42 @@ class ReplicaServer:
         for path in ("/get_server_info", "/server_info"):
             r.add_get(path, self.server_info)
         FaultsApi(self.faults, self._set_slow).add_routes(app)
+        if runtime_updates_allowed():
+            LoraApi(self).add_routes(app)
         return app
+
+    # ------------------------------------------------------------------ LoRA
+    def _register_lora_modules(self) -> None:
+        """--lora-modules: registered (and loaded) before the server answers."""
+        slots = self.engine.lora
+        for m in self.config.lora_modules:
+            if slots is None:
+                raise UserError("needs --enable-lora", field="--lora-modules")
+            try:
+                adapter = adapter_from_path(m.name, m.path, slots.config.max_lora_rank)
+                self.engine.add_lora(adapter, 0.0)
+            except (RequestError, ValueError) as e:
+                raise UserError(str(e), field="--lora-modules") from None
+            if m.base_model_name:
+                self.adapter_bases[m.name] = m.base_model_name
+
+    def adapter(self, model: str) -> LoraAdapter | None:
+        """The registered adapter a request's `model` names, if it names one."""
+        slots = self.engine.lora
+        return slots.registered.get(model) if slots is not None else None
+
+    def servable_models(self) -> list[str]:
+        """Names a request may ask for: the served model names, then the adapters."""
+        slots = self.engine.lora
+        adapters = list(slots.registered) if slots is not None else []
+        return [*self.config.served_model_names, *adapters]
+
+    def _lora_info(self) -> tuple[dict[str, int], dict[str, int], int]:
+        """(running, waiting requests per adapter, max_lora) for vllm:lora_requests_info."""
+        slots = self.engine.lora
+        assert slots is not None
+        waiting = slots.waiting_adapters(self.engine.scheduler.waiting)
+        return dict(slots.running), waiting, slots.config.max_loras
 
     def _set_slow(self, factor: float) -> None:
         if self.runner is not None:
@@ -194,19 +244,23 @@ class ReplicaServer:
         return json_response({"server_load": self.in_flight})
 
     async def models(self, request: web.Request) -> web.Response:
-        return json_response(
-            info.model_list(
-                self.config.served_model_names,
-                root=self.model_name,
-                max_model_len=self.config.engine_config.max_model_len,
-                created=self.created,
-                engine=self.config.engine,
-            )
+        body = info.model_list(
+            self.config.served_model_names,
+            root=self.model_name,
+            max_model_len=self.config.engine_config.max_model_len,
+            created=self.created,
+            engine=self.config.engine,
         )
+        slots = self.engine.lora
+        if slots is not None:
+            body["data"] += adapter_cards(
+                list(slots.registered.values()), self.adapter_bases, self.model_name, self.created
+            )
+        return json_response(body)
 
     def check_model(self, body: dict[str, Any]) -> None:
         model = body.get("model")
-        if model is not None and model not in self.config.served_model_names:
+        if model is not None and model not in self.servable_models():
             raise RequestError(f"The model `{model}` does not exist.", status=404, param="model")
 
     async def tokenize(self, request: web.Request) -> web.Response:

@@ -6,7 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.engine import EngineConfig
+from gpufleet.engine.lora import LoraConfig
+from gpufleet.perf.lora import LoraCost
 from gpufleet.perf.step_time import StepTimeModel
+from gpufleet.replica.lora import LoraModule
 
 
 @dataclass
@@ -42,3 +45,7 @@ class ReplicaConfig:
     max_logprobs: int = 20  # vLLM's --max-logprobs: the most (top) logprobs a request gets
     engine: str = "vllm"  # whose API personality it speaks: vllm | sglang
     enable_metrics: bool = True  # serve /metrics (SGLang only with --enable-metrics)
+    # LoRA (--enable-lora and its flags): the slots, their cost model, adapters at start
+    lora: LoraConfig | None = None
+    lora_cost: LoraCost | None = None
+    lora_modules: list[LoraModule] = field(default_factory=list)

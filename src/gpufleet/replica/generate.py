@@ -113,7 +113,7 @@ class Generator:
             params = parse_generation_request(
                 body,
                 kind=kind,
-                served_model_names=server.config.served_model_names,
+                served_model_names=server.servable_models(),
                 max_model_len=server.config.engine_config.max_model_len,
                 tokenizer=self.tokenizer,
                 max_logprobs=server.config.max_logprobs,
@@ -159,8 +159,14 @@ class Generator:
         runner = server.runner
         assert runner is not None
         hashes = None
-        if params.cache_salt is not None:  # a salted prefix cache: other salts never hit
-            parent = zlib.crc32(params.cache_salt.encode())
+        lora = server.adapter(params.model)
+        if params.cache_salt is not None or lora is not None:
+            # A salted prefix cache (other salts never hit); an adapter's KV is its own
+            # (vLLM adds the LoRA to every block's hash).
+            salt = params.cache_salt or ""
+            if lora is not None:
+                salt += f"\x00lora:{lora.name}"
+            parent = zlib.crc32(salt.encode())
             bs = server.config.engine_config.block_size
             hashes = block_hashes(params.prompt_token_ids, bs, parent=parent)
         choices: list[ChoiceOutput] = []
@@ -172,6 +178,7 @@ class Generator:
                 seed=seed,
                 stop_after_tokens=stop_after,
                 prompt_block_hashes=hashes,
+                lora=lora,
             )
             stream = runner.submit(req, received_wall_s=received_wall_s)
             choices.append(

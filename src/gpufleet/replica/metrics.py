@@ -20,6 +20,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from gpufleet.engine import SchedulerStats
+from gpufleet.replica.lora import LoraInfo, LoraRequestsGauge
 from gpufleet.stats import Histogram
 
 # vLLM v1's buckets (vllm/v1/metrics/loggers.py).
@@ -64,8 +65,11 @@ class ReplicaMetrics(Collector):
         cache_config: dict[str, str],
         engine_index: int = 0,
         max_model_len: int = 8192,
+        lora: LoraInfo | None = None,
     ):
         self.model_name = model_name
+        # vllm:lora_requests_info, with --enable-lora only (as vLLM)
+        self.lora = LoraRequestsGauge(lora) if lora is not None else None
         self._stats = stats
         self._labels = [model_name, str(engine_index)]
         self._cache_config = dict(cache_config)
@@ -194,6 +198,8 @@ class ReplicaMetrics(Collector):
         )
         info.add_metric([self._cache_config[k] for k in info_keys] + labels[::-1], 1.0)
         yield info
+        if self.lora is not None:
+            yield self.lora.collect()
         for name, doc, hist in (
             ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
              self.ttft),

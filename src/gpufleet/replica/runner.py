@@ -23,6 +23,7 @@ from gpufleet.engine import (
     FinishReason,
     StepOutcome,
 )
+from gpufleet.engine.lora import LoraAdapter
 
 # Steps at least this long (wall) end to the sub-millisecond; shorter ones within the
 # event loop's timer tick, which spares the CPU of replicas stepping every few ms.
@@ -129,6 +130,14 @@ class EngineRunner:
         self.streams[req.request_id] = stream
         self._wake.set()
         return stream
+
+    def add_lora(self, adapter: LoraAdapter) -> float:
+        """Load a LoRA adapter between iterations (vLLM's add_lora); the wall seconds until
+        it is loaded. ValueError when the engine cannot load it."""
+        engine = self.engine
+        done_s = engine.add_lora(adapter, self._engine_time_s(time.monotonic()))
+        done_wall_s = self._target_wall_s + (done_s - engine.now_s) * self.time_scale
+        return max(0.0, done_wall_s - time.monotonic())
 
     def abort(self, request_id: str, reason: FinishReason = FinishReason.ABORT) -> None:
         self.streams.pop(request_id, None)

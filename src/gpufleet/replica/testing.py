@@ -9,6 +9,7 @@ The process prints its URL once it listens; `ReplicaProcess` waits for that line
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -20,14 +21,24 @@ _CLI = "import sys; from gpufleet.cli import main; sys.argv[0] = 'gpufleet'; mai
 
 
 class ReplicaProcess:
-    def __init__(self, *args: str, model: str = DEFAULT_MODEL, host: str = "127.0.0.1"):
+    def __init__(
+        self,
+        *args: str,
+        model: str = DEFAULT_MODEL,
+        host: str = "127.0.0.1",
+        env: dict[str, str] | None = None,
+    ):
         cmd = [sys.executable, "-c", _CLI, "replica", "--model", model, "--host", host]
         if "--port" not in args:
             cmd += ["--port", "0"]
         # stderr goes to a file: an unread pipe would fill up and block the replica.
         self._stderr_file = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as self)
         self.proc = subprocess.Popen(
-            [*cmd, *args], stdout=subprocess.PIPE, stderr=self._stderr_file, text=True
+            [*cmd, *args],
+            stdout=subprocess.PIPE,
+            stderr=self._stderr_file,
+            text=True,
+            env={**os.environ, **env} if env else None,  # e.g. VLLM_ALLOW_RUNTIME_LORA_UPDATING
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()  # "gpufleet replica: serving M on http://H:P ..."

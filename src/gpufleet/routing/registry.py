@@ -7,6 +7,7 @@ from typing import Any
 
 from gpufleet.errors import UserError
 from gpufleet.routing.base import PolicyBase
+from gpufleet.routing.lora_affinity import LoraAffinity
 from gpufleet.routing.prefix_aware import PrefixAware
 from gpufleet.routing.queue_depth import QueueDepth
 from gpufleet.routing.session import SessionAffinity
@@ -23,6 +24,7 @@ _POLICIES: dict[str, type[PolicyBase]] = {
         QueueDepth,
         SessionAffinity,
         PrefixAware,
+        LoraAffinity,
     )
 }
 

@@ -33,6 +33,11 @@ class EngineStats:
     # policy can correct stale engine numbers by what was sent since.
     in_flight_at_scrape: int = 0
     kv_reported: bool = True  # False: the engine exports no KV usage (TGI); 0.0 above
+    # vllm:lora_requests_info: adapters with requests running / waiting, and max_lora (the
+    # adapters one batch may use); max_lora None: the replica does not report LoRA.
+    running_adapters: tuple[str, ...] = ()
+    waiting_adapters: tuple[str, ...] = ()
+    max_lora: int | None = None
 
 
 @dataclass(slots=True)
@@ -49,12 +54,16 @@ class ReplicaView:
 
 @dataclass(frozen=True, slots=True)
 class RequestInfo:
+    """What a policy knows of one request. For a LoRA adapter (the client's `model` names
+    one), `model` is its base model, whose replicas may serve it, and `adapter` its name."""
+
     request_id: str
     model: str
     prompt_tokens: int = 0
     tenant: str | None = None
     session_key: str | None = None
     prefix_hashes: tuple[int, ...] = ()  # chained hashes of the prompt's blocks
+    adapter: str | None = None  # the LoRA adapter asked for; None: the base model
 
 
 class RoutingPolicy(Protocol):

@@ -108,6 +108,7 @@ class Clients:
             tenant=tenant.name if tenant is not None else None,
             session_key=req.session_key,
             prefix_hashes=hashes,
+            adapter=req.adapter,
         )
         policy = tenant.policy if tenant is not None else self.policy
         live = LiveRequest(req, info, result, policy)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from gpufleet.autoscale.decision import ScalingPolicy
 from gpufleet.engine import EngineConfig
+from gpufleet.engine.lora import LoraConfig
+from gpufleet.perf.lora import LoraCost
 from gpufleet.perf.step_time import StepTimeModel
 from gpufleet.routing.prefix import ROUTING_BLOCK_TOKENS
 from gpufleet.routing.types import RoutingPolicy
@@ -64,6 +66,17 @@ class FaultSpec:
     restart: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class SimLora:
+    """Replicas serve LoRA adapters (`gpufleet replica --enable-lora`): their slots, the
+    cost model, and the rank of every adapter the workload names. The simulated gateway
+    loads an adapter onto a replica the first time it sends it a request for it."""
+
+    config: LoraConfig
+    cost: LoraCost
+    rank: int = 16
+
+
 @dataclass(frozen=True)
 class SimConfig:
     engine: EngineConfig
@@ -92,6 +105,7 @@ class SimConfig:
     # Advance each engine over runs of plain decode iterations in one event (the results
     # are the same as stepping; False steps one iteration per event, for comparison).
     jump_decode_runs: bool = True
+    lora: SimLora | None = None  # replicas serve LoRA adapters
     max_events: int = 200_000_000  # a hang guard, far above any real run
     # Several layouts behind one gateway; empty: one group of `engine` × `replicas`.
     groups: tuple[ReplicaGroup, ...] = ()

@@ -19,8 +19,9 @@ from gpufleet.autoscale.controller import scale_in_order
 from gpufleet.autoscale.decision import ScalingDecision
 from gpufleet.autoscale.gateway_link import fleet_signals
 from gpufleet.engine import BLOCKED_RETRY_S, Advance, StepOutcome
+from gpufleet.engine.lora import LoraAdapter
 from gpufleet.fleet_state import FleetReplica, FleetState
-from gpufleet.routing.types import ReplicaState
+from gpufleet.routing.types import ReplicaState, RequestInfo
 from gpufleet.sim.clients import Clients, LiveRequest
 from gpufleet.sim.config import ReplicaGroup, SimConfig
 from gpufleet.sim.events import (
@@ -95,15 +96,34 @@ class SimFleet:
             return  # its replica failed or was cut meanwhile (the request was answered)
         now = self.clock.now_s
         ereq = self.clients.engine_request(live, now)
+        ereq.lora = self._adapter_on(replica, live.info, now)
         live.engine_req = ereq
         advance = replica.advance
         due_s = advance.due_s if advance is not None else 0.0
+        slots = replica.engine.lora
+        if ereq.lora is not None and slots is not None and ereq.lora.name not in slots.registered:
+            # As the live gateway: load it there first (vLLM /v1/load_lora_adapter).
+            replica.driver.add_lora(ereq.lora, now)
+            self.fleet.adapter_registered(replica.view, ereq.lora.name)
         replica.driver.submit(ereq, now)
         if advance is not None and advance.due_s != due_s:  # a run cut short: deliver sooner
             self.events.push(advance.due_s, STEP_DONE, (replica, advance))
         if not replica.stepping:
             replica.stepping = True  # woken below, once this instant's arrivals are in
             self.events.push(now, WAKE, replica)
+
+    def _adapter_on(
+        self, replica: SimReplica, info: RequestInfo, now_s: float
+    ) -> LoraAdapter | None:
+        """The adapter a request runs with (the one its replica holds, or a new one)."""
+        if info.adapter is None:
+            return None
+        slots = replica.engine.lora
+        lora = self.config.lora
+        if slots is None or lora is None:
+            raise ValueError(f"request for adapter {info.adapter!r} but LoRA is not enabled")
+        held = slots.registered.get(info.adapter)
+        return held or LoraAdapter(info.adapter, f"sim://adapters/{info.adapter}", lora.rank)
 
     def step(self, replica: SimReplica) -> None:
         driver = replica.driver
@@ -193,7 +213,8 @@ class SimFleet:
             rid, restarts = restart_of.replica_id, restart_of.restarts + 1
             self.retired.append(restart_of)
         replica = SimReplica.create(rid, self.config.model, group, now_s=now, startup_s=startup_s,
-                                    seed=seed, backoff_s=backoff_s, restarts=restarts)  # fmt: skip
+                                    seed=seed, backoff_s=backoff_s, restarts=restarts,
+                                    lora=self.config.lora)  # fmt: skip
         self.replicas[rid] = replica
         if replica.state is ReplicaState.READY:
             self.fleet.table.add(replica.view)  # the gateway knows it once it is ready
@@ -314,4 +335,18 @@ class SimFleet:
             prefix_hits_tokens=s.prefix_cache_hits_tokens,
             preemptions=s.num_preemptions,
             steps=s.num_steps,
+            adapter_loads=r.view.adapter_loads,
+            **_lora_counts(r),
         )
+
+
+def _lora_counts(r: SimReplica) -> dict[str, int]:
+    slots = r.engine.lora
+    if slots is None:
+        return {}
+    return {
+        "lora_admissions": slots.admissions,
+        "lora_gpu_hits": slots.gpu_hits,
+        "lora_disk_loads": slots.disk_loads,
+        "lora_activations": slots.activations,
+    }

@@ -85,7 +85,9 @@ class SimGateway:
 
     def _admit(self, live: LiveRequest, deadline_s: float) -> None:
         now = self.clock()
-        admitted = self.fleet.admit(live.info.model, live.pool, now, deadline_s)
+        admitted = self.fleet.admit(
+            live.info.model, live.pool, now, deadline_s, adapter=live.info.adapter
+        )
         if isinstance(admitted, QueueTicket):
             self._waiting[admitted] = live
             self.events.push(admitted.deadline_s, QUEUE_TIMEOUT, admitted)

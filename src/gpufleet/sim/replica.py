@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 
 from gpufleet.autoscale.actuator import ManagedReplica
 from gpufleet.engine import Advance, Engine, EngineDriver
+from gpufleet.engine.lora import AdapterSlots
 from gpufleet.fleet_state import FleetReplica, ScrapedMetrics
+from gpufleet.fleet_state.lora_metrics import LoraRequestsInfo
 from gpufleet.routing.types import ReplicaState
-from gpufleet.sim.config import ReplicaGroup
+from gpufleet.sim.config import ReplicaGroup, SimLora
 
 
 @dataclass(slots=True)
@@ -47,12 +49,14 @@ class SimReplica:
         seed: int,
         backoff_s: float = 0.0,
         restarts: int = 0,
+        lora: SimLora | None = None,
     ) -> SimReplica:
         """A replica holding its GPUs from `now_s`, its process spawned `backoff_s` later
         and ready `startup_s` after that (at once when both are 0)."""
         ready_in_s = backoff_s + startup_s
         state = ReplicaState.READY if ready_in_s <= 0 else ReplicaState.STARTING
-        engine = Engine(group.engine, group.step_time_model, seed=seed)
+        slots = AdapterSlots(lora.config, lora.cost) if lora is not None else None
+        engine = Engine(group.engine, group.step_time_model, seed=seed, lora=slots)
         engine.advance_to(now_s)
         return cls(
             replica_id=replica_id,
@@ -99,7 +103,16 @@ class SimReplica:
             kv_cache_usage=kv_usage,
             kv_capacity_tokens=cfg.num_gpu_blocks * cfg.block_size,
             engine="vllm",
+            lora=self._lora_info(),
         )
+
+    def _lora_info(self) -> LoraRequestsInfo | None:
+        """vllm:lora_requests_info as the replica exports it (a run changes no adapters)."""
+        slots = self.engine.lora
+        if slots is None:
+            return None
+        waiting = slots.waiting_adapters(self.engine.scheduler.waiting)
+        return LoraRequestsInfo(tuple(slots.running), tuple(waiting), slots.config.max_loras)
 
     def account(self, now_s: float) -> None:
         """Integrate the in-flight count up to now; call before it changes."""

@@ -84,6 +84,7 @@ def summarize(
             }
             for d in changes
         ],
+        "lora": _lora_summary(result, span_s),
         "replicas": [asdict(r) for r in result.replicas],
         # (t_s, ready, ready + starting + draining) at every change of the fleet
         "fleet_timeline": [list(x) for x in result.fleet_size],
@@ -130,6 +131,24 @@ def _by_tenant(
     return out
 
 
+def _lora_summary(result: SimResult, span_s: float) -> dict[str, float] | None:
+    """LoRA figures (None without adapters): the gateway's adapter loads onto replicas,
+    and the engines' GPU slot hit rate (admissions whose adapter was in a slot)."""
+    reps = result.replicas
+    admissions = sum(r.lora_admissions for r in reps)
+    if not admissions:
+        return None
+    loads = sum(r.adapter_loads for r in reps)
+    return {
+        "adapter_loads": loads,
+        "adapter_loads_per_min": 60.0 * loads / span_s,
+        "gpu_slot_hit_rate": sum(r.lora_gpu_hits for r in reps) / admissions,
+        "disk_loads": sum(r.lora_disk_loads for r in reps),
+        "slot_activations": sum(r.lora_activations for r in reps),
+        "admissions": admissions,
+    }
+
+
 def format_summary(s: dict[str, Any], title: str = "gpufleet sim") -> str:
     """A short plain-text report (the CLI prints it; --json writes everything)."""
     lines = [f"== {title} =="]
@@ -154,6 +173,13 @@ def format_summary(s: dict[str, Any], title: str = "gpufleet sim") -> str:
     row("Gateway queue p99 (ms)", f"{s['gateway_queue_ms'].get('p99', 0.0):.1f}")
     row("Prefix cache hit rate", f"{s['prefix_cache_hit_rate']:.1%}")
     row("Preemptions", str(s["preemptions"]))
+    if s.get("lora"):
+        lo = s["lora"]
+        row("LoRA loads (gateway) / per min", f"{lo['adapter_loads']} / "
+            f"{lo['adapter_loads_per_min']:.1f}")  # fmt: skip
+        row("LoRA GPU slot hit rate", f"{lo['gpu_slot_hit_rate']:.1%}")
+        row("LoRA disk loads / slot activations", f"{lo['disk_loads']} / "
+            f"{lo['slot_activations']}")  # fmt: skip
     row("Load max/mean (requests)", f"{s['max_mean_requests']:.2f}")
     row("Load max/mean (time-avg in flight)", f"{s['max_mean_in_flight']:.2f}")
     row("Replicas used / peak ready", f"{s['replicas_used']} / {s['peak_ready_replicas']}")
@@ -216,6 +242,8 @@ def comparison_row(name: str, s: dict[str, Any]) -> dict[str, Any]:
         "max_mean_requests": s["max_mean_requests"],
         "replica_seconds": s["replica_seconds"],
         "scaling_changes": len(s["scaling_changes"]),
+        "adapter_loads": (s.get("lora") or {}).get("adapter_loads", 0),
+        "lora_gpu_slot_hit_rate": (s.get("lora") or {}).get("gpu_slot_hit_rate", 0.0),
     }
 
 

@@ -70,6 +70,13 @@ class ReplicaRecord:
     prefix_hits_tokens: int
     preemptions: int
     steps: int
+    # LoRA: adapters the gateway loaded there; the engine's admissions with an adapter,
+    # those whose adapter was already in a GPU slot, loads from disk, slot activations
+    adapter_loads: int = 0
+    lora_admissions: int = 0
+    lora_gpu_hits: int = 0
+    lora_disk_loads: int = 0
+    lora_activations: int = 0
 
     @property
     def gpu_hours(self) -> float:

@@ -18,10 +18,12 @@ from typing import Any
 from gpufleet.autoscale.decision import ReplicaBounds
 from gpufleet.autoscale.policies import make_policy as make_scaling_policy
 from gpufleet.engine import EngineConfig
+from gpufleet.engine.lora import LoraConfig
 from gpufleet.errors import UserError
+from gpufleet.perf.lora import lora_cost_of
 from gpufleet.plan.capacity import DEFAULT_TOKENS_PER_REQUEST, concurrent_sequences
 from gpufleet.routing import make_policy as make_routing_policy
-from gpufleet.sim.config import AutoscaleSpec, SimConfig
+from gpufleet.sim.config import AutoscaleSpec, SimConfig, SimLora
 from gpufleet.sim.fleet_spec import SimFleetSpec
 from gpufleet.sim.groups import build_faults, build_groups, build_tenants
 from gpufleet.sim.report import summarize
@@ -29,6 +31,7 @@ from gpufleet.sim.results import SimResult
 from gpufleet.sim.simulator import FleetSimulator, Progress
 from gpufleet.specs import load_model
 from gpufleet.workload import (
+    AdapterPopularity,
     RatePhase,
     SimRequest,
     WorkloadSpec,
@@ -39,6 +42,7 @@ from gpufleet.workload import (
     synthetic_shapes,
     tile_records,
     trace_shapes,
+    with_adapters,
 )
 
 
@@ -77,6 +81,11 @@ class Scenario:
     sessions: int | None = None
     turns: int = 1
     seed: int = 0
+    # LoRA: requests ask for one of N adapters, Zipf(s) popular (`--lora-adapters`)
+    lora_adapters: int | None = None
+    lora_zipf: float = 1.0
+    max_loras: int = 1
+    max_lora_rank: int = 16
     # fleet
     replicas: int = 1
     routing: str = "round_robin"
@@ -126,8 +135,28 @@ def build_requests(sc: Scenario) -> list[SimRequest]:
             duration_s=sc.duration_s,
             limit=sc.num_requests,
         )
-        return sim_requests(trace_shapes(records, speedup=sc.speedup, seed=sc.seed))
-    return sim_requests(synthetic_shapes(workload_spec(sc)))
+        shapes = trace_shapes(records, speedup=sc.speedup, seed=sc.seed)
+    else:
+        shapes = synthetic_shapes(workload_spec(sc))
+    if sc.lora_adapters is not None:
+        try:
+            popularity = AdapterPopularity(sc.lora_adapters, sc.lora_zipf, seed=sc.seed)
+        except ValueError as e:
+            raise UserError(str(e), field="--lora-adapters / --lora-zipf") from None
+        shapes = with_adapters(shapes, popularity)
+    return sim_requests(shapes)
+
+
+def sim_lora(sc: Scenario) -> SimLora | None:
+    """Replicas with --enable-lora when the workload asks for adapters."""
+    if sc.lora_adapters is None:
+        return None
+    try:
+        config = LoraConfig(max_loras=sc.max_loras, max_lora_rank=sc.max_lora_rank)
+    except ValueError as e:
+        raise UserError(str(e), field="--max-loras") from None
+    cost = lora_cost_of(sc.model, sc.gpu, tp=sc.tp, max_lora_rank=sc.max_lora_rank)
+    return SimLora(config, cost, rank=sc.max_lora_rank)
 
 
 def workload_spec(sc: Scenario) -> WorkloadSpec:
@@ -216,6 +245,7 @@ def build_config(sc: Scenario) -> SimConfig:
         closed_loop_clients=sc.concurrency,
         tail_s=sc.tail_s,
         seed=sc.seed,
+        lora=sim_lora(sc),
     )
 
 

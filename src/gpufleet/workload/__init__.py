@@ -7,6 +7,11 @@ simulator uses. Same spec and seed → same shapes at the same times, live or si
 Prompts use the shared word tokenizer, so a prompt of N tokens is exactly N words.
 """
 
+from gpufleet.workload.adapters import (
+    AdapterPopularity,
+    adapter_name,
+    with_adapters,
+)
 from gpufleet.workload.arrivals import (
     RatePhase,
     arrival_offsets,
@@ -58,6 +63,7 @@ __all__ = [
     "KIND_UNIQUE",
     "MOONCAKE_BLOCK_TOKENS",
     "SAMPLE_TRACES",
+    "AdapterPopularity",
     "Conversation",
     "ConversationShape",
     "LengthSampler",
@@ -70,6 +76,7 @@ __all__ = [
     "Turn",
     "TurnShape",
     "WorkloadSpec",
+    "adapter_name",
     "arrival_offsets",
     "common_prefix_tokens",
     "iter_arrival_offsets",
@@ -90,4 +97,5 @@ __all__ = [
     "total_duration_s",
     "trace_path",
     "trace_shapes",
+    "with_adapters",
 ]

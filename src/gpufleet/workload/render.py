@@ -28,7 +28,7 @@ def text_conversations(
             Turn(factory.segments_text(t.segments), t.input_tokens, t.output_tokens)
             for t in shape.turns
         )
-        yield Conversation(shape.id, turns, shape.arrival_s, shape.prefix_group)
+        yield Conversation(shape.id, turns, shape.arrival_s, shape.prefix_group, shape.adapter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +43,7 @@ class SimRequest:
     prefix_group: int | None = None
     # Multi-turn sessions: sent when request `after` (the previous turn) has finished.
     after: int | None = None
+    adapter: str | None = None  # the LoRA adapter it asks for (None: the base model)
 
     @property
     def input_tokens(self) -> int:
@@ -67,6 +68,7 @@ def sim_requests(shapes: Iterable[ConversationShape]) -> list[SimRequest]:
                     session_key=shape.session_key,
                     prefix_group=shape.prefix_group,
                     after=prev,
+                    adapter=shape.adapter,
                 )
             )
             if len(shape.turns) > 1:  # the next turn resends this one and its answer

@@ -53,6 +53,7 @@ class ConversationShape:
     turns: tuple[TurnShape, ...]
     prefix_group: int | None = None
     session_key: str | None = None  # set for multi-turn sessions
+    adapter: str | None = None  # the LoRA adapter every turn asks for (None: the base model)
 
 
 @dataclass(frozen=True, slots=True)

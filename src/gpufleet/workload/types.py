@@ -20,13 +20,15 @@ class Conversation:
 
     `arrival_s` is set when the workload carries its own timing (a trace), in seconds from
     the start of the run; otherwise the arrival process chooses when the conversation starts.
-    `prefix_group` names the shared-prefix group a prompt belongs to, when there is one.
+    `prefix_group` names the shared-prefix group a prompt belongs to, when there is one;
+    `adapter` the LoRA adapter its requests ask for (sent as their `model`), if any.
     """
 
     id: int
     turns: tuple[Turn, ...]
     arrival_s: float | None = None
     prefix_group: int | None = None
+    adapter: str | None = None
 
     @property
     def num_requests(self) -> int:
