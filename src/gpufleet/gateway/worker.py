@@ -34,9 +34,9 @@ _LOCAL = ("/v1/models", "/health")  # answered by the worker itself
 def handlers(gw: Gateway) -> dict[str, Any]:
     """What the supervisor may ask of this worker."""
 
-    async def add_replica(url: str, replica_id: str, pool: str | None,
-                          models: list[str]) -> dict[str, Any]:  # fmt: skip
-        return gw.add_replica(url, replica_id, pool, models)
+    async def add_replica(url: str, replica_id: str, pool: str | None, models: list[str],
+                          engine: str | None = None) -> dict[str, Any]:  # fmt: skip
+        return gw.add_replica(url, replica_id, pool, models, engine)
 
     async def drain_replica(replica_id: str) -> dict[str, Any]:
         return gw.drain_replica(replica_id)
