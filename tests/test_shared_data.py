@@ -1,4 +1,5 @@
-"""The optional full data sets are found through one setting, GPUFLEET_SHARED."""
+"""The optional full data sets are found through one setting (`SHARED_ENV`). Every test here
+points it at its own temporary folder: nothing outside the repository is read."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def test_a_missing_file_is_an_error_naming_the_setting(
 ) -> None:
     monkeypatch.setenv(SHARED_ENV, str(tmp_path))
     with pytest.raises(UserError) as e:
-        shared_file("traces", "mooncake_conversation.jsonl")
+        shared_file("traces", "absent_trace.jsonl")
     assert e.value.field == SHARED_ENV and str(tmp_path) in str(e.value)
     with pytest.raises(UserError, match=SHARED_ENV):
         default_csv()  # the planner's accuracy benchmark's default input
