@@ -36,7 +36,7 @@ sys.path.insert(0, str(HERE))
 from gateway_overhead import free_port, start, stop  # noqa: E402
 from gpufleet.bench.chaos import KINDS, mixed_requests, run_chaos  # noqa: E402
 from gpufleet.replica.generation import expected_answer  # noqa: E402
-from peers import PEER_VERSIONS, peer_bin  # noqa: E402
+from peers import PEER_VERSIONS, rust_router_argv  # noqa: E402
 from record import write_result  # noqa: E402
 
 MODEL = "meta-llama/Llama-3.1-8B"
@@ -93,14 +93,8 @@ def proxy_argv(peer: str, port: int, upstreams: list[str], tmp: Path, fault: str
         path.write_text(json.dumps(config))
         return [sys.executable, "-c", _CLI, "gateway", "--config", str(path),
                 "--log-level", "WARNING"]  # fmt: skip
-    if peer == "sglang-router":
-        return [str(peer_bin("sglang-router", "python")), "-m", "sglang_router.launch_router",
-                "--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin",
-                "--log-level", "error", "--worker-urls", *upstreams]  # fmt: skip
-    if peer == "vllm-router":
-        return [str(peer_bin("vllm-router", "vllm-router")), "--host", "127.0.0.1", "--port",
-                str(port), "--policy", "round_robin", "--log-level", "error",
-                "--worker-urls", *upstreams]  # fmt: skip
+    if peer in ("sglang-router", "vllm-router"):
+        return rust_router_argv(peer, port, upstreams)
     raise ValueError(peer)
 
 

@@ -51,7 +51,7 @@ from gpufleet.stats import percentile
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from peers import PEER_VERSIONS, peer_bin  # noqa: E402
+from peers import PEER_VERSIONS, rust_router_argv  # noqa: E402
 from record import RESULTS, write_result  # noqa: E402
 
 MODEL = "stub-model"
@@ -344,15 +344,8 @@ def peer_argv(name: str, port: int, upstreams: list[str], tmp: Path) -> list[str
         for u in upstreams:
             args += ["--replica", u]
         return args
-    if name == "sglang-router":
-        py = peer_bin("sglang-router", "python")
-        return [str(py), "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
-                "--port", str(port), "--policy", "round_robin", "--log-level", "error",
-                "--worker-urls", *upstreams]  # fmt: skip
-    if name == "vllm-router":
-        exe = peer_bin("vllm-router", "vllm-router")
-        return [str(exe), "--host", "127.0.0.1", "--port", str(port), "--policy",
-                "round_robin", "--log-level", "error", "--worker-urls", *upstreams]  # fmt: skip
+    if name in ("sglang-router", "vllm-router"):
+        return rust_router_argv(name, port, upstreams)
     if name == "nginx":
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
         if not Path(nginx).exists():

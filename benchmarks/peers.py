@@ -57,3 +57,18 @@ def pinned(name: str) -> list[str]:
 def peer_bin(name: str, program: str) -> Path:
     """`program` in the venv of peer `name`, installed at its pinned version."""
     return peer_venv(name, pinned(name)) / "bin" / program
+
+
+def rust_router_argv(name: str, port: int, upstreams: list[str]) -> list[str]:
+    """sglang-router or vllm-router on loopback, round robin over `upstreams`, quiet logs:
+    the command every benchmark that puts a Rust router beside the gateway starts."""
+    if name == "sglang-router":
+        py = peer_bin("sglang-router", "python")
+        return [str(py), "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
+                "--port", str(port), "--policy", "round_robin", "--log-level", "error",
+                "--worker-urls", *upstreams]  # fmt: skip
+    if name == "vllm-router":
+        exe = peer_bin("vllm-router", "vllm-router")
+        return [str(exe), "--host", "127.0.0.1", "--port", str(port), "--policy",
+                "round_robin", "--log-level", "error", "--worker-urls", *upstreams]  # fmt: skip
+    raise ValueError(f"not a Rust router: {name!r}")
