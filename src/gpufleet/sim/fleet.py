@@ -100,9 +100,9 @@ class SimFleet:
         live.engine_req = ereq
         advance = replica.advance
         due_s = advance.due_s if advance is not None else 0.0
-        slots = replica.engine.lora
-        if ereq.lora is not None and slots is not None and ereq.lora.name not in slots.registered:
-            # As the live gateway: load it there first (vLLM /v1/load_lora_adapter).
+        if ereq.lora is not None and self.fleet.adapter_missing(live.info, replica.view):
+            # The fleet core's rule, as the live proxy asks it: load it there first
+            # (vLLM /v1/load_lora_adapter), then send the request.
             replica.driver.add_lora(ereq.lora, now)
             self.fleet.adapter_registered(replica.view, ereq.lora.name)
         replica.driver.submit(ereq, now)
