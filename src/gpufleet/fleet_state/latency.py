@@ -7,6 +7,7 @@ virtual request finishes. Times are passed in; nothing here reads a clock.
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 from gpufleet.stats import percentiles
 
@@ -54,17 +55,41 @@ class LatencyWindows:
     ) -> None:
         """One finished request: TTFT when it streamed a token, TPOT when it had > 1."""
         windows = [(self.ttft, self.tpot)]
-        if model is not None:
-            pair = self.by_model.get(model)
-            if pair is None and len(self.by_model) < self.MAX_MODELS:
-                pair = self.by_model[model] = (
-                    RecentWindow(self.window_s),
-                    RecentWindow(self.window_s),
-                )
-            if pair is not None:
-                windows.append(pair)
+        pair = self._model_pair(model) if model is not None else None
+        if pair is not None:
+            windows.append(pair)
         for ttft, tpot in windows:
             if ttft_s is not None:
                 ttft.add(now_s, ttft_s)
             if tpot_s is not None:
                 tpot.add(now_s, tpot_s)
+
+    def _model_pair(self, model: str) -> tuple[RecentWindow, RecentWindow] | None:
+        pair = self.by_model.get(model)
+        if pair is None and len(self.by_model) < self.MAX_MODELS:
+            pair = self.by_model[model] = (RecentWindow(self.window_s), RecentWindow(self.window_s))
+        return pair
+
+    def to_json(self) -> dict[str, Any]:
+        """Every sample, the fleet's and each model's (another process merges them)."""
+        return {
+            "ttft": list(self.ttft.samples),
+            "tpot": list(self.tpot.samples),
+            "by_model": {
+                m: [list(t.samples), list(p.samples)] for m, (t, p) in self.by_model.items()
+            },
+        }
+
+    def merge_json(self, raw: dict[str, Any]) -> None:
+        """Add another window's samples (`to_json`): the windows of a gateway's workers as
+        one, per model too."""
+        targets = [(self.ttft, self.tpot, raw.get("ttft") or (), raw.get("tpot") or ())]
+        for model, (ttft, tpot) in (raw.get("by_model") or {}).items():
+            pair = self._model_pair(str(model))
+            if pair is not None:
+                targets.append((*pair, ttft, tpot))
+        for ttft_window, tpot_window, ttft_samples, tpot_samples in targets:
+            for t, v in ttft_samples:
+                ttft_window.add(float(t), float(v))
+            for t, v in tpot_samples:
+                tpot_window.add(float(t), float(v))

@@ -239,11 +239,8 @@ def merge_signals(
         queue_depth_by_model=by_model,
         in_flight_total=sum(p.in_flight_total for p in parts),
         replicas_by_state=by_state,
-        window_s=latency.window_s,
-        ttft_s=LatencyPercentiles.of(latency.ttft, now_s),
-        tpot_s=LatencyPercentiles.of(latency.tpot, now_s),
-        streamed_requests_in_window=latency.ttft.count(),
         replicas=tuple(replicas),
+        **_latency_fields(latency, now_s),
     )
 
 
@@ -263,18 +260,25 @@ def build_signals(
         queue_depth_by_model=dict(queue_depth_by_model),
         in_flight_total=sum(r.in_flight for r in views),
         replicas_by_state=by_state,
-        window_s=latency.window_s,
-        ttft_s=LatencyPercentiles.of(latency.ttft, now_s),
-        tpot_s=LatencyPercentiles.of(latency.tpot, now_s),
-        streamed_requests_in_window=latency.ttft.count(),
         replicas=tuple(ReplicaSnapshot.of(r, now_s) for r in views),
-        latency_by_model={
+        **_latency_fields(latency, now_s),
+    )
+
+
+def _latency_fields(latency: LatencyWindows, now_s: float) -> dict[str, Any]:
+    """The latency part of a snapshot: the fleet's percentiles and each model's."""
+    return {
+        "window_s": latency.window_s,
+        "ttft_s": LatencyPercentiles.of(latency.ttft, now_s),
+        "tpot_s": LatencyPercentiles.of(latency.tpot, now_s),
+        "streamed_requests_in_window": latency.ttft.count(),
+        "latency_by_model": {
             model: ModelLatency(
                 LatencyPercentiles.of(ttft, now_s), LatencyPercentiles.of(tpot, now_s), ttft.count()
             )
             for model, (ttft, tpot) in latency.by_model.items()
         },
-    )
+    }
 
 
 def _opt_float(value: object) -> float | None:

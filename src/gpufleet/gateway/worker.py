@@ -54,9 +54,7 @@ def handlers(gw: Gateway) -> dict[str, Any]:
         return gw.list_replicas()
 
     async def signals() -> dict[str, Any]:
-        windows = gw.fleet.latency
-        return {"signals": gw.signals().to_json(), "ttft": list(windows.ttft.samples),
-                "tpot": list(windows.tpot.samples)}  # fmt: skip
+        return {"signals": gw.signals().to_json(), "latency": gw.fleet.latency.to_json()}
 
     async def metrics() -> str:
         return pack_bytes(gw.metrics_exposition())

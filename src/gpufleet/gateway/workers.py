@@ -253,10 +253,7 @@ class WorkerPool:
         parts = await self._all("signals")
         windows = LatencyWindows(self.config.signals_window_s)
         for part in parts:
-            for t, v in part["ttft"]:
-                windows.ttft.add(t, v)
-            for t, v in part["tpot"]:
-                windows.tpot.add(t, v)
+            windows.merge_json(part["latency"])
         snapshots = [GatewaySignals.from_json(p["signals"]) for p in parts]
         return merge_signals(time.monotonic(), snapshots, windows)
 
