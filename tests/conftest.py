@@ -32,6 +32,23 @@ def _refuse(what: str) -> Any:
     return refuse
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _library_setup_done_once() -> None:
+    """Let libraries do their one-time setup before the guard below watches.
+
+    On a fresh machine matplotlib's first import builds its font cache by running
+    `fc-list` in a subprocess; that is the library's setup, not the test's doing, and a
+    pure plotting test that happens to import it first must not fail for it.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.font_manager
+    except ImportError:  # the plot extra is optional
+        pass
+
+
 @pytest.fixture(autouse=True)
 def _pure_unless_marked(request: pytest.FixtureRequest) -> Iterator[None]:
     if request.node.get_closest_marker("process") is not None:
