@@ -6,7 +6,7 @@ gateway gives Grafana the fleet's size and every scaling decision next to the tr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -19,36 +19,43 @@ if TYPE_CHECKING:
 
 
 class AutoscaleCollector(Collector):
-    def __init__(self, controller: Controller):
-        self.controller = controller
+    """Every model group's autoscaler: each series carries the group and its model.
+
+    One fleet may run several groups (`groups:` in the fleet YAML), each with its own
+    controller; a scrape must show all of them, not the first only.
+    """
+
+    def __init__(self, groups: Sequence[tuple[str, str, Controller]]):
+        self.groups = list(groups)
 
     def collect(self) -> Iterator[Metric]:
-        c = self.controller
-        policy = c.policy.name
-        counts = {str(s): 0 for s in ReplicaState}
-        for m in c.actuator.list():
-            counts[str(m.state)] += 1
+        labels = ["group", "model"]
         replicas = GaugeMetricFamily(
             "gpufleet_autoscale_replicas",
             "Replicas the autoscaler manages, by state.",
-            labels=["state"],
+            labels=[*labels, "state"],
         )
-        for state, n in counts.items():
-            replicas.add_metric([state], n)
-        yield replicas
-        last = c.decisions[-1] if c.decisions else None
         desired = GaugeMetricFamily(
             "gpufleet_autoscale_desired_replicas",
             "Replicas (ready + starting) the policy wants, at its last decision.",
-            labels=["policy"],
+            labels=[*labels, "policy"],
         )
-        desired.add_metric([policy], last.desired_replicas if last else 0)
-        yield desired
         decisions = CounterMetricFamily(
             "gpufleet_autoscale_decisions",
             "Scaling decisions by direction (out, in, hold).",
-            labels=["policy", "direction"],
+            labels=[*labels, "policy", "direction"],
         )
-        for direction, n in c.decision_counts.items():
-            decisions.add_metric([policy, direction], n)
+        for group, model, c in self.groups:
+            policy = c.policy.name
+            counts = {str(s): 0 for s in ReplicaState}
+            for m in c.actuator.list():
+                counts[str(m.state)] += 1
+            for state, n in counts.items():
+                replicas.add_metric([group, model, state], n)
+            last = c.decisions[-1] if c.decisions else None
+            desired.add_metric([group, model, policy], last.desired_replicas if last else 0)
+            for direction, n in c.decision_counts.items():
+                decisions.add_metric([group, model, policy, direction], n)
+        yield replicas
+        yield desired
         yield decisions

@@ -58,7 +58,7 @@ PANELS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
        f"sum by (instance) (rate(vllm:prefix_cache_queries_total{RATE}))", "{{instance}}")]),
     ("Replicas", "short", "Replicas by state (autoscaler) and what the policy wants.",
      [("sum by (state) (gpufleet_autoscale_replicas)", "{{state}}"),
-      ("max(gpufleet_autoscale_desired_replicas)", "desired"),
+      ("sum(gpufleet_autoscale_desired_replicas)", "desired"),
       ("sum by (state) (gpufleet_gateway_replica_state)", "gateway: {{state}}")]),
     ("Scaling decisions", "short", "Scale-outs and scale-ins per interval.",
      [(f'sum by (direction) (increase(gpufleet_autoscale_decisions_total{{direction!="hold"}}{RATE}))',

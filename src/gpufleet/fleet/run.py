@@ -179,9 +179,10 @@ async def fleet_up(
             )
             groups.append(GroupRun(spec, actuator, controller))
         _admin_route(gateway, groups, several=bool(cfg.groups))
-        # One scrape of the gateway shows the fleet's size and decisions beside its traffic
-        # (the first group's: the collector's series carry no group label).
-        gateway.metrics.registry.register(AutoscaleCollector(groups[0].controller))
+        # One scrape of the gateway shows every group's size and decisions beside its traffic.
+        gateway.metrics.registry.register(
+            AutoscaleCollector([(g.name, g.model, g.controller) for g in groups])
+        )
         bound = await gateway.start()
         url = f"http://{gateway.host}:{bound}"
         first = groups[0]
