@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpufleet.errors import UserError
 from gpufleet.plan.groups import GroupDemand, plan_groups
 from gpufleet.plan.search import plan
 from gpufleet.plan.types import PlanRequest
@@ -80,3 +81,27 @@ def test_cli_plans_the_documented_fleet(tmp_path: Path) -> None:
     over = subprocess.run([*cli, "--max-gpus", "1"], capture_output=True, text=True, timeout=60,
                           check=False)  # fmt: skip
     assert over.returncode == 1 and "does not fit" in over.stdout
+
+
+def test_a_layout_the_config_states_is_the_one_costed() -> None:
+    """`up` starts the config's tp/pp, so the budget must count that layout's GPUs (the
+    plan's own choice used to be costed whatever the group said)."""
+    free = _demand("free", "meta-llama/Llama-3.1-8B", 30.0)
+    best = plan_groups([free], max_gpus=None).groups[0]
+    assert best.chosen.layout.tp == 1 and best.notes == ()
+    stated = GroupDemand("tp2", free.request, 0, 8, stated_layout=(2, 1))
+    g = plan_groups([stated], max_gpus=None).groups[0]
+    assert g.chosen.layout.tp == 2 and g.gpus_per_replica == 2
+    assert g.gpus == g.replicas * 2
+    assert g.to_dict()["layout_from"] == "config"
+    assert "from the config; the plan would choose TP=1" in g.notes[0]
+
+
+def test_a_stated_layout_the_model_cannot_fit_names_the_field() -> None:
+    big = _demand("big", "meta-llama/Llama-3.1-70B", 1.0)
+    stated = GroupDemand("big", big.request, 0, 8, stated_layout=(1, 1),
+                         stated_where="groups[0].replicas")  # fmt: skip
+    with pytest.raises(UserError) as err:
+        plan_groups([stated], max_gpus=None)
+    assert err.value.field == "groups[0].replicas.tp"
+    assert "does not fit TP=1 PP=1" in str(err.value)

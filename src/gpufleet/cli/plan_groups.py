@@ -41,7 +41,11 @@ def plan_groups_command(path: str, max_gpus: int | None, json_path: str | None) 
             where = f"groups[{i}].replicas" if cfg.groups else "replicas"
             raise UserError(str(e), field=f"{where} in {path}") from None
         a = g.autoscale
-        demands.append(GroupDemand(g.label, request, a.min_replicas, a.max_replicas))
+        where = f"groups[{i}].replicas" if cfg.groups else "replicas"
+        # A layout the config states is what `up` starts: cost that one, not the plan's.
+        stated = {"tp", "pp"} & rs.model_fields_set
+        layout = (rs.tp, rs.pp) if stated else None
+        demands.append(GroupDemand(g.label, request, a.min_replicas, a.max_replicas, layout, where))
     result = plan_groups(demands, max_gpus)
     data = result.to_dict()
     with JsonOut(json_path) as out:
