@@ -94,3 +94,36 @@ async def test_adapters_routed_to_their_replica_loaded_once_and_spilled(gateway:
         await asyncio.gather(*(send(s, gw, "sql", max_tokens=30) for _ in range(12)))
         r1 = next(r for r in gw.replicas if r.replica_id == "r1")
         assert "sql" in r1.models and r1.adapter_loads >= 1
+
+
+async def test_an_adapter_is_loaded_on_an_sglang_replica_through_sglangs_api() -> None:
+    """The gateway finds SGLang's /load_lora_adapter (vLLM's route is a 404 there), loads a
+    declared adapter once and names it `<base>:<adapter>` in what it forwards."""
+    args = ("--step-time", "base_s=0.01", "--engine", "sglang", "--enable-metrics",
+            "--enable-lora", "--max-loras", "2")  # fmt: skip
+    with ReplicaProcess(*args) as rep:
+        cfg = validate_config(
+            {
+                "replicas": [{"url": rep.url, "id": "s0"}],
+                "models": [MODEL],
+                "adapters": [{"name": "new", "path": "org/new-lora"}],
+                "policy": "lora_affinity",
+                "health": {"probe_interval_s": 0.2},
+                "scrape_interval_s": 0.2,
+            }
+        )
+        gw = Gateway(cfg)
+        await gw.start("127.0.0.1", 0)
+        try:
+            await wait_until(lambda: all(r.state is ReplicaState.READY for r in gw.replicas))
+            async with aiohttp.ClientSession() as s:
+                for _ in range(3):
+                    body = {"model": "new", "prompt": "select one two", "max_tokens": 3}
+                    async with s.post(gw.url + "/v1/completions", json=body) as r:
+                        assert r.status == 200, await r.text()
+                (replica,) = gw.replicas
+                assert replica.adapter_loads == 1 and replica.lora_api == "sglang"
+                async with s.get(rep.url + "/v1/models") as r:
+                    assert "new" in {c["id"] for c in (await r.json())["data"]}
+        finally:
+            await gw.stop()

@@ -118,3 +118,46 @@ async def test_no_runtime_updates_without_the_env() -> None:
                 assert r.status == 404  # the route does not exist, as in vLLM
             async with s.get(rep.url + "/v1/models") as r:
                 assert "sql" in {c["id"] for c in (await r.json())["data"]}
+
+
+@pytest.mark.process
+async def test_sglang_personality_loads_adapters_its_way() -> None:
+    """SGLang's routes (no environment switch), its JSON answers (LoadLoRAAdapterReqOutput,
+    400 on failure), `<base>:<adapter>` on the OpenAI routes and `lora_path` on /generate."""
+    args = (*FAST, "--engine", "sglang", "--enable-lora", "--max-loras", "2")
+    with ReplicaProcess(*args) as rep:
+        url = rep.url
+        async with aiohttp.ClientSession() as s:
+            load = {"lora_name": "chat", "lora_path": "org/chat-lora"}
+            async with s.post(url + "/v1/load_lora_adapter", json=load) as r:
+                assert r.status == 404  # vLLM's route is not SGLang's
+            async with s.post(url + "/load_lora_adapter", json=load) as r:
+                assert r.status == 200, await r.text()
+                out = await r.json()
+            assert out == {"success": True, "error_message": None,
+                           "loaded_adapters": {"chat": "org/chat-lora"}}  # fmt: skip
+            async with s.post(url + "/load_lora_adapter", json=load) as r:
+                again = await r.json()
+            assert r.status == 400 and again["success"] is False
+            assert "already" in again["error_message"]
+            for model in (f"{MODEL}:chat", "chat"):
+                body = {"model": model, "messages": [{"role": "user", "content": "hi"}],
+                        "max_tokens": 2}  # fmt: skip
+                async with s.post(url + "/v1/chat/completions", json=body) as r:
+                    assert r.status == 200, await r.text()
+            gen = {
+                "text": "hi there",
+                "lora_path": "chat",
+                "sampling_params": {"max_new_tokens": 2},
+            }
+            async with s.post(url + "/generate", json=gen) as r:
+                assert r.status == 200, await r.text()
+            async with s.post(url + "/generate", json={**gen, "lora_path": "nope"}) as r:
+                assert r.status == 400
+            async with s.post(url + "/unload_lora_adapter", json={"lora_name": "chat"}) as r:
+                assert r.status == 200 and (await r.json())["loaded_adapters"] == {}
+            async with s.post(url + "/unload_lora_adapter", json={"lora_name": "chat"}) as r:
+                assert r.status == 400 and (await r.json())["success"] is False
+            body = {"model": f"{MODEL}:chat", "prompt": "a b", "max_tokens": 2}
+            async with s.post(url + "/v1/completions", json=body) as r:
+                assert r.status == 404

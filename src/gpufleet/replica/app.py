@@ -41,7 +41,7 @@ from gpufleet.replica.faults import FaultsApi
 from gpufleet.replica.generate import Generator
 from gpufleet.replica.http import error_response, json_response, openai_errors, read_json
 from gpufleet.replica.lora import adapter_cards, adapter_from_path, runtime_updates_allowed
-from gpufleet.replica.lora_api import LoraApi
+from gpufleet.replica.lora_api import LoraApi, SglangLoraApi
 from gpufleet.replica.metrics import ReplicaMetrics
 from gpufleet.replica.runner import EngineRunner
 from gpufleet.replica.sglang import SglangApi, flat_errors
@@ -115,7 +115,9 @@ class ReplicaServer:
         for path in ("/get_server_info", "/server_info"):
             r.add_get(path, self.server_info)
         FaultsApi(self.faults, self._set_slow).add_routes(app)
-        if runtime_updates_allowed():
+        if sglang:  # SGLang routes its dynamic-LoRA API always (no environment switch)
+            SglangLoraApi(self).add_routes(app)
+        elif runtime_updates_allowed():
             LoraApi(self).add_routes(app)
         return app
 
@@ -135,14 +137,24 @@ class ReplicaServer:
                 self.adapter_bases[m.name] = m.base_model_name
 
     def adapter(self, model: str) -> LoraAdapter | None:
-        """The registered adapter a request's `model` names, if it names one."""
+        """The registered adapter a request's `model` names, if it names one (SGLang also
+        takes `<base>:<adapter>`)."""
         slots = self.engine.lora
-        return slots.registered.get(model) if slots is not None else None
+        if slots is None:
+            return None
+        if self.config.engine == "sglang" and model not in slots.registered:
+            base, _, name = model.rpartition(":")
+            if base in self.config.served_model_names:
+                return slots.registered.get(name)
+        return slots.registered.get(model)
 
     def servable_models(self) -> list[str]:
-        """Names a request may ask for: the served model names, then the adapters."""
+        """Names a request may ask for: the served model names, then the adapters (on
+        SGLang each also as `<base>:<adapter>`)."""
         slots = self.engine.lora
         adapters = list(slots.registered) if slots is not None else []
+        if self.config.engine == "sglang":
+            adapters += [f"{self.model_name}:{a}" for a in adapters]
         return [*self.config.served_model_names, *adapters]
 
     def _lora_info(self) -> tuple[dict[str, int], dict[str, int], int]:

@@ -140,12 +140,15 @@ class SglangApi:
         if int(sampling.get("n", 1)) != 1:
             raise RequestError("the simulated replica generates n=1 per /generate request")
         completion = {_MAPPED[k]: v for k, v in sampling.items() if k in _MAPPED}
-        completion.update(prompt=prompt, model=self.server.model_name)
         s = self.server
+        lora = body.get("lora_path")  # SGLang names the adapter of a /generate request here
+        if lora is not None and (not isinstance(lora, str) or s.adapter(lora) is None):
+            raise RequestError(f"lora_path {lora!r} is not a loaded LoRA adapter")
+        completion.update(prompt=prompt, model=lora or s.model_name)
         params = parse_generation_request(
             completion,
             kind="completion",
-            served_model_names=s.config.served_model_names,
+            served_model_names=s.servable_models(),
             max_model_len=s.config.engine_config.max_model_len,
             tokenizer=self.gen.tokenizer,
         )
