@@ -148,3 +148,20 @@ def test_sglang_packs_the_prompts_that_arrived_into_one_prefill_iteration() -> N
     decode_s = step.step_time_s(StepBatch(num_decode=n, decode_context_tokens=n * 1050))
     assert p.prefill_share < 0.8
     assert p.tpot_s < 4 * decode_s
+
+
+def test_experts_split_by_tensor_parallelism_cost_their_flops_once() -> None:
+    """Qwen3-235B on 8 H200s, experts sliced over 8 GPUs (moe_tp 8, ep 1) or spread whole
+    (ep 8): the same expert FLOPs over the same GPUs. The slice's FLOPs were divided by the
+    GPUs a second time, so a TP-sharded prefill looked 8x cheaper in its experts (and the
+    fit pushed TRT-LLM's grouped-GEMM efficiency to its floor to make up for it)."""
+    model = load_model("Qwen/Qwen3-235B-A22B-FP8")
+    h200 = load_gpu("h200")
+    prefill = StepBatch(prefill_tokens=(16384,), prefill_context_tokens=(0,))
+
+    def work_s(ep: int) -> float:
+        step = layout_step_model(model, h200, Layout(tp=8, ep=ep, weight_dtype="fp8"))
+        return step.breakdown_s(prefill)["compute_and_memory_s"]
+
+    # Same attention and dense GEMMs; the slices do no less work than whole experts.
+    assert work_s(1) >= work_s(8)

@@ -263,7 +263,9 @@ class RooflineStepTimeModel:
         global_tokens = tokens * self._dp
         k, e = self._top_k, self._num_experts
         touched = self._experts_per_rank * (1.0 - (1.0 - k / e) ** global_tokens)
-        assignments = global_tokens * k / self._moe_gpus  # token-expert pairs per GPU
+        # Token-expert pairs one EP rank's experts receive; each of its moe_tp GPUs computes
+        # its 1/moe_tp slice of every one (the per-assignment FLOPs are already a slice).
+        assignments = global_tokens * k / self._ep
         expert_s = max(
             assignments * self._expert_flops_per_assignment / self._moe_flops_s,
             (touched * self._expert_bytes + assignments * self._h * ACT_BYTES * 2)
