@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpufleet.errors import UserError
+from gpufleet.perf.calibration import default_calibration
+from gpufleet.perf.comm import MIB
 from gpufleet.perf.layer_costs import compute_dtype
 from gpufleet.perf.step_time import StepBatch
 from gpufleet.plan.engines import engine_rules
@@ -14,6 +18,7 @@ from gpufleet.plan.perf_serving import layout_step_model, predict_serving, sched
 from gpufleet.plan.search import PlanRequest, plan
 from gpufleet.plan.weights import weight_bytes_per_gpu
 from gpufleet.specs import load_gpu, load_model
+from gpufleet.specs.gpus import GpuSpec
 from gpufleet.specs.quant import NVFP4
 
 GIB = 1 << 30
@@ -165,3 +170,22 @@ def test_experts_split_by_tensor_parallelism_cost_their_flops_once() -> None:
 
     # Same attention and dense GEMMs; the slices do no less work than whole experts.
     assert work_s(1) >= work_s(8)
+
+
+def test_small_tp_all_reduces_run_on_the_engines_nvlink_kernels() -> None:
+    """Decode all-reduces (~1 MiB at TP 8) run on the engines' own one-/two-shot NVLink
+    kernels, ~10 µs each, not NCCL's mid-size curve (~35 µs): Llama-70B at TP 8 all-reduces
+    160 times per step, so the curve alone cost a decode step ~4 ms too much (and the fit
+    pinned the all-reduce latency at its 2 µs floor to make up for it). Over PCIe, NCCL."""
+    model = load_model("meta-llama/Llama-3.1-70B")
+    layout = Layout(tp=8, weight_dtype="fp8", kv_dtype="fp8")
+    decode = StepBatch(num_decode=64, decode_context_tokens=64 * 2048)
+    cal = dataclasses.replace(default_calibration(), allreduce_latency_s=10e-6)
+
+    def allreduce_s(gpu: GpuSpec) -> float:
+        step = layout_step_model(model, gpu, layout, calibration=cal)
+        return step.breakdown_s(decode)["allreduce_s"]
+
+    # 10 µs + 1 MiB x 2 x 7/8 at 450 GB/s, 160 times.
+    assert allreduce_s(H100) == pytest.approx(160 * (10e-6 + 2 * MIB * 7 / 8 / 450e9), rel=0.05)
+    assert allreduce_s(load_gpu("l40s")) > 3 * allreduce_s(H100)
