@@ -22,11 +22,6 @@ KNOWN_PINNED = {
     # SGLang's DeepSeek decode grows with the batch more slowly than uniform routing's count
     # of distinct experts read says (routing skew, unmodelled): the fit reads experts faster.
     "sglang.moe_efficiency": "SGLang DeepSeek decode: distinct experts per batch overcounted",
-    # SGLang rows at TP 2-8 and 512 clients queue for admission (TTFT grows with the output
-    # length) in a way the model does not reproduce; the fit raises prefill cost instead.
-    "sglang.eager_layer_overhead_s": "SGLang admission queue at high concurrency unmodelled",
-    # TRT-LLM's MoE rows carry no measurable fixed per-layer MoE cost.
-    "trtllm.moe_layer_overhead_s": "TRT-LLM fused MoE: no fixed per-layer cost in the data",
 }
 
 
