@@ -11,10 +11,10 @@ from gpufleet.perf.calibration import default_calibration
 from gpufleet.perf.comm import MIB
 from gpufleet.perf.layer_costs import compute_dtype
 from gpufleet.perf.step_time import StepBatch
+from gpufleet.plan.closed_loop import predict_closed_loop
 from gpufleet.plan.engines import engine_rules
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.memory import memory_breakdown
-from gpufleet.plan.closed_loop import predict_closed_loop
 from gpufleet.plan.perf_serving import layout_step_model, predict_serving, scheduler_for
 from gpufleet.plan.search import PlanRequest, plan
 from gpufleet.plan.weights import weight_bytes_per_gpu
