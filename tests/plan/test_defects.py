@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpufleet.errors import UserError
+from gpufleet.perf.calibration import default_calibration
+from gpufleet.perf.comm import MIB
 from gpufleet.perf.layer_costs import compute_dtype
 from gpufleet.perf.step_time import StepBatch
+from gpufleet.plan.closed_loop import predict_closed_loop
 from gpufleet.plan.engines import engine_rules
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.memory import memory_breakdown
@@ -14,6 +19,7 @@ from gpufleet.plan.perf_serving import layout_step_model, predict_serving, sched
 from gpufleet.plan.search import PlanRequest, plan
 from gpufleet.plan.weights import weight_bytes_per_gpu
 from gpufleet.specs import load_gpu, load_model
+from gpufleet.specs.gpus import GpuSpec
 from gpufleet.specs.quant import NVFP4
 
 GIB = 1 << 30
@@ -148,3 +154,56 @@ def test_sglang_packs_the_prompts_that_arrived_into_one_prefill_iteration() -> N
     decode_s = step.step_time_s(StepBatch(num_decode=n, decode_context_tokens=n * 1050))
     assert p.prefill_share < 0.8
     assert p.tpot_s < 4 * decode_s
+
+
+def test_experts_split_by_tensor_parallelism_cost_their_flops_once() -> None:
+    """Qwen3-235B on 8 H200s, experts sliced over 8 GPUs (moe_tp 8, ep 1) or spread whole
+    (ep 8): the same expert FLOPs over the same GPUs. The slice's FLOPs were divided by the
+    GPUs a second time, so a TP-sharded prefill looked 8x cheaper in its experts (and the
+    fit pushed TRT-LLM's grouped-GEMM efficiency to its floor to make up for it)."""
+    model = load_model("Qwen/Qwen3-235B-A22B-FP8")
+    h200 = load_gpu("h200")
+    prefill = StepBatch(prefill_tokens=(16384,), prefill_context_tokens=(0,))
+
+    def work_s(ep: int) -> float:
+        step = layout_step_model(model, h200, Layout(tp=8, ep=ep, weight_dtype="fp8"))
+        return step.breakdown_s(prefill)["compute_and_memory_s"]
+
+    # Same attention and dense GEMMs; the slices do no less work than whole experts.
+    assert work_s(1) >= work_s(8) * (1 - 1e-9)
+
+
+def test_small_tp_all_reduces_run_on_the_engines_nvlink_kernels() -> None:
+    """Decode all-reduces (~1 MiB at TP 8) run on the engines' own one-/two-shot NVLink
+    kernels, ~10 µs each, not NCCL's mid-size curve (~35 µs): Llama-70B at TP 8 all-reduces
+    160 times per step, so the curve alone cost a decode step ~4 ms too much (and the fit
+    pinned the all-reduce latency at its 2 µs floor to make up for it). Over PCIe, NCCL."""
+    model = load_model("meta-llama/Llama-3.1-70B")
+    layout = Layout(tp=8, weight_dtype="fp8", kv_dtype="fp8")
+    decode = StepBatch(num_decode=64, decode_context_tokens=64 * 2048)
+    cal = dataclasses.replace(default_calibration(), allreduce_latency_s=10e-6)
+
+    def allreduce_s(gpu: GpuSpec) -> float:
+        step = layout_step_model(model, gpu, layout, calibration=cal)
+        return step.breakdown_s(decode)["allreduce_s"]
+
+    # 10 µs + 1 MiB x 2 x 7/8 at 450 GB/s, 160 times.
+    assert allreduce_s(H100) == pytest.approx(160 * (10e-6 + 2 * MIB * 7 / 8 / 450e9), rel=0.05)
+    assert allreduce_s(load_gpu("l40s")) > 3 * allreduce_s(H100)
+
+
+def test_overlap_scheduling_engines_start_a_new_prefill_one_iteration_later() -> None:
+    """SGLang and TRT-LLM form iteration i+1 while the GPU runs iteration i (both by
+    default; vLLM's async scheduling is opt-in): a request arriving during i is first
+    scheduled in i+2, so its TTFT holds one more iteration than vLLM's would."""
+    h200 = load_gpu("h200")
+    assert scheduler_for(h200, backend="sglang").iterations_ahead == 1
+    assert scheduler_for(h200, backend="trtllm").iterations_ahead == 1
+    assert scheduler_for(h200, backend="vllm").iterations_ahead == 0
+    model = load_model("llama-3.1-8b")
+    layout = Layout(tp=1, weight_dtype="bf16", kv_dtype="bf16")
+    step = layout_step_model(model, h200, layout, backend="trtllm")
+    shape = scheduler_for(h200, backend="trtllm")
+    late = predict_closed_loop(step, 1024, 256, 32, shape)
+    now = predict_closed_loop(step, 1024, 256, 32, dataclasses.replace(shape, iterations_ahead=0))
+    assert late.ttft_s - now.ttft_s == pytest.approx(late.tpot_s, rel=0.25)

@@ -8,6 +8,12 @@ at 512 MiB. Other fabrics scale the bandwidth by their link speed (the curve's s
 fast a message fills the pipe — is kept). Decode steps all-reduce ~0.1-2 MiB per call, so
 the latency end of the curve is what matters most there, and a constant bandwidth would be
 wrong by 5-10x.
+
+The engines do not call NCCL for those small messages: over NVLink peer-to-peer they run
+their own one-/two-shot all-reduce kernels (vLLM's custom all-reduce, which SGLang reuses,
+up to 8 MiB on 8 GPUs; TRT-LLM's AllReduce one-/two-shot strategies), a few microseconds of
+synchronisation plus the bytes at link speed. NCCL's mid-size curve (~33 GB/s at 1 MiB)
+would cost a 1 MiB decode all-reduce ~35 µs where those kernels take ~10.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from dataclasses import dataclass
 
 KIB = 1 << 10
 MIB = 1 << 20
+# vLLM's custom all-reduce limit on 8 Hopper GPUs (larger messages go to NCCL).
+CUSTOM_ALL_REDUCE_MAX_BYTES = 8 * MIB
 
 # (message bytes, bus bandwidth GB/s) measured on 8 x H100 SXM; bus bandwidth is nccl-tests'
 # algbw x 2(n-1)/n, i.e. the bytes each GPU actually moves per second.
@@ -44,6 +52,9 @@ class AllReduceCurve:
 
     link_gbps: float
     latency_s: float = 17e-6
+    # Messages up to this size use the engines' own NVLink kernels (0: NCCL only, e.g. over
+    # PCIe or the network, where peer-to-peer one-shot kernels do not run).
+    custom_max_bytes: float = 0.0
 
     def bus_gbps(self, message_bytes: float) -> float:
         """Achieved bus bandwidth for one message: log-log interpolation of the measured curve."""
@@ -62,6 +73,9 @@ class AllReduceCurve:
         if group_size <= 1 or message_bytes <= 0:
             return 0.0
         moved_bytes = message_bytes * 2 * (group_size - 1) / group_size
+        if message_bytes <= self.custom_max_bytes:
+            # Two-shot over NVLink P2P: reduce-scatter + all-gather at link speed.
+            return self.latency_s + moved_bytes / (self.link_gbps * 1e9)
         # The bandwidth part uses the curve's bandwidth, floored by the per-call latency.
         bw_s = moved_bytes / (self.bus_gbps(message_bytes) * 1e9)
         h100_latency_s = 17e-6

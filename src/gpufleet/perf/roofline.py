@@ -14,10 +14,11 @@ Per layer, on one GPU of the group:
 * Attention: prefill FLOPs grow with the context each new token attends over (causal,
   capped by a sliding window); decode reads every cached K/V byte (MLA: the compressed
   latent, absorbed).
-* Communication: TP all-reduces of the hidden states (two per layer) from the measured
-  bandwidth-vs-size curve; EP dispatch and combine all-to-alls per MoE layer, the share
-  to peers inside the NVLink domain at NVLink speed and the rest over the NIC (a GB200 /
-  GB300 NVL72 rack is one 72-GPU domain); PP send/recv between stages.
+* Communication: TP all-reduces of the hidden states (two per layer): the engines' own
+  NVLink kernels for small messages, else the measured NCCL bandwidth-vs-size curve; EP
+  dispatch and combine all-to-alls per MoE layer, the share to peers inside the NVLink
+  domain at NVLink speed and the rest over the NIC (a GB200 / GB300 NVL72 rack is one
+  72-GPU domain); PP send/recv between stages.
 * lm_head for the sequences that sample; per-iteration engine overhead (scheduler,
   sampler) plus a per-sequence part; iterations the engine does not replay from a CUDA
   graph (prefill, or decode batches above the captured sizes) pay the kernel launches of
@@ -33,7 +34,7 @@ import math
 from typing import Protocol
 
 from gpufleet.perf.calibration import Calibration, default_calibration
-from gpufleet.perf.comm import AllReduceCurve, send_recv_s
+from gpufleet.perf.comm import CUSTOM_ALL_REDUCE_MAX_BYTES, AllReduceCurve, send_recv_s
 from gpufleet.perf.decode_run import DecodeParts, decode_run_times_s
 from gpufleet.perf.layer_costs import compute_dtype, layer_classes
 from gpufleet.perf.step_time import StepBatch
@@ -78,6 +79,13 @@ def _soft_max(a: float, b: float) -> float:
     big = a if a > b else b
     ra, rb = a / big, b / big
     return big * math.cbrt(ra * ra * ra + rb * rb * rb)
+
+
+def _custom_max_bytes(gpu: GpuSpec, group_gpus: int) -> float:
+    """The engines' own all-reduce kernels need NVLink peer-to-peer access to every peer."""
+    if gpu.nvlink_gbps > 0 and group_gpus <= gpu.domain_gpus:
+        return CUSTOM_ALL_REDUCE_MAX_BYTES
+    return 0.0
 
 
 class RooflineStepTimeModel:
@@ -175,7 +183,9 @@ class RooflineStepTimeModel:
         self._lm_flops_s = gpu.tflops(compute_dtype(lm_fmt, gpu)) * 1e12 * cal.gemm_efficiency
 
         # Communication: TP inside its group's fabric; EP over the stage's GPUs.
-        self._curve = AllReduceCurve(gpu.link_gbps(tp), cal.allreduce_latency_s)
+        self._curve = AllReduceCurve(
+            gpu.link_gbps(tp), cal.allreduce_latency_s, _custom_max_bytes(gpu, tp)
+        )
         self._allreduces_per_layer = 2 if tp > 1 else 0
         self._latency_s = cal.allreduce_latency_s
         domain = gpu.domain_gpus
@@ -187,7 +197,9 @@ class RooflineStepTimeModel:
         self._net_gbps = gpu.network_gbps
         # DP attention with TP-sharded experts: the MoE layers gather every rank's tokens
         # and scatter the result back (an all-reduce-sized exchange over the stage).
-        self._dp_curve = AllReduceCurve(gpu.link_gbps(stage_gpus), cal.allreduce_latency_s)
+        self._dp_curve = AllReduceCurve(
+            gpu.link_gbps(stage_gpus), cal.allreduce_latency_s, _custom_max_bytes(gpu, stage_gpus)
+        )
         group = stage_gpus * max(1, layout.pp)
         self._pp_link_gbps = gpu.link_gbps(group)
         # decode batch size -> the parts of a decode step's time that do not depend on context
@@ -263,7 +275,9 @@ class RooflineStepTimeModel:
         global_tokens = tokens * self._dp
         k, e = self._top_k, self._num_experts
         touched = self._experts_per_rank * (1.0 - (1.0 - k / e) ** global_tokens)
-        assignments = global_tokens * k / self._moe_gpus  # token-expert pairs per GPU
+        # Token-expert pairs one EP rank's experts receive; each of its moe_tp GPUs computes
+        # its 1/moe_tp slice of every one (the per-assignment FLOPs are already a slice).
+        assignments = global_tokens * k / self._ep
         expert_s = max(
             assignments * self._expert_flops_per_assignment / self._moe_flops_s,
             (touched * self._expert_bytes + assignments * self._h * ACT_BYTES * 2)

@@ -8,9 +8,9 @@ tokens, and sends the next prompt at once. In steady state:
   time a decoding request sees. Prefill work shares the GPU: when a fraction `rho` of the
   time goes to prefill tokens (piggybacked chunks in vLLM / TRT-LLM, separate prefill
   batches in SGLang), decode iterations stretch to T_decode / (1 - rho).
-* TTFT is the wait for the running iteration to end (half an iteration on average), the
-  queue of other prompts ahead at the prefill "station", and the request's own prefill
-  chunks. The queue is that of a closed network (finite population: the clients), solved
+* TTFT is the wait for the running iteration to end (half an iteration on average, plus
+  one more where the engine forms the next batch while the GPU runs this one), the queue
+  of other prompts ahead at the prefill "station", and the request's own prefill chunks. The queue is that of a closed network (finite population: the clients), solved
   with Schweitzer's mean-value approximation, so it saturates at `concurrency - 1`
   prompts instead of diverging like an open queue would.
 * Little's law ties them: requests_per_s = concurrency / (TTFT + (osl - 1) * TPOT).
@@ -45,6 +45,9 @@ class SchedulerShape:
     mixed_prefill: bool = True
     # Streamed output tokens per second the engine's front-end delivers (all ranks).
     max_output_tokens_per_s: float = math.inf
+    # Iterations already formed when a request arrives (overlap scheduling: 1): it waits
+    # for the running one to end and for these before its prefill starts.
+    iterations_ahead: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,7 @@ def predict_closed_loop(
                 max_running=max(1, math.ceil(sched.max_running / stages)),
                 mixed_prefill=sched.mixed_prefill,
                 max_output_tokens_per_s=sched.max_output_tokens_per_s / stages,
+                iterations_ahead=sched.iterations_ahead,
             ),
             ttft_overhead_s=ttft_overhead_s,
             queue_scale=queue_scale,
@@ -219,7 +223,9 @@ def predict_closed_loop(
         # queue * (N-1)/N others ahead, each costing work_per_prompt_s.
         ahead = queue * (running - 1) / running
         wait_s = queue_scale * ahead * work_per_prompt_s
-        new_ttft = ttft_overhead_s + 0.5 * new_tpot + wait_s + own_s
+        # The running iteration's rest (half of one on average) and those already formed.
+        ahead_s = (0.5 + sched.iterations_ahead) * new_tpot
+        new_ttft = ttft_overhead_s + ahead_s + wait_s + own_s
         new_rate = running / (new_ttft + (osl - 1) * new_tpot)
         if new_rate > rate_cap:
             new_rate = rate_cap

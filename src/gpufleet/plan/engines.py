@@ -25,6 +25,11 @@ batch their CUDA graphs cover.
   only with blocks reserved for its whole input + max output; in-flight batching mixes
   context and generation (max_num_tokens 8192, max_batch_size 2048); CUDA graphs up to
   batch 128 (the LLM API's cuda_graph_config default).
+
+SGLang and TRT-LLM (PyTorch backend) overlap scheduling with the GPU by default: the next
+iteration's batch is formed while the current one runs, so a new request joins one
+iteration later than it would otherwise. vLLM's async scheduling is opt-in
+(`--async-scheduling`).
 """
 
 from __future__ import annotations
@@ -51,6 +56,10 @@ class EngineRules:
     mixed_prefill: bool  # prefill chunks share iterations with decodes
     cuda_graph_max_batch: int  # decode batches above this run without CUDA graphs
     block_tokens: int  # KV block (page) size
+    # The scheduler builds iteration i+1 while the GPU runs iteration i (SGLang's overlap
+    # schedule, TRT-LLM's overlap scheduler: both on by default; vLLM's async scheduling is
+    # opt-in): a request that arrives during iteration i waits for i+1 as well.
+    overlap_scheduling: bool = False
 
     def admission_tokens(self, input_tokens: int, output_tokens: int) -> float:
         """KV tokens one running request counts against the cache, on average over its
@@ -126,12 +135,12 @@ def engine_rules(
         chunk, graph_bs = _sglang_sizes(gpu, tp)
         frac = memory_fraction or sglang_mem_fraction_static(gpu, tp, pp, dp)
         return EngineRules(
-            name, frac, "--mem-fraction-static", chunk, 4096, False, graph_bs, 1,
+            name, frac, "--mem-fraction-static", chunk, 4096, False, graph_bs, 1, True,
         )  # fmt: skip
     if name == "trtllm":
         return EngineRules(
             name, memory_fraction or 0.9, "--kv_cache_free_gpu_memory_fraction",
-            8192, 2048, True, 128, 32,
+            8192, 2048, True, 128, 32, True,
         )  # fmt: skip
     raise UserError(
         f"unknown engine {engine!r}", field="--engine", fix=f"use one of {', '.join(ENGINES)}"

@@ -87,6 +87,7 @@ def scheduler_for(
         max_running=running,
         mixed_prefill=rules.mixed_prefill,
         max_output_tokens_per_s=cal.frontend_tokens_per_s,
+        iterations_ahead=1 if rules.overlap_scheduling else 0,
     )
 
 

@@ -173,6 +173,7 @@ def model_row(
             max_running=max_running,
             mixed_prefill=rules.mixed_prefill,
             max_output_tokens_per_s=b.frontend_tokens_per_s,
+            iterations_ahead=1 if rules.overlap_scheduling else 0,
         ),
         ttft_overhead_s=b.ttft_overhead_s,
         queue_scale=cal.queue_scale,
