@@ -26,7 +26,7 @@ router it reports:
 `--repeat N` runs every router N times (in turns, so machine noise spreads evenly) and
 reports the mean and the range. `--gateway-args` passes extra flags to every
 `gpufleet gateway` (e.g. more workers). Writes benchmarks/results/routing_quality.json and
-.md (one table per source; results/ is git-ignored). The replicas and routers all run on
+.md (one table per source; committed, like every result). The replicas and routers all run on
 this machine's CPUs: on a small machine the absolute TTFTs include CPU contention, so
 compare routers within one run, not across runs.
 """
