@@ -138,6 +138,18 @@ def test_an_overloaded_holder_sheds_to_a_new_replica_which_then_holds_the_prefix
     assert p.choose(request(2, prefix_hashes=P), rs) is holder
 
 
+def test_a_holder_a_few_requests_above_the_mean_keeps_its_long_match() -> None:
+    # Four more running sequences barely slow a memory-bound decode step; moving the
+    # request would recompute its 20-block match on a replica that holds none of it.
+    p = PrefixAware(seed=0)
+    rs = views(4)
+    holder = p.choose(request(0, prefix_hashes=P), rs)
+    assert holder is not None
+    p.on_first_token(request(0), holder)
+    holder.in_flight = 4  # mean (4 + 1) / 4: a slack of 2 would have sent it elsewhere
+    assert p.choose(request(1, prefix_hashes=(*P, 7)), rs) is holder
+
+
 def test_long_run_share_is_bounded_even_when_in_flight_is_even() -> None:
     # Every request finishes at once (in_flight stays 0), so only the share bound acts.
     p = PrefixAware(seed=0, balance_factor=1.1, balance_slack=2.0, window_requests=200)
