@@ -88,6 +88,7 @@ class PrefixAware(PolicyBase):
         miss_weight: float = 16.0,
         share_weight: float = 1.0,
         share: str = "requests",
+        match_headroom: float = 0.5,
     ) -> None:
         super().__init__(seed=seed)
         if balance_factor < 1.0 or inflight_factor < 1.0:
@@ -98,6 +99,9 @@ class PrefixAware(PolicyBase):
             raise ValueError(f"load must be one of {LOAD_SIGNALS}, not {load!r}")
         if share not in SHARE_SIGNALS:
             raise ValueError(f"share must be one of {SHARE_SIGNALS}, not {share!r}")
+        if match_headroom < 0.0:
+            raise ValueError("match_headroom must be >= 0")
+        self.match_headroom = match_headroom
         self.share = share
         self._churn: dict[str, float] = {}  # decayed new blocks placed per replica
         self.bytes_per_token = bytes_per_token
@@ -143,14 +147,21 @@ class PrefixAware(PolicyBase):
         mean_recent = (sum(recent) + 1.0) / n
         recent_cap = max(self.balance_factor * mean_recent, mean_recent + self.balance_slack)
 
+        hashes = request.prefix_hashes
+        ids = [r.replica_id for r in replicas]
+        matches = self.index.match(hashes, ids) if hashes else dict.fromkeys(ids, 0)
+        headroom = self.match_headroom / len(hashes) if hashes else 0.0
+
         def pressure(i: int) -> float:
-            return max((loads[i] + 1.0) / load_cap, (recent[i] + 1.0) / recent_cap)
+            # Both bounds stretch by `match_headroom` x the share of the prompt a replica
+            # holds: moving a request off its holder recomputes (and copies) that share.
+            p = max((loads[i] + 1.0) / load_cap, (recent[i] + 1.0) / recent_cap)
+            return p / (1.0 + headroom * matches[ids[i]])
 
         allowed = [i for i in range(n) if pressure(i) <= 1.0]
         if not allowed:  # everyone is over a bound: the least pressed one
             allowed = [random_min(self.rng, range(n), pressure)]
 
-        hashes = request.prefix_hashes
         pending = [self._pending.get(r.replica_id, 0.0) for r in replicas]
         # Being ahead of the mean share costs like prefilling `share_weight` typical prompts
         # per decision ahead: requests with little to gain from a cache (new prefixes) keep
@@ -158,9 +169,8 @@ class PrefixAware(PolicyBase):
         share_cost = self.share_weight * self._mean_prompt_blocks
         over = [max(0.0, recent[i] + 1.0 - mean_recent) * share_cost for i in range(n)]
         if hashes:
-            matches = self.index.match(hashes, (replicas[i].replica_id for i in allowed))
-            uncached = [len(hashes) - matches.get(r.replica_id, 0) for r in replicas]
-            cold = not any(matches.values())
+            uncached = [len(hashes) - matches[rid] for rid in ids]
+            cold = not any(matches[ids[i]] for i in allowed)
             if self.share == "new_blocks" or (self.share == "cold_blocks" and cold):
                 # Each replica's cache is an LRU: a prefix lives there about capacity /
                 # (blocks written per decision). Even blocks written keep that horizon
