@@ -85,6 +85,7 @@ def test_cold_prompts_even_out_the_blocks_written_not_the_request_counts() -> No
 
     assert placements("new_blocks") == ["other"] * 4
     assert placements("cold_blocks") == ["other"] * 4  # prompts no replica holds: by blocks
+    assert placements("requests_and_cold_blocks") == ["other"] * 4  # by both
     assert placements("requests").count("same") >= 1
 
 

@@ -16,6 +16,10 @@ Measured in benchmarks/routing_replay.py it lifts Mooncake's synthetic trace (0.
 1.00x the pooled hits at offset 2000, half the TTFT) but costs the conversation slice
 (0.94x -> 0.90x), so the default stays `share="requests"` (the share term counts
 decisions ahead x the mean prompt length): docs/routing.md has the tables.
+`"requests_and_cold_blocks"` charges prompts no allowed replica holds any of both: the
+request share and the blocks written. With the stretched bounds below it lifts the 12
+synthetic instances from 0.996x to 0.998x one pooled engine (worst 0.988x -> 0.995x;
+system_prompts@0 1.001x), but one run's max/mean requests reaches 1.108: an option.
 
 "Pending" is this policy's own bookkeeping (added when it routes, removed on the first
 token or the finish), so a replica with a long prefill queue loses a request whose match
@@ -65,7 +69,7 @@ from gpufleet.routing.prefix_index import PrefixIndex
 from gpufleet.routing.types import ReplicaView, RequestInfo
 
 LOAD_SIGNALS = ("in_flight", "queue_depth")
-SHARE_SIGNALS = ("requests", "new_blocks", "cold_blocks")
+SHARE_SIGNALS = ("requests", "new_blocks", "cold_blocks", "requests_and_cold_blocks")
 MAX_TRACKED_REQUESTS = 65_536
 # Requests a replica may run past the mean before a match is given up for load. A decode
 # step is memory-bound (the weights are read once per step whatever the batch), so a few
@@ -179,7 +183,18 @@ class PrefixAware(PolicyBase):
         if hashes:
             uncached = [len(hashes) - matches[rid] for rid in ids]
             cold = not any(matches[ids[i]] for i in allowed)
-            if self.share == "new_blocks" or (self.share == "cold_blocks" and cold):
+            if self.share == "requests_and_cold_blocks" and cold:
+                # The request share as usual, plus the blocks this prompt would write on
+                # top of the replica's churn past the mean (as "cold_blocks").
+                churn = [self._churn.get(r.replica_id, 0.0) for r in replicas]
+                total = sum(churn)
+                over = [
+                    over[i]
+                    + self.share_weight
+                    * max(0.0, churn[i] + uncached[i] + 1.0 - (total + uncached[i] + 1.0) / n)
+                    for i in range(n)
+                ]
+            elif self.share == "new_blocks" or (self.share == "cold_blocks" and cold):
                 # Each replica's cache is an LRU: a prefix lives there about capacity /
                 # (blocks written per decision). Even blocks written keep that horizon
                 # the same on every replica, as in one pooled cache; even request counts
