@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/routing_replay.py [SOURCE ...] [--requests 1000]
         [--load 2] [--kv-blocks 24263] [--policies prefix_aware,least_outstanding,...]
 
-SOURCE is a trace (Mooncake JSONL, Azure CSV) or synthetic:NAME (system_prompts,
+SOURCE is a trace (Mooncake JSONL, Azure CSV) or synthetic:NAME[@SEED] (system_prompts,
 multi_turn, tool_agent, mixed); default: the shared Mooncake conversation slice and the
 four synthetic workloads. Each request is hashed exactly as live: 256-byte blocks of the
 chat-templated text for the router, 16-token blocks of its tokens for the replica. Each

@@ -2,7 +2,8 @@
 prefix-sharing workloads of `gpufleet.workload.prefix_sharing`, as timed chat prompts.
 
 A source is a trace path (Mooncake JSONL with hash_ids, or an Azure CSV) or
-`synthetic:NAME` (NAME one of system_prompts, multi_turn, tool_agent, mixed). Shared by
+`synthetic:NAME[@SEED]` (NAME one of system_prompts, multi_turn, tool_agent, mixed; SEED
+the workload's, 0 by default). Shared by
 `routing_quality.py` (live replicas) and `routing_replay.py` (the engine-free replay).
 """
 
@@ -46,10 +47,15 @@ def load_requests(
     from gpufleet.workload.prefix_sharing import prefix_sharing_shapes
 
     if source.startswith(SYNTHETIC):
+        # synthetic:NAME@SEED draws another instance of the workload (other prompt lengths,
+        # popularity ranks and arrivals), to tell a rule that generalises from one that fits
+        # the one instance.
+        name, _, seed = source[len(SYNTHETIC) :].partition("@")
         shapes = prefix_sharing_shapes(
-            source[len(SYNTHETIC) :],
+            name,
             duration_s=SYNTHETIC_DURATION_S,
             rate_per_s=SYNTHETIC_RATE_PER_S,
+            seed=int(seed or 0),
         )[offset : offset + count]
         if not shapes:
             raise SystemExit(f"{source}: no requests at offset {offset}")

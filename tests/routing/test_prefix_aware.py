@@ -85,6 +85,7 @@ def test_cold_prompts_even_out_the_blocks_written_not_the_request_counts() -> No
 
     assert placements("new_blocks") == ["other"] * 4
     assert placements("cold_blocks") == ["other"] * 4  # prompts no replica holds: by blocks
+    assert placements("requests_and_cold_blocks") == ["other"] * 4  # by both
     assert placements("requests").count("same") >= 1
 
 
@@ -128,7 +129,9 @@ def test_an_overloaded_holder_sheds_to_a_new_replica_which_then_holds_the_prefix
     rs = views(4)
     holder = p.choose(request(0, prefix_hashes=P), rs)
     assert holder is not None
-    holder.in_flight = 12  # far above the others (mean (12+1)/4): over the in-flight bound
+    # Far above the others (mean (20+1)/4): over the in-flight bound even stretched by
+    # match_headroom for a replica holding the whole prompt.
+    holder.in_flight = 20
     spill = p.choose(request(1, prefix_hashes=P), rs)
     assert spill is not None and spill is not holder
     assert p.index.match(P, [spill.replica_id])[spill.replica_id] == len(P)
@@ -136,6 +139,43 @@ def test_an_overloaded_holder_sheds_to_a_new_replica_which_then_holds_the_prefix
     # Both hold it now; the less loaded copy takes the next one.
     spill.in_flight = 1
     assert p.choose(request(2, prefix_hashes=P), rs) is holder
+
+
+def test_a_holder_a_few_requests_above_the_mean_keeps_its_long_match() -> None:
+    # Four more running sequences barely slow a memory-bound decode step; moving the
+    # request would recompute its 20-block match on a replica that holds none of it.
+    p = PrefixAware(seed=0)
+    rs = views(4)
+    holder = p.choose(request(0, prefix_hashes=P), rs)
+    assert holder is not None
+    p.on_first_token(request(0), holder)
+    holder.in_flight = 4  # mean (4 + 1) / 4: a slack of 2 would have sent it elsewhere
+    assert p.choose(request(1, prefix_hashes=(*P, 7)), rs) is holder
+
+
+def test_the_bounds_stretch_for_the_share_of_the_prompt_a_replica_holds() -> None:
+    # 12 in flight, the others idle: over the bound (max(2 x 3.25, 3.25 + 8) = 11.25)...
+    def placement(suffix_of: tuple[int, ...], headroom: float) -> bool:
+        p = PrefixAware(seed=0, match_headroom=headroom)
+        rs = views(4)
+        holder = p.choose(request(0, prefix_hashes=P), rs)
+        assert holder is not None
+        p.on_first_token(request(0), holder)
+        holder.in_flight = 12
+        return p.choose(request(1, prefix_hashes=suffix_of), rs) is holder
+
+    whole = (*P, 7)
+    # ...but moving a request that hits all of its prompt there would recompute all of it:
+    # the bound stretches to 1.5x for it and it stays;
+    assert placement(whole, 0.5)
+    assert not placement(whole, 0.0)  # (without headroom it would have moved)
+    # one that would hit 2 of its 21 blocks stretches it by 5% only and still moves.
+    assert not placement((*P[:2], *range(500, 519)), 0.5)
+
+
+def test_match_headroom_is_validated() -> None:
+    with pytest.raises(ValueError, match="match_headroom"):
+        PrefixAware(match_headroom=-0.1)
 
 
 def test_long_run_share_is_bounded_even_when_in_flight_is_even() -> None:
