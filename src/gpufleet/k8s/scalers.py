@@ -3,7 +3,8 @@
 Signals (PromQL over what Prometheus scrapes from the gateways and the engines):
 - demand = requests in flight from every gateway to the group's pods
   (`gpufleet_gateway_replica_in_flight`) + requests waiting at the gateways for a ready
-  replica (`gpufleet_gateway_queue_depth`, the gateway's queue-depth metric). Target per
+  replica (`gpufleet_gateway_queue_depth`, the gateway's queue-depth metric; with several
+  groups `gpufleet_gateway_queue_depth_by_model{model=...}`, the group's model's alone). Target per
   replica = capacity_per_replica / (1 + headroom_fraction): the policy's warm headroom.
   KEDA activates (0 → 1) on a queue depth above zero.
 - mean KV-cache usage, target kv_usage_threshold (the policy's batch-saturation signal).
@@ -62,6 +63,17 @@ def _policy(autoscale: AutoscaleSpec) -> dict[str, Any]:
 
 def queries(group: ReplicaGroup) -> dict[str, str]:
     pods = f'replica=~"{group.name}-.*"'
+    queue = "sum(gpufleet_gateway_queue_depth) or vector(0)"
+    model = group.model
+    if group.served_model is not None:
+        # Several groups: this group's pods alone (a Deployment's <name>-<hash>-<id>, a
+        # LeaderWorkerSet leader's <name>-<index>, so `llama` never matches `llama-70b`'s),
+        # and the requests waiting for this group's model.
+        pods = f'replica=~"{group.name}-[0-9]+"' if group.multi_node else (
+            f'replica=~"{group.name}-[a-z0-9]+-[a-z0-9]+"'
+        )
+        model = group.served_model
+        queue = f'sum(gpufleet_gateway_queue_depth_by_model{{model="{model}"}}) or vector(0)'
     kv = (
         f'sglang:token_usage{{model_name="{group.model}"}}'
         if group.engine == "sglang"
@@ -70,11 +82,11 @@ def queries(group: ReplicaGroup) -> dict[str, str]:
     )
     return {
         "demand": f"(sum(gpufleet_gateway_replica_in_flight{{{pods}}}) or vector(0)) + "
-        "(sum(gpufleet_gateway_queue_depth) or vector(0))",
-        "queue_depth": "sum(gpufleet_gateway_queue_depth) or vector(0)",
+        f"({queue})",
+        "queue_depth": queue,
         "kv_usage": f"avg({kv})",
         "ttft_p90_s": "histogram_quantile(0.9, sum by (le) (rate("
-        f'gpufleet_gateway_time_to_first_token_seconds_bucket{{model="{group.model}"}}[1m])))',
+        f'gpufleet_gateway_time_to_first_token_seconds_bucket{{model="{model}"}}[1m])))',
     }
 
 
