@@ -213,7 +213,7 @@ def _group_files(
             ManifestFile(f"40-autoscaler{suffix}.yaml", [obj], ["Needs KEDA.", *NOT_EXPRESSIBLE])
         )
     elif scaler == "hpa":
-        obj = hpa(group, autoscale, namespace, kind_api)
+        obj = hpa(group, autoscale, namespace, kind_api, gi.where)
         files.append(
             ManifestFile(
                 f"40-autoscaler{suffix}.yaml",

@@ -125,6 +125,10 @@ def replica_group(
     nodes = layout.pp if multi_node else 1
     gpus_per_pod = layout.tp if multi_node else layout.num_gpus
     argv = engine_argv(plan, spec.engine, extra_args, multi_node)
+    if served_model and served_model != req.model.name and "--served-model-name" not in argv:
+        # The gateway lists the group's model as the config names it (the catalog may
+        # know it by another name): the engine answers to that name too.
+        argv += ["--served-model-name", served_model]
     name = spec.name or slug(f"{spec.engine}-{req.model.name.rsplit('/', 1)[-1]}", 40)
     weights_per_pod = plan.chosen.memory.weights_bytes * gpus_per_pod
     return ReplicaGroup(

@@ -74,11 +74,11 @@ def queries(group: ReplicaGroup) -> dict[str, str]:
         )
         model = group.served_model
         queue = f'sum(gpufleet_gateway_queue_depth_by_model{{model="{model}"}}) or vector(0)'
-    kv = (
-        f'sglang:token_usage{{model_name="{group.model}"}}'
+    kv = (  # the engines label their metrics with the name they serve the model as
+        f'sglang:token_usage{{model_name="{model}"}}'
         if group.engine == "sglang"
-        else f'vllm:kv_cache_usage_perc{{model_name="{group.model}"}} '
-        f'or vllm:gpu_cache_usage_perc{{model_name="{group.model}"}}'
+        else f'vllm:kv_cache_usage_perc{{model_name="{model}"}} '
+        f'or vllm:gpu_cache_usage_perc{{model_name="{model}"}}'
     )
     return {
         "demand": f"(sum(gpufleet_gateway_replica_in_flight{{{pods}}}) or vector(0)) + "
@@ -182,12 +182,17 @@ def keda_scaled_object(
 
 
 def hpa(
-    group: ReplicaGroup, autoscale: AutoscaleSpec, namespace: str, target: tuple[str, str]
+    group: ReplicaGroup,
+    autoscale: AutoscaleSpec,
+    namespace: str,
+    target: tuple[str, str],
+    where: str = "",
 ) -> Manifest:
+    """where: "groups[i]." for a group of several, in errors."""
     if autoscale.min_replicas < 1:
         raise UserError(
             "an HPA cannot scale to zero (the HPAScaleToZero gate is alpha)",
-            field="autoscale.min_replicas",
+            field=f"{where}autoscale.min_replicas",
             fix="set it to 1 or more, or use --scaler keda (or gpufleet) to scale from zero",
         )
     p = _policy(autoscale)
