@@ -136,7 +136,7 @@ async def test_each_group_scales_on_its_own_models_signals(groups_env: Cluster) 
         every = {tiny_pod: "ready"} | dict.fromkeys(other_pods, "ready")
         await wait_until(lambda: env.gateway_view(1) == every)
         models = {r["id"]: r["models"] for r in env.gateways[1].list_replicas()}
-        assert models == {tiny_pod: ["tiny"]} | dict.fromkeys(other_pods, ["other"])
+        assert models == {tiny_pod: ["tiny"]} | {pod: ["other"] for pod in other_pods}
         await tiny.tick()
         assert set(env.gateway_view(1)) == set(every)
     finally:

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-
 if TYPE_CHECKING:
     from gpufleet.k8s.emit import Emitted
 

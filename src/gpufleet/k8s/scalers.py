@@ -69,8 +69,10 @@ def queries(group: ReplicaGroup) -> dict[str, str]:
         # Several groups: this group's pods alone (a Deployment's <name>-<hash>-<id>, a
         # LeaderWorkerSet leader's <name>-<index>, so `llama` never matches `llama-70b`'s),
         # and the requests waiting for this group's model.
-        pods = f'replica=~"{group.name}-[0-9]+"' if group.multi_node else (
-            f'replica=~"{group.name}-[a-z0-9]+-[a-z0-9]+"'
+        pods = (
+            f'replica=~"{group.name}-[0-9]+"'
+            if group.multi_node
+            else (f'replica=~"{group.name}-[a-z0-9]+-[a-z0-9]+"')
         )
         model = group.served_model
         queue = f'sum(gpufleet_gateway_queue_depth_by_model{{model="{model}"}}) or vector(0)'
@@ -81,8 +83,7 @@ def queries(group: ReplicaGroup) -> dict[str, str]:
         f'or vllm:gpu_cache_usage_perc{{model_name="{model}"}}'
     )
     return {
-        "demand": f"(sum(gpufleet_gateway_replica_in_flight{{{pods}}}) or vector(0)) + "
-        f"({queue})",
+        "demand": f"(sum(gpufleet_gateway_replica_in_flight{{{pods}}}) or vector(0)) + ({queue})",
         "queue_depth": queue,
         "kv_usage": f"avg({kv})",
         "ttft_p90_s": "histogram_quantile(0.9, sum by (le) (rate("
