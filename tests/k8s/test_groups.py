@@ -229,6 +229,7 @@ def test_kubernetes_groups_overrides_one_groups_settings(tmp_path: Path) -> None
         ({"kubernetes": {"groups": {"mistral": {}}}}, "kubernetes.groups.mistral"),
         ({"kubernetes": {"groups": {"qwen": {"namespace": "x"}}}}, "kubernetes.groups.qwen.namespace"),
         ({"kubernetes": {"groups": {"qwen": {"cpu_per_gpu": -1}}}}, "kubernetes.groups.qwen.cpu_per_gpu"),
+        ({"kubernetes": {"name": "chat"}}, "kubernetes.name"),
         ({"groups.1.replicas.engine": "tgi"}, "groups[1].replicas.engine"),
         ({"groups.1.name": "Llama"}, "groups[1].name"),
         ({"groups.0.replicas.tp": 2}, "groups[0].replicas.tp"),

@@ -40,6 +40,12 @@ class GroupInput:
 def group_inputs(fleet: FleetConfig, spec: KubernetesSpec) -> list[GroupInput]:
     if not fleet.groups:
         return [GroupInput(fleet.replicas, fleet.autoscale, spec)]
+    if spec.name is not None:
+        raise UserError(
+            "kubernetes.name names the one group of a single-group fleet",
+            field="kubernetes.name",
+            fix="remove it: with groups:, each group is named by its groups[i].name",
+        )
     labels = {g.label for g in fleet.groups}
     for key in spec.groups:
         if key not in labels:
