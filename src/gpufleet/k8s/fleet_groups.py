@@ -56,22 +56,21 @@ def group_inputs(fleet: FleetConfig, spec: KubernetesSpec) -> list[GroupInput]:
             )
     out: list[GroupInput] = []
     names: dict[str, str] = {}
-    for g in fleet.groups:
-        gi = _group_input(fleet, g, spec.groups.get(g.label) or {})
+    for i, g in enumerate(fleet.groups):
+        gi = _group_input(fleet, g, f"groups[{i}].", spec.groups.get(g.label) or {})
         name = gi.spec.name or ""
         if name in names:
             raise UserError(
-                f"{g._where}name and {names[name]}name both become {name!r} on Kubernetes",
-                field=f"{g._where}name",
+                f"{gi.where}name and {names[name]}name both become {name!r} on Kubernetes",
+                field=f"{gi.where}name",
                 fix="give the groups names that differ in letters or digits",
             )
-        names[name] = g._where
+        names[name] = gi.where
         out.append(gi)
     return out
 
 
-def _group_input(fleet: FleetConfig, g: GroupSpec, own: dict[str, Any]) -> GroupInput:
-    where = g._where
+def _group_input(fleet: FleetConfig, g: GroupSpec, where: str, own: dict[str, Any]) -> GroupInput:
     source = f"kubernetes.groups.{g.label}"
     if not isinstance(own, dict):
         raise UserError("must be a mapping", field=source, fix="write key: value pairs")
