@@ -254,3 +254,21 @@ async def test_drain_and_delete_let_requests_in_flight_finish(
             text = await resp.text()
     # The removed replica's counters stay in the exposition (counters never go back).
     assert f'gpufleet_gateway_replica_requests_total{{replica="{rid}"}} 2.0' in text
+
+
+@pytest.mark.process
+async def test_queue_depth_by_model_is_exposed_per_model(make_gateway: GatewayFactory) -> None:
+    """A model group's KEDA/HPA scaler reads its own model's waiting requests: one series
+    per served model, 0 for a model nobody waits for (a scaler reads 0, not "no data")."""
+    gw = await make_gateway([], models=["a", "b"], queue={"max_size": 4, "timeout_s": 30})
+    async with aiohttp.ClientSession() as s:
+        body = {"model": "a", "messages": MSG}
+        task = asyncio.create_task(s.post(gw.url + "/v1/chat/completions", json=body))
+        await wait_until(lambda: gw.signals().queue_depth == 1)
+        async with s.get(gw.url + "/metrics") as resp:
+            text = await resp.text()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert 'gpufleet_gateway_queue_depth_by_model{model="a"} 1.0' in text
+    assert 'gpufleet_gateway_queue_depth_by_model{model="b"} 0.0' in text
+    assert "gpufleet_gateway_queue_depth 1.0" in text

@@ -76,6 +76,7 @@ class Engine:
 class Cluster:
     server: FakeApiServer
     ordered: bool = False
+    models: tuple[str, ...] = ("tiny",)  # what the gateways serve
     clock_s: float = 1_700_000_000.0
     gateways: list[Gateway] = field(default_factory=list)
     engines: dict[str, Engine] = field(default_factory=dict)  # by pod name
@@ -106,6 +107,17 @@ class Cluster:
             gateway_port=self.gateway_port, drain_deadline_s=30.0, expected_startup_s=120.0,
         )  # fmt: skip
 
+    def add_group(self, name: str, model: str) -> ControllerConfig:
+        """Another model group (a Deployment and its Service) beside GROUP, and its
+        controller's config (as `deploy k8s` writes it for a fleet with `groups:`)."""
+        labels = {GROUP_LABEL: name}
+        self.cluster.add_workload("deployments", NS, name, labels)
+        self.cluster.add_service(NS, name, labels, self.engine_port)
+        return self.config.model_copy(
+            update={"group": name, "target": ScaleTarget(name=name), "model": model,
+                    "lease_name": f"gpufleet-controller-{name}"}
+        )  # fmt: skip
+
     def now(self) -> float:
         return self.clock_s
 
@@ -113,7 +125,7 @@ class Cluster:
         for ip in GATEWAY_IPS:
             gw = Gateway(
                 validate_config(
-                    {"admin_key": KEY, "models": ["tiny"], "scrape_interval_s": 0.1,
+                    {"admin_key": KEY, "models": list(self.models), "scrape_interval_s": 0.1,
                      "health": {"probe_interval_s": 0.1, "probe_timeout_s": 1.0}}
                 )
             )  # fmt: skip

@@ -87,6 +87,25 @@ def test_deploy_k8s_writes_the_fleet(tmp_path: Path) -> None:
 
 
 @pytest.mark.process
+def test_deploy_k8s_takes_the_multi_model_docs_fleet(tmp_path: Path) -> None:
+    """docs/multi-model.md's two-group fleet, as written there, deploys: a workload, a
+    controller and a KEDA ScaledObject per group, one gateway."""
+    doc = (Path(__file__).parents[2] / "docs" / "multi-model.md").read_text()
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(doc.split("```yaml\n", 1)[1].split("```", 1)[0])
+    out = tmp_path / "manifests"
+    r = run("deploy", "k8s", str(fleet), "-o", str(out), "--scaler", "keda", "--json")
+    assert r.returncode == 0, r.stderr
+    written = sorted(Path(f).name for f in json.loads(r.stdout)["files"])
+    assert written == [
+        "00-namespace.yaml", "05-admin-secret.yaml", "10-gateway.yaml", "20-llama.yaml",
+        "20-qwen.yaml", "30-controller-llama.yaml", "30-controller-qwen.yaml",
+        "40-autoscaler-llama.yaml", "40-autoscaler-qwen.yaml",
+    ]  # fmt: skip
+    assert any(line.startswith("[qwen] Qwen/Qwen3-8B") for line in json.loads(r.stdout)["summary"])
+
+
+@pytest.mark.process
 def test_plan_emit_k8s_json(tmp_path: Path) -> None:
     out = tmp_path / "m"
     r = run(

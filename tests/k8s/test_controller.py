@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import aiohttp
 import pytest
 
 from gpufleet.k8s.api import KubeApi
@@ -86,3 +87,63 @@ async def test_two_controllers_one_leader(env: Cluster) -> None:
         for s in stops:
             s.set()
         await asyncio.gather(*runs)
+
+
+async def test_each_group_scales_on_its_own_models_signals(groups_env: Cluster) -> None:
+    """Two model groups behind the same gateways, one controller each (deploy k8s with
+    `groups:`): requests waiting for `other` scale `other` from zero and never `tiny`;
+    each registers its pods as serving its model and leaves the other group's alone."""
+    env = groups_env
+    tiny_cfg = config(env, min_replicas=1).model_copy(
+        update={"model": "tiny", "lease_name": "gpufleet-controller-tiny"}
+    )
+    other_cfg = env.add_group("other", "other").model_copy(
+        update={"autoscale": config(env, min_replicas=0, max_replicas=2).autoscale}
+    )
+    other = env.cluster.workloads[("deployments", NS, "other")]
+    api = KubeApi.for_host(env.server.url)
+    tiny = ClusterController(tiny_cfg, api, KEY, clock=env.now)
+    oth = ClusterController(other_cfg, api, KEY, clock=env.now)
+    waiting: list[asyncio.Task[object]] = []
+    try:
+        await tiny.tick()
+        await oth.tick()
+        assert (env.workload.replicas, other.replicas) == (1, 0)
+        [tiny_pod] = env.cluster.live_pods(NS, f"gpufleet.io/group={GROUP}")
+        await env.schedule_and_serve(tiny_pod)
+        env.cluster.set_ready(NS, tiny_pod, True)
+        await tiny.tick()
+        await wait_until(lambda: env.gateway_view(0) == {tiny_pod: "ready"})
+        # Requests for `other` wait at a gateway: its controller scales it from zero.
+        session = aiohttp.ClientSession()
+        body = {"model": "other", "messages": [{"role": "user", "content": "hi"}]}
+        for _ in range(3):
+            waiting.append(asyncio.create_task(
+                session.post(env.gateways[0].url + "/v1/chat/completions", json=body)))  # fmt: skip
+        await wait_until(lambda: env.gateways[0].signals().queue_depth == 3)
+        for _ in range(5):
+            env.clock_s += 1.0
+            await tiny.tick()
+            await oth.tick()
+        assert other.replicas >= 1  # its model's queue
+        assert env.workload.replicas == 1  # not tiny's: another model's queue is not its load
+        other_pods = env.cluster.live_pods(NS, "gpufleet.io/group=other")
+        for pod in other_pods:
+            await env.schedule_and_serve(pod)
+            env.cluster.set_ready(NS, pod, True)
+        await oth.tick()
+        await tiny.tick()  # tiny's controller does not remove other's replicas
+        every = {tiny_pod: "ready"} | dict.fromkeys(other_pods, "ready")
+        await wait_until(lambda: env.gateway_view(1) == every)
+        models = {r["id"]: r["models"] for r in env.gateways[1].list_replicas()}
+        assert models == {tiny_pod: ["tiny"]} | {pod: ["other"] for pod in other_pods}
+        await tiny.tick()
+        assert set(env.gateway_view(1)) == set(every)
+    finally:
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+        if waiting:
+            await session.close()
+        await tiny.close()
+        await oth.close()

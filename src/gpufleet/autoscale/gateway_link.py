@@ -102,8 +102,11 @@ class AdminApiGateway:
             resp.raise_for_status()
             return await resp.json()
 
-    async def add(self, replica_id: str, url: str) -> None:
-        await self._call("POST", "/admin/replicas", {"url": url, "id": replica_id})
+    async def add(self, replica_id: str, url: str, models: list[str] | None = None) -> None:
+        body: dict[str, Any] = {"url": url, "id": replica_id}
+        if models:
+            body["models"] = models  # what it serves, before the gateway reads /v1/models
+        await self._call("POST", "/admin/replicas", body)
 
     async def drain(self, replica_id: str) -> None:
         await self._call("POST", f"/admin/replicas/{replica_id}/drain")

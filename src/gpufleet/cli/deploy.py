@@ -7,8 +7,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gpufleet.errors import UserError
-
 if TYPE_CHECKING:
     from gpufleet.k8s.emit import Emitted
 
@@ -41,17 +39,13 @@ def k8s(fleet_yaml: str, out_dir: str, namespace: str | None, scaler: str, as_js
     """Plan the fleet's model on its GPU and write the manifests for `kubectl apply -f DIR`:
     the replica group (Deployment, or LeaderWorkerSet when a replica spans nodes), the
     gateway, the controller, and a KEDA ScaledObject or HPA with --scaler keda|hpa.
+    With `groups:` (several models), each group is planned and gets its own workload,
+    Service, controller and autoscaler; the one gateway serves every group's model.
     The `kubernetes:` section of FLEET_YAML tunes them (docs/kubernetes.md)."""
     from gpufleet.fleet.config import load_fleet
     from gpufleet.k8s.emit import deploy_fleet
 
     fleet = load_fleet(fleet_yaml, derive=False)
-    if fleet.groups:
-        raise UserError(
-            "deploy k8s takes one model group; this config has `groups:`",
-            field="groups",
-            fix="one FLEET_YAML per group (its replicas: and autoscale: at the top)",
-        )
     emitted = deploy_fleet(fleet, out_dir, namespace=namespace, scaler=scaler)
     print_emitted(emitted, out_dir, as_json)
 

@@ -8,7 +8,7 @@ A gateway is one event loop, so nothing here is shared across threads.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -126,9 +126,11 @@ class GatewayMetrics:
         replicas: Callable[[], Iterable[Replica]],
         queue_depth: Callable[[], int],
         windows: LatencyWindows,
+        queue_depth_by_model: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         self._replicas = replicas
         self._queue_depth = queue_depth
+        self._queue_depth_by_model = queue_depth_by_model
         # Replicas removed from the table keep their counters in the exposition.
         self._gone: dict[str, Replica] = {}
         self._latency: dict[tuple[str, str], tuple[Histogram, ...]] = {}
@@ -235,6 +237,15 @@ class GatewayMetrics:
         )
         queue.add_metric([], self._queue_depth())
         yield queue
+        # One series per model: a model group's autoscaler (KEDA, an HPA) scales on its own.
+        by_model = GaugeMetricFamily(
+            "gpufleet_gateway_queue_depth_by_model",
+            "Requests waiting for a ready replica, by the model they asked for.",
+            labels=["model"],
+        )
+        for model, depth in self._queue_depth_by_model().items():
+            by_model.add_metric([model if model.isascii() else _label(model)], depth)
+        yield by_model
         requests = CounterMetricFamily(
             "gpufleet_gateway_requests",
             "Client requests answered, by model, tenant and status code.",

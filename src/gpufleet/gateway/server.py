@@ -81,7 +81,11 @@ class Gateway:
         self.replicas.on_ejected.append(self._on_ejected)
         self.tenants = TenantTable(cfg.tenants)
         self.metrics = GatewayMetrics(
-            lambda: self.replicas, lambda: len(self.fleet.queue), self.fleet.latency
+            lambda: self.replicas,
+            lambda: len(self.fleet.queue),
+            self.fleet.latency,
+            # every served model, 0 when none waits (a scaler reads 0, not "no data")
+            lambda: {**dict.fromkeys(cfg.models, 0), **self.fleet.queue.depth_by_model},
         )
         self._session: aiohttp.ClientSession | None = None
         self._pool: UpstreamPool | None = None

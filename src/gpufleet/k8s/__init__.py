@@ -4,7 +4,8 @@ Two halves with different needs:
 
 - Manifests (`gpufleet deploy k8s`, `gpufleet plan --emit k8s`): plain data written as YAML;
   they need nothing beyond the core (`settings`, `placement`, `workload`, `gateway_objects`,
-  `controller_objects`, `scalers`, `emit`).
+  `controller_objects`, `scalers`, `fleet_groups` (a fleet with `groups:`: one set per
+  model group), `emit`).
 - The in-cluster controller (`gpufleet controller k8s`): `KubernetesActuator`, the gateway
   peers, the Lease-based leader election. They talk to the API server through the official
   `kubernetes` client, which comes with the extra: `pip install 'gpufleet[k8s]'`.

@@ -3,7 +3,8 @@
 Every pod of the controller Deployment runs this; the Lease picks the one that acts. The
 leader, each tick: follows the gateway pods, reads the replica group back from the cluster
 (`KubernetesActuator.sync`: adopt, register, resume drains), merges the gateways'
-signals, and — with `scale: true` — asks the policy and scales. With a KEDA or HPA scaler
+signals (its model's alone when the gateways serve several groups, one controller each),
+and — with `scale: true` — asks the policy and scales. With a KEDA or HPA scaler
 (`scale: false`) it only registers and drains. A pod that loses the lease stops acting at
 once; whoever leads next reads everything back, so nothing is lost in between.
 """
@@ -41,8 +42,9 @@ class ClusterController:
     def __post_init__(self) -> None:
         cfg = self.cfg
         self.peers = GatewayPeers(
-            self.api, cfg.namespace, cfg.gateway_peers, cfg.gateway_port, self.admin_key
-        )
+            self.api, cfg.namespace, cfg.gateway_peers, cfg.gateway_port, self.admin_key,
+            model=cfg.model,
+        )  # fmt: skip
         self.actuator = KubernetesActuator(self.api, cfg, self.peers, clock=self.clock)
         a = cfg.autoscale
         self.controller = Controller(
@@ -56,7 +58,12 @@ class ClusterController:
     async def read_signals(self) -> GatewaySignals:
         await self.peers.refresh()
         await self.actuator.sync()
-        return await self.peers.read_signals()
+        signals = await self.peers.read_signals()
+        if self.cfg.model is None:
+            return signals
+        # One group of several: its model's queue, latencies and replicas alone.
+        own = {r.replica_id for r in self.actuator.list()}
+        return signals.for_model(self.cfg.model, own)
 
     async def tick(self) -> None:
         if self.cfg.scale:

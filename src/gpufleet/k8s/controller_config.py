@@ -1,7 +1,7 @@
 """What the in-cluster controller reads at start (`gpufleet controller k8s --config FILE`).
 
-`gpufleet deploy k8s` writes it into the controller's ConfigMap; it names the replica
-group's workload (its scale subresource) and Service (its EndpointSlices), the gateways'
+`gpufleet deploy k8s` writes it into the controller's ConfigMap (one controller per model
+group); it names the replica group's workload (its scale subresource) and Service (its EndpointSlices), the gateways'
 peers Service, the scaling policy with its parameters already derived from the plan, and
 the Lease that keeps one controller acting at a time.
 """
@@ -52,8 +52,18 @@ class ControllerConfig(_Strict):
     autoscale: AutoscaleSpec = Field(default_factory=AutoscaleSpec)
     drain_deadline_s: float = Field(default=60.0, gt=0)
     expected_startup_s: float = Field(default=300.0, gt=0)
-    lease_name: str = CONTROLLER
+    lease_name: str = CONTROLLER  # also the name of the controller's objects
     lease: LeaseTiming = Field(default_factory=LeaseTiming)
+    # A fleet with `groups:`: the group's model as the gateway names it. The controller
+    # reads that model's signals only, registers its pods as serving it, and leaves the
+    # other groups' replicas at the gateways alone. None: the gateways serve this group only.
+    model: str | None = None
+
+    def to_yaml(self) -> str:
+        data = self.model_dump(mode="json")
+        if data["model"] is None:
+            del data["model"]  # a single-group config reads as it always has
+        return yaml.safe_dump(data, sort_keys=True)
 
 
 def validate_controller_config(data: Any, source: str = "controller config") -> ControllerConfig:

@@ -1,7 +1,8 @@
 """The controller's objects: ServiceAccount, Role and RoleBinding (what it needs, nothing
 more), the ConfigMap with its config, and its Deployment.
 
-Two pods run; a coordination.k8s.io Lease lets one act at a time (the other takes over
+One controller per model group (a fleet with `groups:` has several, each with its own
+objects, Lease and Role). Two pods run; a coordination.k8s.io Lease lets one act at a time (the other takes over
 within the lease duration when the leader dies). The Role grants:
 - the replica workload's scale subresource: get, update, patch (not with a KEDA/HPA scaler);
 - pods: get, list, watch, and patch (pod-deletion-cost and the drain mark) when it scales;
@@ -11,13 +12,10 @@ within the lease duration when the leader dies). The Role grants:
 
 from __future__ import annotations
 
-import yaml
-
 from gpufleet.k8s.controller_config import ControllerConfig
 from gpufleet.k8s.objects import (
     ADMIN_SECRET,
     ADMIN_SECRET_KEY,
-    CONTROLLER,
     Manifest,
     env_field,
     env_secret,
@@ -61,12 +59,13 @@ def role_rules(cfg: ControllerConfig) -> list[Manifest]:
 
 def controller_objects(spec: KubernetesSpec, cfg: ControllerConfig) -> list[Manifest]:
     ns = cfg.namespace
-    config_text = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=True)
+    name = cfg.lease_name  # gpufleet-controller, or gpufleet-controller-<group> per group
+    config_text = cfg.to_yaml()
     selector = {
         "app.kubernetes.io/component": "controller",
-        "app.kubernetes.io/instance": CONTROLLER,
+        "app.kubernetes.io/instance": name,
     }
-    pod_meta = meta(CONTROLLER, None, "controller")
+    pod_meta = meta(name, None, "controller")
     del pod_meta["name"]
     container = {
         "name": "controller",
@@ -85,44 +84,44 @@ def controller_objects(spec: KubernetesSpec, cfg: ControllerConfig) -> list[Mani
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": meta(CONTROLLER, ns, "controller"),
+            "metadata": meta(name, ns, "controller"),
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
-            "metadata": meta(CONTROLLER, ns, "controller"),
+            "metadata": meta(name, ns, "controller"),
             "rules": role_rules(cfg),
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
-            "metadata": meta(CONTROLLER, ns, "controller"),
+            "metadata": meta(name, ns, "controller"),
             "roleRef": {
                 "apiGroup": "rbac.authorization.k8s.io",
                 "kind": "Role",
-                "name": CONTROLLER,
+                "name": name,
             },
-            "subjects": [{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": ns}],
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
         },
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": meta(CONTROLLER, ns, "controller"),
+            "metadata": meta(name, ns, "controller"),
             "data": {"controller.yaml": config_text},
         },
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": meta(CONTROLLER, ns, "controller"),
+            "metadata": meta(name, ns, "controller"),
             "spec": {
                 "replicas": 2,  # one leads, one stands by (the Lease decides)
                 "selector": {"matchLabels": selector},
                 "template": {
                     "metadata": pod_meta,
                     "spec": {
-                        "serviceAccountName": CONTROLLER,
+                        "serviceAccountName": name,
                         "containers": [container],
-                        "volumes": [{"name": "config", "configMap": {"name": CONTROLLER}}],
+                        "volumes": [{"name": "config", "configMap": {"name": name}}],
                     },
                 },
             },

@@ -36,6 +36,9 @@ class ReplicaGroup:
     timing: StartupTiming
     capacity: ReplicaCapacity
     checkpoint_bytes: float  # what the model cache holds
+    # The model as the gateway names it, when the fleet has `groups:` (its signals and
+    # metrics are this model's); None: a single-group fleet, whose gateway serves one model.
+    served_model: str | None = None
 
     @property
     def multi_node(self) -> bool:
@@ -113,13 +116,19 @@ def _capacity(plan: Plan, argv: list[str]) -> ReplicaCapacity:
     return ReplicaCapacity(max(1, seqs), source, max_num_seqs, c.memory.kv_capacity_tokens)
 
 
-def replica_group(plan: Plan, spec: KubernetesSpec, extra_args: str = "") -> ReplicaGroup:
+def replica_group(
+    plan: Plan, spec: KubernetesSpec, extra_args: str = "", served_model: str | None = None
+) -> ReplicaGroup:
     layout = plan.chosen.layout
     req = plan.request
     multi_node = layout.num_gpus > req.node_gpus
     nodes = layout.pp if multi_node else 1
     gpus_per_pod = layout.tp if multi_node else layout.num_gpus
     argv = engine_argv(plan, spec.engine, extra_args, multi_node)
+    if served_model and served_model != req.model.name and "--served-model-name" not in argv:
+        # The gateway lists the group's model as the config names it (the catalog may
+        # know it by another name): the engine answers to that name too.
+        argv += ["--served-model-name", served_model]
     name = spec.name or slug(f"{spec.engine}-{req.model.name.rsplit('/', 1)[-1]}", 40)
     weights_per_pod = plan.chosen.memory.weights_bytes * gpus_per_pod
     return ReplicaGroup(
@@ -134,4 +143,5 @@ def replica_group(plan: Plan, spec: KubernetesSpec, extra_args: str = "") -> Rep
         timing=startup_timing(weights_per_pod, spec),
         capacity=_capacity(plan, argv),
         checkpoint_bytes=total_weight_bytes(req.model, req.model.checkpoint_dtype),
+        served_model=served_model,
     )

@@ -30,9 +30,18 @@ _STATE_ORDER = {"draining": 0, "ready": 1, "starting": 2, "dead": 3}
 
 class GatewayPeers:
     def __init__(
-        self, api: KubeApi, namespace: str, service: str, port: int, admin_key: str
+        self,
+        api: KubeApi,
+        namespace: str,
+        service: str,
+        port: int,
+        admin_key: str,
+        model: str | None = None,
     ) -> None:
+        """model: the group's model, when the gateways serve several groups (each with its
+        own controller): replicas are added as serving it, and only its replicas removed."""
         self.api = api
+        self.model = model
         self.namespace = namespace
         self.service = service
         self.port = port
@@ -102,18 +111,23 @@ class GatewayPeers:
             for rid, url in ready.items():
                 if rid not in known:
                     with contextlib.suppress(aiohttp.ClientResponseError):  # 409: just added
-                        await gw.add(rid, url)
+                        await gw.add(rid, url, [self.model] if self.model else None)
             for rid in draining:
                 if rid in known and known[rid]["state"] != "draining":
                     with contextlib.suppress(KeyError):
                         await gw.drain(rid)
             if remove_others:
                 for rid, r in known.items():
+                    if not self._ours(r):
+                        continue  # another group's replica: its own controller tends it
                     if r.get("source") == "admin" and rid not in ready and rid not in draining:
                         with contextlib.suppress(KeyError):
                             await gw.remove(rid)
 
         await asyncio.gather(*(one(gw) for gw in self.gateways.values()))
+
+    def _ours(self, listed: dict[str, Any]) -> bool:
+        return self.model is None or self.model in (listed.get("models") or ())
 
     async def read_signals(self) -> GatewaySignals:
         seen = [s.to_json() for s in await self._each("read_signals")

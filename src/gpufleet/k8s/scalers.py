@@ -3,7 +3,8 @@
 Signals (PromQL over what Prometheus scrapes from the gateways and the engines):
 - demand = requests in flight from every gateway to the group's pods
   (`gpufleet_gateway_replica_in_flight`) + requests waiting at the gateways for a ready
-  replica (`gpufleet_gateway_queue_depth`, the gateway's queue-depth metric). Target per
+  replica (`gpufleet_gateway_queue_depth`, the gateway's queue-depth metric; with several
+  groups `gpufleet_gateway_queue_depth_by_model{model=...}`, the group's model's alone). Target per
   replica = capacity_per_replica / (1 + headroom_fraction): the policy's warm headroom.
   KEDA activates (0 → 1) on a queue depth above zero.
 - mean KV-cache usage, target kv_usage_threshold (the policy's batch-saturation signal).
@@ -62,19 +63,31 @@ def _policy(autoscale: AutoscaleSpec) -> dict[str, Any]:
 
 def queries(group: ReplicaGroup) -> dict[str, str]:
     pods = f'replica=~"{group.name}-.*"'
-    kv = (
-        f'sglang:token_usage{{model_name="{group.model}"}}'
+    queue = "sum(gpufleet_gateway_queue_depth) or vector(0)"
+    model = group.model
+    if group.served_model is not None:
+        # Several groups: this group's pods alone (a Deployment's <name>-<hash>-<id>, a
+        # LeaderWorkerSet leader's <name>-<index>, so `llama` never matches `llama-70b`'s),
+        # and the requests waiting for this group's model.
+        pods = (
+            f'replica=~"{group.name}-[0-9]+"'
+            if group.multi_node
+            else (f'replica=~"{group.name}-[a-z0-9]+-[a-z0-9]+"')
+        )
+        model = group.served_model
+        queue = f'sum(gpufleet_gateway_queue_depth_by_model{{model="{model}"}}) or vector(0)'
+    kv = (  # the engines label their metrics with the name they serve the model as
+        f'sglang:token_usage{{model_name="{model}"}}'
         if group.engine == "sglang"
-        else f'vllm:kv_cache_usage_perc{{model_name="{group.model}"}} '
-        f'or vllm:gpu_cache_usage_perc{{model_name="{group.model}"}}'
+        else f'vllm:kv_cache_usage_perc{{model_name="{model}"}} '
+        f'or vllm:gpu_cache_usage_perc{{model_name="{model}"}}'
     )
     return {
-        "demand": f"(sum(gpufleet_gateway_replica_in_flight{{{pods}}}) or vector(0)) + "
-        "(sum(gpufleet_gateway_queue_depth) or vector(0))",
-        "queue_depth": "sum(gpufleet_gateway_queue_depth) or vector(0)",
+        "demand": f"(sum(gpufleet_gateway_replica_in_flight{{{pods}}}) or vector(0)) + ({queue})",
+        "queue_depth": queue,
         "kv_usage": f"avg({kv})",
         "ttft_p90_s": "histogram_quantile(0.9, sum by (le) (rate("
-        f'gpufleet_gateway_time_to_first_token_seconds_bucket{{model="{group.model}"}}[1m])))',
+        f'gpufleet_gateway_time_to_first_token_seconds_bucket{{model="{model}"}}[1m])))',
     }
 
 
@@ -170,12 +183,17 @@ def keda_scaled_object(
 
 
 def hpa(
-    group: ReplicaGroup, autoscale: AutoscaleSpec, namespace: str, target: tuple[str, str]
+    group: ReplicaGroup,
+    autoscale: AutoscaleSpec,
+    namespace: str,
+    target: tuple[str, str],
+    where: str = "",
 ) -> Manifest:
+    """where: "groups[i]." for a group of several, in errors."""
     if autoscale.min_replicas < 1:
         raise UserError(
             "an HPA cannot scale to zero (the HPAScaleToZero gate is alpha)",
-            field="autoscale.min_replicas",
+            field=f"{where}autoscale.min_replicas",
             fix="set it to 1 or more, or use --scaler keda (or gpufleet) to scale from zero",
         )
     p = _policy(autoscale)

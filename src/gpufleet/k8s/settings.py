@@ -9,6 +9,8 @@ kubernetes:
   model_cache: {size_gib: 200, storage_class: fast-rwx}   # or {pvc: my-claim}, {host_path: /mnt/models}
   load_gbps: 1.0                    # GB/s one pod reads weights at (sizes the startupProbe)
   plan: {quant: bf16, input_tokens: 2048, output_tokens: 512, rps: 20}
+  groups:                           # with `groups:` in the fleet: one group's own settings
+    qwen: {image: lmsysorg/sglang:v0.5.2, plan: {max_model_len: 32768}}
 ```
 """
 
@@ -93,6 +95,8 @@ class KubernetesSpec(_Strict):
     prometheus_url: str = "http://prometheus-operated.monitoring.svc:9090"
     plan: PlanOptions = Field(default_factory=PlanOptions)
     lease: LeaseTiming = Field(default_factory=LeaseTiming)
+    # With `groups:`: a group's own settings over these, by group name (k8s/fleet_groups.py).
+    groups: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     def engine_image(self) -> str:
         return self.image or ENGINE_IMAGES[self.engine]
