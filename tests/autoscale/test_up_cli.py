@@ -135,12 +135,14 @@ def test_replicas_die_with_a_killed_up(tmp_path: Path) -> None:
                 os.killpg(p, signal.SIGKILL)
 
 
-def test_single_group_verbs_refuse_a_groups_yaml(tmp_path: Path) -> None:
+def test_single_group_flags_refuse_a_groups_yaml_and_deploy_takes_it(tmp_path: Path) -> None:
     cfg = tmp_path / "fleet.yaml"
     cfg.write_text("groups:\n  - replicas: {model: Qwen/Qwen3-8B}\n")
-    for argv in (["up", str(cfg), "--policy", "hpa", "--port", "0"],
-                 ["deploy", "k8s", str(cfg), "-o", str(tmp_path / "out")]):  # fmt: skip
-        out = subprocess.run([GPUFLEET, *argv], capture_output=True, text=True, timeout=60)
-        assert out.returncode == 2, out.stderr
-        assert "groups:" in out.stderr and "fix:" in out.stderr and "Traceback" not in out.stderr
-    assert not (tmp_path / "out").exists()
+    argv = ["up", str(cfg), "--policy", "hpa", "--port", "0"]  # --policy is one group's
+    out = subprocess.run([GPUFLEET, *argv], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert "groups:" in out.stderr and "fix:" in out.stderr and "Traceback" not in out.stderr
+    argv = ["deploy", "k8s", str(cfg), "-o", str(tmp_path / "out")]  # one workload per group
+    out = subprocess.run([GPUFLEET, *argv], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert any(p.name.startswith("20-") for p in (tmp_path / "out").iterdir())
