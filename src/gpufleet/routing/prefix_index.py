@@ -8,8 +8,15 @@ first), which keeps every remembered prefix contiguous.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice, repeat
+
+_MISSING = object()
+
+
+def _consume(it: Iterator[object]) -> None:
+    deque(it, maxlen=0)
 
 
 class PrefixIndex:
@@ -46,32 +53,28 @@ class PrefixIndex:
         lru = self._lru.get(replica_id)
         if lru is None:
             lru = self._lru[replica_id] = OrderedDict()
-        holders = self._holders
-        for h in reversed(hashes):
-            if h in lru:
-                lru.move_to_end(h)
-            else:
-                lru[h] = None
-                owners = holders.get(h)
-                if owners is None:
-                    holders[h] = {replica_id}
-                else:
-                    owners.add(replica_id)
+        # Touch last-to-first (in bulk: take them all out, put them back reversed); the
+        # ones it did not hold gain it as a holder.
+        was = list(map(lru.pop, hashes, repeat(_MISSING)))
+        lru.update(zip(reversed(hashes), repeat(None)))
+        if _MISSING in was:
+            new = [h for h, w in zip(hashes, was, strict=True) if w is _MISSING]
+            owners = map(self._holders.setdefault, new, iter(set, None))
+            _consume(map(set.add, owners, repeat(replica_id)))
         self._evict(replica_id)
 
     def _evict(self, replica_id: str) -> None:
         lru = self._lru.get(replica_id)
         if lru is None:
             return
-        cap = self.capacity_of(replica_id)
+        excess = len(lru) - self.capacity_of(replica_id)
+        if excess <= 0:
+            return
+        old = list(islice(lru, excess))  # the least recently touched
+        _consume(map(lru.__delitem__, old))
         holders = self._holders
-        while len(lru) > cap:
-            h, _ = lru.popitem(last=False)
-            owners = holders.get(h)  # (inlined _drop_holder: this loop is hot)
-            if owners is not None:
-                owners.discard(replica_id)
-                if not owners:
-                    del holders[h]
+        _consume(map(set.discard, map(holders.__getitem__, old), repeat(replica_id)))
+        _consume(map(holders.__delitem__, [h for h in old if not holders[h]]))
 
     def _drop_holder(self, h: int, replica_id: str) -> None:
         owners = self._holders.get(h)
