@@ -16,13 +16,14 @@ exactly when it is in `_free` or never used.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Iterator
 from itertools import islice, repeat
 
 _MISSING = object()
 
 
-def _consume(it: object) -> None:
-    deque(it, maxlen=0)  # type: ignore[call-overload]
+def _consume(it: Iterator[object]) -> None:
+    deque(it, maxlen=0)
 
 
 class BlockPool:
@@ -121,11 +122,15 @@ class BlockPool:
     def release(self, blocks: list[int]) -> None:
         """Drop one reference on each block; a request's tail blocks are evicted first."""
         extra = self._extra
-        if not extra or extra.keys().isdisjoint(blocks):
-            self._free.update(zip(reversed(blocks), repeat(None)))
-            return
         free = self._free
-        for b in reversed(blocks):
+        if not extra or extra.keys().isdisjoint(blocks):
+            free.update(zip(reversed(blocks), repeat(None)))
+            return
+        # Shared blocks are prefix hits, near the head: the tail goes back in bulk.
+        shared = list(map(extra.__contains__, blocks))
+        head = len(shared) - shared[::-1].index(True)
+        free.update(zip(reversed(blocks[head:]), repeat(None)))
+        for b in reversed(blocks[:head]):
             count = extra.get(b)
             if count is None:
                 free[b] = None
