@@ -142,19 +142,22 @@ class BlockPool:
     def cache_range(self, blocks: list[int], hashes: list[int], start: int, stop: int) -> None:
         """Register blocks[k] under its chained hash hashes[k] for k in [start, stop); the
         first block registered under a hash keeps it (first writer wins, as in vLLM)."""
-        if not self.enable_caching or stop <= start:
+        if self.enable_caching and stop > start:
+            self.cache_blocks(blocks[start:stop], hashes[start:stop])
+
+    def cache_blocks(self, blocks: list[int], hashes: list[int]) -> None:
+        """Register blocks[k] under hashes[k], in order (first writer wins)."""
+        if not self.enable_caching:
             return
         cached = self._cached
-        new = dict(zip(hashes[start:stop], blocks[start:stop]))
-        if len(new) == stop - start and cached.keys().isdisjoint(new):
+        new = dict(zip(hashes, blocks, strict=True))
+        if len(new) == len(hashes) and cached.keys().isdisjoint(new):
             cached.update(new)
-            self._hash_of.update(zip(new.values(), new.keys()))
+            self._hash_of.update(zip(blocks, hashes))
             return
         hash_of = self._hash_of  # a hash seen before (or twice here): one by one
-        for k in range(start, stop):
-            h = hashes[k]
+        for h, b in zip(hashes, blocks, strict=True):
             if h not in cached:
-                b = blocks[k]
                 cached[h] = b
                 hash_of[b] = h
 
