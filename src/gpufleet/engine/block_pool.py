@@ -150,11 +150,13 @@ class BlockPool:
         if not self.enable_caching:
             return
         cached = self._cached
-        new = dict(zip(hashes, blocks, strict=True))
-        if len(new) == len(hashes) and cached.keys().isdisjoint(new):
-            cached.update(new)
-            self._hash_of.update(zip(blocks, hashes))
-            return
+        if cached.keys().isdisjoint(hashes):
+            before = len(cached)
+            cached.update(zip(hashes, blocks, strict=True))
+            if len(cached) == before + len(hashes):
+                self._hash_of.update(zip(blocks, hashes))
+                return
+            _consume(map(cached.pop, hashes, repeat(None)))  # a hash twice: undo, then slowly
         hash_of = self._hash_of  # a hash seen before (or twice here): one by one
         for h, b in zip(hashes, blocks, strict=True):
             if h not in cached:
