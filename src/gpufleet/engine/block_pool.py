@@ -154,7 +154,7 @@ class BlockPool:
             before = len(cached)
             cached.update(zip(hashes, blocks, strict=True))
             if len(cached) == before + len(hashes):
-                self._hash_of.update(zip(blocks, hashes))
+                self._hash_of.update(zip(blocks, hashes, strict=True))
                 return
             _consume(map(cached.pop, hashes, repeat(None)))  # a hash twice: undo, then slowly
         hash_of = self._hash_of  # a hash seen before (or twice here): one by one

@@ -31,7 +31,6 @@ from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from gpufleet.engine.request import EngineRequest, RequestStatus
-from gpufleet.tokenizer import block_hashes
 
 if TYPE_CHECKING:
     from gpufleet.engine.engine import Engine
@@ -223,9 +222,7 @@ def _admission_stays_blocked(engine: Engine) -> bool:
         return True
     head_hashes = head.block_hashes
     if len(head_hashes) < num_hits:  # (not stored yet: hashing them would change the head)
-        parent = head_hashes[-1] if head_hashes else 0
-        tail = head.all_token_ids[len(head_hashes) * bs : num_hits * bs]
-        head_hashes = head_hashes + block_hashes(tail, bs, parent)
+        head_hashes = head_hashes + head.next_block_hashes(bs, num_hits)
     for r in sched.running:
         full = r.num_computed_tokens // bs  # blocks it filled before the run
         if full > num_hits:

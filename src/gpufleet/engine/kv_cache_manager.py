@@ -13,7 +13,6 @@ from collections.abc import Iterable
 
 from gpufleet.engine.block_pool import BlockPool
 from gpufleet.engine.request import EngineRequest
-from gpufleet.tokenizer import block_hashes
 
 
 class KVCacheManager:
@@ -57,8 +56,7 @@ class KVCacheManager:
         hashes = req.block_hashes
         if len(hashes) < max_blocks:
             if peek:
-                hashes = block_hashes(tokens[len(hashes) * bs :], bs, hashes[-1] if hashes else 0)
-                hashes = req.block_hashes + hashes
+                hashes = hashes + req.next_block_hashes(bs, len(tokens) // bs)
             else:
                 req.extend_block_hashes(bs)
         return self.pool.cached_prefix(hashes, max_blocks)

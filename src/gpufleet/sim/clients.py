@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpufleet.engine import EngineRequest
+from gpufleet.engine.request import CountedOutputRequest
 from gpufleet.fleet_state import FleetReplica, Refusal
 from gpufleet.routing.types import RequestInfo, RoutingPolicy
 from gpufleet.sim.events import ARRIVAL, EventQueue, SimClock
@@ -132,7 +133,8 @@ class Clients:
             live.prompt = self._engine_prompt(req)
         tokens, hashes = live.prompt
         live.result.attempts += 1
-        return EngineRequest(
+        # Only the answer's length matters here: its token ids are never computed.
+        return CountedOutputRequest(
             live.info.request_id,
             tokens,
             req.output_tokens,
