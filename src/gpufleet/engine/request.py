@@ -188,7 +188,7 @@ class EngineRequest:
         hashes = self.block_hashes
         tokens = self.all_token_ids
         h = hashes[-1] if hashes else 0
-        out = []
+        out: list[int] = []
         append = out.append
         for first in range(len(hashes) * block_size, stop * block_size, block_size):
             h = hash((h, *tokens[first : first + block_size]))
@@ -253,7 +253,7 @@ class CountedOutputRequest(EngineRequest):
         h = hashes[-1] if hashes else 0
         seed = self._rng or 0
         prompt_end = self.num_prompt_tokens
-        out = []
+        out: list[int] = []
         append = out.append
         for first in range(len(hashes) * block_size, stop * block_size, block_size):
             if first + block_size <= prompt_end:
