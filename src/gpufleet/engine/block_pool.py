@@ -79,6 +79,10 @@ class BlockPool:
         get = self._hash_of.get
         return {h for b in islice(self._free, n) if (h := get(b)) is not None}
 
+    def any_cached(self, hashes: list[int]) -> bool:
+        """Whether any of `hashes` is cached (at any block)."""
+        return not self._cached.keys().isdisjoint(hashes)
+
     def num_evictable(self, blocks: list[int]) -> int:
         """How many of `blocks` are free now (touching them takes them off the free list)."""
         return sum(map(self._free.__contains__, blocks))

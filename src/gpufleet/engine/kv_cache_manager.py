@@ -139,7 +139,7 @@ class KVCacheManager:
         full_cycles, part = divmod(num_steps, bs)
         phase = [-c % bs for c in computed]
         order = sorted(range(n), key=phase.__getitem__)
-        total = full_cycles * n + sum(1 for p in phase if p < part)
+        total = full_cycles * n + sum(p < part for p in phase)
         pool = self.pool
         caching = self.enable_caching
         filled: list[tuple[str, int, int]] = []  # (request id, first, stop) of full blocks
@@ -156,13 +156,17 @@ class KVCacheManager:
                     filled.append((rid, first, stop))
             if fresh and (
                 len(set(fresh)) < len(fresh)
-                or not pool.hashes_of_next_free(total).isdisjoint(fresh)
+                or (  # (a hash cached nowhere is not cached at a block the run evicts)
+                    pool.any_cached(fresh)
+                    and not pool.hashes_of_next_free(total).isdisjoint(fresh)
+                )
             ):
                 return False
-        handed_out = pool.allocate(total)
         blocks_of = self._blocks
-        for q, m in enumerate(order):
-            blocks_of[members[m].request_id].extend(handed_out[q::n])
+        if total:
+            handed_out = pool.allocate(total)
+            for q in range(min(n, total)):  # (the q-th to ask gets every n-th block)
+                blocks_of[members[order[q]].request_id].extend(handed_out[q::n])
         if fresh:  # register every member's new full blocks at once (no hash repeats)
             blocks: list[int] = []
             for rid, first, stop in filled:
