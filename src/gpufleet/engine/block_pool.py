@@ -7,19 +7,26 @@ in `_cached`) until it is handed out again. Free blocks are handed out least-rec
 first, so cached prefixes are evicted LRU.
 
 A request holds hundreds of blocks (a 12k-token prompt: 750), so every operation works on
-a whole run of blocks with C-level bulk operations (slices, `map`, dict updates) instead of
-one Python step per block: a held block's count is 1 unless it is in `_extra` (the
-references beyond the first: prefix hits shared by running requests), and a block is free
-exactly when it is in `_free` or never used.
+a whole run of blocks with C-level bulk operations (slices, `map`, set and dict updates)
+instead of one Python step per block:
+
+* a held block's count is 1 unless it is in `_extra` (the references beyond the first:
+  prefix hits shared by running requests);
+* the free blocks are the never used ones (ids `_fresh`..num_blocks-1, kept as a range)
+  and the set `_free`; their eviction order is the queue `_order` of freed blocks, oldest
+  first. A free block reused as a prefix hit leaves `_free` at once but its place in the
+  queue only when the queue reaches it: `_stale` counts such left-behind entries per block
+  (they always come before the block's live entry, which was queued when it was freed
+  again).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Iterator
 from itertools import islice, repeat
 
-_MISSING = object()
+_popleft = deque.popleft
 
 
 def _consume(it: Iterator[object]) -> None:
@@ -35,11 +42,10 @@ class BlockPool:
         self._extra: dict[int, int] = {}  # block -> references beyond its first (if any)
         self._hash_of: dict[int, int] = {}  # block -> the hash it is cached under
         self._cached: dict[int, int] = {}  # block hash -> block id
-        # Free blocks in eviction order: first the never used ones (ids _fresh..num_blocks-1,
-        # kept as a range so that a large idle pool costs nothing), then the freed ones in
-        # the order they were freed; the head is handed out (and evicted) first.
-        self._fresh = 0
-        self._free: OrderedDict[int, None] = OrderedDict()
+        self._fresh = 0  # blocks _fresh.. were never used (handed out first, in id order)
+        self._free: set[int] = set()  # freed blocks not handed out (or reused) since
+        self._order: deque[int] = deque()  # freed blocks, least recently freed first
+        self._stale: dict[int, int] = {}  # block -> entries of it in _order left behind
 
     @property
     def num_free(self) -> int:
@@ -64,12 +70,28 @@ class BlockPool:
     def cached_prefix(self, hashes: list[int], max_blocks: int) -> list[int]:
         """The cached blocks of the longest run of `hashes[:max_blocks]` that are cached."""
         get = self._cached.get
-        if not hashes or max_blocks <= 0 or get(hashes[0]) is None:
-            return []
-        found = list(map(get, hashes[:max_blocks]))
-        if None in found:
-            del found[found.index(None) :]
-        return found  # type: ignore[return-value]
+        out: list[int] = []
+        start, size = 0, 8  # look up in chunks that double: cost grows with the run found
+        stop = min(max_blocks, len(hashes))
+        while start < stop:
+            found = list(map(get, hashes[start : min(stop, start + size)]))
+            if None in found:
+                out += found[: found.index(None)]  # type: ignore[arg-type]
+                break
+            out += found  # type: ignore[arg-type]
+            start += size
+            size *= 2
+        return out
+
+    def _free_in_order(self) -> Iterator[int]:
+        """The freed blocks in eviction order (skipping entries left behind)."""
+        stale = dict(self._stale)
+        for b in self._order:
+            left = stale.get(b)
+            if left:
+                stale[b] = left - 1
+            else:
+                yield b
 
     def hashes_of_next_free(self, n: int) -> set[int]:
         """The hashes cached at the next `n` blocks `allocate` would hand out (and evict)."""
@@ -77,7 +99,7 @@ class BlockPool:
         if n <= 0 or not self._cached:
             return set()
         get = self._hash_of.get
-        return {h for b in islice(self._free, n) if (h := get(b)) is not None}
+        return {h for b in islice(self._free_in_order(), n) if (h := get(b)) is not None}
 
     def any_cached(self, hashes: list[int]) -> bool:
         """Whether any of `hashes` is cached (at any block)."""
@@ -89,14 +111,18 @@ class BlockPool:
 
     def touch(self, blocks: list[int]) -> None:
         """Take a reference on cached blocks a request reuses."""
-        if not blocks:
-            return
-        popped = list(map(self._free.pop, blocks, repeat(_MISSING)))
-        if _MISSING in popped:  # some were held already: one more reference each
-            extra = self._extra
-            for b, was in zip(blocks, popped, strict=True):
-                if was is _MISSING:
-                    extra[b] = extra.get(b, 0) + 1
+        free = self._free
+        if not free.isdisjoint(blocks):  # free ones leave the set, their queue entries stay
+            reused = [b for b in blocks if b in free]
+            blocks = [b for b in blocks if b not in free]
+            free.difference_update(reused)
+            self._add_one(self._stale, reused)
+        self._add_one(self._extra, blocks)
+
+    @staticmethod
+    def _add_one(counts: dict[int, int], blocks: list[int]) -> None:
+        for b in blocks:
+            counts[b] = counts.get(b, 0) + 1
 
     def allocate(self, n: int) -> list[int]:
         """Hand out n free blocks (caller checked num_free), evicting their cached hashes."""
@@ -109,13 +135,12 @@ class BlockPool:
             n -= take
         if n <= 0:
             return out
-        free = self._free
-        if n == len(free):
-            taken = list(free)
-            free.clear()
-        else:
-            taken = list(islice(free, n))  # the head: least recently freed
-            _consume(map(free.__delitem__, taken))
+        order = self._order
+        taken = list(map(_popleft, repeat(order, n)))  # the least recently freed
+        stale = self._stale
+        if stale and not stale.keys().isdisjoint(taken):
+            taken = self._skip_stale(taken, n)
+        self._free.difference_update(taken)
         hash_of = self._hash_of
         if hash_of:  # a block holds a hash only while it is the cached one
             evicted = [h for h in map(hash_of.pop, taken, repeat(None)) if h is not None]
@@ -123,25 +148,47 @@ class BlockPool:
         out += taken
         return out
 
+    def _skip_stale(self, popped: list[int], n: int) -> list[int]:
+        """The first n live entries of `popped` followed by the rest of the queue."""
+        stale = self._stale
+        order = self._order
+        live: list[int] = []
+        it = iter(popped)
+        while len(live) < n:
+            b = next(it, None)
+            if b is None:
+                b = order.popleft()
+            left = stale.get(b)
+            if left is None:
+                live.append(b)
+            elif left == 1:
+                del stale[b]
+            else:
+                stale[b] = left - 1
+        order.extendleft(reversed(list(it)))  # popped beyond the n live ones: put back
+        return live
+
     def release(self, blocks: list[int]) -> None:
         """Drop one reference on each block; a request's tail blocks are evicted first."""
         extra = self._extra
-        free = self._free
-        if not extra or extra.keys().isdisjoint(blocks):
-            free.update(zip(reversed(blocks), repeat(None)))
-            return
-        # Shared blocks are prefix hits, near the head: the tail goes back in bulk.
-        shared = list(map(extra.__contains__, blocks))
-        head = len(shared) - shared[::-1].index(True)
-        free.update(zip(reversed(blocks[head:]), repeat(None)))
-        for b in reversed(blocks[:head]):
+        if extra and not extra.keys().isdisjoint(blocks):
+            blocks = self._drop_extra(blocks)
+        self._order.extend(reversed(blocks))
+        self._free.update(blocks)
+
+    def _drop_extra(self, blocks: list[int]) -> list[int]:
+        """Drop a reference on the shared ones; the blocks this frees, in their order."""
+        extra = self._extra
+        freed: list[int] = []
+        for b in blocks:
             count = extra.get(b)
             if count is None:
-                free[b] = None
+                freed.append(b)
             elif count == 1:
                 del extra[b]
             else:
                 extra[b] = count - 1
+        return freed
 
     def cache_range(self, blocks: list[int], hashes: list[int], start: int, stop: int) -> None:
         """Register blocks[k] under its chained hash hashes[k] for k in [start, stop); the
@@ -170,7 +217,7 @@ class BlockPool:
     def fingerprint(self) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...], tuple[int, ...]]:
         """The whole state: free blocks in eviction order, cached hashes, reference counts
         (two pools with equal fingerprints behave identically from here on)."""
-        free = (*range(self._fresh, self.num_blocks), *self._free)
+        free = (*range(self._fresh, self.num_blocks), *self._free_in_order())
         refs = [1] * self.num_blocks
         for b in free:
             refs[b] = 0
