@@ -212,11 +212,12 @@ def generate_tokens_for(requests: list[EngineRequest], n: int) -> None:
     tokens (a decode run of a whole batch)."""
     if n <= 0:
         return
-    if any(r.counted_output for r in requests):
+    real = [r for r in requests if not r.counted_output]
+    if len(real) < len(requests):  # placeholders for counted answers, seeded ids for others
         for r in requests:
             if r.counted_output:
-                r.generate_tokens(n)
-        requests = [r for r in requests if not r.counted_output]
+                r.all_token_ids.extend(repeat(_FIRST_WORD_ID, n))
+        requests = real
     if n * len(requests) < _VECTOR_MIN_TOKENS or n < 4:
         for r in requests:
             r.generate_tokens(n)
@@ -248,17 +249,14 @@ class CountedOutputRequest(EngineRequest):
             self.all_token_ids.extend(repeat(_FIRST_WORD_ID, n))
 
     def next_block_hashes(self, block_size: int, stop: int) -> list[int]:
-        hashes = self.block_hashes
-        tokens = self.all_token_ids
-        h = hashes[-1] if hashes else 0
-        seed = self._rng or 0
-        prompt_end = self.num_prompt_tokens
-        out: list[int] = []
-        append = out.append
-        for first in range(len(hashes) * block_size, stop * block_size, block_size):
-            if first + block_size <= prompt_end:
-                h = hash((h, *tokens[first : first + block_size]))
-            else:
-                h = hash((h, _ANSWER_BLOCK, seed, first))
-            append(h)
+        # Blocks before `first_answer` hold prompt tokens only; block j from there on
+        # hashes as base + j, base a hash of (the prompt's chain, answer tag, seed).
+        start = len(self.block_hashes)
+        first_answer = self.num_prompt_tokens // block_size
+        out = super().next_block_hashes(block_size, min(stop, first_answer))
+        if stop > first_answer:
+            chain = self.block_hashes + out
+            parent = chain[first_answer - 1] if first_answer else 0
+            base = hash((parent, _ANSWER_BLOCK, self._rng or 0))
+            out += range(base + max(start, first_answer), base + stop)
         return out
