@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from itertools import islice, repeat
+from itertools import compress, islice, repeat
+from operator import not_
 
 _popleft = deque.popleft
 
@@ -149,24 +150,26 @@ class BlockPool:
         return out
 
     def _skip_stale(self, popped: list[int], n: int) -> list[int]:
-        """The first n live entries of `popped` followed by the rest of the queue."""
+        """The first n live entries of the queue, `popped` being its first n entries."""
         stale = self._stale
-        order = self._order
         live: list[int] = []
-        it = iter(popped)
-        while len(live) < n:
-            b = next(it, None)
-            if b is None:
-                b = order.popleft()
-            left = stale.get(b)
-            if left is None:
-                live.append(b)
-            elif left == 1:
-                del stale[b]
-            else:
-                stale[b] = left - 1
-        order.extendleft(reversed(list(it)))  # popped beyond the n live ones: put back
-        return live
+        batch = popped
+        while True:
+            flags = list(map(stale.__contains__, batch))
+            keep = list(map(not_, flags))
+            for i in compress(range(len(batch)), flags):  # (the first entries are stale)
+                b = batch[i]
+                left = stale.get(b)
+                if left is None:
+                    keep[i] = True
+                elif left == 1:
+                    del stale[b]
+                else:
+                    stale[b] = left - 1
+            live += compress(batch, keep)
+            if len(live) == n:
+                return live
+            batch = list(map(_popleft, repeat(self._order, n - len(live))))
 
     def release(self, blocks: list[int]) -> None:
         """Drop one reference on each block; a request's tail blocks are evicted first."""
@@ -179,8 +182,10 @@ class BlockPool:
     def _drop_extra(self, blocks: list[int]) -> list[int]:
         """Drop a reference on the shared ones; the blocks this frees, in their order."""
         extra = self._extra
+        shared = list(map(extra.__contains__, blocks))
+        head = len(shared) - shared[::-1].index(True)  # shared blocks are prefix hits: early
         freed: list[int] = []
-        for b in blocks:
+        for b in blocks[:head]:
             count = extra.get(b)
             if count is None:
                 freed.append(b)
@@ -188,6 +193,7 @@ class BlockPool:
                 del extra[b]
             else:
                 extra[b] = count - 1
+        freed += blocks[head:]
         return freed
 
     def cache_range(self, blocks: list[int], hashes: list[int], start: int, stop: int) -> None:
