@@ -255,8 +255,10 @@ class CountedOutputRequest(EngineRequest):
         first_answer = self.num_prompt_tokens // block_size
         out = super().next_block_hashes(block_size, min(stop, first_answer))
         if stop > first_answer:
-            chain = self.block_hashes + out
-            parent = chain[first_answer - 1] if first_answer else 0
+            last = first_answer - 1  # the prompt's last full block
+            parent = (
+                0 if last < 0 else out[last - start] if last >= start else self.block_hashes[last]
+            )
             base = hash((parent, _ANSWER_BLOCK, self._rng or 0))
             out += range(base + max(start, first_answer), base + stop)
         return out
