@@ -73,12 +73,13 @@ def apply_decode_run(engine: Engine, run: DecodeRun, num_steps: int) -> DecodeRu
                 sched.finish(r, reason, now_s)
                 finished.append(r)
         sched.running = [r for r in sched.running if r.status is RequestStatus.RUNNING]
+    whole = num_steps == run.num_steps  # (a plan is applied once: its lists are handed on)
     return DecodeRunOutcome(
         duration_s=now_s - run.start_s,
         now_s=now_s,
-        step_end_s=run.step_end_s[:num_steps],
+        step_end_s=run.step_end_s if whole else run.step_end_s[:num_steps],
         groups=[list(g.members) for g in groups],
-        step_group=run.step_group[:num_steps],
+        step_group=run.step_group if whole else run.step_group[:num_steps],
         finished=finished,
     )
 
