@@ -28,6 +28,7 @@ from itertools import compress, islice, repeat
 from operator import not_
 
 _popleft = deque.popleft
+_NO_HASH = object()  # what a block without a cached hash maps to (cached under nothing)
 
 
 def _consume(it: Iterator[object]) -> None:
@@ -143,9 +144,9 @@ class BlockPool:
             taken = self._skip_stale(taken, n)
         self._free.difference_update(taken)
         hash_of = self._hash_of
-        if hash_of:  # a block holds a hash only while it is the cached one
-            evicted = [h for h in map(hash_of.pop, taken, repeat(None)) if h is not None]
-            _consume(map(self._cached.__delitem__, evicted))
+        if hash_of:  # a block holds a hash only while it is the cached one: drop both
+            hashes = map(hash_of.pop, taken, repeat(_NO_HASH))
+            _consume(map(self._cached.pop, hashes, repeat(None)))  # type: ignore[arg-type]
         out += taken
         return out
 
