@@ -1,7 +1,7 @@
 """How fast `gpufleet sim` replays a fleet, on one core, at the scales issue 12 names.
 
     python benchmarks/sim_speed.py [--cases mooncake,azure10x,synthetic1m,tokens,peers]
-                                   [--scale 1.0] [--json FILE]
+                                   [--scale 1.0] [--json FILE] [--skip vidur]
 
 Each case runs in its own process pinned to one CPU (peak memory is that process's):
 
@@ -337,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", "--json", type=Path, default=RESULTS / "sim_speed", help="path without suffix"
     )
+    parser.add_argument(
+        "--skip", default="", help="Comma-separated engines to leave out (e.g. vidur: no network)."
+    )
     parser.add_argument("--child", nargs=2, metavar=("KIND", "CASE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -349,7 +352,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(e))
     loop_ns = python_loop_ns()
     rows = []
+    skip = {k for k in args.skip.split(",") if k}
     for kind, name in plan_runs(args.cases.split(",")):
+        if kind in skip:
+            continue
         row = spawn(kind, name, args.scale)
         rows.append(row)
         print(f"{name} ({row['engines']}): "

@@ -135,3 +135,22 @@ def test_reset_prefix_cache_forgets_every_prefix_only_when_idle() -> None:
     assert pool.reset_prefix_cache()
     assert pool.cached_prefix([11], 1) == [] and pool.hashes_of_next_free(8) == set()
     assert pool.num_free == 8
+
+
+def test_a_hash_twice_in_one_registration_keeps_its_first_block() -> None:
+    """The bulk path (one dict update) must give what block-by-block registration gives
+    when a hash repeats in the same call or is cached already (first writer wins)."""
+    pool, ref = BlockPool(8), ReferencePool(8)
+    blocks = pool.allocate(6)
+    assert blocks == ref.allocate(6)
+    hashes = [11, 12, 11, 13, 14, 12]
+    pool.cache_range(blocks, hashes, 0, 3)
+    ref.cache_range(blocks, hashes, 0, 3)
+    pool.cache_range(blocks, hashes, 3, 6)
+    ref.cache_range(blocks, hashes, 3, 6)
+    assert pool.fingerprint() == ref.fingerprint()
+    assert pool.cached_prefix([11, 12], 2) == [blocks[0], blocks[1]]
+    pool.release(blocks)
+    ref.release(blocks)
+    assert pool.allocate(8) == ref.allocate(8)  # evicting gives back exactly the cache's
+    assert pool.fingerprint() == ref.fingerprint()

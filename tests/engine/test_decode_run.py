@@ -19,7 +19,7 @@ import pytest
 
 from gpufleet.engine import Engine, EngineConfig, EngineRequest, FinishReason
 from gpufleet.engine.lora import AdapterSlots, LoraAdapter, LoraConfig
-from gpufleet.engine.request import generate_tokens_for
+from gpufleet.engine.request import CountedOutputRequest, generate_tokens_for
 from gpufleet.perf.lora import FixedLoraCost, LoraCost, lora_cost
 from gpufleet.perf.roofline import RooflineStepTimeModel
 from gpufleet.perf.step_time import LinearStepTimeModel, StepBatch, StepTimeModel
@@ -135,14 +135,19 @@ def make_scenario(seed: int, lora: bool = False) -> Scenario:
     return Scenario(config, model, events, (config_lora, cost))
 
 
-def apply_event(engine: Engine, event: tuple[float, str, Any], rec: Record) -> None:
+def apply_event(
+    engine: Engine,
+    event: tuple[float, str, Any],
+    rec: Record,
+    cls: type[EngineRequest] = EngineRequest,
+) -> None:
     _, kind, payload = event
     if kind == "add_lora":
         engine.add_lora(payload, engine.now_s)
     elif kind == "add":
         rid, prompt, max_tokens, stop, seed, *adapter = payload
         lora = adapter[0] if adapter else None
-        req = EngineRequest(rid, prompt, max_tokens, seed=seed, stop_after_tokens=stop, lora=lora)
+        req = cls(rid, prompt, max_tokens, seed=seed, stop_after_tokens=stop, lora=lora)
         engine.add(req)
         rec.fates[rid] = ("pending",)
         rec.tokens[rid] = req.all_token_ids
@@ -168,7 +173,9 @@ def finish(engine: Engine, rec: Record, finished: list[EngineRequest]) -> None:
         )
 
 
-def drive(sc: Scenario, jump: bool, seed: int) -> tuple[Record, Engine]:
+def drive(
+    sc: Scenario, jump: bool, seed: int, cls: type[EngineRequest] = EngineRequest
+) -> tuple[Record, Engine]:
     rng = random.Random(seed)
     slots = AdapterSlots(*sc.lora) if sc.lora else None
     engine = Engine(sc.config, sc.model, seed=3, lora=slots)
@@ -177,14 +184,14 @@ def drive(sc: Scenario, jump: bool, seed: int) -> tuple[Record, Engine]:
     i = 0
     while True:
         while i < len(events) and events[i][0] < engine.now_s:  # what came during the step
-            apply_event(engine, events[i], rec)
+            apply_event(engine, events[i], rec, cls)
             i += 1
         if not engine.has_work:
             if i == len(events):
                 break
             engine.advance_to(events[i][0])
             while i < len(events) and events[i][0] <= engine.now_s:
-                apply_event(engine, events[i], rec)
+                apply_event(engine, events[i], rec, cls)
                 i += 1
             continue
         run = engine.plan_decode_run(max_steps=rng.choice([None, None, 1, 3])) if jump else None
@@ -244,6 +251,36 @@ def test_jumped_runs_equal_stepped_runs(seed: int, lora: bool) -> None:
     prompts = {e[2][0]: e[2][1] for e in sc.events if e[1] == "add"}
     for rid, tokens in stepped.tokens.items():  # one time per generated token
         assert len(stepped.token_times[rid]) == len(tokens) - len(prompts[rid])
+
+
+def without_hashes(snapshot: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A snapshot's counts, clock, free list and references; its cached blocks, not under
+    which hash values."""
+    *head, (free, cached, refs) = snapshot
+    return (*head, free, sorted(b for _, b in cached), refs)
+
+
+@pytest.mark.parametrize("seed", [*range(40), 3973])
+def test_counted_output_requests_jump_exactly_and_schedule_as_token_ids_do(seed: int) -> None:
+    """Answers whose token ids are placeholders (the simulator's) jump exactly as they step,
+    and give the very schedule that seeded token ids give: the same token times, fates,
+    prefix hits and blocks (only the hash values of answer blocks differ)."""
+    sc = make_scenario(seed)
+    real, real_engine = drive(sc, jump=False, seed=seed)
+    stepped, stepped_engine = drive(sc, jump=False, seed=seed, cls=CountedOutputRequest)
+    jumped, jumped_engine = drive(sc, jump=True, seed=seed, cls=CountedOutputRequest)
+    assert jumped.tokens == stepped.tokens
+    assert jumped.token_times == stepped.token_times
+    assert jumped.fates == stepped.fates
+    assert jumped.snapshots == stepped.snapshots
+    assert jumped_engine.stats == stepped_engine.stats
+    assert [state(r) for r in jumped.requests] == [state(r) for r in stepped.requests]
+    assert stepped.token_times == real.token_times
+    assert stepped.fates == real.fates
+    assert stepped_engine.stats == real_engine.stats
+    assert [without_hashes(s) for s in stepped.snapshots] == [
+        without_hashes(s) for s in real.snapshots
+    ]
 
 
 def test_the_random_workloads_jump_preempt_and_pipeline() -> None:

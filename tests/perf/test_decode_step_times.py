@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from itertools import accumulate
 
 import pytest
 
@@ -13,6 +14,7 @@ from gpufleet.perf.step_time import (
     LinearStepTimeModel,
     StepBatch,
     StepTimeModel,
+    decode_step_ends_fn,
     decode_step_times_fn,
 )
 from gpufleet.plan.layout import Layout
@@ -44,6 +46,13 @@ def one_by_one(model: StepTimeModel, n: int, context: int, steps: int) -> list[f
     ]
 
 
+def summed(times: list[float], start_s: float, extra_s: float | None) -> list[float]:
+    """The step ends as the engine once added them up: one step after another."""
+    if extra_s is not None:
+        times = [t + extra_s for t in times]
+    return list(accumulate(times, initial=start_s))[1:]
+
+
 @pytest.mark.parametrize(("name", "gpu", "layout"), LAYOUTS)
 @pytest.mark.parametrize("graph_max", [None, 16])  # batches above 16 pay eager launches
 def test_roofline_decode_runs_are_bit_identical(
@@ -61,6 +70,10 @@ def test_roofline_decode_runs_are_bit_identical(
         fast = model.decode_step_times_s(n, context, steps)
         assert fast == one_by_one(model, n, context, steps)
         assert all(isinstance(t, float) for t in fast)
+        start, extra = rng.choice([0.0, 12.345678, 1e5 + 0.1]), rng.choice([None, 3.3e-4])
+        ends = decode_step_ends_fn(model)(n, context, steps, start, extra)
+        assert ends == summed(one_by_one(model, n, context, steps), start, extra)
+        assert all(isinstance(t, float) for t in ends)
 
 
 def test_linear_model_and_the_fallback_are_bit_identical() -> None:
@@ -80,3 +93,7 @@ def test_linear_model_and_the_fallback_are_bit_identical() -> None:
         assert linear.decode_step_times_s(n, context, steps) == expected
         assert decode_step_times_fn(linear)(n, context, steps) == expected
         assert decode_step_times_fn(Plain(linear))(n, context, steps) == expected
+        for extra in (None, 2.5e-4):
+            ends = summed(expected, 7.25, extra)
+            assert decode_step_ends_fn(linear)(n, context, steps, 7.25, extra) == ends
+            assert decode_step_ends_fn(Plain(linear))(n, context, steps, 7.25, extra) == ends

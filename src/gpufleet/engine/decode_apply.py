@@ -38,12 +38,14 @@ def apply_decode_run(engine: Engine, run: DecodeRun, num_steps: int) -> DecodeRu
         emitted = scheduled = [num_steps]
     generated = 0
     for g, group in enumerate(groups):
-        generate_tokens_for(group.members, emitted[g])
+        out, steps = emitted[g], scheduled[g]
+        generate_tokens_for(group.members, out)
+        in_flight = int(group.in_flight) + steps - out
         for r, computed in zip(group.members, group.computed, strict=True):
-            r.num_output_tokens += emitted[g]
-            r.num_computed_tokens = computed + scheduled[g]
-            r.in_flight = int(group.in_flight) + scheduled[g] - emitted[g]
-        generated += emitted[g] * len(group.members)
+            r.num_output_tokens += out
+            r.num_computed_tokens = computed + steps
+            r.in_flight = in_flight
+        generated += out * len(group.members)
     if (
         calls
         or run.step_group
@@ -71,12 +73,13 @@ def apply_decode_run(engine: Engine, run: DecodeRun, num_steps: int) -> DecodeRu
                 sched.finish(r, reason, now_s)
                 finished.append(r)
         sched.running = [r for r in sched.running if r.status is RequestStatus.RUNNING]
+    whole = num_steps == run.num_steps  # (a plan is applied once: its lists are handed on)
     return DecodeRunOutcome(
         duration_s=now_s - run.start_s,
         now_s=now_s,
-        step_end_s=run.step_end_s[:num_steps],
+        step_end_s=run.step_end_s if whole else run.step_end_s[:num_steps],
         groups=[list(g.members) for g in groups],
-        step_group=run.step_group[:num_steps],
+        step_group=run.step_group if whole else run.step_group[:num_steps],
         finished=finished,
     )
 

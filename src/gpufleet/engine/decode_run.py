@@ -27,11 +27,9 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from gpufleet.engine.request import EngineRequest, RequestStatus
-from gpufleet.tokenizer import block_hashes
 
 if TYPE_CHECKING:
     from gpufleet.engine.engine import Engine
@@ -223,9 +221,7 @@ def _admission_stays_blocked(engine: Engine) -> bool:
         return True
     head_hashes = head.block_hashes
     if len(head_hashes) < num_hits:  # (not stored yet: hashing them would change the head)
-        parent = head_hashes[-1] if head_hashes else 0
-        tail = head.all_token_ids[len(head_hashes) * bs : num_hits * bs]
-        head_hashes = head_hashes + block_hashes(tail, bs, parent)
+        head_hashes = head_hashes + head.next_block_hashes(bs, num_hits)
     for r in sched.running:
         full = r.num_computed_tokens // bs  # blocks it filled before the run
         if full > num_hits:
@@ -272,13 +268,12 @@ def _plan_one_stage(
         steps = min(steps, max_steps)
     if steps < 1:
         return None
-    times = engine.decode_step_times_s(len(running), group.context_tokens, steps)
     lora = engine.lora
+    lora_s = None
     if lora is not None and lora.running:  # the same adapters every step: the same SGMV cost
         lora_s = lora.step_lora_s(len(running))
-        times = [t + lora_s for t in times]
-    ends = list(accumulate(times, initial=engine.now_s))
-    del ends[0]
+    ends = engine.decode_step_ends_s(len(running), group.context_tokens, steps, engine.now_s,
+                                     lora_s)  # fmt: skip
     if until_s is not None:
         steps = min(steps, 1 + bisect.bisect_right(ends, until_s, 0, steps - 1))
         del ends[steps:]

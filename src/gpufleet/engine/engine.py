@@ -38,7 +38,7 @@ from gpufleet.engine.outputs import (
 )
 from gpufleet.engine.request import EngineRequest, FinishReason
 from gpufleet.engine.scheduler import Scheduler
-from gpufleet.perf.step_time import StepTimeModel, decode_step_times_fn
+from gpufleet.perf.step_time import StepTimeModel, decode_step_ends_fn, decode_step_times_fn
 from gpufleet.tokenizer import block_hashes
 
 
@@ -54,6 +54,7 @@ class Engine:
         self.lora = lora  # LoRA adapter slots (engine.lora); None: LoRA not enabled
         self.step_time_model = step_time_model
         self.decode_step_times_s = decode_step_times_fn(step_time_model)
+        self.decode_step_ends_s = decode_step_ends_fn(step_time_model)
         self.seed = seed
         self.now_s = 0.0
         self.kv = KVCacheManager(

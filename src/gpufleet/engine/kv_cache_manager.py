@@ -13,7 +13,6 @@ from collections.abc import Iterable
 
 from gpufleet.engine.block_pool import BlockPool
 from gpufleet.engine.request import EngineRequest
-from gpufleet.tokenizer import block_hashes
 
 
 class KVCacheManager:
@@ -57,8 +56,7 @@ class KVCacheManager:
         hashes = req.block_hashes
         if len(hashes) < max_blocks:
             if peek:
-                hashes = block_hashes(tokens[len(hashes) * bs :], bs, hashes[-1] if hashes else 0)
-                hashes = req.block_hashes + hashes
+                hashes = hashes + req.next_block_hashes(bs, len(tokens) // bs)
             else:
                 req.extend_block_hashes(bs)
         return self.pool.cached_prefix(hashes, max_blocks)
@@ -141,32 +139,39 @@ class KVCacheManager:
         full_cycles, part = divmod(num_steps, bs)
         phase = [-c % bs for c in computed]
         order = sorted(range(n), key=phase.__getitem__)
-        total = full_cycles * n + sum(1 for p in phase if p < part)
+        total = full_cycles * n + sum(p < part for p in phase)
         pool = self.pool
-        if self.enable_caching:
-            fresh: set[int] = set()
-            count = 0
+        caching = self.enable_caching
+        filled: list[tuple[str, int, int]] = []  # (request id, first, stop) of full blocks
+        fresh: list[int] = []  # their hashes, in that order
+        if caching:
+            num_cached = self._num_cached
             for r, c in zip(members, computed, strict=True):
-                first, stop = c // bs, (c + num_steps) // bs
+                rid = r.request_id
+                first, stop = num_cached[rid], (c + num_steps) // bs
                 if stop > first:
                     if len(r.block_hashes) < stop:
                         r.extend_block_hashes(bs, stop)
-                    fresh.update(r.block_hashes[first:stop])
-                    count += stop - first
-            if count and (
-                len(fresh) < count or not fresh.isdisjoint(pool.hashes_of_next_free(total))
+                    fresh += r.block_hashes[first:stop]
+                    filled.append((rid, first, stop))
+            if fresh and (
+                len(set(fresh)) < len(fresh)
+                or (  # (a hash cached nowhere is not cached at a block the run evicts)
+                    pool.any_cached(fresh) and not pool.hashes_of_next_free(total).isdisjoint(fresh)
+                )
             ):
                 return False
-        handed_out = pool.allocate(total)
         blocks_of = self._blocks
-        for q, m in enumerate(order):
-            blocks_of[members[m].request_id].extend(handed_out[q::n])
-        if self.enable_caching:
-            for r, c in zip(members, computed, strict=True):
-                rid = r.request_id
-                end = c + num_steps
-                if end // bs > self._num_cached[rid]:
-                    self._cache_full_blocks(r, blocks_of[rid], end)
+        if total:
+            handed_out = pool.allocate(total)
+            for q in range(min(n, total)):  # (the q-th to ask gets every n-th block)
+                blocks_of[members[order[q]].request_id].extend(handed_out[q::n])
+        if fresh:  # register every member's new full blocks at once (no hash repeats)
+            blocks: list[int] = []
+            for rid, first, stop in filled:
+                blocks += blocks_of[rid][first:stop]
+                num_cached[rid] = stop
+            pool.cache_blocks(blocks, fresh)
         return True
 
     def free(self, req: EngineRequest) -> None:

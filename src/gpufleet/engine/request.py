@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,6 +25,7 @@ _LCG_MASK = 0x7FFFFFFF
 # Runs of at least this many tokens are generated with numpy (k steps at once: x_k =
 # (MUL^k * x + ADD_k) mod 2^31 from precomputed tables), shorter ones in a Python loop.
 _VECTOR_MIN_TOKENS = 48
+_ANSWER_BLOCK = -0x5EED  # tags a `CountedOutputRequest`'s answer blocks in their hashes
 
 
 class _LcgJumps:
@@ -94,6 +96,8 @@ class EngineRequest:
         "status",
         "stop_after_tokens",
     )
+
+    counted_output = False  # `CountedOutputRequest`: generated token ids are placeholders
 
     def __init__(
         self,
@@ -173,18 +177,23 @@ class EngineRequest:
         """Hash the full blocks of the known tokens (prompt and generated) not hashed yet, up
         to `max_blocks` in all, chained as `gpufleet.tokenizer.block_hashes` chains them."""
         hashes = self.block_hashes
-        tokens = self.all_token_ids
-        stop = len(tokens) // block_size
+        stop = len(self.all_token_ids) // block_size
         if max_blocks is not None and max_blocks < stop:
             stop = max_blocks
-        start = len(hashes)
-        if start >= stop:
-            return
+        if len(hashes) < stop:
+            hashes += self.next_block_hashes(block_size, stop)
+
+    def next_block_hashes(self, block_size: int, stop: int) -> list[int]:
+        """The chained hashes of blocks len(block_hashes)..stop-1 (all full), not stored."""
+        hashes = self.block_hashes
+        tokens = self.all_token_ids
         h = hashes[-1] if hashes else 0
-        append = hashes.append
-        for first in range(start * block_size, stop * block_size, block_size):
+        out: list[int] = []
+        append = out.append
+        for first in range(len(hashes) * block_size, stop * block_size, block_size):
             h = hash((h, *tokens[first : first + block_size]))
             append(h)
+        return out
 
     def seed_if_unset(self, seed: int) -> None:
         if self._rng is None:
@@ -203,6 +212,12 @@ def generate_tokens_for(requests: list[EngineRequest], n: int) -> None:
     tokens (a decode run of a whole batch)."""
     if n <= 0:
         return
+    real = [r for r in requests if not r.counted_output]
+    if len(real) < len(requests):  # placeholders for counted answers, seeded ids for others
+        for r in requests:
+            if r.counted_output:
+                r.all_token_ids.extend(repeat(_FIRST_WORD_ID, n))
+        requests = real
     if n * len(requests) < _VECTOR_MIN_TOKENS or n < 4:
         for r in requests:
             r.generate_tokens(n)
@@ -214,3 +229,36 @@ def generate_tokens_for(requests: list[EngineRequest], n: int) -> None:
     for r, tokens, x in zip(requests, rows, states[:, -1].tolist(), strict=True):
         r.all_token_ids.extend(tokens)
         r._rng = x
+
+
+class CountedOutputRequest(EngineRequest):
+    """A request whose answer only counts (the simulator's): its generated tokens are one
+    placeholder word, and a block holding any of them hashes by (parent hash, seed,
+    position) instead of by its token ids. Two answers' blocks are equal exactly when
+    their prefixes and seeds are (as the seeded token ids would be), so the prefix cache
+    behaves the same, while the cost of an answer no longer grows with its tokens."""
+
+    __slots__ = ()
+    counted_output = True
+
+    def next_token_id(self) -> int:
+        return _FIRST_WORD_ID
+
+    def generate_tokens(self, n: int) -> None:
+        if n > 0:
+            self.all_token_ids.extend(repeat(_FIRST_WORD_ID, n))
+
+    def next_block_hashes(self, block_size: int, stop: int) -> list[int]:
+        # Blocks before `first_answer` hold prompt tokens only; block j from there on
+        # hashes as base + j, base a hash of (the prompt's chain, answer tag, seed).
+        start = len(self.block_hashes)
+        first_answer = self.num_prompt_tokens // block_size
+        out = super().next_block_hashes(block_size, min(stop, first_answer))
+        if stop > first_answer:
+            last = first_answer - 1  # the prompt's last full block
+            parent = (
+                0 if last < 0 else out[last - start] if last >= start else self.block_hashes[last]
+            )
+            base = hash((parent, _ANSWER_BLOCK, self._rng or 0))
+            out += range(base + max(start, first_answer), base + stop)
+        return out

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 # Runs at least this long are evaluated with numpy (a fixed cost of some tens of µs, then
 # a few ns a step); shorter ones step by step in Python.
@@ -63,7 +64,42 @@ def decode_run_times_s(
     return out
 
 
+def decode_run_ends_s(
+    parts: DecodeParts,
+    num_decode: int,
+    context_tokens: int,
+    num_steps: int,
+    start_s: float,
+    extra_s: float | None = None,
+) -> list[float]:
+    """When each step of that decode run ends, starting at `start_s`: each step's time (plus
+    `extra_s`, if given) added to the running sum one at a time, in step order, exactly
+    what accumulating `decode_run_times_s` gives (numpy's cumulative sum adds in order)."""
+    if num_steps >= VECTOR_MIN_STEPS:
+        times = _total_np(parts, num_decode, context_tokens, num_steps)
+        if extra_s is not None:
+            times = times + extra_s
+        ends = np.empty(num_steps + 1)
+        ends[0] = start_s
+        ends[1:] = times
+        result: list[float] = np.cumsum(ends)[1:].tolist()
+        return result
+    out = []
+    t = start_s
+    for step_s in decode_run_times_s(parts, num_decode, context_tokens, num_steps):
+        t += step_s if extra_s is None else step_s + extra_s
+        out.append(t)
+    return out
+
+
 def _times_np(parts: DecodeParts, n: int, context_tokens: int, num_steps: int) -> list[float]:
+    result: list[float] = _total_np(parts, n, context_tokens, num_steps).tolist()
+    return result
+
+
+def _total_np(
+    parts: DecodeParts, n: int, context_tokens: int, num_steps: int
+) -> npt.NDArray[np.float64]:
     ctx = np.arange(num_steps, dtype=np.int64) * n + context_tokens
     dec_ctx_mean = ctx / n
     total = np.zeros(num_steps)
@@ -78,5 +114,4 @@ def _times_np(parts: DecodeParts, n: int, context_tokens: int, num_steps: int) -
         total += count * layer_s
     for part_s in parts.tail_s:
         total += part_s
-    result: list[float] = (total + parts.overhead_s).tolist()
-    return result
+    return total + parts.overhead_s

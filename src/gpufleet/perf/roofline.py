@@ -35,7 +35,7 @@ from typing import Protocol
 
 from gpufleet.perf.calibration import Calibration, default_calibration
 from gpufleet.perf.comm import CUSTOM_ALL_REDUCE_MAX_BYTES, AllReduceCurve, send_recv_s
-from gpufleet.perf.decode_run import DecodeParts, decode_run_times_s
+from gpufleet.perf.decode_run import DecodeParts, decode_run_ends_s, decode_run_times_s
 from gpufleet.perf.layer_costs import compute_dtype, layer_classes
 from gpufleet.perf.step_time import StepBatch
 from gpufleet.specs.dtypes import BYTES_PER_PARAM
@@ -312,6 +312,18 @@ class RooflineStepTimeModel:
         """`step_time_s` of each step of a decode run (see `perf.step_time.DecodeStepTimes`)."""
         parts = self._decode_parts.get(num_decode) or self._decode_parts_for(num_decode)
         return decode_run_times_s(parts, num_decode, context_tokens, num_steps)
+
+    def decode_step_ends_s(
+        self,
+        num_decode: int,
+        context_tokens: int,
+        num_steps: int,
+        start_s: float,
+        extra_s: float | None = None,
+    ) -> list[float]:
+        """When each step of a decode run ends (see `perf.step_time.decode_step_ends_fn`)."""
+        parts = self._decode_parts.get(num_decode) or self._decode_parts_for(num_decode)
+        return decode_run_ends_s(parts, num_decode, context_tokens, num_steps, start_s, extra_s)
 
     def _decode_parts_for(self, n: int) -> DecodeParts:
         """step_time_s's terms for a decode-only batch of n that do not depend on context."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Protocol, cast, runtime_checkable
 
 
@@ -77,6 +78,32 @@ def decode_step_times_fn(model: StepTimeModel) -> DecodeStepTimesFn:
         ]
 
     return one_by_one
+
+
+DecodeStepEndsFn = Callable[[int, int, int, float, float | None], list[float]]
+
+
+def decode_step_ends_fn(model: StepTimeModel) -> DecodeStepEndsFn:
+    """(num_decode, context_tokens, num_steps, start_s, extra_s) -> when each step of a
+    decode run ends: start_s plus the running sum of the steps' times (each plus extra_s
+    when it is given), summed in step order. The model's own fast path when it has one
+    (`decode_step_ends_s`), else the sum of `decode_step_times_fn`'s times."""
+    fast = getattr(model, "decode_step_ends_s", None)
+    if fast is not None:
+        return cast(DecodeStepEndsFn, fast)
+    times_fn = decode_step_times_fn(model)
+
+    def summed(
+        num_decode: int, context_tokens: int, num_steps: int, start_s: float, extra_s: float | None
+    ) -> list[float]:
+        times = times_fn(num_decode, context_tokens, num_steps)
+        if extra_s is not None:
+            times = [t + extra_s for t in times]
+        ends = accumulate(times, initial=start_s)
+        next(ends)
+        return list(ends)
+
+    return summed
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,16 +14,11 @@ T = TypeVar("T")
 def random_min(rng: random.Random, items: Sequence[T], key: Callable[[T], Any]) -> T:
     """The item with the smallest key (numbers or tuples); ties broken uniformly at
     random, never by position."""
-    best: list[T] = []
-    best_key: Any = None
-    for item in items:
-        k = key(item)
-        if not best or k < best_key:
-            best = [item]
-            best_key = k
-        elif k == best_key:
-            best.append(item)
-    return best[0] if len(best) == 1 else rng.choice(best)
+    keys = list(map(key, items))
+    best_key = min(keys)  # (the first of the smallest, as a loop keeping `<` finds it)
+    if keys.count(best_key) == 1:
+        return items[keys.index(best_key)]
+    return rng.choice([item for item, k in zip(items, keys, strict=True) if k == best_key])
 
 
 class PolicyBase:

@@ -8,8 +8,15 @@ first), which keeps every remembered prefix contiguous.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice, repeat
+
+_MISSING = object()
+
+
+def _consume(it: Iterator[object]) -> None:
+    deque(it, maxlen=0)
 
 
 class PrefixIndex:
@@ -24,7 +31,8 @@ class PrefixIndex:
         self.capacity_blocks = capacity_blocks
         self._capacity: dict[str, int] = {}
         self._lru: dict[str, OrderedDict[int, None]] = {}
-        self._holders: dict[int, set[str]] = {}
+        # hash -> its holder, or the set of them when several hold it
+        self._holders: dict[int, str | set[str]] = {}
 
     def set_capacity(self, replica_id: str, capacity_blocks: int) -> None:
         """A replica's own cache size, when it is known (e.g. from its reported KV blocks)."""
@@ -46,53 +54,75 @@ class PrefixIndex:
         lru = self._lru.get(replica_id)
         if lru is None:
             lru = self._lru[replica_id] = OrderedDict()
-        holders = self._holders
-        for h in reversed(hashes):
-            if h in lru:
-                lru.move_to_end(h)
+        # Touch last-to-first (in bulk: take them all out, put them back reversed); the
+        # ones it did not hold gain it as a holder.
+        was = list(map(lru.pop, hashes, repeat(_MISSING)))
+        lru.update(zip(reversed(hashes), repeat(None)))
+        if _MISSING in was:
+            new = [h for h, w in zip(hashes, was, strict=True) if w is _MISSING]
+            holders = self._holders
+            if holders.keys().isdisjoint(new):  # usually: blocks nobody else holds
+                holders.update(zip(new, repeat(replica_id)))
             else:
-                lru[h] = None
-                owners = holders.get(h)
-                if owners is None:
-                    holders[h] = {replica_id}
-                else:
-                    owners.add(replica_id)
+                for h in new:
+                    self._add_holder(h, replica_id)
         self._evict(replica_id)
 
     def _evict(self, replica_id: str) -> None:
         lru = self._lru.get(replica_id)
         if lru is None:
             return
-        cap = self.capacity_of(replica_id)
+        excess = len(lru) - self.capacity_of(replica_id)
+        if excess <= 0:
+            return
+        old = list(islice(lru, excess))  # the least recently touched
+        _consume(map(lru.__delitem__, old))
         holders = self._holders
-        while len(lru) > cap:
-            h, _ = lru.popitem(last=False)
-            owners = holders.get(h)  # (inlined _drop_holder: this loop is hot)
-            if owners is not None:
-                owners.discard(replica_id)
-                if not owners:
-                    del holders[h]
+        owners = list(map(holders.__getitem__, old))
+        if owners.count(replica_id) == len(owners):  # it was their only holder
+            _consume(map(holders.__delitem__, old))
+        else:
+            for h in old:
+                self._drop_holder(h, replica_id)
+
+    def _add_holder(self, h: int, replica_id: str) -> None:
+        owners = self._holders.get(h)
+        if owners is None:
+            self._holders[h] = replica_id
+        elif isinstance(owners, set):
+            owners.add(replica_id)
+        elif owners != replica_id:
+            self._holders[h] = {owners, replica_id}
 
     def _drop_holder(self, h: int, replica_id: str) -> None:
         owners = self._holders.get(h)
-        if owners is not None:
+        if owners is None:
+            return
+        if isinstance(owners, set):
             owners.discard(replica_id)
-            if not owners:
-                del self._holders[h]
+            if len(owners) == 1:
+                self._holders[h] = next(iter(owners))
+        elif owners == replica_id:
+            del self._holders[h]
+
+    def _owners(self, h: int) -> set[str]:
+        owners = self._holders.get(h)
+        if owners is None:
+            return set()
+        return owners if isinstance(owners, set) else {owners}
 
     def match(self, hashes: Sequence[int], replica_ids: Iterable[str]) -> dict[str, int]:
         """Leading blocks of `hashes` each of `replica_ids` holds (absent ids: 0)."""
         out = dict.fromkeys(replica_ids, 0)
         if not hashes:
             return out
-        alive = self._holders.get(hashes[0], set()) & out.keys()
+        alive = self._owners(hashes[0]) & out.keys()
         i = 0
         while alive:
             i += 1
             if i == len(hashes):
                 break
-            owners = self._holders.get(hashes[i])
-            nxt = alive & owners if owners else set()
+            nxt = alive & self._owners(hashes[i])
             for rid in alive - nxt:
                 out[rid] = i
             alive = nxt

@@ -15,9 +15,12 @@ import bisect
 import hashlib
 import math
 from collections.abc import Iterator, Sequence
+from operator import attrgetter
 
 from gpufleet.routing.base import PolicyBase, random_min
 from gpufleet.routing.types import ReplicaView, RequestInfo
+
+_IN_FLIGHT = attrgetter("in_flight")
 
 
 def stable_hash64(text: str) -> int:
@@ -97,7 +100,7 @@ class SessionAffinity(PolicyBase):
         if not replicas:
             return None
         if request.session_key is None:
-            return random_min(self.rng, replicas, lambda r: r.in_flight)
+            return random_min(self.rng, replicas, _IN_FLIGHT)
         by_id = {r.replica_id: r for r in replicas}
         for rid in by_id:
             self.ring.add(rid)
@@ -107,7 +110,7 @@ class SessionAffinity(PolicyBase):
             if replica is not None and replica.in_flight + 1 <= cap:
                 return replica
         # Unreachable while cap >= mean load + 1, kept as a guard: least loaded.
-        return random_min(self.rng, replicas, lambda r: r.in_flight)
+        return random_min(self.rng, replicas, _IN_FLIGHT)
 
     def on_replica_removed(self, replica_id: str) -> None:
         self.ring.remove(replica_id)

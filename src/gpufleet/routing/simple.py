@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 from gpufleet.routing.base import PolicyBase, random_min
 from gpufleet.routing.types import ReplicaView, RequestInfo
+
+_IN_FLIGHT = attrgetter("in_flight")
 
 
 class RoundRobin(PolicyBase):
@@ -43,7 +46,7 @@ class LeastOutstanding(PolicyBase):
     def choose(self, request: RequestInfo, replicas: Sequence[ReplicaView]) -> ReplicaView | None:
         if not replicas:
             return None
-        return random_min(self.rng, replicas, lambda r: r.in_flight)
+        return random_min(self.rng, replicas, _IN_FLIGHT)
 
 
 class PowerOfTwo(PolicyBase):
@@ -57,4 +60,4 @@ class PowerOfTwo(PolicyBase):
         if len(replicas) == 1:
             return replicas[0]
         a, b = self.rng.sample(range(len(replicas)), 2)
-        return random_min(self.rng, (replicas[a], replicas[b]), lambda r: r.in_flight)
+        return random_min(self.rng, (replicas[a], replicas[b]), _IN_FLIGHT)

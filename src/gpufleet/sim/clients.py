@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpufleet.engine import EngineRequest
+from gpufleet.engine.request import CountedOutputRequest
 from gpufleet.fleet_state import FleetReplica, Refusal
 from gpufleet.routing.types import RequestInfo, RoutingPolicy
 from gpufleet.sim.events import ARRIVAL, EventQueue, SimClock
 from gpufleet.sim.results import RequestResult
-from gpufleet.tokenizer import block_hashes
 from gpufleet.workload import SegmentHasher, SimRequest, placeholder_token_ids
 
 if TYPE_CHECKING:
@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from gpufleet.sim.gateway import SimGateway
     from gpufleet.sim.replica import SimReplica
     from gpufleet.sim.tenants import SimTenant, SimTenants
+
+_NEXT_TURN = -0x7E27  # tags the blocks a session's next turn adds, in their hashes
 
 
 @dataclass(slots=True)
@@ -132,7 +134,8 @@ class Clients:
             live.prompt = self._engine_prompt(req)
         tokens, hashes = live.prompt
         live.result.attempts += 1
-        return EngineRequest(
+        # Only the answer's length matters here: its token ids are never computed.
+        return CountedOutputRequest(
             live.info.request_id,
             tokens,
             req.output_tokens,
@@ -157,7 +160,11 @@ class Clients:
         bs = hasher.block_tokens
         k = min(len(prev_hashes), len(prev_tokens) // bs)
         parent = prev_hashes[k - 1] if k else 0
-        return tokens, prev_hashes[:k] + block_hashes(tokens[k * bs :], bs, parent)
+        # The blocks after the last one the previous turn hashed hold placeholders: only
+        # the chain they continue and the previous turn's length tell them apart, so they
+        # hash as consecutive ints from those (no per-block work).
+        base = hash((parent, _NEXT_TURN, len(prev_tokens)))
+        return tokens, prev_hashes[:k] + list(range(base, base + len(tokens) // bs - k))
 
     def finish(self, live: LiveRequest, ereq: EngineRequest, now_s: float) -> RequestResult:
         """The request's last token reached its client (it left `live` already)."""
