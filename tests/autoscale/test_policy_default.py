@@ -263,3 +263,46 @@ def test_a_forecast_alone_must_hold_two_ticks() -> None:
         q.decide(float(t), fleet(even(1, n)))
     d = q.decide(5.0, fleet(even(1, 7)))  # still rising on the second tick: go
     assert d.desired_replicas > 1, d.reason
+
+
+def test_a_request_between_steps_on_some_replica_each_tick_is_not_saturation() -> None:
+    # Six lightly loaded replicas (1 running of 8 each); on every tick one of them (a
+    # different one each time) has caught a request between engine steps. The fleet's sum
+    # of waiting is > 0 on every tick, yet no replica queues twice in a row: nothing is
+    # saturated, the capacity stays 8, and the idle fleet scales in. (It used to read the
+    # fleet-wide sum as a persistent queue: saturated forever, never a scale-in, and a
+    # "learned" capacity of 1 that asked for more replicas.)
+    p = policy()
+    current, removals, t = 6, 0, 0
+    while current > 3 and t < 120:
+        ready = [(1, 1 if i == t % current else 0, 0.05) for i in range(current)]
+        d = p.decide(float(t), fleet(ready))
+        assert d.desired_replicas <= current, d.reason
+        assert "saturated" not in d.reason
+        removals += current - d.desired_replicas
+        current, t = d.desired_replicas, t + 1
+    assert p.capacity == 8
+    assert removals == 3 and current == 3
+
+
+def test_a_minority_queueing_with_room_in_its_batch_is_not_saturation() -> None:
+    # One replica of four keeps a request waiting behind a long prefill (its step's token
+    # budget) with 2 of 8 slots used and KV nearly empty; the others have room. It is not
+    # batch-saturated: no capacity is learned from it and the idle fleet may scale in.
+    p = policy()
+    ready = [(2, 1, 0.05)] + [(2, 0, 0.05)] * 3
+    removed_at = None
+    for t in range(0, 60):
+        d = p.decide(float(t), fleet(ready))
+        assert "saturated" not in d.reason, d.reason
+        if d.desired_replicas < 4:
+            removed_at = t
+            break
+    assert p.capacity == 8
+    assert removed_at is not None
+    # Once half the replicas queue so, the fleet is short of what it assumed: saturated.
+    q = policy()
+    both = [(2, 1, 0.05), (2, 1, 0.05)]
+    q.decide(0.0, fleet(both))
+    d = q.decide(1.0, fleet(both))
+    assert "saturated: 2 waiting" in d.reason and d.desired_replicas > 2
