@@ -306,3 +306,23 @@ def test_a_minority_queueing_with_room_in_its_batch_is_not_saturation() -> None:
     q.decide(0.0, fleet(both))
     d = q.decide(1.0, fleet(both))
     assert "saturated: 2 waiting" in d.reason and d.desired_replicas > 2
+
+
+def test_with_a_ttft_slo_a_queue_must_outlast_it_to_be_saturation() -> None:
+    # Every replica queues for two ticks (a burst of long prompts taking a few prefill
+    # steps) and then clears: within a 3 s TTFT SLO that costs TTFT budget, not a cold
+    # start, and teaches no capacity. A queue still there 3 s on is saturation.
+    p = policy(ttft_p90_slo_s=3.0)
+    burst = [(4, 2, 0.1)] * 3
+    for t in (0.0, 1.0):
+        d = p.decide(t, fleet(burst))
+        assert "saturated" not in d.reason and d.desired_replicas == 3, d.reason
+    d = p.decide(2.0, fleet([(4, 0, 0.1)] * 3))
+    assert p.capacity == 8 and d.desired_replicas == 3
+    q = policy(ttft_p90_slo_s=3.0)
+    for t in (0.0, 1.0, 2.0):
+        d = q.decide(t, fleet(burst))
+        assert "saturated" not in d.reason
+    d = q.decide(3.0, fleet(burst))
+    assert "saturated: 6 waiting" in d.reason and d.desired_replicas > 3, d.reason
+    assert q.capacity == 4

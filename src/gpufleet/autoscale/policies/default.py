@@ -30,6 +30,17 @@ from gpufleet.errors import UserError
 
 
 @dataclass(slots=True)
+class _Streak:
+    """One replica's run of ticks with requests waiting."""
+
+    since_s: float
+    ticks: int = 0
+    # (time, running) on the run's ticks, learned from only once the run counts as
+    # saturation (`_track_waiting`); a run that never does teaches nothing.
+    pending: list[tuple[float, int]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class DefaultPolicy:
     bounds: ReplicaBounds = field(default_factory=ReplicaBounds)
     # Sequences one replica batches at once (the plan's concurrent sequences, or
@@ -56,7 +67,10 @@ class DefaultPolicy:
     # Waiting requests mean saturation only when the same replica shows them on this many
     # ticks in a row (or the gateway queues on as many): a request that arrived just before
     # the scrape waits for the next engine step (or the next prefill chunk) anyway, and
-    # across a large fleet some replica always holds one such request.
+    # across a large fleet some replica always holds one such request. With a TTFT SLO the
+    # queue must also have lasted that long: a shorter one (a burst of long prompts taking
+    # a few prefill steps) costs its requests part of their TTFT budget, which the TTFT p90
+    # signal weighs, and is gone long before a replica started for it could be ready.
     waiting_ticks: int = 2
     # Likewise a forecast alone (nothing saturated yet) must call for more replicas on
     # this many ticks in a row: at low rates one noisy sample bends a short trend.
@@ -69,9 +83,7 @@ class DefaultPolicy:
     _saturated_running: deque[tuple[float, int]] = field(default_factory=deque)
     _n1_ok_since_s: float | None = None
     _last_saturated_s: float | None = None
-    # Ready replicas now waiting → (ticks in a row, `running` seen on the streak's ticks
-    # before it reached waiting_ticks: learned from only once the streak is confirmed).
-    _waiting_streaks: dict[str, tuple[int, list[tuple[float, int]]]] = field(default_factory=dict)
+    _waiting_streaks: dict[str, _Streak] = field(default_factory=dict)  # ready replicas now waiting
     _queue_streak: int = 0
     _forecast_streak: int = 0
     _last_change_s: float | None = None
@@ -207,16 +219,17 @@ class DefaultPolicy:
         batch slot; the router sends the next requests elsewhere and a replica more would not
         help. The saturated replicas' batches feed the capacity learned."""
         self._queue_streak = self._queue_streak + 1 if signals.queue_depth > 0 else 0
-        streaks: dict[str, tuple[int, list[tuple[float, int]]]] = {}
+        streaks: dict[str, _Streak] = {}
         persistent = []
+        min_s = self.ttft_p90_slo_s or 0.0
         for r in signals.ready:
             if r.waiting <= 0:
                 continue
-            ticks, pending = self._waiting_streaks.get(r.replica_id, (0, []))
+            st = streaks[r.replica_id] = self._waiting_streaks.get(r.replica_id, _Streak(now_s))
+            st.ticks += 1
             if r.running > 0:
-                pending = [*pending, (now_s, r.running)][-self.waiting_ticks :]
-            streaks[r.replica_id] = (ticks + 1, pending)
-            if ticks + 1 >= self.waiting_ticks:
+                st.pending = [*st.pending, (now_s, r.running)][-self.learn_min_observations :]
+            if st.ticks >= self.waiting_ticks and now_s - st.since_s >= min_s:
                 persistent.append(r)
         fleet_wide = 2 * len(persistent) >= len(signals.ready)
         queueing = [
@@ -227,9 +240,8 @@ class DefaultPolicy:
             or r.kv_usage >= self.kv_usage_threshold
         ]
         for r in queueing:
-            ticks, pending = streaks[r.replica_id]
-            self._saturated_running.extend(pending)
-            streaks[r.replica_id] = (ticks, [])
+            self._saturated_running.extend(streaks[r.replica_id].pending)
+            streaks[r.replica_id].pending = []
         self._waiting_streaks = streaks
         return queueing
 
