@@ -326,3 +326,24 @@ def test_with_a_ttft_slo_a_queue_must_outlast_it_to_be_saturation() -> None:
     d = q.decide(3.0, fleet(burst))
     assert "saturated: 6 waiting" in d.reason and d.desired_replicas > 3, d.reason
     assert q.capacity == 4
+
+
+def test_tpot_over_its_slo_is_saturation_and_guards_the_scale_in() -> None:
+    from gpufleet.autoscale.signals import Percentiles
+
+    def with_tpot(s, p90_s: float):  # type: ignore[no-untyped-def]
+        return replace(s, tpot_s=Percentiles(p90_s * 0.8, p90_s, p90_s * 1.2))
+
+    p = policy(tpot_p90_slo_s=0.1)
+    d = p.decide(0.0, with_tpot(fleet(even(2, 6)), 0.12))
+    assert d.desired_replicas == 3 and "TPOT p90 120 ms > SLO 100 ms" in d.reason
+    # Little demand for the batch slots (6 of 4 × 8), but decode is slow: 4 replicas at a
+    # TPOT p90 of 80 ms would run 3 at ~107 ms (+ 10 % headroom: 117 ms), over the SLO.
+    # Keep 4; at 65 ms (→ 87 ms, 95 ms with headroom) one may go.
+    q = policy(tpot_p90_slo_s=0.1, scale_in_stabilization_s=0.0, scale_in_cooldown_s=0.0)
+    for t in range(0, 40):
+        d = q.decide(float(t), with_tpot(fleet(even(4, 6)), 0.08))
+        assert d.desired_replicas == 4, d.reason
+    assert "would miss TPOT p90 0.117 s > SLO 0.1 s" in d.reason
+    d = q.decide(40.0, with_tpot(fleet(even(4, 6)), 0.065))
+    assert d.desired_replicas == 3, d.reason

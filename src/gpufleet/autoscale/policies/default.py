@@ -1,14 +1,18 @@
 """`default`: gpufleet's own policy, built on what LLM serving needs (DESIGN.md).
 
-- Scale out only on batch saturation: requests waiting (inside replicas or at the
-  gateway), mean KV-cache usage over a threshold, or TTFT p90 over the SLO — or when the
-  demand forecast one cold start ahead (a least-squares trend) plus warm headroom would
-  exceed what the fleet can batch. Idle batch slots are cheap; a cold start is not.
+- Scale out only on batch saturation: requests waiting (at the gateway, or on one replica
+  tick after tick — and past the TTFT SLO when one is set — whose batch is full or with
+  half the fleet queueing so: a request between engine steps, or behind a long prefill on
+  a replica with room, is not saturation), mean KV-cache usage over a threshold, or TTFT
+  or TPOT p90 over its SLO — or when the demand forecast one cold start ahead (a
+  least-squares trend over at least a cold start) plus warm headroom would exceed what the
+  fleet can batch. Idle batch slots are cheap; a cold start is not.
 - Replicas already starting count as capacity arriving at their expected ready time, so a
   burst does not start a second wave of replicas while the first is still loading.
 - Scale in one replica at a time, and only when N−1 replicas would have stayed below the
-  saturation thresholds at the recent peak (demand and KV), the N replicas were not
-  saturated at all during that window, the forecast agrees, the check has held for a
+  saturation thresholds at the recent peak (demand and KV, over at least a cold start: the
+  demand the next cold start may bring back) and within the latency SLOs (p90 scaled by
+  N/(N−1)), the N replicas were not saturated at all during that window, the forecast agrees, the check has held for a
   stabilization window, and no replica is starting.
 """
 
@@ -50,6 +54,7 @@ class DefaultPolicy:
     capacity_source: str = ""
     kv_usage_threshold: float = 0.9
     ttft_p90_slo_s: float | None = None
+    tpot_p90_slo_s: float | None = None
     cold_start_s: float = 30.0  # used until the actuator reports observed cold starts
     headroom_fraction: float = 0.1  # warm capacity kept above forecast demand
     # Both windows stretch to the cold start when it is longer (`_windows`): a trend
@@ -264,6 +269,15 @@ class DefaultPolicy:
             and signals.ttft_s.p90_s > self.ttft_p90_slo_s
         ):
             reasons.append(f"TTFT p90 {signals.ttft_s.p90_s:.2f} s > SLO {self.ttft_p90_slo_s:g} s")
+        if (
+            self.tpot_p90_slo_s is not None
+            and signals.tpot_s is not None
+            and signals.tpot_s.p90_s > self.tpot_p90_slo_s
+        ):
+            reasons.append(
+                f"TPOT p90 {signals.tpot_s.p90_s * 1000:.0f} ms > SLO "
+                f"{self.tpot_p90_slo_s * 1000:g} ms"
+            )
         return ", ".join(reasons)
 
     def _learn_capacity(self, now_s: float) -> None:
@@ -313,6 +327,21 @@ class DefaultPolicy:
         self._n1_ok_since_s = None
         return current - 1, f"{head}; scale in one: {check}, held {held_s:.0f} s"
 
+    def _latency_over_slo(self, signals: FleetSignals, load_factor: float) -> str:
+        """Which SLO the fleet's p90 latency would miss with each replica holding
+        `load_factor` times its load, taking latency as proportional to a replica's load
+        (a bound for TPOT: a decode step's time is a fixed weight read plus a part that
+        grows with the batch). The replicas' measured capacity, where the planner's is off;
+        the warm headroom applies to it as to demand."""
+        out = []
+        for name, slo, window in (
+            ("TTFT", self.ttft_p90_slo_s, signals.ttft_s),
+            ("TPOT", self.tpot_p90_slo_s, signals.tpot_s),
+        ):
+            if slo is not None and window is not None and window.p90_s * load_factor > slo:
+                out.append(f"{name} p90 {window.p90_s * load_factor:.3g} s > SLO {slo:g} s")
+        return "miss " + " and ".join(out) if out else ""
+
     def n_minus_1_fits(
         self, now_s: float, signals: FleetSignals, cap: int, cold_start_s: float
     ) -> tuple[bool, str]:
@@ -331,6 +360,9 @@ class DefaultPolicy:
             return False, f"N−1 = {n1} × {cap} < peak {worst:.0f} + {self.headroom_fraction:.0%}"
         if kv_each >= self.kv_usage_threshold:
             return False, f"N−1 = {n1} would hold KV {kv_each:.0%} ≥ {self.kv_usage_threshold:.0%}"
+        over = self._latency_over_slo(signals, (n1 + 1) / n1 * (1.0 + self.headroom_fraction))
+        if over:
+            return False, f"N−1 = {n1} would {over}"
         return True, (
             f"N−1 = {n1} holds peak {worst:.0f} + {self.headroom_fraction:.0%} ≤ {n1 * cap} "
             f"and KV {kv_each:.0%} < {self.kv_usage_threshold:.0%} over {self.peak_s(cold_start_s):g} s"
