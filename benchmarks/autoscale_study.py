@@ -17,7 +17,11 @@ layout and request size within the SLO (`max_serving_concurrency_within_slo`: th
 requests in flight whose mean TTFT and TPOT meet it), `default` and `queue_depth` as
 `capacity_per_replica`, the baselines' targets at 70 % of it as in `gpufleet up --demo`
 (HPA and Ray Serve 0.7 x capacity; KPA capacity with its own 70 % utilization), bounds
-1..2 x the static fleet, the same initial fleet (what the first minute needs), 1 s ticks.
+1..2 x the static fleet, the same initial fleet, 1 s ticks. The initial fleet is what the
+busiest minute before a cold start and a minute have passed needs (the static fleet scaled
+by that minute's rate): no policy can change the fleet sooner (a replica started on the
+first minute's evidence is ready a cold start later), and the replay starts from an empty
+system, whose in-flight count fills up over the first seconds like a ramp.
 The static fleet is sized for the peak: the smallest fixed fleet, from the planner's
 peak-minute estimate upwards, that reaches the attainment target.
 
@@ -83,7 +87,8 @@ def slo_capacity(mean_in: int, mean_out: int) -> int:
 def policy_params(policy: str, capacity: int) -> dict[str, Any]:
     if policy == "default":
         return {"capacity_per_replica": capacity, "ttft_p90_slo_s": TTFT_SLO_S,
-                "cold_start_s": COLD_START_S, "capacity_source": "planner, within the SLO"}  # fmt: skip
+                "tpot_p90_slo_s": TPOT_SLO_S, "cold_start_s": COLD_START_S,
+                "capacity_source": "planner, within the SLO"}  # fmt: skip
     if policy == "queue_depth":
         return {"capacity_per_replica": capacity}
     if policy == "hpa":
@@ -156,7 +161,8 @@ def base_scenario(args: argparse.Namespace) -> Scenario:
 
 
 def arrival_profile(args: argparse.Namespace) -> tuple[float, float, float, int, int]:
-    """(busiest-minute rate, first-minute rate, mean rate, mean in, mean out) of the slice."""
+    """(busiest-minute rate, busiest rate before a cold start and a minute have passed, mean
+    rate, mean in, mean out) of the slice."""
     records = tile_records(read_trace(trace_file()), args.copies)
     records = slice_records(records, start_s=args.start_s, duration_s=args.duration_s)
     per_min: dict[int, int] = {}
@@ -166,7 +172,8 @@ def arrival_profile(args: argparse.Namespace) -> tuple[float, float, float, int,
     span_s = records[-1].arrival_s - records[0].arrival_s
     mean_in = round(sum(r.input_tokens for r in records) / len(records))
     mean_out = round(sum(r.output_tokens for r in records) / len(records))
-    return (max(full) / WINDOW_S, per_min[0] / WINDOW_S, len(records) / span_s, mean_in,
+    start = [n for k, n in per_min.items() if k * WINDOW_S < COLD_START_S + WINDOW_S]
+    return (max(full) / WINDOW_S, max(start) / WINDOW_S, len(records) / span_s, mean_in,
             mean_out)  # fmt: skip
 
 
@@ -252,7 +259,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_study")
     args = ap.parse_args()
-    peak_rps, first_rps, mean_rps, mean_in, mean_out = arrival_profile(args)
+    peak_rps, start_rps, mean_rps, mean_in, mean_out = arrival_profile(args)
     capacity = slo_capacity(mean_in, mean_out)
     # Little's law: requests in flight = rate x time in the system (prefill + decode at
     # the SLO's TPOT, an upper bound), per replica holding `capacity`.
@@ -270,7 +277,7 @@ def main() -> None:
     else:
         static, tried = static_fleet(base, planned, args.workers)
     n_static = int(static["name"].split()[1])
-    initial = max(1, math.ceil(n_static * first_rps / peak_rps))
+    initial = max(1, math.ceil(n_static * start_rps / peak_rps))
     jobs = []
     for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
         sc = base.with_field("autoscale", policy).with_field("replicas", initial)

@@ -1,14 +1,18 @@
 """`default`: gpufleet's own policy, built on what LLM serving needs (DESIGN.md).
 
-- Scale out only on batch saturation: requests waiting (inside replicas or at the
-  gateway), mean KV-cache usage over a threshold, or TTFT p90 over the SLO — or when the
-  demand forecast one cold start ahead (a least-squares trend) plus warm headroom would
-  exceed what the fleet can batch. Idle batch slots are cheap; a cold start is not.
+- Scale out only on batch saturation: requests waiting (at the gateway, or on one replica
+  tick after tick — and past the TTFT SLO when one is set — whose batch is full or with
+  half the fleet queueing so: a request between engine steps, or behind a long prefill on
+  a replica with room, is not saturation), mean KV-cache usage over a threshold, or TTFT
+  or TPOT p90 over its SLO — or when the demand forecast one cold start ahead (a
+  least-squares trend over at least a cold start) plus warm headroom would exceed what the
+  fleet can batch. Idle batch slots are cheap; a cold start is not.
 - Replicas already starting count as capacity arriving at their expected ready time, so a
   burst does not start a second wave of replicas while the first is still loading.
 - Scale in one replica at a time, and only when N−1 replicas would have stayed below the
-  saturation thresholds at the recent peak (demand and KV), the N replicas were not
-  saturated at all during that window, the forecast agrees, the check has held for a
+  saturation thresholds at the recent peak (demand and KV, over at least a cold start: the
+  demand the next cold start may bring back) and within the latency SLOs (p90 scaled by
+  N/(N−1)), the N replicas were not saturated at all during that window, the forecast agrees, the check has held for a
   stabilization window, and no replica is starting.
 """
 
@@ -25,8 +29,19 @@ from gpufleet.autoscale.decision import (
     check_capacity_per_replica,
 )
 from gpufleet.autoscale.forecast import LinearTrend, WindowMax
-from gpufleet.autoscale.signals import FleetSignals
+from gpufleet.autoscale.signals import FleetSignals, ReplicaSignals
 from gpufleet.errors import UserError
+
+
+@dataclass(slots=True)
+class _Streak:
+    """One replica's run of ticks with requests waiting."""
+
+    since_s: float
+    ticks: int = 0
+    # (time, running) on the run's ticks, learned from only once the run counts as
+    # saturation (`_track_waiting`); a run that never does teaches nothing.
+    pending: list[tuple[float, int]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -39,8 +54,13 @@ class DefaultPolicy:
     capacity_source: str = ""
     kv_usage_threshold: float = 0.9
     ttft_p90_slo_s: float | None = None
+    tpot_p90_slo_s: float | None = None
     cold_start_s: float = 30.0  # used until the actuator reports observed cold starts
     headroom_fraction: float = 0.1  # warm capacity kept above forecast demand
+    # Both windows stretch to the cold start when it is longer (`_windows`): a trend
+    # extrapolated one cold start ahead from a shorter window multiplies its noise by
+    # cold start / window, and N−1 must hold the demand the next cold start may bring,
+    # which the peak of the last one predicts.
     trend_window_s: float = 30.0
     peak_window_s: float = 60.0
     scale_in_stabilization_s: float = 30.0  # the N−1 check must hold this long
@@ -49,8 +69,13 @@ class DefaultPolicy:
     # replica queueing requests below it: one snapshot can catch a request between its
     # arrival and the next engine step.
     learn_min_observations: int = 5
-    # Waiting requests mean saturation only when seen on this many ticks in a row: a
-    # request that arrived just before the scrape waits for the next engine step anyway.
+    # Waiting requests mean saturation only when the same replica shows them on this many
+    # ticks in a row (or the gateway queues on as many): a request that arrived just before
+    # the scrape waits for the next engine step (or the next prefill chunk) anyway, and
+    # across a large fleet some replica always holds one such request. With a TTFT SLO the
+    # queue must also have lasted that long: a shorter one (a burst of long prompts taking
+    # a few prefill steps) costs its requests part of their TTFT budget, which the TTFT p90
+    # signal weighs, and is gone long before a replica started for it could be ready.
     waiting_ticks: int = 2
     # Likewise a forecast alone (nothing saturated yet) must call for more replicas on
     # this many ticks in a row: at low rates one noisy sample bends a short trend.
@@ -63,7 +88,8 @@ class DefaultPolicy:
     _saturated_running: deque[tuple[float, int]] = field(default_factory=deque)
     _n1_ok_since_s: float | None = None
     _last_saturated_s: float | None = None
-    _waiting_streak: int = 0
+    _waiting_streaks: dict[str, _Streak] = field(default_factory=dict)  # ready replicas now waiting
+    _queue_streak: int = 0
     _forecast_streak: int = 0
     _last_change_s: float | None = None
 
@@ -73,10 +99,17 @@ class DefaultPolicy:
             raise UserError("must be in (0, 1]", field="kv_usage_threshold", fix="e.g. 0.9")
         if self.headroom_fraction < 0:
             raise UserError("must be ≥ 0", field="headroom_fraction", fix="e.g. 0.1 for 10 %")
-        self._trend.window_s = self.trend_window_s
-        self._trend_short.window_s = self.trend_window_s / 3.0
-        self._peak_demand.window_s = self.peak_window_s
-        self._peak_kv_total.window_s = self.peak_window_s
+        self._windows(self.cold_start_s)
+
+    def _windows(self, cold_start_s: float) -> None:
+        trend_s = max(self.trend_window_s, cold_start_s)
+        self._trend.window_s = trend_s
+        self._trend_short.window_s = trend_s / 3.0
+        self._peak_demand.window_s = self._peak_kv_total.window_s = self.peak_s(cold_start_s)
+
+    def peak_s(self, cold_start_s: float) -> float:
+        """The look-back of the N−1 check and of the scale-in guard: at least a cold start."""
+        return max(self.peak_window_s, cold_start_s)
 
     @property
     def capacity(self) -> int:
@@ -96,19 +129,20 @@ class DefaultPolicy:
         current = signals.current_replicas
         demand = signals.demand
         kv_total = sum(r.kv_usage for r in ready)
+        cold_start_s = signals.cold_start_s or self.cold_start_s
+        self._windows(cold_start_s)
+        queueing = self._track_waiting(now_s, signals)
         self._trend.add(now_s, float(demand))
         self._trend_short.add(now_s, float(demand))
         self._peak_demand.add(now_s, float(demand))
         self._peak_kv_total.add(now_s, kv_total)
-        self._learn_capacity(now_s, signals)
+        self._learn_capacity(now_s)
         cap = self.capacity
-        cold_start_s = signals.cold_start_s or self.cold_start_s
 
         forecast = self.forecast(now_s + cold_start_s)
         expected = max(float(demand), forecast if forecast is not None else 0.0)
         needed = math.ceil(expected * (1.0 + self.headroom_fraction) / cap)
-        self._waiting_streak = self._waiting_streak + 1 if signals.waiting > 0 else 0
-        saturation = self._saturation(signals)
+        saturation = self._saturation(signals, queueing)
         if saturation:
             self._last_saturated_s = now_s
         # Starting replicas are capacity arriving at their expected ready time: those due
@@ -143,7 +177,7 @@ class DefaultPolicy:
             # Saturated below the assumed capacity (long prompts, KV, a smaller batch): size
             # the step by what the saturated replicas actually run, not by one replica per
             # cold start; replicas already starting still count.
-            batched = [r.running for r in ready if r.waiting > 0 and r.running > 0]
+            batched = [r.running for r in queueing if r.running > 0]
             effective = max(batched) if batched else cap
             by_observed = math.ceil(expected * (1.0 + self.headroom_fraction) / effective)
             floor = current if len(signals.starting) > late else current + 1
@@ -182,13 +216,49 @@ class DefaultPolicy:
         ]
         return max(values) if values else None
 
-    def _saturation(self, signals: FleetSignals) -> str:
+    def _track_waiting(self, now_s: float, signals: FleetSignals) -> list[ReplicaSignals]:
+        """Ready replicas saturated by their queue: waiting requests on waiting_ticks ticks in
+        a row, and either a full batch (running ≥ the capacity, or KV over the threshold)
+        or at least half the ready replicas queueing so. A minority queueing while their
+        batches have room waits behind a long prefill (the step's token budget), not for a
+        batch slot; the router sends the next requests elsewhere and a replica more would not
+        help. The saturated replicas' batches feed the capacity learned."""
+        self._queue_streak = self._queue_streak + 1 if signals.queue_depth > 0 else 0
+        streaks: dict[str, _Streak] = {}
+        persistent = []
+        min_s = self.ttft_p90_slo_s or 0.0
+        for r in signals.ready:
+            if r.waiting <= 0:
+                continue
+            st = streaks[r.replica_id] = self._waiting_streaks.get(r.replica_id, _Streak(now_s))
+            st.ticks += 1
+            if r.running > 0:
+                st.pending = [*st.pending, (now_s, r.running)][-self.learn_min_observations :]
+            if st.ticks >= self.waiting_ticks and now_s - st.since_s >= min_s:
+                persistent.append(r)
+        fleet_wide = 2 * len(persistent) >= len(signals.ready)
+        queueing = [
+            r
+            for r in persistent
+            if fleet_wide
+            or r.running >= self.capacity_per_replica
+            or r.kv_usage >= self.kv_usage_threshold
+        ]
+        for r in queueing:
+            self._saturated_running.extend(streaks[r.replica_id].pending)
+            streaks[r.replica_id].pending = []
+        self._waiting_streaks = streaks
+        return queueing
+
+    def _saturation(self, signals: FleetSignals, queueing: list[ReplicaSignals]) -> str:
         ready = signals.ready
         reasons = []
-        if signals.waiting > 0 and (
-            self._waiting_streak >= self.waiting_ticks or not signals.ready
-        ):
-            reasons.append(f"{signals.waiting} waiting")
+        queued = signals.queue_depth > 0 and (
+            self._queue_streak >= self.waiting_ticks or not signals.ready
+        )
+        waiting = sum(r.waiting for r in queueing) + (signals.queue_depth if queued else 0)
+        if waiting > 0:
+            reasons.append(f"{waiting} waiting")
         if ready:
             kv_mean = sum(r.kv_usage for r in ready) / len(ready)
             if kv_mean >= self.kv_usage_threshold:
@@ -199,18 +269,23 @@ class DefaultPolicy:
             and signals.ttft_s.p90_s > self.ttft_p90_slo_s
         ):
             reasons.append(f"TTFT p90 {signals.ttft_s.p90_s:.2f} s > SLO {self.ttft_p90_slo_s:g} s")
+        if (
+            self.tpot_p90_slo_s is not None
+            and signals.tpot_s is not None
+            and signals.tpot_s.p90_s > self.tpot_p90_slo_s
+        ):
+            reasons.append(
+                f"TPOT p90 {signals.tpot_s.p90_s * 1000:.0f} ms > SLO "
+                f"{self.tpot_p90_slo_s * 1000:g} ms"
+            )
         return ", ".join(reasons)
 
-    def _learn_capacity(self, now_s: float, signals: FleetSignals) -> None:
-        # A replica that queues requests while running fewer than we assumed is batching
-        # all it can (KV-limited or a smaller max_num_seqs). Believe the largest such batch
-        # seen recently, once seen often enough.
-        for r in signals.ready:
-            if r.waiting > 0 and r.running > 0:
-                self._saturated_running.append((now_s, r.running))
-        while (
-            self._saturated_running and self._saturated_running[0][0] < now_s - self.peak_window_s
-        ):
+    def _learn_capacity(self, now_s: float) -> None:
+        # A replica that keeps queueing requests while running fewer than we assumed is
+        # batching all it can (KV-limited or a smaller max_num_seqs). Believe the largest
+        # such batch seen recently, once seen often enough (`_track_waiting` records them).
+        window_s = self._peak_demand.window_s
+        while self._saturated_running and self._saturated_running[0][0] < now_s - window_s:
             self._saturated_running.popleft()
 
     def _maybe_scale_in(
@@ -224,15 +299,13 @@ class DefaultPolicy:
         if signals.starting:
             self._n1_ok_since_s = None
             return current, f"{head}; replicas starting, no scale-in"
-        if (
-            self._last_saturated_s is not None
-            and now_s - self._last_saturated_s < self.peak_window_s
-        ):
+        peak_s = self.peak_s(cold_start_s)
+        if self._last_saturated_s is not None and now_s - self._last_saturated_s < peak_s:
             # N replicas were saturated in the window: N−1 would have been worse, whatever
             # the averages say (routing is never perfectly even).
             self._n1_ok_since_s = None
             ago = now_s - self._last_saturated_s
-            return current, f"{head}; keep: saturated {ago:.0f} s ago (< {self.peak_window_s:g} s)"
+            return current, f"{head}; keep: saturated {ago:.0f} s ago (< {peak_s:g} s)"
         fits, check = self.n_minus_1_fits(now_s, signals, cap, cold_start_s)
         if not fits:
             self._n1_ok_since_s = None
@@ -254,6 +327,21 @@ class DefaultPolicy:
         self._n1_ok_since_s = None
         return current - 1, f"{head}; scale in one: {check}, held {held_s:.0f} s"
 
+    def _latency_over_slo(self, signals: FleetSignals, load_factor: float) -> str:
+        """Which SLO the fleet's p90 latency would miss with each replica holding
+        `load_factor` times its load, taking latency as proportional to a replica's load
+        (a bound for TPOT: a decode step's time is a fixed weight read plus a part that
+        grows with the batch). The replicas' measured capacity, where the planner's is off;
+        the warm headroom applies to it as to demand."""
+        out = []
+        for name, slo, window in (
+            ("TTFT", self.ttft_p90_slo_s, signals.ttft_s),
+            ("TPOT", self.tpot_p90_slo_s, signals.tpot_s),
+        ):
+            if slo is not None and window is not None and window.p90_s * load_factor > slo:
+                out.append(f"{name} p90 {window.p90_s * load_factor:.3g} s > SLO {slo:g} s")
+        return "miss " + " and ".join(out) if out else ""
+
     def n_minus_1_fits(
         self, now_s: float, signals: FleetSignals, cap: int, cold_start_s: float
     ) -> tuple[bool, str]:
@@ -272,7 +360,10 @@ class DefaultPolicy:
             return False, f"N−1 = {n1} × {cap} < peak {worst:.0f} + {self.headroom_fraction:.0%}"
         if kv_each >= self.kv_usage_threshold:
             return False, f"N−1 = {n1} would hold KV {kv_each:.0%} ≥ {self.kv_usage_threshold:.0%}"
+        over = self._latency_over_slo(signals, (n1 + 1) / n1 * (1.0 + self.headroom_fraction))
+        if over:
+            return False, f"N−1 = {n1} would {over}"
         return True, (
             f"N−1 = {n1} holds peak {worst:.0f} + {self.headroom_fraction:.0%} ≤ {n1 * cap} "
-            f"and KV {kv_each:.0%} < {self.kv_usage_threshold:.0%} over {self.peak_window_s:g} s"
+            f"and KV {kv_each:.0%} < {self.kv_usage_threshold:.0%} over {self.peak_s(cold_start_s):g} s"
         )
