@@ -93,6 +93,52 @@ async def test_workers_answer_as_one_gateway(pool: WorkerPool, stubs: list[StubB
             assert resp.status == 401  # the admin key is checked whichever worker answers
 
 
+async def test_workers_share_prefixes_so_a_long_prefix_stays_on_one_replica(
+    stubs: list[StubBackend],
+) -> None:
+    """Issue 13: requests with one long prefix, on fresh connections (so on either worker),
+    all go to one replica: each worker learns what the other routed. Without sharing, the
+    worker that did not route a document's first request places it by load alone."""
+    cfg = validate_config({"replicas": [{"url": b.url} for b in stubs],
+                           "policy": "prefix_aware", "health": {"probe_interval_s": 0.1},
+                           "scrape_interval_s": 0.1})  # fmt: skip
+    p = WorkerPool(cfg, workers=2)
+    await p.start("127.0.0.1", 0)
+    docs = [f"document {d}: " + " ".join(f"word{d}x{i}" for i in range(600)) for d in range(6)]
+    try:
+        for _ in range(100):  # until both workers route to both replicas
+            views = [await c.call("replicas") for c in p._channels.values()]
+            if all(r["state"] == "ready" for v in views for r in v) and len(views) == 2:
+                break
+            await asyncio.sleep(0.1)
+
+        async def ask(doc: str, question: int) -> None:
+            body = {"model": "stub-model", "stream": True,
+                    "messages": [{"role": "system", "content": doc},
+                                 {"role": "user", "content": f"question {question}"}]}  # fmt: skip
+            async with (
+                aiohttp.ClientSession() as fresh,
+                fresh.post(p.url + "/v1/chat/completions", json=body) as resp,
+            ):
+                assert resp.status == 200
+                await resp.text()
+
+        for doc in docs:
+            await ask(doc, 0)
+        await asyncio.sleep(0.5)  # the peers' batches (sent after 2 ms) arrive
+        for question in range(1, 6):
+            for doc in docs:
+                await ask(doc, question)
+        per_worker = [await c.call("signals") for c in p._channels.values()]
+        assert all(w["signals"]["streamed_requests_in_window"] > 0 for w in per_worker)
+        for d in range(6):
+            holders = [b.name for b in stubs for raw in b.received if f"word{d}x1 ".encode() in raw]
+            assert len(holders) == 6
+            assert len(set(holders)) == 1, f"document {d} went to {holders}"
+    finally:
+        await p.stop()
+
+
 def test_expositions_merge_by_summing_samples() -> None:
     a = (b"# HELP x_total X.\n# TYPE x_total counter\nx_total{a=\"1\"} 2.0\n"
          b"# HELP g_replica_state S.\n# TYPE g_replica_state gauge\n"

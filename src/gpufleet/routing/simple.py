@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpufleet.routing.base import PolicyBase, random_min
+from gpufleet.routing.load import in_flight
 from gpufleet.routing.types import ReplicaView, RequestInfo
 
 
@@ -43,7 +44,7 @@ class LeastOutstanding(PolicyBase):
     def choose(self, request: RequestInfo, replicas: Sequence[ReplicaView]) -> ReplicaView | None:
         if not replicas:
             return None
-        return random_min(self.rng, replicas, lambda r: r.in_flight)
+        return random_min(self.rng, replicas, in_flight)
 
 
 class PowerOfTwo(PolicyBase):
@@ -57,4 +58,4 @@ class PowerOfTwo(PolicyBase):
         if len(replicas) == 1:
             return replicas[0]
         a, b = self.rng.sample(range(len(replicas)), 2)
-        return random_min(self.rng, (replicas[a], replicas[b]), lambda r: r.in_flight)
+        return random_min(self.rng, (replicas[a], replicas[b]), in_flight)
