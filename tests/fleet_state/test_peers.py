@@ -3,6 +3,8 @@ worker records what it routes as `PeerEvents`, the others apply them to their fl
 
 from __future__ import annotations
 
+import json
+
 from gpufleet.fleet_state import PeerEvents
 from gpufleet.routing.prefix import text_prefix_hashes
 
@@ -72,3 +74,11 @@ def test_the_first_event_of_a_batch_wakes_the_driver_once() -> None:
     assert batch.in_flight == {"a": 2}
     f.finished(info(1), a, f.policy, ok=True)
     assert wakes == [1, 1]
+
+
+def test_events_survive_the_json_round_trip() -> None:
+    hashes = (0, 1, 2**64 - 1, 12345678901234567890)
+    events = PeerEvents([("a", "t1", hashes), ("b", None, ())], {"a": 1, "b": -1})
+    back = PeerEvents.from_json(json.loads(json.dumps(events.to_json())))
+    assert back.routed == events.routed
+    assert back.in_flight == events.in_flight

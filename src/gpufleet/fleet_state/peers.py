@@ -11,6 +11,8 @@ the transport (and its batching) is the driver's.
 
 from __future__ import annotations
 
+import base64
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,11 +60,22 @@ class PeerEvents:
         return batch
 
     def to_json(self) -> dict[str, Any]:
-        return {"routed": [[rid, tenant, list(h)] for rid, tenant, h in self.routed],
+        """JSON-ready; the hashes (64-bit) packed as base64, half the size of JSON numbers
+        and quicker to read back (a long prompt has hundreds)."""
+        return {"routed": [[rid, tenant, _pack(h)] for rid, tenant, h in self.routed],
                 "in_flight": self.in_flight}  # fmt: skip
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> PeerEvents:
-        routed = [(str(r[0]), r[1], tuple(int(h) for h in r[2])) for r in raw.get("routed", ())]
+        routed = [(str(r[0]), r[1], _unpack(r[2])) for r in raw.get("routed", ())]
         in_flight = {str(k): int(v) for k, v in (raw.get("in_flight") or {}).items()}
         return cls(routed, in_flight)
+
+
+def _pack(hashes: tuple[int, ...]) -> str:
+    return base64.b64encode(struct.pack(f">{len(hashes)}Q", *hashes)).decode("ascii")
+
+
+def _unpack(text: str) -> tuple[int, ...]:
+    data = base64.b64decode(text)
+    return struct.unpack(f">{len(data) // 8}Q", data)
