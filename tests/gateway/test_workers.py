@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from gpufleet.fleet_state import PeerEvents
 from gpufleet.gateway.config import validate_config
 from gpufleet.gateway.workers import WorkerPool, merge_expositions
 
@@ -137,6 +138,34 @@ async def test_workers_share_prefixes_so_a_long_prefix_stays_on_one_replica(
             assert len(set(holders)) == 1, f"document {d} went to {holders}"
     finally:
         await p.stop()
+
+
+class _Notified:
+    """A worker's control channel as the supervisor uses it, recording notifications."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def notify(self, method: str, **args: Any) -> None:
+        assert method == "peer_events"
+        self.sent.append(args["events"]["in_flight"])
+
+
+async def test_supervisor_relays_in_flight_and_drops_a_dead_workers_requests() -> None:
+    p = WorkerPool(validate_config({}), workers=3)
+    ch = {i: _Notified() for i in range(3)}
+    p._channels = ch  # type: ignore[assignment]
+    p._peer_events(0, PeerEvents(in_flight={"r1": 2}).to_json())
+    p._peer_events(1, PeerEvents(in_flight={"r1": 1, "r2": 1}).to_json())
+    assert (ch[0].sent, ch[1].sent, ch[2].sent) == (
+        [{"r1": 1, "r2": 1}], [{"r1": 2}], [{"r1": 2}, {"r1": 1, "r2": 1}])  # fmt: skip
+    del p._channels[0]  # worker 0 died: its 2 requests on r1 with it
+    p._worker_gone(0)
+    assert ch[1].sent[-1] == ch[2].sent[-1] == {"r1": -2}
+    restarted = _Notified()  # it starts again: told what the others have in flight
+    p._ready[0] = asyncio.Event()
+    await p._hello(0, restarted)  # type: ignore[arg-type]
+    assert restarted.sent == [{"r1": 1, "r2": 1}]
 
 
 def test_expositions_merge_by_summing_samples() -> None:

@@ -141,10 +141,7 @@ class WorkerPool:
             self._channels.pop(index, None)
             if self._stopping:
                 return
-            gone = {k: -v for k, v in self._in_flight.get(index, {}).items() if v}
-            if gone:  # its requests died with it
-                self._peer_events(index, PeerEvents(in_flight=gone).to_json())
-            self._in_flight.pop(index, None)
+            self._worker_gone(index)
             log.error("gateway worker %d exited (%s); starting it again", index, code)
             await asyncio.sleep(_RESTART_DELAY_S)
 
@@ -187,6 +184,13 @@ class WorkerPool:
         for i, channel in list(self._channels.items()):
             if i != index:
                 channel.notify("peer_events", events=raw)
+
+    def _worker_gone(self, index: int) -> None:
+        """Worker `index` died, and its requests with it: the others stop counting them."""
+        gone = {k: -v for k, v in self._in_flight.get(index, {}).items() if v}
+        if gone:
+            self._peer_events(index, PeerEvents(in_flight=gone).to_json())
+        self._in_flight.pop(index, None)
 
     async def stop(self) -> None:
         self._stopping = True
