@@ -18,6 +18,7 @@ from gpufleet.fleet_state.engine_names import (
 from gpufleet.fleet_state.latency import LatencyWindows, RecentWindow
 from gpufleet.fleet_state.lora_metrics import LoraRequestsInfo
 from gpufleet.fleet_state.outlier import OutlierConfig
+from gpufleet.fleet_state.peers import PeerEvents
 from gpufleet.fleet_state.queue import AdmissionQueue, QueueLimits, QueueTicket, Refusal
 from gpufleet.fleet_state.replica import FleetReplica
 from gpufleet.fleet_state.signals import (
@@ -31,6 +32,7 @@ from gpufleet.fleet_state.state import (
     LOAD_FROM_ENGINE,
     LOAD_FROM_IN_FLIGHT,
     FleetState,
+    LearnsFromPeers,
     needs_prefix_hashes,
 )
 from gpufleet.fleet_state.table import ReplicaTable
@@ -52,9 +54,11 @@ __all__ = [
     "GatewaySignals",
     "LatencyPercentiles",
     "LatencyWindows",
+    "LearnsFromPeers",
     "LoraRequestsInfo",
     "ModelLatency",
     "OutlierConfig",
+    "PeerEvents",
     "QueueLimits",
     "QueueTicket",
     "RecentWindow",

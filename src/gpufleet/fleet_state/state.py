@@ -16,6 +16,7 @@ from gpufleet.fleet_state.adapters import AdapterCatalog, AdapterSpec, can_serve
 from gpufleet.fleet_state.engine_metrics import ScrapedMetrics
 from gpufleet.fleet_state.latency import LatencyWindows
 from gpufleet.fleet_state.outlier import OutlierConfig
+from gpufleet.fleet_state.peers import PeerEvents
 from gpufleet.fleet_state.queue import AdmissionQueue, QueueTicket, Refusal
 from gpufleet.fleet_state.replica import FleetReplica
 from gpufleet.fleet_state.signals import GatewaySignals, build_signals
@@ -32,6 +33,13 @@ class SizedByCapacity(Protocol):
     """A policy that sizes per-replica state by the KV capacity replicas report."""
 
     def set_capacity_tokens(self, replica_id: str, tokens: int) -> None: ...
+
+
+@runtime_checkable
+class LearnsFromPeers(Protocol):
+    """A policy that learns from the decisions of the gateway's other workers."""
+
+    def on_peer_routed(self, replica_id: str, hashes: Sequence[int]) -> None: ...
 
 
 def needs_prefix_hashes(policy: RoutingPolicy) -> bool:
@@ -67,7 +75,32 @@ class FleetState(Generic[R]):
         self.table.on_removed.append(self._forget_replica)
         self.queue = queue if queue is not None else AdmissionQueue()
         self.latency = LatencyWindows(signals_window_s)
+        self.peer_decisions_applied = 0  # peers' routing decisions this worker learned from
         self.adapters = AdapterCatalog(adapters)  # LoRA adapters: declared and learned
+        # What this worker routed since its driver last shipped it to its peer workers
+        # (`share_with_peers`); None: no peers, nothing recorded.
+        self.outbox: PeerEvents | None = None
+
+    def share_with_peers(self) -> PeerEvents:
+        """Record routing events for peer workers from now on; the driver `take`s them."""
+        if self.outbox is None:
+            self.outbox = PeerEvents()
+        return self.outbox
+
+    def apply_peer_events(self, events: PeerEvents) -> None:
+        """What peer workers routed: their in-flight changes add to each replica's
+        `peer_in_flight`, their decisions go to the policy of the request's tenant as if
+        routed here. Replicas this worker does not know (yet, or any more) are skipped."""
+        by_id = self.table.by_id
+        for replica_id, delta in events.in_flight.items():
+            replica = by_id.get(replica_id)
+            if replica is not None:
+                replica.peer_in_flight = max(0, replica.peer_in_flight + delta)
+        for replica_id, tenant, hashes in events.routed:
+            policy = self.policy_for(tenant)
+            if replica_id in by_id and isinstance(policy, LearnsFromPeers):
+                policy.on_peer_routed(replica_id, hashes)
+                self.peer_decisions_applied += 1
 
     def policy_for(self, tenant: str | None) -> RoutingPolicy:
         if self.tenant_policies and tenant is not None:
@@ -192,6 +225,9 @@ class FleetState(Generic[R]):
     def started(self, info: RequestInfo, replica: R, policy: RoutingPolicy) -> None:
         replica.in_flight += 1
         policy.on_started(info, replica)
+        if self.outbox is not None:
+            routed = isinstance(policy, LearnsFromPeers)
+            self.outbox.started(replica.replica_id, info.tenant, info.prefix_hashes, routed)
 
     def first_token(self, info: RequestInfo, replica: R, policy: RoutingPolicy) -> None:
         replica.streaming += 1
@@ -207,6 +243,8 @@ class FleetState(Generic[R]):
     ) -> None:
         """The request left the replica (`streamed`: after `first_token`)."""
         replica.in_flight -= 1
+        if self.outbox is not None:
+            self.outbox.finished(replica.replica_id)
         if streamed:
             replica.streaming -= 1
         policy.on_finished(info, replica, ok)
@@ -245,7 +283,7 @@ class FleetState(Generic[R]):
             num_waiting=scraped.num_waiting,
             kv_cache_usage=scraped.kv_cache_usage or 0.0,
             scraped_at_s=now_s,
-            in_flight_at_scrape=replica.in_flight,
+            in_flight_at_scrape=replica.in_flight + replica.peer_in_flight,
             kv_reported=scraped.kv_cache_usage is not None,
             running_adapters=lora.running if lora else (),
             waiting_adapters=lora.waiting if lora else (),

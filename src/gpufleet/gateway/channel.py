@@ -1,7 +1,7 @@
 """Calls between a gateway's supervisor and its workers: JSON lines over a Unix socket.
 
-Either side may call the other (`await channel.call("method", **args)`) and answer calls
-with its `handlers`; a reply carries the call's id and its `result`, or an `error` that
+Either side may call the other (`await channel.call("method", **args)`, or `notify`
+without waiting for an answer) and answer calls with its `handlers`; a reply carries the call's id and its `result`, or an `error` that
 the caller raises as `ChannelError`. Bytes travel as base64 (`pack_bytes`).
 """
 
@@ -67,6 +67,11 @@ class Channel:
         finally:
             self._pending.pop(call_id, None)
 
+    def notify(self, method: str, /, **args: Any) -> None:
+        """A call that gets no answer (the other side's handler result is dropped)."""
+        if not self.closed:
+            self._send({"method": method, "args": args})
+
     def _send(self, message: dict[str, Any]) -> None:
         self.writer.write(json.dumps(message).encode() + b"\n")
 
@@ -105,7 +110,7 @@ class Channel:
         except Exception as exc:  # the caller gets it as ChannelError
             reply["error"] = str(exc.args[0]) if exc.args else type(exc).__name__
             reply["kind"] = type(exc).__name__
-        if not self.closed:
+        if not self.closed and "id" in message:  # (a notification: no answer)
             self._send(reply)
 
     def close(self) -> None:

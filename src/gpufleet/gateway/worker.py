@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpufleet.fleet_state import PeerEvents
 from gpufleet.gateway.channel import LINE_LIMIT, Channel, pack_bytes
 from gpufleet.gateway.config import GatewayConfig
 from gpufleet.gateway.routes import Reply, RouteRequest
@@ -29,6 +30,9 @@ from gpufleet.gateway.workers import forwarded_reply
 
 log = logging.getLogger("gpufleet.gateway")
 _LOCAL = ("/v1/models", "/health")  # answered by the worker itself
+# How long routing events wait to be sent to peer workers: short against a request's
+# time on a replica (peers' view lags by about this), long enough to batch a burst.
+PEER_BATCH_S = 0.002
 
 
 def handlers(gw: Gateway) -> dict[str, Any]:
@@ -54,14 +58,37 @@ def handlers(gw: Gateway) -> dict[str, Any]:
         return gw.list_replicas()
 
     async def signals() -> dict[str, Any]:
-        return {"signals": gw.signals().to_json(), "latency": gw.fleet.latency.to_json()}
+        return {"signals": gw.signals().to_json(), "latency": gw.fleet.latency.to_json(),
+                "peer_decisions_applied": gw.fleet.peer_decisions_applied}  # fmt: skip
 
     async def metrics() -> str:
         return pack_bytes(gw.metrics_exposition())
 
+    async def peer_events(events: dict[str, Any]) -> None:
+        gw.fleet.apply_peer_events(PeerEvents.from_json(events))
+
     return {"add_replica": add_replica, "drain_replica": drain_replica,
             "remove_replica": remove_replica, "reload": reload, "new_id": new_id,
-            "replicas": replicas, "signals": signals, "metrics": metrics}  # fmt: skip
+            "replicas": replicas, "signals": signals, "metrics": metrics,
+            "peer_events": peer_events}  # fmt: skip
+
+
+def share_routing(gw: Gateway, channel: Channel) -> None:
+    """Send what this worker routes to the supervisor (for the other workers) in batches:
+    the first event of a batch schedules its send `PEER_BATCH_S` later, so a burst of
+    requests costs one message, and a quiet worker sends none."""
+    loop = asyncio.get_running_loop()
+    outbox = gw.fleet.share_with_peers()
+
+    def send() -> None:
+        batch = outbox.take()
+        if batch:
+            channel.notify("peer_events", events=batch.to_json())
+
+    def schedule() -> None:
+        loop.call_later(PEER_BATCH_S, send)
+
+    outbox.on_first = schedule
 
 
 def forward_to(channel: Channel) -> Any:
@@ -84,6 +111,8 @@ async def run(args: argparse.Namespace) -> None:
     reader, writer = await asyncio.open_unix_connection(args.control, limit=LINE_LIMIT)
     channel = Channel(reader, writer, handlers(gw))
     gw.router.fallback = forward_to(channel)
+    if args.peers:
+        share_routing(gw, channel)
     for path in (
         "/admin/replicas",
         "/admin/replicas/{replica_id}/drain",
@@ -119,6 +148,7 @@ def main() -> None:
     ap.add_argument("--host", required=True)
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--log-level", default="WARNING")
+    ap.add_argument("--peers", action="store_true", help="share routing with other workers")
     args = ap.parse_args()
     logging.basicConfig(level=args.log_level.upper(),
                         format=f"%(asctime)s %(levelname)s [worker {args.index}] %(message)s")  # fmt: skip

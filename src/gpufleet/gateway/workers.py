@@ -14,7 +14,12 @@ fleet coherent:
 - replica changes (add, drain, remove, reload) go to every worker, and are replayed to a
   worker that restarts after a crash;
 - /admin/signals (what the autoscaler reads) and /metrics merge every worker's view:
-  counts add up, latency percentiles are over all workers' samples.
+  counts add up, latency percentiles are over all workers' samples;
+- what each worker routes (prompt blocks per replica, in-flight changes) reaches the
+  other workers within a few milliseconds (`fleet_state.peers`), so their prefix indexes
+  and load counts cover the whole gateway's traffic. A worker that dies takes its
+  in-flight requests with it (the others' counts drop them); one that starts again
+  learns the others' in-flight counts, and its prefix index fills up from new traffic.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpufleet.errors import UserError
-from gpufleet.fleet_state import GatewaySignals, LatencyWindows, merge_signals
+from gpufleet.fleet_state import GatewaySignals, LatencyWindows, PeerEvents, merge_signals
 from gpufleet.gateway.admin import AdminApi, build_router
 from gpufleet.gateway.channel import LINE_LIMIT, Channel, ChannelError, pack_bytes, unpack_bytes
 from gpufleet.gateway.config import GatewayConfig, load_config
@@ -88,6 +93,7 @@ class WorkerPool:
         self._channels: dict[int, Channel] = {}
         self._procs: dict[int, asyncio.subprocess.Process] = {}
         self._ops: list[tuple[str, dict[str, Any]]] = []  # replayed to restarted workers
+        self._in_flight: dict[int, dict[str, int]] = {}  # per worker, per replica id
         self._ready: dict[int, asyncio.Event] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -126,6 +132,8 @@ class WorkerPool:
                 "--log-level", self.log_level]  # fmt: skip
         if self.config_path:
             argv += ["--config-path", self.config_path]
+        if self.workers > 1:
+            argv.append("--peers")
         while not self._stopping:
             proc = await asyncio.create_subprocess_exec(*argv, start_new_session=True)
             self._procs[index] = proc
@@ -133,13 +141,23 @@ class WorkerPool:
             self._channels.pop(index, None)
             if self._stopping:
                 return
+            self._worker_gone(index)
             log.error("gateway worker %d exited (%s); starting it again", index, code)
             await asyncio.sleep(_RESTART_DELAY_S)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         channel = Channel(reader, writer, {})
-        channel.handlers = {"hello": lambda index: self._hello(index, channel),
-                            "route": self._route}  # fmt: skip
+        sender: list[int] = []  # its index, once it said hello
+
+        async def hello(index: int) -> None:
+            sender.append(index)
+            await self._hello(index, channel)
+
+        async def peer_events(events: dict[str, Any]) -> None:
+            if sender:
+                self._peer_events(sender[0], events)
+
+        channel.handlers = {"hello": hello, "route": self._route, "peer_events": peer_events}
         await channel.serve()
 
     async def _hello(self, index: int, channel: Channel) -> None:
@@ -148,7 +166,31 @@ class WorkerPool:
         for op, args in list(self._ops):
             with contextlib.suppress(ChannelError):  # (a change made meanwhile: done)
                 await channel.call(op, **args)
+        others: dict[str, int] = {}  # the other workers' requests in flight now
+        for i, counts in self._in_flight.items():
+            for rid, n in counts.items():
+                if i != index and n:
+                    others[rid] = others.get(rid, 0) + n
+        if others:
+            channel.notify("peer_events", events=PeerEvents(in_flight=others).to_json())
         self._ready[index].set()
+
+    def _peer_events(self, index: int, raw: dict[str, Any]) -> None:
+        """Worker `index` routed these: pass them on to the other workers as they came,
+        and keep its net in-flight counts (for workers that start later)."""
+        counts = self._in_flight.setdefault(index, {})
+        for rid, delta in (raw.get("in_flight") or {}).items():
+            counts[rid] = counts.get(rid, 0) + int(delta)
+        for i, channel in list(self._channels.items()):
+            if i != index:
+                channel.notify("peer_events", events=raw)
+
+    def _worker_gone(self, index: int) -> None:
+        """Worker `index` died, and its requests with it: the others stop counting them."""
+        gone = {k: -v for k, v in self._in_flight.get(index, {}).items() if v}
+        if gone:
+            self._peer_events(index, PeerEvents(in_flight=gone).to_json())
+        self._in_flight.pop(index, None)
 
     async def stop(self) -> None:
         self._stopping = True

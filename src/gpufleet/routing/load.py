@@ -11,11 +11,16 @@ KV_FULL_AS_REQUESTS = 4.0
 WAITING_WEIGHT = 2.0
 
 
+def in_flight(replica: ReplicaView) -> int:
+    """Requests in flight on `replica` from this gateway: its own and its peer workers'."""
+    return replica.in_flight + replica.peer_in_flight
+
+
 def requests_since_scrape(replica: ReplicaView) -> int:
     """Requests sent (positive) or finished (negative) since the scrape, per this gateway."""
     if replica.stats is None:
         return 0
-    return replica.in_flight - replica.stats.in_flight_at_scrape
+    return in_flight(replica) - replica.stats.in_flight_at_scrape
 
 
 def queue_depth_score(
@@ -28,7 +33,7 @@ def queue_depth_score(
     or saw finish since the scrape. Without a scrape, the gateway's in-flight count."""
     stats = replica.stats
     if stats is None:
-        return float(replica.in_flight)
+        return float(in_flight(replica))
     delta = requests_since_scrape(replica)
     running = stats.num_running
     waiting = stats.num_waiting

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpufleet.routing.base import PolicyBase
-from gpufleet.routing.load import queue_depth_score
+from gpufleet.routing.load import in_flight, queue_depth_score
 from gpufleet.routing.types import ReplicaView, RequestInfo, RoutingPolicy
 
 LOAD_SIGNALS = ("in_flight", "queue_depth")
@@ -138,7 +138,7 @@ class LoraAffinity(PolicyBase):
     def _load(self, replica: ReplicaView) -> float:
         if self.load_signal == "queue_depth":
             return queue_depth_score(replica)
-        return float(replica.in_flight)
+        return float(in_flight(replica))
 
     def _touch(self, replica_id: str, adapter: str) -> None:
         recent = self._recent.setdefault(replica_id, OrderedDict())

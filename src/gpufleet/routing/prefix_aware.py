@@ -63,7 +63,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from gpufleet.routing.base import PolicyBase, random_min
-from gpufleet.routing.load import queue_depth_score
+from gpufleet.routing.load import in_flight, queue_depth_score
 from gpufleet.routing.prefix import DEFAULT_BYTES_PER_TOKEN, ROUTING_BLOCK_BYTES, blocks_for_tokens
 from gpufleet.routing.prefix_index import PrefixIndex
 from gpufleet.routing.types import ReplicaView, RequestInfo
@@ -146,7 +146,7 @@ class PrefixAware(PolicyBase):
     def _load(self, replica: ReplicaView) -> float:
         if self.load_signal == "queue_depth":
             return queue_depth_score(replica)
-        return float(replica.in_flight)
+        return float(in_flight(replica))
 
     def choose(self, request: RequestInfo, replicas: Sequence[ReplicaView]) -> ReplicaView | None:
         if not replicas:
@@ -253,6 +253,19 @@ class PrefixAware(PolicyBase):
         replica_id, work = entry
         if replica_id in self._pending:
             self._pending[replica_id] = max(0.0, self._pending[replica_id] - work)
+
+    def on_peer_routed(self, replica_id: str, hashes: Sequence[int]) -> None:
+        """Another worker of this gateway sent a prompt with `hashes` to `replica_id`: learn
+        its blocks and count the decision in the recent share, as if it were ours (its
+        prefill is counted by the peer's in-flight requests, not in our pending)."""
+        work = 1.0
+        if hashes:
+            work += len(hashes) - self.index.match(hashes, (replica_id,))[replica_id]
+            self.index.insert(replica_id, hashes)
+            self._mean_prompt_blocks += (len(hashes) - self._mean_prompt_blocks) * (
+                1.0 - self.decay
+            )
+        self._record_decision(replica_id, work)
 
     def pending_prefill_blocks(self, replica_id: str) -> float:
         return self._pending.get(replica_id, 0.0)

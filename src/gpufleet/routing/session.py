@@ -15,12 +15,10 @@ import bisect
 import hashlib
 import math
 from collections.abc import Iterator, Sequence
-from operator import attrgetter
 
 from gpufleet.routing.base import PolicyBase, random_min
+from gpufleet.routing.load import in_flight
 from gpufleet.routing.types import ReplicaView, RequestInfo
-
-_IN_FLIGHT = attrgetter("in_flight")
 
 
 def stable_hash64(text: str) -> int:
@@ -93,24 +91,24 @@ class SessionAffinity(PolicyBase):
 
     def capacity(self, replicas: Sequence[ReplicaView]) -> int:
         """The most in-flight requests a replica may hold after taking this one."""
-        total = sum(r.in_flight for r in replicas) + 1
+        total = sum(in_flight(r) for r in replicas) + 1
         return max(1, math.ceil(self.balance_factor * total / len(replicas)))
 
     def choose(self, request: RequestInfo, replicas: Sequence[ReplicaView]) -> ReplicaView | None:
         if not replicas:
             return None
         if request.session_key is None:
-            return random_min(self.rng, replicas, _IN_FLIGHT)
+            return random_min(self.rng, replicas, in_flight)
         by_id = {r.replica_id: r for r in replicas}
         for rid in by_id:
             self.ring.add(rid)
         cap = self.capacity(replicas)
         for rid in self.ring.walk(stable_hash64(request.session_key)):
             replica = by_id.get(rid)
-            if replica is not None and replica.in_flight + 1 <= cap:
+            if replica is not None and in_flight(replica) + 1 <= cap:
                 return replica
         # Unreachable while cap >= mean load + 1, kept as a guard: least loaded.
-        return random_min(self.rng, replicas, _IN_FLIGHT)
+        return random_min(self.rng, replicas, in_flight)
 
     def on_replica_removed(self, replica_id: str) -> None:
         self.ring.remove(replica_id)

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import attrgetter
 
 from gpufleet.routing.base import PolicyBase, random_min
+from gpufleet.routing.load import in_flight
 from gpufleet.routing.types import ReplicaView, RequestInfo
-
-_IN_FLIGHT = attrgetter("in_flight")
 
 
 class RoundRobin(PolicyBase):
@@ -46,7 +44,7 @@ class LeastOutstanding(PolicyBase):
     def choose(self, request: RequestInfo, replicas: Sequence[ReplicaView]) -> ReplicaView | None:
         if not replicas:
             return None
-        return random_min(self.rng, replicas, _IN_FLIGHT)
+        return random_min(self.rng, replicas, in_flight)
 
 
 class PowerOfTwo(PolicyBase):
@@ -60,4 +58,4 @@ class PowerOfTwo(PolicyBase):
         if len(replicas) == 1:
             return replicas[0]
         a, b = self.rng.sample(range(len(replicas)), 2)
-        return random_min(self.rng, (replicas[a], replicas[b]), _IN_FLIGHT)
+        return random_min(self.rng, (replicas[a], replicas[b]), in_flight)

@@ -47,6 +47,8 @@ class ReplicaView:
     models: frozenset[str] = frozenset()
     state: ReplicaState = ReplicaState.READY
     in_flight: int = 0  # requests this gateway sent and has not seen finish
+    # requests the other workers of this gateway (`--workers N`) sent, as they told it
+    peer_in_flight: int = 0
     stats: EngineStats | None = None
     pool: str | None = None  # tenant pool this replica belongs to; None = shared
     labels: dict[str, str] = field(default_factory=dict)
