@@ -34,21 +34,31 @@ def replicas() -> Iterator[list[ReplicaProcess]]:
         yield [r0, r1]
 
 
-@pytest.fixture
-async def gateway(replicas: list[ReplicaProcess]) -> AsyncIterator[Gateway]:
+async def started_gateway(
+    urls: list[str], *, max_loras: int | None = None, replica_id: str = "r{}"
+) -> Gateway:
+    """A started gateway routing by adapter over `urls`, with the adapter `new` declared
+    (loaded nowhere until a request needs it)."""
+    options = {"policy_options": {"max_loras": max_loras}} if max_loras else {}
     cfg = validate_config(
         {
-            "replicas": [{"url": p.url, "id": f"r{i}"} for i, p in enumerate(replicas)],
+            "replicas": [{"url": u, "id": replica_id.format(i)} for i, u in enumerate(urls)],
             "models": [MODEL],
             "adapters": [{"name": "new", "path": "org/new-lora"}],
             "policy": "lora_affinity",
-            "policy_options": {"max_loras": 2},
             "health": {"probe_interval_s": 0.2},
             "scrape_interval_s": 0.2,
+            **options,
         }
     )
     gw = Gateway(cfg)
     await gw.start("127.0.0.1", 0)
+    return gw
+
+
+@pytest.fixture
+async def gateway(replicas: list[ReplicaProcess]) -> AsyncIterator[Gateway]:
+    gw = await started_gateway([p.url for p in replicas], max_loras=2)
     try:
         await wait_until(lambda: all(r.state is ReplicaState.READY for r in gw.replicas))
         await wait_until(lambda: {"sql", "chat"} <= {m for r in gw.replicas for m in r.models})
@@ -102,18 +112,7 @@ async def test_an_adapter_is_loaded_on_an_sglang_replica_through_sglangs_api() -
     args = ("--step-time", "base_s=0.01", "--engine", "sglang", "--enable-metrics",
             "--enable-lora", "--max-loras", "2")  # fmt: skip
     with ReplicaProcess(*args) as rep:
-        cfg = validate_config(
-            {
-                "replicas": [{"url": rep.url, "id": "s0"}],
-                "models": [MODEL],
-                "adapters": [{"name": "new", "path": "org/new-lora"}],
-                "policy": "lora_affinity",
-                "health": {"probe_interval_s": 0.2},
-                "scrape_interval_s": 0.2,
-            }
-        )
-        gw = Gateway(cfg)
-        await gw.start("127.0.0.1", 0)
+        gw = await started_gateway([rep.url], replica_id="s{}")
         try:
             await wait_until(lambda: all(r.state is ReplicaState.READY for r in gw.replicas))
             async with aiohttp.ClientSession() as s:
