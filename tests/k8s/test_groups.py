@@ -267,3 +267,17 @@ def test_a_single_group_config_keeps_its_names(tmp_path: Path) -> None:
     [so] = files["40-autoscaler.yaml"]
     assert "(sum(gpufleet_gateway_queue_depth) or vector(0))" in so["spec"]["triggers"][0][
         "metadata"]["query"]  # fmt: skip
+
+
+def test_a_single_groups_engine_answers_to_the_name_the_gateway_lists(tmp_path: Path) -> None:
+    """The catalog spells the model `meta-llama/Meta-Llama-3.1-8B`; the config (and so the
+    gateway) `meta-llama/Llama-3.1-8B`: the engine must answer to the config's name, or every
+    request the gateway forwards is a 404 at the engine. The fleet's own args stay last."""
+    files = emit(tmp_path, {"replicas": {"model": "meta-llama/Llama-3.1-8B", "gpu": "h100-sxm",
+                                         "args": "--max-num-seqs 64"},
+                            "kubernetes": {"name": "chat"}})  # fmt: skip
+    argv = engine_argv(files, "chat")
+    assert argv[argv.index("--served-model-name") + 1] == "meta-llama/Llama-3.1-8B"
+    assert argv[-2:] == ["--max-num-seqs", "64"]
+    [cm] = [o for o in files["10-gateway.yaml"] if o["kind"] == "ConfigMap"]
+    assert "meta-llama/Llama-3.1-8B" in yaml.safe_load(cm["data"]["gateway.yaml"])["models"]

@@ -107,7 +107,7 @@ def render(
     admin_key: str,
 ) -> list[ManifestFile]:
     """A single-group fleet's files (`fleet.replicas` planned as `p`)."""
-    gi = GroupInput(fleet.replicas, fleet.autoscale, spec)
+    gi = GroupInput(fleet.replicas, fleet.autoscale, spec, served_model=fleet.replicas.model)
     return render_groups([(p, gi)], fleet, spec, namespace=namespace, scaler=scaler,
                          admin_key=admin_key)  # fmt: skip
 
@@ -124,12 +124,14 @@ def render_groups(
     if scaler not in SCALERS:
         raise UserError(f"unknown scaler {scaler!r}", field="--scaler", fix=" | ".join(SCALERS))
     check_name(namespace, "--namespace")
-    several = planned[0][1].served_model is not None  # a `groups:` list: files per group
+    several = bool(fleet.groups)  # a `groups:` list: files per group
     files: list[ManifestFile] = []
     summary: list[str] = []
     groups = []
     for p, gi in planned:
-        group = replica_group(p, gi.spec, gi.replicas.args, gi.served_model)
+        group = replica_group(
+            p, gi.spec, gi.replicas.args, gi.served_model if several else None, gi.served_model
+        )
         groups.append(group)
         lines = _summary(p, group)
         summary += [f"[{group.name}] {line}" for line in lines] if several else lines

@@ -34,12 +34,16 @@ class GroupInput:
     autoscale: AutoscaleSpec
     spec: KubernetesSpec  # the `kubernetes:` settings for this group (its name set)
     where: str = ""  # "groups[1]." in a groups: list, for errors
-    served_model: str | None = None  # the gateway's name for its model; None: single group
+    served_model: str | None = None  # the gateway's name for its model (the config's)
 
 
 def group_inputs(fleet: FleetConfig, spec: KubernetesSpec) -> list[GroupInput]:
     if not fleet.groups:
-        return [GroupInput(fleet.replicas, fleet.autoscale, spec)]
+        # The engine answers to the model as the config names it (the catalog may spell it
+        # otherwise, e.g. Meta-Llama-3.1-8B), since the gateway lists the config's name.
+        return [
+            GroupInput(fleet.replicas, fleet.autoscale, spec, served_model=fleet.replicas.model)
+        ]
     if spec.name is not None:
         raise UserError(
             "kubernetes.name names the one group of a single-group fleet",

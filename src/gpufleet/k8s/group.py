@@ -117,18 +117,26 @@ def _capacity(plan: Plan, argv: list[str]) -> ReplicaCapacity:
 
 
 def replica_group(
-    plan: Plan, spec: KubernetesSpec, extra_args: str = "", served_model: str | None = None
+    plan: Plan,
+    spec: KubernetesSpec,
+    extra_args: str = "",
+    served_model: str | None = None,
+    name_on_engine: str | None = None,
 ) -> ReplicaGroup:
+    """`served_model`: the group's model in a `groups:` fleet (its controller and scaler
+    follow that model); `name_on_engine`: what the engine answers to (default the same)."""
     layout = plan.chosen.layout
     req = plan.request
     multi_node = layout.num_gpus > req.node_gpus
     nodes = layout.pp if multi_node else 1
     gpus_per_pod = layout.tp if multi_node else layout.num_gpus
     argv = engine_argv(plan, spec.engine, extra_args, multi_node)
-    if served_model and served_model != req.model.name and "--served-model-name" not in argv:
+    name_on_engine = name_on_engine or served_model
+    if name_on_engine and name_on_engine != req.model.name and "--served-model-name" not in argv:
         # The gateway lists the group's model as the config names it (the catalog may
         # know it by another name): the engine answers to that name too.
-        argv += ["--served-model-name", served_model]
+        user = len(shlex.split(extra_args))  # the fleet's own args stay last
+        argv[len(argv) - user : len(argv) - user] = ["--served-model-name", name_on_engine]
     name = spec.name or slug(f"{spec.engine}-{req.model.name.rsplit('/', 1)[-1]}", 40)
     weights_per_pod = plan.chosen.memory.weights_bytes * gpus_per_pod
     return ReplicaGroup(
