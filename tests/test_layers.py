@@ -26,7 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "openai_errors": set(),
     "stats": set(),
     "shared_data": _BASE,
-    "config_errors": _BASE,  # YAML config errors with file:line:col (gateway and fleet files)
+    "config_errors": _BASE,  # YAML config errors with file:line:col (every config file)
     "report": _BASE,  # run reports: plots (the plot extra) and HTML from plain records
     "dashboards": set(),  # the Grafana dashboard, built in code and shipped as JSON
     "specs": _BASE,
@@ -47,7 +47,7 @@ ALLOWED: dict[str, set[str]] = {
     "validation": _BASE | {"engine", "plan", "perf", "specs", "stats", "shared_data"},
     "bench": _BASE | {"workload", "stats", "tokenizer", "openai_errors"},
     "sim": _BASE | {"engine", "perf", "plan", "routing", "fleet_state", "autoscale",
-                    "workload", "stats", "tokenizer", "specs"},
+                    "workload", "stats", "tokenizer", "specs", "config_errors"},
     # the top: `gpufleet up` and the command line
     "fleet": _BASE | {"autoscale", "bench", "gateway", "fleet_state", "plan", "replica",
                       "routing", "stats", "workload", "specs", "config_errors", "report"},

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpufleet.errors import UserError
+from gpufleet.config_errors import load_yaml
 from gpufleet.fleet.config import AutoscaleSpec
 from gpufleet.k8s.objects import CONTROLLER, GATEWAY_PEERS, GATEWAY_PORT
 from gpufleet.k8s.settings import LeaseTiming, validated
@@ -75,11 +75,5 @@ def validate_controller_config(data: Any, source: str = "controller config") -> 
 
 
 def load_controller_config(path: str | Path) -> ControllerConfig:
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as exc:
-        raise UserError(str(exc), field="--config", fix="pass the controller's YAML") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"not valid YAML: {exc}", field=str(p), fix="fix the YAML syntax") from None
-    return validate_controller_config(data, source=str(p))
+    data, _ = load_yaml(path, "--config")  # the project's one YAML reader (errors name line:col)
+    return validate_controller_config(data, source=str(path))

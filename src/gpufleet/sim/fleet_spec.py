@@ -19,9 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gpufleet.config_errors import load_yaml
 from gpufleet.errors import UserError
 
 
@@ -103,11 +103,5 @@ def validate_sim_fleet(data: Any, source: str = "--config") -> SimFleetSpec:
 
 
 def load_sim_fleet(path: str | Path) -> SimFleetSpec:
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except OSError as exc:
-        raise UserError(str(exc), field="--config", fix="pass an existing YAML file") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"not valid YAML: {exc}", field=str(p), fix="fix the YAML syntax") from None
-    return validate_sim_fleet(data or {}, source=str(p))
+    data, _ = load_yaml(path, "--config")  # the project's one YAML reader (errors name line:col)
+    return validate_sim_fleet(data or {}, source=str(path))
