@@ -63,18 +63,7 @@ class Replica:
             self.proc.wait()
 
     async def wait_healthy(self, timeout_s: float = 60.0) -> None:
-        loop = asyncio.get_running_loop()
-        end = loop.time() + timeout_s
-        async with aiohttp.ClientSession() as s:
-            while loop.time() < end:
-                try:
-                    async with s.get(self.url + "/health") as r:
-                        if r.status == 200:
-                            return
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.2)
-        raise RuntimeError(f"replica {self.url} not healthy")
+        await wait_ok("GET", self.url + "/health", None, timeout_s, 0.2)
 
     async def slow(self, factor: float) -> None:
         async with (
@@ -98,20 +87,27 @@ def proxy_argv(peer: str, port: int, upstreams: list[str], tmp: Path, fault: str
     raise ValueError(peer)
 
 
-async def wait_serving(url: str, timeout_s: float = 60.0) -> None:
-    body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+async def wait_ok(
+    method: str, url: str, body: dict[str, Any] | None, timeout_s: float, every_s: float
+) -> None:
+    """Until `url` answers 200 (a replica's /health, or a proxy serving a completion)."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout_s
     async with aiohttp.ClientSession() as s:
         while loop.time() < end:
             try:
-                async with s.post(url + "/v1/completions", json=body) as r:
+                async with s.request(method, url, json=body) as r:
                     if r.status == 200:
                         return
             except aiohttp.ClientError:
                 pass
-            await asyncio.sleep(0.3)
-    raise RuntimeError(f"{url} does not serve")
+            await asyncio.sleep(every_s)
+    raise RuntimeError(f"{method} {url} did not answer 200 within {timeout_s:g} s")
+
+
+async def wait_serving(url: str, timeout_s: float = 60.0) -> None:
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 2}
+    await wait_ok("POST", url + "/v1/completions", body, timeout_s, 0.3)
 
 
 async def run_one(args: argparse.Namespace, peer: str, fault: str, tmp: Path) -> dict[str, Any]:
