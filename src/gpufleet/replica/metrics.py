@@ -8,6 +8,7 @@ and are exposed through the same custom collector.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -55,6 +56,24 @@ def build_1_2_5_buckets(max_value: int) -> tuple[int, ...]:
                 return tuple(out)
             out.append(value)
         exponent += 1
+
+
+def one_gauge(
+    name: str, doc: str, value: float, *, names: list[str], values: list[str]
+) -> GaugeMetricFamily:
+    """A gauge family with one sample (the replica's own labels)."""
+    g = GaugeMetricFamily(name, doc, labels=names)
+    g.add_metric(values, value)
+    return g
+
+
+def one_counter(
+    name: str, doc: str, value: float, *, names: list[str], values: list[str]
+) -> CounterMetricFamily:
+    """A counter family with one sample (the replica's own labels)."""
+    c = CounterMetricFamily(name, doc, labels=names)
+    c.add_metric(values, value)
+    return c
 
 
 class ReplicaMetrics(Collector):
@@ -108,16 +127,8 @@ class ReplicaMetrics(Collector):
         s = self._stats()
         names = ["model_name", "engine"]
         labels = self._labels
-
-        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-            g = GaugeMetricFamily(name, doc, labels=names)
-            g.add_metric(labels, value)
-            return g
-
-        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
-            c = CounterMetricFamily(name, doc, labels=names)
-            c.add_metric(labels, value)
-            return c
+        gauge = functools.partial(one_gauge, names=names, values=labels)
+        counter = functools.partial(one_counter, names=names, values=labels)
 
         yield gauge(
             "vllm:num_requests_running", "Number of requests in model execution batches.",

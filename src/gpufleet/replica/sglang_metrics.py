@@ -10,17 +10,16 @@ personality feed them (`ReplicaMetrics`), so both personalities report one engin
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
 
 from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
 
-from gpufleet.replica.metrics import ReplicaMetrics
+from gpufleet.replica.metrics import ReplicaMetrics, one_counter, one_gauge
 
 LABELS = ["model_name", "engine_type", "tp_rank", "pp_rank"]
 
@@ -35,15 +34,8 @@ class SglangMetrics(ReplicaMetrics):
         labels = [self.model_name, "unified", "0", "0"]
         pool_tokens = s.num_gpu_blocks * s.block_size
 
-        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-            g = GaugeMetricFamily(name, doc, labels=LABELS)
-            g.add_metric(labels, value)
-            return g
-
-        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
-            c = CounterMetricFamily(name, doc, labels=LABELS)
-            c.add_metric(labels, value)
-            return c
+        gauge = functools.partial(one_gauge, names=LABELS, values=labels)
+        counter = functools.partial(one_counter, names=LABELS, values=labels)
 
         yield gauge("sglang:num_running_reqs", "The number of running requests.", s.num_running)
         yield gauge("sglang:num_used_tokens", "The number of used tokens.",
