@@ -438,13 +438,7 @@ def layout_scenario(c: int, quick: bool) -> Scenario:
     profile = replica_profile(
         LAYOUT_MODEL, "h100-sxm", tp=4, max_num_seqs=max_num_seqs, max_model_len=8192
     )
-    cfg = EngineConfig(
-        num_gpu_blocks=profile.num_gpu_blocks,
-        block_size=profile.block_size,
-        max_num_seqs=profile.max_num_seqs,
-        max_num_batched_tokens=profile.max_num_batched_tokens,
-        max_model_len=profile.max_model_len,
-    )
+    cfg = EngineConfig.of_replica(profile)
     per_client = {1: 20, 16: 7, 64: 4, 256: 3}[c]
     if quick:
         per_client = max(1, per_client // 2)

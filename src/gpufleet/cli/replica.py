@@ -203,14 +203,10 @@ def command(
         max_num_batched_tokens=max_num_batched_tokens,
     )
     try:
-        engine_config = EngineConfig(
-            num_gpu_blocks=num_gpu_blocks_override or profile.num_gpu_blocks,
-            block_size=profile.block_size,
-            max_num_seqs=profile.max_num_seqs,
-            max_num_batched_tokens=profile.max_num_batched_tokens,
-            max_model_len=profile.max_model_len,
-            pipeline_stages=profile.pipeline_stages,
+        engine_config = EngineConfig.of_replica(
+            profile,
             enable_prefix_caching=enable_prefix_caching,
+            num_gpu_blocks=num_gpu_blocks_override,
         )
     except ValueError as e:
         raise UserError(str(e), field="--num-gpu-blocks-override") from e

@@ -3,9 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from gpufleet.engine.request import EngineRequest
 from gpufleet.perf.step_time import StepBatch
+
+
+class SizedReplica(Protocol):
+    """What a replica's profile (`gpufleet.plan.profile.ReplicaProfile`) says of its engine."""
+
+    @property
+    def num_gpu_blocks(self) -> int: ...
+    @property
+    def block_size(self) -> int: ...
+    @property
+    def max_num_seqs(self) -> int: ...
+    @property
+    def max_num_batched_tokens(self) -> int: ...
+    @property
+    def max_model_len(self) -> int: ...
+    @property
+    def pipeline_stages(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +51,26 @@ class EngineConfig:
                 f"the KV cache ({self.num_gpu_blocks} blocks x {self.block_size} tokens) "
                 f"cannot hold one request of max_model_len={self.max_model_len} tokens"
             )
+
+    @classmethod
+    def of_replica(
+        cls,
+        profile: SizedReplica,
+        *,
+        enable_prefix_caching: bool = True,
+        num_gpu_blocks: int | None = None,
+    ) -> EngineConfig:
+        """The engine of one replica as its profile sizes it: the one rule the live replica
+        and the simulator share (`num_gpu_blocks` overrides the profile's KV cache)."""
+        return cls(
+            num_gpu_blocks=num_gpu_blocks or profile.num_gpu_blocks,
+            block_size=profile.block_size,
+            max_num_seqs=profile.max_num_seqs,
+            max_num_batched_tokens=profile.max_num_batched_tokens,
+            max_model_len=profile.max_model_len,
+            pipeline_stages=profile.pipeline_stages,
+            enable_prefix_caching=enable_prefix_caching,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,15 +61,7 @@ def _group(sc: Scenario, g: GroupSpec, where: str) -> ReplicaGroup:
             raise
         field = where + (exc.field or "layout").lstrip("-")
         raise UserError(exc.message, field=field, fix=exc.fix) from None
-    engine = EngineConfig(
-        num_gpu_blocks=profile.num_gpu_blocks,
-        block_size=profile.block_size,
-        max_num_seqs=profile.max_num_seqs,
-        max_num_batched_tokens=profile.max_num_batched_tokens,
-        max_model_len=profile.max_model_len,
-        pipeline_stages=profile.pipeline_stages,
-        enable_prefix_caching=sc.enable_prefix_caching,
-    )
+    engine = EngineConfig.of_replica(profile, enable_prefix_caching=sc.enable_prefix_caching)
     price = g.gpu_price if g.gpu_price is not None else sc.gpu_price
     return ReplicaGroup(
         g.name,
