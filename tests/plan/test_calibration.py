@@ -18,11 +18,7 @@ MARGIN = 0.01  # of the bound's range: closer than this to a bound counts as pin
 
 # Pinned today, each a gap in the model the fit compensates for (reported, not hidden:
 # strict, so the test fails as soon as one comes off its bound and must leave this list).
-KNOWN_PINNED = {
-    # SGLang's DeepSeek decode grows with the batch more slowly than uniform routing's count
-    # of distinct experts read says (routing skew, unmodelled): the fit reads experts faster.
-    "sglang.moe_efficiency": "SGLang DeepSeek decode: distinct experts per batch overcounted",
-}
+KNOWN_PINNED: dict[str, str] = {}
 
 
 def _constants() -> list[tuple[str, float]]:

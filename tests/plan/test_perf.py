@@ -269,3 +269,29 @@ def test_moe_gemm_efficiency_slows_prefill_not_decode() -> None:
     # Compute-bound grouped GEMMs (prefill) pay the kernel's FLOP/s; decode reads weights.
     assert slow_m.step_time_s(prefill) > 1.3 * fast_m.step_time_s(prefill)
     assert slow_m.step_time_s(decode) == pytest.approx(fast_m.step_time_s(decode))
+
+
+def test_identical_requests_in_a_closed_loop_do_not_queue_below_saturation() -> None:
+    """Clients that all send the same isl / osl arrive evenly spaced once they drift apart
+    (deterministic service and arrivals: Kingman's factor 0): the planner's TTFT is the
+    iteration in progress and the prompt's own prefill, not an exponential queue's wait."""
+    from gpufleet.plan.closed_loop import FIXED_LENGTH_QUEUE_SCALE
+
+    from gpufleet.plan.perf_serving import _serving_setup
+
+    layout = Layout(tp=1, weight_dtype="fp8")
+    got = predict_serving(LLAMA_70B, H100, layout, 1024, 256, 16)
+    cal, step, sched = _serving_setup(
+        LLAMA_70B, H100, layout, 1024, 256, "vllm", None, None, None, None, None
+    )
+    no_queue = predict_closed_loop(
+        step, 1024, 256, 16, sched, ttft_overhead_s=cal.backend("vllm").ttft_overhead_s,
+        queue_scale=0.0,
+    )  # fmt: skip
+    exponential = predict_closed_loop(
+        step, 1024, 256, 16, sched, ttft_overhead_s=cal.backend("vllm").ttft_overhead_s,
+        queue_scale=1.0,
+    )  # fmt: skip
+    assert FIXED_LENGTH_QUEUE_SCALE == 0.0
+    assert got.ttft_s == pytest.approx(no_queue.ttft_s, rel=1e-9)
+    assert exponential.ttft_s > got.ttft_s

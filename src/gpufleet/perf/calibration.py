@@ -69,7 +69,9 @@ class Calibration:
     attention_efficiency: float = 0.5  # achieved / peak FLOP/s for attention kernels
     memory_efficiency: float = 0.85  # achieved / peak HBM bandwidth
     allreduce_latency_s: float = 10e-6  # one small all-reduce (custom one-shot kernels)
-    queue_scale: float = 1.0  # prefill queueing relative to an exponential-service queue
+    # Zipf exponent of routed experts' popularity (0: uniform routing): how much fewer
+    # distinct experts a batch reads than uniform routing says (perf.expert_routing).
+    routing_skew: float = 0.0
     backends: Mapping[str, BackendCalibration] = field(
         default_factory=lambda: MappingProxyType({"default": BackendCalibration()})
     )
@@ -81,7 +83,7 @@ class Calibration:
 
 
 SCALAR_CONSTANTS: Final = ("gemm_efficiency", "attention_efficiency", "memory_efficiency",
-                           "allreduce_latency_s", "queue_scale")  # fmt: skip
+                           "allreduce_latency_s", "routing_skew")  # fmt: skip
 BACKEND_CONSTANTS: Final = tuple(f.name for f in dataclasses.fields(BackendCalibration))
 
 # What is physically plausible for each constant (low, high). The kernel measurements on
@@ -92,7 +94,7 @@ BOUNDS: Final[Mapping[str, tuple[float, float]]] = MappingProxyType({
     "attention_efficiency": (0.2, 0.95),
     "memory_efficiency": (0.6, 0.95),
     "allreduce_latency_s": (2e-6, 40e-6),
-    "queue_scale": (0.02, 4.0),
+    "routing_skew": (0.0, 1.5),
     "step_overhead_s": (0.0, 0.02),
     "seq_overhead_s": (0.0, 200e-6),
     "eager_layer_overhead_s": (0.0, 300e-6),

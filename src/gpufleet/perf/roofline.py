@@ -8,9 +8,11 @@ Per layer, on one GPU of the group:
   kernel measurements give across the ridge (a GEMM at the ridge point takes ~1.3x the
   larger of the two, not 1x nor 2x).
 * Routed experts: only the experts the batch touches are read — for G tokens each picking
-  k of E experts, E(1 - (1 - k/E)^G) distinct ones — split over EP ranks (each expert over
-  moe_tp GPUs); their FLOPs are the tokens' k expert MLPs. With attention data parallelism
-  the MoE layers see the tokens of every DP rank.
+  k of E experts, E(1 - (1 - k/E)^G) distinct ones under uniform routing, fewer under the
+  skewed popularity real routers show (`expert_routing`) — split over EP ranks (each
+  expert over moe_tp GPUs), the busiest rank setting the pace; their FLOPs are the
+  tokens' k expert MLPs. With attention data parallelism the MoE layers see the tokens of
+  every DP rank.
 * Attention: prefill FLOPs grow with the context each new token attends over (causal,
   capped by a sliding window); decode reads every cached K/V byte (MLA: the compressed
   latent, absorbed).
@@ -35,6 +37,7 @@ from typing import Protocol
 
 from gpufleet.perf.calibration import Calibration, default_calibration
 from gpufleet.perf.comm import CUSTOM_ALL_REDUCE_MAX_BYTES, AllReduceCurve, send_recv_s
+from gpufleet.perf.expert_routing import expert_routing
 from gpufleet.perf.decode_run import DecodeParts, decode_run_ends_s, decode_run_times_s
 from gpufleet.perf.layer_costs import compute_dtype, layer_classes
 from gpufleet.perf.step_time import StepBatch
@@ -150,7 +153,11 @@ class RooflineStepTimeModel:
         )
         self._num_experts = moe.num_experts if moe else 0
         self._top_k = moe.experts_per_token if moe else 0
-        self._experts_per_rank = math.ceil(moe.num_experts / ep) if moe else 0.0
+        self._routing = (
+            expert_routing(moe.num_experts, moe.experts_per_token, cal.routing_skew, ep)
+            if moe
+            else None
+        )
         expert_params_gpu = model.expert_params() / moe_tp if moe else 0.0
         self._expert_bytes = expert_params_gpu * exp_fmt.bytes_per_param
         self._expert_flops_per_assignment = 2.0 * expert_params_gpu
@@ -273,11 +280,12 @@ class RooflineStepTimeModel:
     def _moe_s(self, tokens: int) -> float:
         """Routed experts on one GPU for one MoE layer, plus the token exchange."""
         global_tokens = tokens * self._dp
-        k, e = self._top_k, self._num_experts
-        touched = self._experts_per_rank * (1.0 - (1.0 - k / e) ** global_tokens)
-        # Token-expert pairs one EP rank's experts receive; each of its moe_tp GPUs computes
-        # its 1/moe_tp slice of every one (the per-assignment FLOPs are already a slice).
-        assignments = global_tokens * k / self._ep
+        routing = self._routing
+        assert routing is not None
+        touched = routing.rank_distinct_experts(global_tokens)
+        # Token-expert pairs the busiest EP rank's experts receive; each of its moe_tp GPUs
+        # computes its 1/moe_tp slice of every one (the per-assignment FLOPs are a slice).
+        assignments = global_tokens * self._top_k * routing.busiest_assignment_share
         expert_s = max(
             assignments * self._expert_flops_per_assignment / self._moe_flops_s,
             (touched * self._expert_bytes + assignments * self._h * ACT_BYTES * 2)

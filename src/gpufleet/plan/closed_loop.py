@@ -27,6 +27,14 @@ from dataclasses import dataclass
 from gpufleet.perf.step_time import StepBatch, StepTimeModel
 
 _ITERATIONS = 60
+# Queueing at the prefill station scales with the variability of arrivals and service,
+# Kingman's (ca^2 + cs^2) / 2 (1: exponential, the mean-value analysis as written). A
+# closed loop of clients that all send the same isl / osl — the benchmarks' load and the
+# planner's question — has deterministic service and arrivals that are completions of
+# identical cycles: once the clients drift apart the prompts arrive evenly spaced and none
+# waits for another below saturation (ca = cs = 0). What waiting remains is the iteration
+# in progress (`ahead_s`) and, at saturation, the throughput caps (Little's law).
+FIXED_LENGTH_QUEUE_SCALE = 0.0
 _DAMPING = 0.5
 _MAX_PREFILL_SHARE = 0.97
 
@@ -83,6 +91,8 @@ def predict_closed_loop(
     clients start at once: the first wave of prompts queues behind each other (the i-th
     waits for i-1 prefills), and that wave is 1/requests_per_client of the requests.
     None: steady state only (what a long-running service sees).
+    queue_scale: the variability factor of the prefill queue (Kingman's (ca^2 + cs^2) / 2;
+    1: exponential arrivals and service; FIXED_LENGTH_QUEUE_SCALE for identical requests).
     lockstep_ranks: attention data-parallel ranks that run every iteration together (their
     MoE layers exchange tokens): a prefill on any rank stalls the decodes on all of them,
     so each rank's decodes see the prefill work of every rank. `concurrency` is per rank.

@@ -10,6 +10,7 @@ from gpufleet.perf.calibration import Calibration, default_calibration
 from gpufleet.perf.roofline import LayoutLike, RooflineStepTimeModel
 from gpufleet.perf.step_time import StepTimeModel
 from gpufleet.plan.closed_loop import (
+    FIXED_LENGTH_QUEUE_SCALE,
     SchedulerShape,
     ServingPrediction,
     max_concurrency_within_slo,
@@ -153,7 +154,7 @@ def predict_serving(
         concurrency,
         sched,
         ttft_overhead_s=cal.backend(backend).ttft_overhead_s,
-        queue_scale=cal.queue_scale,
+        queue_scale=FIXED_LENGTH_QUEUE_SCALE,
     )
 
 
@@ -188,5 +189,5 @@ def max_serving_concurrency_within_slo(
         scheduler=sched,
         max_concurrency=sched.max_running,
         ttft_overhead_s=cal.backend(backend).ttft_overhead_s,
-        queue_scale=cal.queue_scale,
+        queue_scale=FIXED_LENGTH_QUEUE_SCALE,
     )

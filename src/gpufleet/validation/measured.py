@@ -16,7 +16,12 @@ from pathlib import Path
 from gpufleet.errors import UserError
 from gpufleet.perf.calibration import BackendCalibration, Calibration, default_calibration
 from gpufleet.perf.roofline import RooflineStepTimeModel
-from gpufleet.plan.closed_loop import SchedulerShape, ServingPrediction, predict_closed_loop
+from gpufleet.plan.closed_loop import (
+    FIXED_LENGTH_QUEUE_SCALE,
+    SchedulerShape,
+    ServingPrediction,
+    predict_closed_loop,
+)
 from gpufleet.plan.engines import EngineRules, engine_rules
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.memory import memory_breakdown
@@ -176,7 +181,7 @@ def model_row(
             iterations_ahead=1 if rules.overlap_scheduling else 0,
         ),
         ttft_overhead_s=b.ttft_overhead_s,
-        queue_scale=cal.queue_scale,
+        queue_scale=FIXED_LENGTH_QUEUE_SCALE,
         requests_per_client=b.benchmark_requests_per_client,
     )
     return RowPrediction(
