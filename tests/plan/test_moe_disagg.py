@@ -40,7 +40,7 @@ def test_dp_attention_with_ep_wins_for_deepseek_at_load() -> None:
 
 
 def test_dp_ep_groups_divide_the_experts_and_respect_max_gpus() -> None:
-    p = plan(PlanRequest(model=DEEPSEEK, gpu=load_gpu("h200"), rps=10, max_gpus=16))
+    p = plan(PlanRequest(model=DEEPSEEK, gpu=load_gpu("h200"), rps=5, max_gpus=16))
     assert p.disaggregated is None or p.disaggregated.total_gpus <= 16
     for c in p.candidates:
         assert c.layout.num_gpus <= 16

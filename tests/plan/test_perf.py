@@ -276,7 +276,6 @@ def test_identical_requests_in_a_closed_loop_do_not_queue_below_saturation() -> 
     (deterministic service and arrivals: Kingman's factor 0): the planner's TTFT is the
     iteration in progress and the prompt's own prefill, not an exponential queue's wait."""
     from gpufleet.plan.closed_loop import FIXED_LENGTH_QUEUE_SCALE
-
     from gpufleet.plan.perf_serving import _serving_setup
 
     layout = Layout(tp=1, weight_dtype="fp8")

@@ -79,9 +79,7 @@ class ExpertRouting:
         probs = expert_pick_probabilities(num_experts, top_k, skew)
         self._log_miss = tuple(math.log1p(-p) if p < 1.0 else -math.inf for p in probs)
         if self._uniform or self.ep == 1:
-            self._groups: tuple[tuple[tuple[int, ...], ...], ...] = (
-                (tuple(range(num_experts)),),
-            )
+            self._groups: tuple[tuple[tuple[int, ...], ...], ...] = ((tuple(range(num_experts)),),)
         else:
             self._groups = _rank_groups(num_experts, self.ep)
         # Share of all token-expert assignments the busiest rank receives (1/ep if even).

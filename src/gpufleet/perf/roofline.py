@@ -37,8 +37,8 @@ from typing import Protocol
 
 from gpufleet.perf.calibration import Calibration, default_calibration
 from gpufleet.perf.comm import CUSTOM_ALL_REDUCE_MAX_BYTES, AllReduceCurve, send_recv_s
-from gpufleet.perf.expert_routing import expert_routing
 from gpufleet.perf.decode_run import DecodeParts, decode_run_ends_s, decode_run_times_s
+from gpufleet.perf.expert_routing import expert_routing
 from gpufleet.perf.layer_costs import compute_dtype, layer_classes
 from gpufleet.perf.step_time import StepBatch
 from gpufleet.specs.dtypes import BYTES_PER_PARAM
