@@ -12,7 +12,9 @@ tokens, and sends the next prompt at once. In steady state:
   one more where the engine forms the next batch while the GPU runs this one), the queue
   of other prompts ahead at the prefill "station", and the request's own prefill chunks. The queue is that of a closed network (finite population: the clients), solved
   with Schweitzer's mean-value approximation, so it saturates at `concurrency - 1`
-  prompts instead of diverging like an open queue would.
+  prompts instead of diverging like an open queue would; its wait is scaled by the
+  variability of arrivals and service (Kingman), which is nil for clients that all send
+  the same lengths (`FIXED_LENGTH_QUEUE_SCALE`: the planner's and the benchmarks' load).
 * Little's law ties them: requests_per_s = concurrency / (TTFT + (osl - 1) * TPOT).
 
 The three are solved together by damped fixed-point iteration (a few dozen step-time
