@@ -51,7 +51,7 @@ share cost only past the share bound. Moving a conversation recomputes its histo
 nothing else reuses, while a new conversation moves for the price of its shared prefix at
 most (once per replica) and takes its later turns with it; so new conversations do the
 balancing and histories stay home. Over the 12 synthetic instances it lifts the hit rate
-from 0.9961x to 0.9973x one pooled engine's (multi_turn@1 0.994x -> 0.996x, tool_agent@1
+from 0.9955x to 0.9964x one pooled engine's (multi_turn@1 0.994x -> 0.996x, tool_agent@1
 0.996x -> 0.998x with TTFT -4%, p99 -11%), the Mooncake slice 1.085x -> 1.141x, worst
 max/mean requests 1.092 -> 1.096; what still moves is first turns copying a system prompt.
 
