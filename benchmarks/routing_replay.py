@@ -128,6 +128,9 @@ class _TrueIndex:
     ) -> None:
         self.caches = caches
         self.by_routing = by_routing
+        # where prompts branch is the router's own knowledge, not the caches': learnt as
+        # prefix_aware learns it
+        self.branches = PrefixIndex(1 << 30)
 
     def match(self, hashes: Sequence[int], replica_ids: Iterable[str]) -> dict[str, int]:
         req = self.by_routing[tuple(hashes)]
@@ -139,7 +142,10 @@ class _TrueIndex:
         return out
 
     def insert(self, replica_id: str, hashes: Sequence[int]) -> None:
-        return None
+        self.branches.insert(replica_id, hashes)
+
+    def shared_depth(self, hashes: Sequence[int], limit: int) -> int:
+        return self.branches.shared_depth(hashes, limit)
 
     def set_capacity(self, replica_id: str, capacity_blocks: int) -> None:
         return None
