@@ -127,3 +127,20 @@ def test_index_capacity_per_replica_and_removal_drops_every_entry() -> None:
     idx.remove_replica("a")
     assert idx.total_blocks() == 0
     assert idx._holders == {}  # no reverse-map leak either
+
+
+def test_index_tells_a_shared_prefix_from_one_conversations_history() -> None:
+    idx = PrefixIndex(capacity_blocks=100)
+    system = (1, 2, 3)
+    idx.insert("a", (*system, 10, 11))  # conversation 1, turn 1
+    assert idx.shared_depth((*system, 10, 11, 12), 5) == 0  # nothing branches yet
+    idx.insert("b", (*system, 20, 21))  # conversation 2: prompts now branch after block 3
+    assert idx.shared_depth((*system, 10, 11, 12), 5) == 3
+    # Conversation 1's next turn resends its first whole: no new branch point.
+    idx.insert("a", (*system, 10, 11, 12, 13))
+    assert idx.shared_depth((*system, 10, 11, 12, 13, 14), 6) == 3
+    assert idx.shared_depth((*system, 10, 11), 2) == 0  # only within the first `limit`
+    # What no replica holds any more is forgotten, branch points included.
+    idx.remove_replica("a")
+    idx.remove_replica("b")
+    assert idx._first_child == {} and idx._branching == set()

@@ -173,6 +173,36 @@ def test_the_bounds_stretch_for_the_share_of_the_prompt_a_replica_holds() -> Non
     assert not placement((*P[:2], *range(500, 519)), 0.5)
 
 
+@pytest.mark.parametrize("keep_history", [True, False])
+def test_a_conversation_stays_with_its_history_while_new_ones_do_the_balancing(
+    keep_history: bool,
+) -> None:
+    # A share cost big enough to outweigh recomputing 20 blocks for a replica 5 decisions
+    # ahead of the mean, still within the share bound.
+    p = PrefixAware(seed=0, share_weight=200.0, keep_history=keep_history)
+    rs = views(2)
+    system = tuple(range(1000, 1020))
+    turn1 = (*system, *range(2000, 2020))
+    holder = p.choose(request(0, prefix_hashes=turn1), rs)
+    assert holder is not None
+    p.on_first_token(request(0), holder)
+    other = next(r for r in rs if r is not holder)
+    # Another conversation behind the same system prompt, and more decisions, on the
+    # holder (by a peer worker): the prompts branch after `system`; the holder is ahead.
+    p.on_peer_routed(holder.replica_id, (*system, *range(3000, 3020)))
+    for _ in range(7):
+        p.on_peer_routed(holder.replica_id, ())
+    # A new conversation shares only the system prompt there: it moves, copying it.
+    fresh = p.choose(request(1, prefix_hashes=(*system, *range(4000, 4021))), rs)
+    assert fresh is other
+    p.on_first_token(request(1), other)
+    p.on_peer_routed(holder.replica_id, ())  # (the holder stays as far ahead)
+    # The first conversation's next turn resends 40 blocks of its own history: it stays,
+    # where the share cost alone would have moved it.
+    turn2 = (*turn1, *range(2020, 2040))
+    assert (p.choose(request(2, prefix_hashes=turn2), rs) is holder) is keep_history
+
+
 def test_match_headroom_is_validated() -> None:
     with pytest.raises(ValueError, match="match_headroom"):
         PrefixAware(match_headroom=-0.1)

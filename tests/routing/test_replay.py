@@ -103,3 +103,18 @@ def test_replay_hands_back_the_replicas_caches() -> None:
     )
     assert sorted(caches) == ["r0", "r1"]
     assert sum(c.cached_prefix([1, 2, 3]) for c in caches.values()) == 3
+
+
+def test_hits_lost_to_placement_are_counted_apart_from_evictions() -> None:
+    prompt = tuple(range(10))
+    # Round robin sends the second copy to r1 while r0 holds it: 9 blocks held elsewhere.
+    reqs = [ReplayRequest(0.0, prompt, output_tokens=1), ReplayRequest(10.0, prompt, 1)]
+    report = replay(make_policy("round_robin", seed=0), reqs, replicas=2)
+    assert report.hit_tokens == 0
+    assert report.held_elsewhere_tokens == 9 * 16
+    assert report.held_elsewhere_rate == pytest.approx(9 / 20)
+    # A one-block cache keeps only the head on r0: the other 8 blocks were evicted, not
+    # held elsewhere.
+    tiny = ReplicaTiming(cache_blocks=1)
+    evicted = replay(make_policy("round_robin", seed=0), reqs, replicas=2, timing=tiny)
+    assert evicted.hit_tokens == 0 and evicted.held_elsewhere_tokens == 16

@@ -4,6 +4,11 @@ The router cannot see replicas' caches; it remembers what it sent where. Blocks 
 prompt are touched last-to-first, so a prompt's first block is the most recent and a
 replica's tail blocks are forgotten before the head they hang off (as vLLM evicts tails
 first), which keeps every remembered prefix contiguous.
+
+It also remembers where prompts branch: a block that prompts have continued in two
+different ways ends a prefix they share (a system prompt, an agent's tools), while the
+blocks of one conversation's history past it are continued only by its own next turns
+(each turn resends the last one whole). `shared_depth` tells the two apart.
 """
 
 from __future__ import annotations
@@ -33,6 +38,11 @@ class PrefixIndex:
         self._lru: dict[str, OrderedDict[int, None]] = {}
         # hash -> its holder, or the set of them when several hold it
         self._holders: dict[int, str | set[str]] = {}
+        # hash -> the first block seen after it (a chained hash has one parent, so a pair
+        # is noted once, when the child is new); blocks seen continued by a second, other
+        # child are branch points
+        self._first_child: dict[int, int] = {}
+        self._branching: set[int] = set()
 
     def set_capacity(self, replica_id: str, capacity_blocks: int) -> None:
         """A replica's own cache size, when it is known (e.g. from its reported KV blocks)."""
@@ -60,6 +70,7 @@ class PrefixIndex:
         lru.update(zip(reversed(hashes), repeat(None)))
         if _MISSING in was:
             new = [h for h, w in zip(hashes, was, strict=True) if w is _MISSING]
+            self._note_children(hashes)
             holders = self._holders
             if holders.keys().isdisjoint(new):  # usually: blocks nobody else holds
                 holders.update(zip(new, repeat(replica_id)))
@@ -67,6 +78,35 @@ class PrefixIndex:
                 for h in new:
                     self._add_holder(h, replica_id)
         self._evict(replica_id)
+
+    def _note_children(self, hashes: Sequence[int]) -> None:
+        """Note the parent of each block of `hashes` no replica holds yet (before they are
+        added as held)."""
+        holders = self._holders
+        k = next((i for i, h in enumerate(hashes) if h not in holders), len(hashes))
+        if k == len(hashes):
+            return
+        first = self._first_child
+        if k > 0 and first.setdefault(hashes[k - 1], hashes[k]) != hashes[k]:
+            self._branching.add(hashes[k - 1])
+        first.update(zip(hashes[k:-1], hashes[k + 1 :], strict=True))
+
+    def _forget(self, hashes: Iterable[int]) -> None:
+        """No replica holds `hashes` any more: forget what followed them."""
+        first, branching = self._first_child, self._branching
+        for h in hashes:
+            first.pop(h, None)
+            branching.discard(h)
+
+    def shared_depth(self, hashes: Sequence[int], limit: int) -> int:
+        """Leading blocks of `hashes`, among its first `limit`, up to the deepest one that
+        prompts have continued in more than one way: what other prompts share, as opposed
+        to the history of one conversation past it."""
+        branching = self._branching
+        for k in range(min(limit, len(hashes)) - 1, -1, -1):
+            if hashes[k] in branching:
+                return k + 1
+        return 0
 
     def _evict(self, replica_id: str) -> None:
         lru = self._lru.get(replica_id)
@@ -81,9 +121,11 @@ class PrefixIndex:
         owners = list(map(holders.__getitem__, old))
         if owners.count(replica_id) == len(owners):  # it was their only holder
             _consume(map(holders.__delitem__, old))
+            self._forget(old)
         else:
             for h in old:
                 self._drop_holder(h, replica_id)
+            self._forget(h for h in old if h not in holders)
 
     def _add_holder(self, h: int, replica_id: str) -> None:
         owners = self._holders.get(h)
@@ -137,3 +179,4 @@ class PrefixIndex:
             return
         for h in lru:
             self._drop_holder(h, replica_id)
+        self._forget(h for h in lru if h not in self._holders)

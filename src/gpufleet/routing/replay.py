@@ -147,6 +147,10 @@ class ReplayReport:
     requests_per_replica: dict[str, int]
     hit_tokens: int = 0
     prompt_tokens: int = 0
+    # Prompt tokens a replica computed again while another replica held them cached when
+    # its prefill started: the hits lost to placement (a spill for load, a copy of a shared
+    # prefix), as opposed to ones no replica held any more (evicted, or never seen).
+    held_elsewhere_tokens: int = 0
     ttft_s: list[float] = field(default_factory=list)
     busy_in_flight_s: dict[str, float] = field(default_factory=dict)  # integral of in-flight
     prefill_tokens_per_replica: dict[str, int] = field(default_factory=dict)  # uncached
@@ -156,6 +160,12 @@ class ReplayReport:
     def hit_rate(self) -> float:
         """Prompt tokens served from cache over prompt tokens (vLLM's prefix-cache hit rate)."""
         return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def held_elsewhere_rate(self) -> float:
+        """`held_elsewhere_tokens` over prompt tokens: the part of the hit rate that the same
+        caches would have given with every request sent to its best holder."""
+        return self.held_elsewhere_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
     @property
     def max_mean_requests(self) -> float:
@@ -262,7 +272,11 @@ def replay(
             cache = caches[rid]
             hashes = req.cache_hashes if req.cache_hashes is not None else req.prefix_hashes
             # Never the prompt's last token: the engine computes it to sample from.
-            hit = cache.cached_prefix(hashes, max(0, tokens - 1) // bs)
+            limit = max(0, tokens - 1) // bs
+            hit = cache.cached_prefix(hashes, limit)
+            if len(caches) > 1 and hit < min(limit, len(hashes)):
+                best = max(c.cached_prefix(hashes, limit) for c in caches.values())
+                report.held_elsewhere_tokens += (best - hit) * bs
             total = tokens + req.output_tokens
             leases[idx] = cache.admit(hashes, hit, -(-total // bs), total // bs)
             report.peak_overflow_blocks = max(
