@@ -207,12 +207,17 @@ def _admission_stays_blocked(engine: Engine) -> bool:
     head = _first_admissible(engine)
     if head is None:
         return True  # every waiting request's adapter is over max_loras until a finish
+    free = kv.num_free_blocks
+    num_tokens = len(head.all_token_ids)
+    if free >= -(-num_tokens // bs) + -(-cap // bs):
+        # Admissible now whatever its cached prefix: the blocks it needs (at most its
+        # uncached tokens' or a chunk's) plus the cached ones it would take off the free
+        # list (at most its whole prompt's) fit. (Spares the lookup below.)
+        return False
     hits = kv.get_computed_blocks(head, peek=True)  # stepping might not look at it
     num_hits = len(hits)
-    num_tokens = len(head.all_token_ids)
     chunk = min(num_tokens - num_hits * bs, cap)
     need = -(-chunk // bs)
-    free = kv.num_free_blocks
     if need <= free - kv.pool.num_evictable(hits):
         return False  # it may be admitted now
     if need <= free and num_tokens > cap:

@@ -214,9 +214,12 @@ def generate_tokens_for(requests: list[EngineRequest], n: int) -> None:
         return
     real = [r for r in requests if not r.counted_output]
     if len(real) < len(requests):  # placeholders for counted answers, seeded ids for others
+        tail = [_FIRST_WORD_ID] * n
         for r in requests:
             if r.counted_output:
-                r.all_token_ids.extend(repeat(_FIRST_WORD_ID, n))
+                r.all_token_ids += tail
+        if not real:
+            return
         requests = real
     if n * len(requests) < _VECTOR_MIN_TOKENS or n < 4:
         for r in requests:
