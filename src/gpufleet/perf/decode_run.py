@@ -76,13 +76,15 @@ def decode_run_ends_s(
     `extra_s`, if given) added to the running sum one at a time, in step order, exactly
     what accumulating `decode_run_times_s` gives (numpy's cumulative sum adds in order)."""
     if num_steps >= VECTOR_MIN_STEPS:
-        times = _total_np(parts, num_decode, context_tokens, num_steps)
-        if extra_s is not None:
-            times = times + extra_s
         ends = np.empty(num_steps + 1)
         ends[0] = start_s
-        ends[1:] = times
-        result: list[float] = np.cumsum(ends)[1:].tolist()
+        times = ends[1:]
+        _total_np(parts, num_decode, context_tokens, num_steps, out=times)
+        if extra_s is not None:
+            times += extra_s
+        np.cumsum(ends, out=ends)
+        result: list[float] = ends.tolist()
+        del result[0]
         return result
     out = []
     t = start_s
@@ -98,20 +100,40 @@ def _times_np(parts: DecodeParts, n: int, context_tokens: int, num_steps: int) -
 
 
 def _total_np(
-    parts: DecodeParts, n: int, context_tokens: int, num_steps: int
+    parts: DecodeParts,
+    n: int,
+    context_tokens: int,
+    num_steps: int,
+    out: npt.NDArray[np.float64] | None = None,
 ) -> npt.NDArray[np.float64]:
-    ctx = np.arange(num_steps, dtype=np.int64) * n + context_tokens
+    """The steps' times (into `out` if given), with step_time_s's float operations in its
+    order: in-place numpy operations round exactly as the expressions they replace (max
+    for the comparison's pick, count * layer_s for 0.0 + count * layer_s)."""
+    ctx = np.arange(context_tokens, context_tokens + n * num_steps, n, dtype=np.int64)
     dec_ctx_mean = ctx / n
-    total = np.zeros(num_steps)
+    total = np.empty(num_steps) if out is None else out
+    first = True
+    scratch = np.empty(num_steps)
     for count, gemm_s, moe_s, window in parts.layers:
         mean = dec_ctx_mean if window is None else np.minimum(dec_ctx_mean, float(window))
-        dec_pairs = n * mean
-        compute_s = dec_pairs * parts.decode_pair_flops / parts.attn_flops_s
-        memory_s = dec_pairs * parts.kv_bytes_per_token_layer / parts.hbm_bytes_s
-        layer_s = gemm_s + np.where(memory_s > compute_s, memory_s, compute_s)
+        dec_pairs = mean * n
+        compute_s = np.multiply(dec_pairs, parts.decode_pair_flops, out=scratch)
+        compute_s /= parts.attn_flops_s
+        memory_s = np.multiply(dec_pairs, parts.kv_bytes_per_token_layer, out=dec_pairs)
+        memory_s /= parts.hbm_bytes_s
+        layer_s = np.maximum(memory_s, compute_s, out=memory_s)
+        layer_s += gemm_s
         if moe_s is not None:
             layer_s += moe_s
-        total += count * layer_s
+        layer_s *= count
+        if first:
+            total[:] = layer_s
+            first = False
+        else:
+            total += layer_s
+    if first:
+        total[:] = 0.0
     for part_s in parts.tail_s:
         total += part_s
-    return total + parts.overhead_s
+    total += parts.overhead_s
+    return total
