@@ -254,8 +254,15 @@ class CountedOutputRequest(EngineRequest):
     def next_block_hashes(self, block_size: int, stop: int) -> list[int]:
         # Blocks before `first_answer` hold prompt tokens only; block j from there on
         # hashes as base + j, base a hash of (the prompt's chain, answer tag, seed).
-        start = len(self.block_hashes)
+        hashes = self.block_hashes
+        start = len(hashes)
         first_answer = self.num_prompt_tokens // block_size
+        if start >= first_answer:  # (the usual case: the prompt is hashed, only answers)
+            if stop <= start:
+                return []
+            parent = hashes[first_answer - 1] if first_answer else 0
+            base = hash((parent, _ANSWER_BLOCK, self._rng or 0))
+            return list(range(base + start, base + stop))
         out = super().next_block_hashes(block_size, min(stop, first_answer))
         if stop > first_answer:
             last = first_answer - 1  # the prompt's last full block
