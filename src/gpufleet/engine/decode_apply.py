@@ -112,8 +112,14 @@ def _apply_one_stage(engine: Engine, run: DecodeRun, n: int) -> DecodeRunOutcome
     if whole and run.finishes:
         max_len = engine.config.max_model_len
         for r in members:
-            reason = finish_reason(r, max_len)
-            if reason is not None:
+            out = r.num_output_tokens  # (finish_reason's tests, inlined: most go on)
+            if (
+                out >= r.max_tokens
+                or len(r.all_token_ids) >= max_len
+                or (r.stop_after_tokens is not None and out >= r.stop_after_tokens)
+            ):
+                reason = finish_reason(r, max_len)
+                assert reason is not None
                 sched.finish(r, reason, now_s)
                 finished.append(r)
         running = RequestStatus.RUNNING

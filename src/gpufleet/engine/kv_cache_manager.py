@@ -137,22 +137,24 @@ class KVCacheManager:
         bs = self.block_size
         n = len(members)
         full_cycles, part = divmod(num_steps, bs)
-        phase = [-c % bs for c in computed]
-        order = sorted(range(n), key=phase.__getitem__)
-        total = full_cycles * n + sum(p < part for p in phase)
+        if part:
+            phase = [-c % bs for c in computed]
+            total = full_cycles * n + sum(p < part for p in phase)
+        else:
+            phase, total = [], full_cycles * n
         pool = self.pool
-        caching = self.enable_caching
         filled: list[tuple[str, int, int]] = []  # (request id, first, stop) of full blocks
         fresh: list[int] = []  # their hashes, in that order
-        if caching:
-            num_cached = self._num_cached
+        num_cached = self._num_cached
+        if self.enable_caching:
             for r, c in zip(members, computed, strict=True):
                 rid = r.request_id
                 first, stop = num_cached[rid], (c + num_steps) // bs
                 if stop > first:
-                    if len(r.block_hashes) < stop:
+                    hashes = r.block_hashes
+                    if len(hashes) < stop:
                         r.extend_block_hashes(bs, stop)
-                    fresh += r.block_hashes[first:stop]
+                    fresh += hashes[first:stop]
                     filled.append((rid, first, stop))
             if fresh and (
                 len(set(fresh)) < len(fresh)
@@ -164,8 +166,14 @@ class KVCacheManager:
         blocks_of = self._blocks
         if total:
             handed_out = pool.allocate(total)
-            for q in range(min(n, total)):  # (the q-th to ask gets every n-th block)
-                blocks_of[members[order[q]].request_id].extend(handed_out[q::n])
+            if n == 1:
+                blocks_of[members[0].request_id] += handed_out
+            else:
+                if not phase:
+                    phase = [-c % bs for c in computed]
+                order = sorted(range(n), key=phase.__getitem__)
+                for q in range(min(n, total)):  # (the q-th to ask gets every n-th block)
+                    blocks_of[members[order[q]].request_id] += handed_out[q::n]
         if fresh:  # register every member's new full blocks at once (no hash repeats)
             blocks: list[int] = []
             for rid, first, stop in filled:
