@@ -151,21 +151,25 @@ def _make_group(
     bs = cfg.block_size
     max_len = cfg.max_model_len
     new_blocks = [0] * bs
-    computed = []
+    computed: list[int] = []
+    keep = computed.append
     finish_after = 1 << 62
     lag = 0 if in_flight else 1
     flights = int(in_flight)
-    for r in members:
+    for r in members:  # (one pass per run over the batch: kept free of calls)
         c = r.num_computed_tokens
         n_tokens = len(r.all_token_ids)
         if c != n_tokens - lag or r.in_flight != flights or r.first_token_s is None:
             return None
-        computed.append(c)
+        keep(c)
         out = r.num_output_tokens
         # tokens it still produces before `scheduler.finish_reason` ends it
-        left = min(r.max_tokens - out, max_len - n_tokens)
-        if r.stop_after_tokens is not None:
-            left = min(left, r.stop_after_tokens - out)
+        left = r.max_tokens - out
+        if max_len - n_tokens < left:
+            left = max_len - n_tokens
+        stop = r.stop_after_tokens
+        if stop is not None and stop - out < left:
+            left = stop - out
         if left < finish_after:
             finish_after = left
         new_blocks[-c % bs] += 1  # its step k needs a block when (c + k) % bs == 0

@@ -97,9 +97,9 @@ class KVCacheManager:
         blocks = self._blocks[rid]
         end = req.num_computed_tokens + num_new_tokens
         need = -(-end // bs) - len(blocks)
-        if need > pool.num_free:
-            return False
         if need > 0:
+            if need > pool.num_free:
+                return False
             blocks.extend(pool.allocate(need))
         # (most steps are decodes that fill no block: skip the call then)
         if self.enable_caching and end // bs > self._num_cached[rid]:
@@ -147,15 +147,16 @@ class KVCacheManager:
         fresh: list[int] = []  # their hashes, in that order
         num_cached = self._num_cached
         if self.enable_caching:
+            keep = filled.append
             for r, c in zip(members, computed, strict=True):
                 rid = r.request_id
                 first, stop = num_cached[rid], (c + num_steps) // bs
                 if stop > first:
                     hashes = r.block_hashes
-                    if len(hashes) < stop:
-                        r.extend_block_hashes(bs, stop)
+                    if len(hashes) < stop:  # (its tokens up to `stop` blocks are known)
+                        hashes += r.next_block_hashes(bs, stop)
                     fresh += hashes[first:stop]
-                    filled.append((rid, first, stop))
+                    keep((rid, first, stop))
             if fresh and (
                 len(set(fresh)) < len(fresh)
                 or (  # (a hash cached nowhere is not cached at a block the run evicts)
