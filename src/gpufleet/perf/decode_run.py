@@ -86,11 +86,46 @@ def decode_run_ends_s(
         result: list[float] = ends.tolist()
         del result[0]
         return result
-    out = []
+    layers = parts.layers
+    if len(layers) != 1 or layers[0][2] is not None or layers[0][3] is not None:
+        out = []
+        t = start_s
+        for step_s in decode_run_times_s(parts, num_decode, context_tokens, num_steps):
+            t += step_s if extra_s is None else step_s + extra_s
+            out.append(t)
+        return out
+    return _ends_one_class(parts, num_decode, context_tokens, num_steps, start_s, extra_s)
+
+
+def _ends_one_class(
+    parts: DecodeParts,
+    n: int,
+    context_tokens: int,
+    num_steps: int,
+    start_s: float,
+    extra_s: float | None,
+) -> list[float]:
+    """`decode_run_ends_s` for a model of one layer class without window or MoE (dense
+    models): the same float operations as `decode_run_times_s` in the same order, summed
+    in the same loop (0.0 + count * layer_s is count * layer_s)."""
+    count, gemm_s, _, _ = parts.layers[0]
+    pair_flops, attn_flops_s = parts.decode_pair_flops, parts.attn_flops_s
+    kv_bytes_layer, hbm_bytes_s = parts.kv_bytes_per_token_layer, parts.hbm_bytes_s
+    tails = parts.tail_s
+    overhead_s = parts.overhead_s
+    out: list[float] = []
+    keep = out.append
     t = start_s
-    for step_s in decode_run_times_s(parts, num_decode, context_tokens, num_steps):
+    for ctx in range(context_tokens, context_tokens + n * num_steps, n):
+        dec_pairs = n * (ctx / n)
+        compute_s = dec_pairs * pair_flops / attn_flops_s
+        memory_s = dec_pairs * kv_bytes_layer / hbm_bytes_s
+        total = count * (gemm_s + (memory_s if memory_s > compute_s else compute_s))
+        for part_s in tails:
+            total += part_s
+        step_s = total + overhead_s
         t += step_s if extra_s is None else step_s + extra_s
-        out.append(t)
+        keep(t)
     return out
 
 
