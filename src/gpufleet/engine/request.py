@@ -212,15 +212,18 @@ def generate_tokens_for(requests: list[EngineRequest], n: int) -> None:
     tokens (a decode run of a whole batch)."""
     if n <= 0:
         return
-    real = [r for r in requests if not r.counted_output]
-    if len(real) < len(requests):  # placeholders for counted answers, seeded ids for others
-        tail = [_FIRST_WORD_ID] * n
-        for r in requests:
-            if r.counted_output:
-                r.all_token_ids += tail
-        if not real:
-            return
-        requests = real
+    real: list[EngineRequest] = []
+    tail: list[int] = []
+    for r in requests:  # placeholders for counted answers, seeded ids for the others
+        if r.counted_output:
+            if not tail:
+                tail = [_FIRST_WORD_ID] * n
+            r.all_token_ids += tail
+        else:
+            real.append(r)
+    if not real:
+        return
+    requests = real
     if n * len(requests) < _VECTOR_MIN_TOKENS or n < 4:
         for r in requests:
             r.generate_tokens(n)
