@@ -139,7 +139,7 @@ class KVCacheManager:
         full_cycles, part = divmod(num_steps, bs)
         if part:
             phase = [-c % bs for c in computed]
-            total = full_cycles * n + sum(p < part for p in phase)
+            total = full_cycles * n + len([p for p in phase if p < part])
         else:
             phase, total = [], full_cycles * n
         pool = self.pool
