@@ -221,6 +221,12 @@ class BlockPool:
                 cached[h] = b
                 hash_of[b] = h
 
+    def cache_new_blocks(self, blocks: list[int], hashes: list[int]) -> None:
+        """`cache_blocks` for distinct hashes the caller knows are cached nowhere."""
+        if self.enable_caching:
+            self._cached.update(zip(hashes, blocks, strict=True))
+            self._hash_of.update(zip(blocks, hashes, strict=True))
+
     def fingerprint(self) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...], tuple[int, ...]]:
         """The whole state: free blocks in eviction order, cached hashes, reference counts
         (two pools with equal fingerprints behave identically from here on)."""

@@ -145,6 +145,7 @@ class KVCacheManager:
         pool = self.pool
         filled: list[tuple[str, int, int]] = []  # (request id, first, stop) of full blocks
         fresh: list[int] = []  # their hashes, in that order
+        any_old = False  # some of them are cached (at other blocks) already
         num_cached = self._num_cached
         if self.enable_caching:
             keep = filled.append
@@ -157,10 +158,11 @@ class KVCacheManager:
                         hashes += r.next_block_hashes(bs, stop)
                     fresh += hashes[first:stop]
                     keep((rid, first, stop))
+            any_old = bool(fresh) and pool.any_cached(fresh)
             if fresh and (
                 len(set(fresh)) < len(fresh)
                 or (  # (a hash cached nowhere is not cached at a block the run evicts)
-                    pool.any_cached(fresh) and not pool.hashes_of_next_free(total).isdisjoint(fresh)
+                    any_old and not pool.hashes_of_next_free(total).isdisjoint(fresh)
                 )
             ):
                 return False
@@ -180,7 +182,10 @@ class KVCacheManager:
             for rid, first, stop in filled:
                 blocks += blocks_of[rid][first:stop]
                 num_cached[rid] = stop
-            pool.cache_blocks(blocks, fresh)
+            if any_old:  # (some are cached elsewhere already: the first writer keeps them)
+                pool.cache_blocks(blocks, fresh)
+            else:
+                pool.cache_new_blocks(blocks, fresh)
         return True
 
     def free(self, req: EngineRequest) -> None:
