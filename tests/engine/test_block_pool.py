@@ -165,7 +165,7 @@ def test_bulk_registration_with_a_repeat_keeps_the_first_block() -> None:
     first = [21, 22, 23, 24, 25, 22]  # 22 twice in one call
     pool.cache_range(blocks, first, 0, 6)
     ref.cache_range(blocks, first, 0, 6)
-    again = first + [21, 26, 27, 28, 29, 30]  # 21 cached already (block 0)
+    again = [*first, 21, 26, 27, 28, 29, 30]  # 21 cached already (block 0)
     pool.cache_range(blocks, again, 6, 12)
     ref.cache_range(blocks, again, 6, 12)
     assert pool.fingerprint() == ref.fingerprint()
