@@ -207,6 +207,11 @@ class EngineRequest:
         )
 
 
+def counted_tokens(n: int) -> list[int]:
+    """The `n` placeholder tokens a `CountedOutputRequest` generates."""
+    return [_FIRST_WORD_ID] * n
+
+
 def generate_tokens_for(requests: list[EngineRequest], n: int) -> None:
     """`generate_tokens(n)` for each of `requests`, with one numpy pass when that is many
     tokens (a decode run of a whole batch)."""
@@ -217,7 +222,7 @@ def generate_tokens_for(requests: list[EngineRequest], n: int) -> None:
     for r in requests:  # placeholders for counted answers, seeded ids for the others
         if r.counted_output:
             if not tail:
-                tail = [_FIRST_WORD_ID] * n
+                tail = counted_tokens(n)
             r.all_token_ids += tail
         else:
             real.append(r)
