@@ -154,3 +154,34 @@ def test_a_hash_twice_in_one_registration_keeps_its_first_block() -> None:
     ref.release(blocks)
     assert pool.allocate(8) == ref.allocate(8)  # evicting gives back exactly the cache's
     assert pool.fingerprint() == ref.fingerprint()
+
+
+def test_bulk_registration_with_a_repeat_keeps_the_first_block() -> None:
+    """Many hashes go through the bulk path (a few go one by one): a hash repeated in one
+    call, or cached already, still keeps its first block there."""
+    pool, ref = BlockPool(16), ReferencePool(16)
+    blocks = pool.allocate(12)
+    assert blocks == ref.allocate(12)
+    first = [21, 22, 23, 24, 25, 22]  # 22 twice in one call
+    pool.cache_range(blocks, first, 0, 6)
+    ref.cache_range(blocks, first, 0, 6)
+    again = [*first, 21, 26, 27, 28, 29, 30]  # 21 cached already (block 0)
+    pool.cache_range(blocks, again, 6, 12)
+    ref.cache_range(blocks, again, 6, 12)
+    assert pool.fingerprint() == ref.fingerprint()
+    assert pool.cached_prefix([21, 22], 2) == [blocks[0], blocks[1]]
+
+
+def test_registering_new_hashes_directly_is_registering_them() -> None:
+    """`cache_new_blocks` (the caller knows the hashes are new) leaves the state
+    `cache_blocks` leaves."""
+    pool, same = BlockPool(8), BlockPool(8)
+    blocks = pool.allocate(5)
+    assert blocks == same.allocate(5)
+    pool.cache_new_blocks(blocks, [31, 32, 33, 34, 35])
+    same.cache_blocks(blocks, [31, 32, 33, 34, 35])
+    assert pool.fingerprint() == same.fingerprint()
+    pool.release(blocks)
+    same.release(blocks)
+    assert pool.allocate(8) == same.allocate(8)
+    assert pool.fingerprint() == same.fingerprint()

@@ -208,18 +208,24 @@ class BlockPool:
         if not self.enable_caching:
             return
         cached = self._cached
-        if cached.keys().isdisjoint(hashes):
+        if len(hashes) > 4 and cached.keys().isdisjoint(hashes):  # many and all new: in bulk
             before = len(cached)
             cached.update(zip(hashes, blocks, strict=True))
             if len(cached) == before + len(hashes):
                 self._hash_of.update(zip(blocks, hashes, strict=True))
                 return
             _consume(map(cached.pop, hashes, repeat(None)))  # a hash twice: undo, then slowly
-        hash_of = self._hash_of  # a hash seen before (or twice here): one by one
+        hash_of = self._hash_of  # a few, or a hash seen before (or twice here): one by one
         for h, b in zip(hashes, blocks, strict=True):
             if h not in cached:
                 cached[h] = b
                 hash_of[b] = h
+
+    def cache_new_blocks(self, blocks: list[int], hashes: list[int]) -> None:
+        """`cache_blocks` for distinct hashes the caller knows are cached nowhere."""
+        if self.enable_caching:
+            self._cached.update(zip(hashes, blocks, strict=True))
+            self._hash_of.update(zip(blocks, hashes, strict=True))
 
     def fingerprint(self) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...], tuple[int, ...]]:
         """The whole state: free blocks in eviction order, cached hashes, reference counts

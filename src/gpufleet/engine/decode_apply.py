@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING
 
 from gpufleet.engine.decode_run import DecodeGroup, DecodeRun, PipelineCall
 from gpufleet.engine.outputs import DecodeRunOutcome, ScheduledBatch
-from gpufleet.engine.request import EngineRequest, RequestStatus, generate_tokens_for
+from gpufleet.engine.request import (
+    EngineRequest,
+    RequestStatus,
+    counted_tokens,
+    generate_tokens_for,
+)
 from gpufleet.engine.scheduler import finish_reason
 from gpufleet.perf.step_time import StepBatch
 
@@ -23,6 +28,8 @@ if TYPE_CHECKING:
 
 def apply_decode_run(engine: Engine, run: DecodeRun, num_steps: int) -> DecodeRunOutcome:
     """Perform the first `num_steps` steps of `run` (validated by `Engine.run_decode`)."""
+    if not run.calls and not run.step_group:
+        return _apply_one_stage(engine, run, num_steps)
     bs = engine.config.block_size
     groups = run.groups
     if run.calls or run.step_group:
@@ -80,6 +87,63 @@ def apply_decode_run(engine: Engine, run: DecodeRun, num_steps: int) -> DecodeRu
         step_end_s=run.step_end_s if whole else run.step_end_s[:num_steps],
         groups=[list(g.members) for g in groups],
         step_group=run.step_group if whole else run.step_group[:num_steps],
+        finished=finished,
+    )
+
+
+def _apply_one_stage(engine: Engine, run: DecodeRun, n: int) -> DecodeRunOutcome:
+    """`apply_decode_run` without pipeline stages: one group decodes every step (the
+    simulator's hot path, so written out lean)."""
+    group = run.groups[0]
+    members = group.members
+    tail: list[int] = []  # (the placeholders counted answers share, made once)
+    real: list[EngineRequest] = []  # requests generating seeded token ids
+    for r, computed in zip(members, group.computed, strict=True):
+        if r.counted_output:
+            if not tail:
+                tail = counted_tokens(n)
+            r.all_token_ids += tail
+        else:
+            real.append(r)
+        r.num_output_tokens += n
+        r.num_computed_tokens = computed + n
+        # (r.in_flight stays 0: nothing is in flight between steps without PP)
+    if real:
+        generate_tokens_for(real, n)
+    kv = engine.kv
+    if not kv.allocate_decode_run(members, group.computed, n):
+        caching = engine.config.enable_prefix_caching
+        kv.allocate_decode_slots(_slots(run, [], n, engine.config.block_size, caching))
+    ends = run.step_end_s
+    now_s = ends[n - 1]
+    engine.next_start_s = now_s  # start + step_s / 1
+    sched = engine.scheduler
+    sched.generation_tokens += n * len(members)
+    engine.num_steps += n
+    engine.now_s = now_s
+    finished: list[EngineRequest] = []
+    whole = n == len(ends)
+    if whole and run.finishes:
+        max_len = engine.config.max_model_len
+        for r in members:
+            out = r.num_output_tokens  # (finish_reason's tests, inlined: most go on)
+            if (
+                out >= r.max_tokens
+                or len(r.all_token_ids) >= max_len
+                or (r.stop_after_tokens is not None and out >= r.stop_after_tokens)
+            ):
+                reason = finish_reason(r, max_len)
+                assert reason is not None
+                sched.finish(r, reason, now_s)
+                finished.append(r)
+        running = RequestStatus.RUNNING
+        sched.running = [r for r in sched.running if r.status is running]
+    return DecodeRunOutcome(
+        duration_s=now_s - run.start_s,
+        now_s=now_s,
+        step_end_s=ends if whole else ends[:n],  # (a plan is applied once: handed on)
+        groups=[members],  # (the plan's own list: nothing else holds it)
+        step_group=[],
         finished=finished,
     )
 

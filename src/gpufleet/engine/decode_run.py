@@ -151,21 +151,25 @@ def _make_group(
     bs = cfg.block_size
     max_len = cfg.max_model_len
     new_blocks = [0] * bs
-    computed = []
+    computed: list[int] = []
+    keep = computed.append
     finish_after = 1 << 62
     lag = 0 if in_flight else 1
     flights = int(in_flight)
-    for r in members:
+    for r in members:  # (one pass per run over the batch: kept free of calls)
         c = r.num_computed_tokens
         n_tokens = len(r.all_token_ids)
         if c != n_tokens - lag or r.in_flight != flights or r.first_token_s is None:
             return None
-        computed.append(c)
+        keep(c)
         out = r.num_output_tokens
         # tokens it still produces before `scheduler.finish_reason` ends it
-        left = min(r.max_tokens - out, max_len - n_tokens)
-        if r.stop_after_tokens is not None:
-            left = min(left, r.stop_after_tokens - out)
+        left = r.max_tokens - out
+        if max_len - n_tokens < left:
+            left = max_len - n_tokens
+        stop = r.stop_after_tokens
+        if stop is not None and stop - out < left:
+            left = stop - out
         if left < finish_after:
             finish_after = left
         new_blocks[-c % bs] += 1  # its step k needs a block when (c + k) % bs == 0
@@ -207,12 +211,17 @@ def _admission_stays_blocked(engine: Engine) -> bool:
     head = _first_admissible(engine)
     if head is None:
         return True  # every waiting request's adapter is over max_loras until a finish
+    free = kv.num_free_blocks
+    num_tokens = len(head.all_token_ids)
+    if free >= -(-num_tokens // bs) + -(-cap // bs):
+        # Admissible now whatever its cached prefix: the blocks it needs (at most its
+        # uncached tokens' or a chunk's) plus the cached ones it would take off the free
+        # list (at most its whole prompt's) fit. (Spares the lookup below.)
+        return False
     hits = kv.get_computed_blocks(head, peek=True)  # stepping might not look at it
     num_hits = len(hits)
-    num_tokens = len(head.all_token_ids)
     chunk = min(num_tokens - num_hits * bs, cap)
     need = -(-chunk // bs)
-    free = kv.num_free_blocks
     if need <= free - kv.pool.num_evictable(hits):
         return False  # it may be admitted now
     if need <= free and num_tokens > cap:

@@ -97,9 +97,9 @@ class KVCacheManager:
         blocks = self._blocks[rid]
         end = req.num_computed_tokens + num_new_tokens
         need = -(-end // bs) - len(blocks)
-        if need > pool.num_free:
-            return False
         if need > 0:
+            if need > pool.num_free:
+                return False
             blocks.extend(pool.allocate(need))
         # (most steps are decodes that fill no block: skip the call then)
         if self.enable_caching and end // bs > self._num_cached[rid]:
@@ -137,41 +137,55 @@ class KVCacheManager:
         bs = self.block_size
         n = len(members)
         full_cycles, part = divmod(num_steps, bs)
-        phase = [-c % bs for c in computed]
-        order = sorted(range(n), key=phase.__getitem__)
-        total = full_cycles * n + sum(p < part for p in phase)
+        if part:
+            phase = [-c % bs for c in computed]
+            total = full_cycles * n + len([p for p in phase if p < part])
+        else:
+            phase, total = [], full_cycles * n
         pool = self.pool
-        caching = self.enable_caching
         filled: list[tuple[str, int, int]] = []  # (request id, first, stop) of full blocks
         fresh: list[int] = []  # their hashes, in that order
-        if caching:
-            num_cached = self._num_cached
+        any_old = False  # some of them are cached (at other blocks) already
+        num_cached = self._num_cached
+        if self.enable_caching:
+            keep = filled.append
             for r, c in zip(members, computed, strict=True):
                 rid = r.request_id
                 first, stop = num_cached[rid], (c + num_steps) // bs
                 if stop > first:
-                    if len(r.block_hashes) < stop:
-                        r.extend_block_hashes(bs, stop)
-                    fresh += r.block_hashes[first:stop]
-                    filled.append((rid, first, stop))
+                    hashes = r.block_hashes
+                    if len(hashes) < stop:  # (its tokens up to `stop` blocks are known)
+                        hashes += r.next_block_hashes(bs, stop)
+                    fresh += hashes[first:stop]
+                    keep((rid, first, stop))
+            any_old = bool(fresh) and pool.any_cached(fresh)
             if fresh and (
                 len(set(fresh)) < len(fresh)
                 or (  # (a hash cached nowhere is not cached at a block the run evicts)
-                    pool.any_cached(fresh) and not pool.hashes_of_next_free(total).isdisjoint(fresh)
+                    any_old and not pool.hashes_of_next_free(total).isdisjoint(fresh)
                 )
             ):
                 return False
         blocks_of = self._blocks
         if total:
             handed_out = pool.allocate(total)
-            for q in range(min(n, total)):  # (the q-th to ask gets every n-th block)
-                blocks_of[members[order[q]].request_id].extend(handed_out[q::n])
+            if n == 1:
+                blocks_of[members[0].request_id] += handed_out
+            else:
+                if not phase:
+                    phase = [-c % bs for c in computed]
+                order = sorted(range(n), key=phase.__getitem__)
+                for q in range(min(n, total)):  # (the q-th to ask gets every n-th block)
+                    blocks_of[members[order[q]].request_id] += handed_out[q::n]
         if fresh:  # register every member's new full blocks at once (no hash repeats)
             blocks: list[int] = []
             for rid, first, stop in filled:
                 blocks += blocks_of[rid][first:stop]
                 num_cached[rid] = stop
-            pool.cache_blocks(blocks, fresh)
+            if any_old:  # (some are cached elsewhere already: the first writer keeps them)
+                pool.cache_blocks(blocks, fresh)
+            else:
+                pool.cache_new_blocks(blocks, fresh)
         return True
 
     def free(self, req: EngineRequest) -> None:

@@ -207,17 +207,28 @@ class EngineRequest:
         )
 
 
+def counted_tokens(n: int) -> list[int]:
+    """The `n` placeholder tokens a `CountedOutputRequest` generates."""
+    return [_FIRST_WORD_ID] * n
+
+
 def generate_tokens_for(requests: list[EngineRequest], n: int) -> None:
     """`generate_tokens(n)` for each of `requests`, with one numpy pass when that is many
     tokens (a decode run of a whole batch)."""
     if n <= 0:
         return
-    real = [r for r in requests if not r.counted_output]
-    if len(real) < len(requests):  # placeholders for counted answers, seeded ids for others
-        for r in requests:
-            if r.counted_output:
-                r.all_token_ids.extend(repeat(_FIRST_WORD_ID, n))
-        requests = real
+    real: list[EngineRequest] = []
+    tail: list[int] = []
+    for r in requests:  # placeholders for counted answers, seeded ids for the others
+        if r.counted_output:
+            if not tail:
+                tail = counted_tokens(n)
+            r.all_token_ids += tail
+        else:
+            real.append(r)
+    if not real:
+        return
+    requests = real
     if n * len(requests) < _VECTOR_MIN_TOKENS or n < 4:
         for r in requests:
             r.generate_tokens(n)
@@ -251,8 +262,15 @@ class CountedOutputRequest(EngineRequest):
     def next_block_hashes(self, block_size: int, stop: int) -> list[int]:
         # Blocks before `first_answer` hold prompt tokens only; block j from there on
         # hashes as base + j, base a hash of (the prompt's chain, answer tag, seed).
-        start = len(self.block_hashes)
+        hashes = self.block_hashes
+        start = len(hashes)
         first_answer = self.num_prompt_tokens // block_size
+        if start >= first_answer:  # (the usual case: the prompt is hashed, only answers)
+            if stop <= start:
+                return []
+            parent = hashes[first_answer - 1] if first_answer else 0
+            base = hash((parent, _ANSWER_BLOCK, self._rng or 0))
+            return list(range(base + start, base + stop))
         out = super().next_block_hashes(block_size, min(stop, first_answer))
         if stop > first_answer:
             last = first_answer - 1  # the prompt's last full block

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-# Runs at least this long are evaluated with numpy (a fixed cost of some tens of µs, then
-# a few ns a step); shorter ones step by step in Python.
-VECTOR_MIN_STEPS = 48
+# Runs at least this long are evaluated with numpy (a fixed cost of ~7 µs, then a few ns a
+# step); shorter ones step by step in Python (~0.2 µs a step).
+VECTOR_MIN_STEPS = 36
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,19 +76,56 @@ def decode_run_ends_s(
     `extra_s`, if given) added to the running sum one at a time, in step order, exactly
     what accumulating `decode_run_times_s` gives (numpy's cumulative sum adds in order)."""
     if num_steps >= VECTOR_MIN_STEPS:
-        times = _total_np(parts, num_decode, context_tokens, num_steps)
-        if extra_s is not None:
-            times = times + extra_s
         ends = np.empty(num_steps + 1)
         ends[0] = start_s
-        ends[1:] = times
-        result: list[float] = np.cumsum(ends)[1:].tolist()
+        times = ends[1:]
+        _total_np(parts, num_decode, context_tokens, num_steps, out=times)
+        if extra_s is not None:
+            times += extra_s
+        np.add.accumulate(ends, out=ends)  # (np.cumsum's own loop, without its wrapper)
+        result: list[float] = ends.tolist()
+        del result[0]
         return result
-    out = []
+    layers = parts.layers
+    if len(layers) != 1 or layers[0][2] is not None or layers[0][3] is not None:
+        out = []
+        t = start_s
+        for step_s in decode_run_times_s(parts, num_decode, context_tokens, num_steps):
+            t += step_s if extra_s is None else step_s + extra_s
+            out.append(t)
+        return out
+    return _ends_one_class(parts, num_decode, context_tokens, num_steps, start_s, extra_s)
+
+
+def _ends_one_class(
+    parts: DecodeParts,
+    n: int,
+    context_tokens: int,
+    num_steps: int,
+    start_s: float,
+    extra_s: float | None,
+) -> list[float]:
+    """`decode_run_ends_s` for a model of one layer class without window or MoE (dense
+    models): the same float operations as `decode_run_times_s` in the same order, summed
+    in the same loop (0.0 + count * layer_s is count * layer_s)."""
+    count, gemm_s, _, _ = parts.layers[0]
+    pair_flops, attn_flops_s = parts.decode_pair_flops, parts.attn_flops_s
+    kv_bytes_layer, hbm_bytes_s = parts.kv_bytes_per_token_layer, parts.hbm_bytes_s
+    tails = parts.tail_s
+    overhead_s = parts.overhead_s
+    out: list[float] = []
+    keep = out.append
     t = start_s
-    for step_s in decode_run_times_s(parts, num_decode, context_tokens, num_steps):
+    for ctx in range(context_tokens, context_tokens + n * num_steps, n):
+        dec_pairs = n * (ctx / n)
+        compute_s = dec_pairs * pair_flops / attn_flops_s
+        memory_s = dec_pairs * kv_bytes_layer / hbm_bytes_s
+        total = count * (gemm_s + (memory_s if memory_s > compute_s else compute_s))
+        for part_s in tails:
+            total += part_s
+        step_s = total + overhead_s
         t += step_s if extra_s is None else step_s + extra_s
-        out.append(t)
+        keep(t)
     return out
 
 
@@ -97,21 +134,61 @@ def _times_np(parts: DecodeParts, n: int, context_tokens: int, num_steps: int) -
     return result
 
 
+def _bound(parts: DecodeParts) -> int:
+    """+1 when every decode step's attention is memory-bound, -1 when compute-bound, 0 when
+    it may be either. Both costs are the pairs times a constant (each rounded twice, a
+    relative 4.5e-16 at most), so constants a 1e-9 apart order them at every step."""
+    memory = parts.kv_bytes_per_token_layer / parts.hbm_bytes_s
+    compute = parts.decode_pair_flops / parts.attn_flops_s
+    if memory > compute * (1.0 + 1e-9):
+        return 1
+    if compute > memory * (1.0 + 1e-9):
+        return -1
+    return 0
+
+
 def _total_np(
-    parts: DecodeParts, n: int, context_tokens: int, num_steps: int
+    parts: DecodeParts,
+    n: int,
+    context_tokens: int,
+    num_steps: int,
+    out: npt.NDArray[np.float64] | None = None,
 ) -> npt.NDArray[np.float64]:
-    ctx = np.arange(num_steps, dtype=np.int64) * n + context_tokens
+    """The steps' times (into `out` if given), with step_time_s's float operations in its
+    order: in-place numpy operations round exactly as the expressions they replace (the
+    bound side for the comparison's pick, count * layer_s for 0.0 + count * layer_s)."""
+    ctx = np.arange(context_tokens, context_tokens + n * num_steps, n, dtype=np.int64)
     dec_ctx_mean = ctx / n
-    total = np.zeros(num_steps)
+    total = np.empty(num_steps) if out is None else out
+    first = True
+    bound = _bound(parts)
     for count, gemm_s, moe_s, window in parts.layers:
         mean = dec_ctx_mean if window is None else np.minimum(dec_ctx_mean, float(window))
-        dec_pairs = n * mean
-        compute_s = dec_pairs * parts.decode_pair_flops / parts.attn_flops_s
-        memory_s = dec_pairs * parts.kv_bytes_per_token_layer / parts.hbm_bytes_s
-        layer_s = gemm_s + np.where(memory_s > compute_s, memory_s, compute_s)
+        dec_pairs = mean * n
+        if bound > 0:
+            layer_s = np.multiply(dec_pairs, parts.kv_bytes_per_token_layer, out=dec_pairs)
+            layer_s /= parts.hbm_bytes_s
+        elif bound < 0:
+            layer_s = np.multiply(dec_pairs, parts.decode_pair_flops, out=dec_pairs)
+            layer_s /= parts.attn_flops_s
+        else:
+            compute_s = dec_pairs * parts.decode_pair_flops
+            compute_s /= parts.attn_flops_s
+            memory_s = np.multiply(dec_pairs, parts.kv_bytes_per_token_layer, out=dec_pairs)
+            memory_s /= parts.hbm_bytes_s
+            layer_s = np.maximum(memory_s, compute_s, out=memory_s)
+        layer_s += gemm_s
         if moe_s is not None:
             layer_s += moe_s
-        total += count * layer_s
+        if first:
+            np.multiply(layer_s, count, out=total)
+            first = False
+        else:
+            layer_s *= count
+            total += layer_s
+    if first:
+        total[:] = 0.0
     for part_s in parts.tail_s:
         total += part_s
-    return total + parts.overhead_s
+    total += parts.overhead_s
+    return total

@@ -20,6 +20,7 @@ Pure: no wall clock, no sleep, no I/O; a seed fixes the run.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import time
 from collections.abc import Callable, Sequence
@@ -127,7 +128,20 @@ class FleetSimulator:
 
     def run(self, progress: Callable[[Progress], None] | None = None) -> SimResult:
         """Play the whole run. `progress`, if given, is called every
-        `PROGRESS_EVERY_EVENTS` events or so, and once at the end (a progress bar)."""
+        `PROGRESS_EVERY_EVENTS` events or so, and once at the end (a progress bar).
+
+        The cyclic garbage collector is paused meanwhile: a run makes no reference cycles
+        that outlive it, yet its millions of small allocations would set off collections
+        that walk every live block list (a fifth of the run's time)."""
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run(progress)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _run(self, progress: Callable[[Progress], None] | None) -> SimResult:
         wall0 = time.perf_counter()
         cpu0 = time.process_time()
         cfg = self.config
