@@ -34,6 +34,7 @@ import dataclasses
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ import aiohttp
 from gpufleet.fleet.config import FleetConfig, validate_fleet
 from gpufleet.fleet.demo import demo_fleet_data
 from gpufleet.fleet.run import fleet_up
-from gpufleet.fleet.traffic import TrafficLog, demo_workload, drive, one_request
+from gpufleet.fleet.traffic import RequestResult, demo_workload, one_request
 from gpufleet.routing import make_policy as make_routing_policy
 from gpufleet.routing.types import ReplicaState
 from gpufleet.sim.report import summarize
@@ -53,6 +54,7 @@ from gpufleet.stats import percentiles
 from gpufleet.workload import RatePhase, sim_requests, synthetic_shapes, text_conversations
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from live_client import cpu_s, loop_lag
 from record import RESULTS, write_result
 
 # At time scale 3 (the demo's); `phases()` keeps each replica's utilization at another
@@ -132,6 +134,8 @@ _TOTALS = {
     "vllm:request_queue_time_seconds_sum": "engine_ttft_s",
     "vllm:request_prefill_time_seconds_sum": "engine_ttft_s",
     "vllm:request_prefill_time_seconds_count": "engine_ttft_n",
+    "gpufleet_gateway_time_to_first_token_seconds_sum": "gateway_ttft_s",
+    "gpufleet_gateway_time_to_first_token_seconds_count": "gateway_ttft_n",
 }
 
 
@@ -191,42 +195,69 @@ async def measure_overhead(run: Any, model: str, seed: int, n: int = 20) -> floa
     return max(0.0, sum(ttfts) / len(ttfts) - engine_s)
 
 
-async def ttft_breakdown(run: Any, traffic: TrafficLog, until_s: float) -> dict[str, float]:
-    """Where the TTFT of the requests sent before `until_s` went, in mean ms: the client's
-    view, the replicas' view (from arrival at the replica), the engines' own (queue +
-    prefill). Scraped from the replicas ready at the start and at `until_s`."""
+async def ttft_breakdown(run: Any, until_s: float) -> dict[str, float]:
+    """Where the TTFT of the requests sent in the next `until_s` went, in mean ms: the
+    gateway's view (from its parse of the request to the first chunk relayed), the
+    replicas' (from arrival at the replica), the engines' own (queue + prefill). Scraped
+    from the gateway and the replicas ready now and `until_s` later."""
     async with aiohttp.ClientSession() as session:
         before = await replica_totals(session, _ready_urls(run))
+        gateway0 = await replica_totals(session, [run.url])
         await asyncio.sleep(until_s)
         delta = totals_delta(before, await replica_totals(session, _ready_urls(run)))
-    sent = [r.ttft_s for r in traffic.results if r.ok and r.sent_s < until_s and r.ttft_s]
-    out = {"client_ms": 1000 * sum(sent) / max(1, len(sent))}
+        gateway = totals_delta(gateway0, await replica_totals(session, [run.url]))
+    out = {"gateway_ms": 1000 * gateway["gateway_ttft_s"] / max(1.0, gateway["gateway_ttft_n"])}
     for name in ("replica", "engine"):
         out[f"{name}_ms"] = 1000 * delta[f"{name}_ttft_s"] / max(1.0, delta[f"{name}_ttft_n"])
     return out
 
 
-async def loop_lag(plan: tuple[RatePhase, ...], period_s: float = 0.05) -> dict[str, Any]:
-    """How late this process's event loop wakes (the gateway and the client both run on it),
-    per phase: p50/p99 ms past a `period_s` sleep. On a starved CPU this is what every
-    request waits for on top of the engine, and it grows with the streamed chunks/s."""
-    loop, lags, t0 = asyncio.get_running_loop(), [], time.monotonic()
-    end_s = sum(p.duration_s for p in plan)
-    while (now := time.monotonic() - t0) < end_s:
-        start = loop.time()
-        await asyncio.sleep(period_s)
-        lags.append((now, loop.time() - start - period_s))
-    out, t = {}, 0.0
-    for i, phase in enumerate(plan):
-        got = [lag for at, lag in lags if t <= at < t + phase.duration_s]
-        ps = percentiles(got, (50, 99)) or [None, None]
-        out[f"{i}:{phase.name}"] = [None if v is None else round(v * 1000, 1) for v in ps]
-        t += phase.duration_s
-    return out
+def _proc_cpu_s(pid: int) -> float | None:
+    """A process's CPU seconds (user + system) so far, from /proc (None: gone, or no /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def replica_cpu_s(run: Any, stop: asyncio.Event, period_s: float = 0.5) -> float:
+    """CPU seconds the replica processes spent until `stop` (each from when first seen;
+    a replica gone keeps its last reading)."""
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+    while True:
+        for m in run.actuator.list():
+            if m.pid is not None and (now := _proc_cpu_s(m.pid)) is not None:
+                first.setdefault(m.pid, now if m.state is ReplicaState.READY else 0.0)
+                last[m.pid] = now
+        if stop.is_set():
+            return sum(last[pid] - first[pid] for pid in last)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), period_s)
+
+
+CLIENT = Path(__file__).resolve().parent / "live_client.py"
+
+
+async def client_process(run: Any, model: str, plan: tuple[RatePhase, ...], seed: int,
+                         out: Path) -> tuple[asyncio.subprocess.Process, float]:  # fmt: skip
+    """Start the load generator in its own process; (it, its t0 on time.monotonic())."""
+    phases_json = json.dumps([dataclasses.asdict(p) for p in plan])
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(CLIENT), run.url, model, "--phases", phases_json,
+        "--seed", str(seed), "--out", str(out), stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    line = await proc.stdout.readline()
+    if not line.startswith(b"t0 "):
+        raise RuntimeError(f"the load generator did not start: {line!r}")
+    return proc, float(line.split()[1])
 
 
 async def live_once(cfg: FleetConfig, plan: tuple[RatePhase, ...], seed: int) -> dict[str, Any]:
     clock = time.monotonic
+    load_at_start = os.getloadavg()[0]
     async with fleet_up(cfg, port=0) as run:
         deadline = clock() + 180.0
         initial = cfg.autoscale.min_replicas
@@ -236,13 +267,21 @@ async def live_once(cfg: FleetConfig, plan: tuple[RatePhase, ...], seed: int) ->
             await asyncio.sleep(0.1)
         initial_cold_start_s = run.actuator.observed_cold_start_s()
         before = len(run.changes)
-        traffic = TrafficLog()
-        t0 = clock()
-        # Until the burst ends (replicas drained later keep their counts until then).
-        busy_s = sum(p.duration_s for p in plan[:3])
-        breakdown = asyncio.get_running_loop().create_task(ttft_breakdown(run, traffic, busy_s))
-        lag = asyncio.get_running_loop().create_task(loop_lag(plan))
-        await drive(run.url, cfg.replicas.model, plan, log=traffic, seed=seed)
+        with tempfile.TemporaryDirectory(prefix="sim_vs_live-") as tmp:
+            out = Path(tmp) / "client.json"
+            client, t0 = await client_process(run, cfg.replicas.model, plan, seed, out)
+            loop = asyncio.get_running_loop()
+            cpu0, stop = cpu_s(), asyncio.Event()
+            replicas_cpu = loop.create_task(replica_cpu_s(run, stop))
+            # Until the burst ends (replicas drained later keep their counts until then).
+            busy_s = sum(p.duration_s for p in plan[:3])
+            breakdown = loop.create_task(ttft_breakdown(run, t0 + busy_s - clock()))
+            lag = loop.create_task(loop_lag(plan, t0))
+            if await client.wait() != 0:
+                raise RuntimeError(f"the load generator failed ({client.returncode})")
+            got = json.loads(out.read_text())
+        stop.set()
+        cpu = {"gateway": cpu_s() - cpu0, "replicas": await replicas_cpu, "client": got["cpu_s"]}
         changes = [(d.now_s - t0, d.current_replicas, d.desired_replicas, d.reason)
                    for d in run.changes[before:]]  # fmt: skip
         cold_start_s = run.actuator.observed_cold_start_s()
@@ -251,12 +290,16 @@ async def live_once(cfg: FleetConfig, plan: tuple[RatePhase, ...], seed: int) ->
         overhead_s = await measure_overhead(run, cfg.replicas.model, seed)
         ttft_split = await breakdown
         lag_ms = await lag
-    points = [(r.sent_s, r.ttft_s, r.tpot_s) for r in traffic.results if r.ok]
-    return {**figures(plan, points, len(traffic.results), changes, cut), "cold_start_s": cold_start_s,
+    results = [RequestResult(**r) for r in got["results"]]
+    sent = [r.ttft_s for r in results if r.ok and r.sent_s < busy_s and r.ttft_s]
+    ttft_split = {"client_ms": 1000 * sum(sent) / max(1, len(sent)), **ttft_split}
+    points = [(r.sent_s, r.ttft_s, r.tpot_s) for r in results if r.ok]
+    return {**figures(plan, points, len(results), changes, cut), "cold_start_s": cold_start_s,
             "initial_cold_start_s": initial_cold_start_s, "request_overhead_s": overhead_s,
-            "ttft_breakdown_until_burst_end": ttft_split,
-            "event_loop_lag_p50_p99_ms_by_phase": lag_ms,
-            "load_average_1m_at_end": os.getloadavg()[0], "cpus": os.cpu_count()}  # fmt: skip
+            "ttft_breakdown_until_burst_end": ttft_split, "cpu_s_during_traffic": cpu,
+            "event_loop_lag_p50_p99_ms_by_phase": {"gateway": lag_ms,
+                                                    "client": got["event_loop_lag_p50_p99_ms_by_phase"]},
+            "load_average_1m": [load_at_start, os.getloadavg()[0]], "cpus": os.cpu_count()}  # fmt: skip
 
 
 def sim_once(
