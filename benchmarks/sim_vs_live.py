@@ -39,22 +39,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from gpufleet.fleet.config import FleetConfig, validate_fleet
 from gpufleet.fleet.demo import demo_fleet_data
 from gpufleet.fleet.run import fleet_up
-from gpufleet.fleet.traffic import RequestResult, demo_workload, one_request
+from gpufleet.fleet.traffic import RequestResult, demo_workload
 from gpufleet.routing import make_policy as make_routing_policy
 from gpufleet.routing.types import ReplicaState
 from gpufleet.sim.report import summarize
 from gpufleet.sim.scenario import Scenario, build_config
 from gpufleet.sim.simulator import FleetSimulator
 from gpufleet.stats import percentiles
-from gpufleet.workload import RatePhase, sim_requests, synthetic_shapes, text_conversations
+from gpufleet.workload import RatePhase, sim_requests, synthetic_shapes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from live_client import cpu_s, loop_lag
+from live_probes import FleetProbe, measure_overhead
 from record import RESULTS, write_result
 
 # At time scale 3 (the demo's); `phases()` keeps each replica's utilization at another
@@ -115,126 +114,13 @@ def figures(
         by_phase[f"{i}:{phase.name}"] = [None if v is None else round(v * 1000, 1) for v in got]
         t += phase.duration_s
     out["ttft_by_phase_p50_p90_ms"] = by_phase
-    busy_s = sum(p.duration_s for p in plan[:3])
-    early = [v for sent, v, _ in points if sent < busy_s and v is not None]
-    out["ttft_mean_until_burst_end_ms"] = 1000 * sum(early) / max(1, len(early))
+    ttfts = [v for _, v, _ in points if v is not None]
+    out["ttft_mean_ms"] = 1000 * sum(ttfts) / max(1, len(ttfts))
     out["scale_outs"] = sum(1 for _, a, b, _ in changes if b > a)
     out["scale_ins"] = sum(1 for _, a, b, _ in changes if b < a)
     out["cut"] = cut
     out["changes"] = [(round(t, 1), a, b, why) for t, a, b, why in changes]
     return out
-
-
-# Sums and counts a replica reports (wall seconds): its TTFT as it sees it (from the
-# request's arrival to the step that emitted the first token), and the engine's own
-# share of it (queue + prefill on the engine clock, scaled to wall time).
-_TOTALS = {
-    "vllm:time_to_first_token_seconds_sum": "replica_ttft_s",
-    "vllm:time_to_first_token_seconds_count": "replica_ttft_n",
-    "vllm:request_queue_time_seconds_sum": "engine_ttft_s",
-    "vllm:request_prefill_time_seconds_sum": "engine_ttft_s",
-    "vllm:request_prefill_time_seconds_count": "engine_ttft_n",
-    "gpufleet_gateway_time_to_first_token_seconds_sum": "gateway_ttft_s",
-    "gpufleet_gateway_time_to_first_token_seconds_count": "gateway_ttft_n",
-}
-
-
-async def replica_totals(
-    session: aiohttp.ClientSession, urls: list[str]
-) -> dict[str, dict[str, float]]:
-    """Per replica URL that answered: its totals."""
-    out: dict[str, dict[str, float]] = {}
-    for url in urls:
-        with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
-            async with session.get(f"{url}/metrics") as resp:
-                totals = dict.fromkeys(_TOTALS.values(), 0.0)
-                for line in (await resp.text()).splitlines():
-                    name, _, value = line.partition(" ")
-                    key = _TOTALS.get(name.split("{")[0])
-                    if key is not None:
-                        totals[key] += float(value)
-                out[url] = totals
-    return out
-
-
-def totals_delta(
-    before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
-) -> dict[str, float]:
-    """What replicas added between two scrapes (those absent at the first from zero;
-    those gone at the second are left out: their last counts are lost)."""
-    out = dict.fromkeys(_TOTALS.values(), 0.0)
-    for url, now in after.items():
-        then = before.get(url, {})
-        for key, value in now.items():
-            out[key] += value - then.get(key, 0.0)
-    return out
-
-
-def _ready_urls(run: Any) -> list[str]:
-    return [m.url for m in run.actuator.list() if m.state is ReplicaState.READY]
-
-
-async def measure_overhead(run: Any, model: str, seed: int, n: int = 20) -> float:
-    """The live HTTP path's share of TTFT on this machine, now: `n` requests one at a
-    time (prompts of another seed, so the run's prefix caches stay cold), their mean client
-    TTFT minus the engines' own (queue + prefill, from the replicas' metrics)."""
-    phases = (RatePhase("calibration", float(n), 1.0, 1.0),)
-    convs = list(text_conversations(synthetic_shapes(demo_workload(phases, seed + 1000))))[:n]
-    urls = _ready_urls(run)
-    async with aiohttp.ClientSession() as session:
-        before = await replica_totals(session, urls)
-        ttfts = []
-        for conv in convs:
-            messages = [{"role": "user", "content": conv.turns[0].text}]
-            r = await one_request(session, run.url, model, messages, 64, 0.0)
-            if r.ttft_s is not None:
-                ttfts.append(r.ttft_s)
-            await asyncio.sleep(0.3)
-        delta = totals_delta(before, await replica_totals(session, urls))
-    engine_s = delta["engine_ttft_s"] / max(1.0, delta["engine_ttft_n"])
-    return max(0.0, sum(ttfts) / len(ttfts) - engine_s)
-
-
-async def ttft_breakdown(run: Any, until_s: float) -> dict[str, float]:
-    """Where the TTFT of the requests sent in the next `until_s` went, in mean ms: the
-    gateway's view (from its parse of the request to the first chunk relayed), the
-    replicas' (from arrival at the replica), the engines' own (queue + prefill). Scraped
-    from the gateway and the replicas ready now and `until_s` later."""
-    async with aiohttp.ClientSession() as session:
-        before = await replica_totals(session, _ready_urls(run))
-        gateway0 = await replica_totals(session, [run.url])
-        await asyncio.sleep(until_s)
-        delta = totals_delta(before, await replica_totals(session, _ready_urls(run)))
-        gateway = totals_delta(gateway0, await replica_totals(session, [run.url]))
-    out = {"gateway_ms": 1000 * gateway["gateway_ttft_s"] / max(1.0, gateway["gateway_ttft_n"])}
-    for name in ("replica", "engine"):
-        out[f"{name}_ms"] = 1000 * delta[f"{name}_ttft_s"] / max(1.0, delta[f"{name}_ttft_n"])
-    return out
-
-
-def _proc_cpu_s(pid: int) -> float | None:
-    """A process's CPU seconds (user + system) so far, from /proc (None: gone, or no /proc)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def replica_cpu_s(run: Any, stop: asyncio.Event, period_s: float = 0.5) -> float:
-    """CPU seconds the replica processes spent until `stop` (each from when first seen;
-    a replica gone keeps its last reading)."""
-    first: dict[int, float] = {}
-    last: dict[int, float] = {}
-    while True:
-        for m in run.actuator.list():
-            if m.pid is not None and (now := _proc_cpu_s(m.pid)) is not None:
-                first.setdefault(m.pid, now if m.state is ReplicaState.READY else 0.0)
-                last[m.pid] = now
-        if stop.is_set():
-            return sum(last[pid] - first[pid] for pid in last)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), period_s)
 
 
 CLIENT = Path(__file__).resolve().parent / "live_client.py"
@@ -270,33 +156,30 @@ async def live_once(cfg: FleetConfig, plan: tuple[RatePhase, ...], seed: int) ->
         with tempfile.TemporaryDirectory(prefix="sim_vs_live-") as tmp:
             out = Path(tmp) / "client.json"
             client, t0 = await client_process(run, cfg.replicas.model, plan, seed, out)
-            loop = asyncio.get_running_loop()
-            cpu0, stop = cpu_s(), asyncio.Event()
-            replicas_cpu = loop.create_task(replica_cpu_s(run, stop))
-            # Until the burst ends (replicas drained later keep their counts until then).
-            busy_s = sum(p.duration_s for p in plan[:3])
-            breakdown = loop.create_task(ttft_breakdown(run, t0 + busy_s - clock()))
+            loop, probe, cpu0 = asyncio.get_running_loop(), FleetProbe(run), cpu_s()
+            sampling = loop.create_task(probe.sample())
             lag = loop.create_task(loop_lag(plan, t0))
             if await client.wait() != 0:
                 raise RuntimeError(f"the load generator failed ({client.returncode})")
             got = json.loads(out.read_text())
-        stop.set()
-        cpu = {"gateway": cpu_s() - cpu0, "replicas": await replicas_cpu, "client": got["cpu_s"]}
+        probe.stop.set()
+        await sampling
+        cpu = {"gateway": cpu_s() - cpu0, "replicas": probe.added().get("cpu_s", 0.0),
+               "client": got["cpu_s"]}  # fmt: skip
         changes = [(d.now_s - t0, d.current_replicas, d.desired_replicas, d.reason)
                    for d in run.changes[before:]]  # fmt: skip
         cold_start_s = run.actuator.observed_cold_start_s()
         cut = run.cut_requests
         # The fleet is quiet again: measure what the HTTP path adds to one request.
         overhead_s = await measure_overhead(run, cfg.replicas.model, seed)
-        ttft_split = await breakdown
         lag_ms = await lag
     results = [RequestResult(**r) for r in got["results"]]
-    sent = [r.ttft_s for r in results if r.ok and r.sent_s < busy_s and r.ttft_s]
-    ttft_split = {"client_ms": 1000 * sum(sent) / max(1, len(sent)), **ttft_split}
     points = [(r.sent_s, r.ttft_s, r.tpot_s) for r in results if r.ok]
-    return {**figures(plan, points, len(results), changes, cut), "cold_start_s": cold_start_s,
+    out = figures(plan, points, len(results), changes, cut)
+    ttft_split = {"client_ms": out["ttft_mean_ms"], "client_n": len(points), **probe.ttft_ms()}
+    return {**out, "cold_start_s": cold_start_s,
             "initial_cold_start_s": initial_cold_start_s, "request_overhead_s": overhead_s,
-            "ttft_breakdown_until_burst_end": ttft_split, "cpu_s_during_traffic": cpu,
+            "ttft_mean_by_layer": ttft_split, "cpu_s_during_traffic": cpu,
             "event_loop_lag_p50_p99_ms_by_phase": {"gateway": lag_ms,
                                                     "client": got["event_loop_lag_p50_p99_ms_by_phase"]},
             "load_average_1m": [load_at_start, os.getloadavg()[0]], "cpus": os.cpu_count()}  # fmt: skip
