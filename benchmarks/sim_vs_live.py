@@ -1,7 +1,7 @@
 """Does the simulator predict the live fleet? The same seeded workload through `gpufleet up`
 in real time and through `gpufleet sim` on a virtual clock (issue 12).
 
-    python benchmarks/sim_vs_live.py [--repeats 3] [--seed 0] [--time-scale 3]
+    python benchmarks/sim_vs_live.py [--repeats 3] [--seed 0] [--time-scale 6] [--stretch 1.5]
         [--policy default] [--out benchmarks/results/sim_vs_live]
 
 The fleet: simulated Llama-3.1-8B replicas on h100-sxm with an 8-sequence batch, time
@@ -11,14 +11,31 @@ parameters), the real gateway with prefix_aware routing. The workload: a ramp an
 burst of streamed chat requests, six shared ~500-token system prompts (prefix groups),
 64 output tokens, Poisson arrivals from one seed.
 
-Live: `gpufleet up` (gateway in this process, replicas as child processes); traffic starts
-once the three initial replicas are ready; every request is measured by `gpufleet
-bench`'s streaming client. Simulated: the very same request shapes and arrival times,
-the same layout (its step times slowed by the same factor), the same policy objects with
-the same parameters (`capacity_per_replica` as `up` derives it), the same gateway
-settings. The simulator's cold start is what a live replica really takes from spawn to
-ready on this machine (process start and imports, `--startup-s`, the actuator's health
-poll), measured in each live run: it is part of the real behaviour, not a fitted knob.
+Live: `gpufleet up` (gateway, autoscaler and controller in this process, replicas as child
+processes); traffic starts once the initial replicas are ready. The load generator runs in
+a process of its own (live_client.py: `gpufleet.fleet.traffic.drive`, every request
+measured by `gpufleet bench`'s streaming client), as a real user's client does: in one
+process with the gateway, its reading of every streamed chunk and the gateway's relaying
+shared one event loop, which on a 2-core machine woke 0.3-0.8 s late at p99 and put
+-41..-53 % between the simulator and "live" TTFT that no fleet has. Simulated: the very
+same request shapes and arrival times, the same layout (its step times slowed by the same
+factor), the same policy objects with the same parameters (`capacity_per_replica` as `up`
+derives it), the same gateway settings. The simulator's cold start is what a live replica
+really takes from spawn to ready on this machine (process start and imports,
+`--startup-s`, the actuator's health poll), measured in each live run: it is part of the
+real behaviour, not a fitted knob.
+
+Beside the table, per live run, where the TTFT goes (live_probes.py): the mean over every
+request as the client, the gateway, the replicas and the engines measured it (so a gap
+shows at the layer it opens), the CPU seconds of each process, how late the gateway's
+and the client's event loops woke, and the machine's load average (other jobs on a shared
+machine slow the cold starts, which change when the fleet scales, and delay the chunks).
+`--time-scale` 6 (a simulated step takes 6x its H100 time) leaves the fleet's own
+processes ~15 % of one core here (gateway ~5 s, replicas ~9 s, client ~3 s of CPU in a
+2-minute run); on a busier machine a larger scale (the rates follow: x 3 / scale) makes
+the machine's CPU a smaller share of each step, and the simulator uses the same scale.
+
+    python benchmarks/sim_vs_live.py --repeats 3    # the committed result; ~12 min
 
 Agreement: TTFT and TPOT p50/p90/p99 within 10 % of the live runs' mean, scale-outs and
 scale-ins within ±1, the same requests cut (0). The live side repeats `--repeats` times
@@ -154,14 +171,14 @@ async def live_once(cfg: FleetConfig, plan: tuple[RatePhase, ...], seed: int) ->
         initial_cold_start_s = run.actuator.observed_cold_start_s()
         before = len(run.changes)
         with tempfile.TemporaryDirectory(prefix="sim_vs_live-") as tmp:
-            out = Path(tmp) / "client.json"
-            client, t0 = await client_process(run, cfg.replicas.model, plan, seed, out)
+            log_path = Path(tmp) / "client.json"
+            client, t0 = await client_process(run, cfg.replicas.model, plan, seed, log_path)
             loop, probe, cpu0 = asyncio.get_running_loop(), FleetProbe(run), cpu_s()
             sampling = loop.create_task(probe.sample())
             lag = loop.create_task(loop_lag(plan, t0))
             if await client.wait() != 0:
                 raise RuntimeError(f"the load generator failed ({client.returncode})")
-            got = json.loads(out.read_text())
+            got = json.loads(log_path.read_text())
         probe.stop.set()
         await sampling
         cpu = {"gateway": cpu_s() - cpu0, "replicas": probe.added().get("cpu_s", 0.0),
@@ -275,6 +292,28 @@ def markdown(cmp: dict[str, Any], sim: dict[str, Any], nominal: dict[str, Any]) 
     return "\n".join(lines) + "\n"
 
 
+def where_ttft_goes(live: list[dict[str, Any]], sim: dict[str, Any]) -> str:
+    """Per live run: the machine's load, and each layer's mean TTFT over every request
+    beside the simulator's, each process's CPU, and how late each event loop woke."""
+    sim_ms = sum(r["ttft_mean_ms"] for r in sim["runs"]) / len(sim["runs"])
+    lines = [f"\nWhere TTFT goes (mean over every request, ms; the simulator: {sim_ms:.0f}):\n",
+             "| live run | load 1m start → end | cold start s | client | gateway | replica "
+             "| engine | CPU s gateway / replicas / client | loop lag p99 ms, burst: gateway / client |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for i, r in enumerate(live, 1):
+        if "ttft_mean_by_layer" not in r:
+            continue  # a run of an earlier version of this benchmark
+        t, cpu = r["ttft_mean_by_layer"], r["cpu_s_during_traffic"]
+        lag = {k: max((v[1] or 0.0 for p, v in by.items() if "burst" in p), default=0.0)
+               for k, by in r["event_loop_lag_p50_p99_ms_by_phase"].items()}  # fmt: skip
+        load = " → ".join(f"{x:.1f}" for x in r["load_average_1m"])
+        lines.append(f"| {i} | {load} | {r['cold_start_s']:.1f} | {t['client_ms']:.0f} "
+                     f"| {t['gateway_ms']:.0f} | {t['replica_ms']:.0f} | {t['engine_ms']:.0f} "
+                     f"| {cpu['gateway']:.1f} / {cpu['replicas']:.1f} / {cpu['client']:.1f} "
+                     f"| {lag['gateway']:.0f} / {lag['client']:.0f} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
@@ -305,7 +344,7 @@ def main() -> None:
     nominal = sim_mean([sim_once(cfg, plan, args.seed, args.time_scale, STARTUP_S, 0.0, ph)
                         for ph in PHASES_S])  # fmt: skip
     cmp = compare(live, sim)
-    table = markdown(cmp, sim, nominal)
+    table = markdown(cmp, sim, nominal) + where_ttft_goes(live, sim)
     data = {"phases": [dataclasses.asdict(p) for p in plan], "time_scale": args.time_scale,
             "policy": args.policy, "live": live, "sim": sim, "sim_nothing_measured": nominal,
             "comparison": cmp}  # fmt: skip
