@@ -31,9 +31,10 @@ shows at the layer it opens), the CPU seconds of each process, how late the gate
 and the client's event loops woke, and the machine's load average (other jobs on a shared
 machine slow the cold starts, which change when the fleet scales, and delay the chunks).
 `--time-scale` 6 (a simulated step takes 6x its H100 time) leaves the fleet's own
-processes ~15 % of one core here (gateway ~5 s, replicas ~9 s, client ~3 s of CPU in a
-2-minute run); on a busier machine a larger scale (the rates follow: x 3 / scale) makes
-the machine's CPU a smaller share of each step, and the simulator uses the same scale.
+processes ~12 % of one core here (gateway ~5 s, 3-6 replicas ~12 s, client ~4 s of CPU in
+a 3-minute run), enough on 2 cores while other jobs leave one free (load average <= ~3);
+on a busier machine a larger scale (the rates follow: x 3 / scale) makes the machine's CPU
+a smaller share of each step, and the simulator uses the same scale.
 
     python benchmarks/sim_vs_live.py --repeats 3    # the committed result; ~12 min
 
