@@ -1,7 +1,7 @@
 """Does the simulator predict the live fleet? The same seeded workload through `gpufleet up`
 in real time and through `gpufleet sim` on a virtual clock (issue 12).
 
-    python benchmarks/sim_vs_live.py [--repeats 3] [--seed 0] [--time-scale 3]
+    python benchmarks/sim_vs_live.py [--repeats 3] [--seed 0] [--time-scale 6] [--stretch 1.5]
         [--policy default] [--out benchmarks/results/sim_vs_live]
 
 The fleet: simulated Llama-3.1-8B replicas on h100-sxm with an 8-sequence batch, time
@@ -11,14 +11,32 @@ parameters), the real gateway with prefix_aware routing. The workload: a ramp an
 burst of streamed chat requests, six shared ~500-token system prompts (prefix groups),
 64 output tokens, Poisson arrivals from one seed.
 
-Live: `gpufleet up` (gateway in this process, replicas as child processes); traffic starts
-once the three initial replicas are ready; every request is measured by `gpufleet
-bench`'s streaming client. Simulated: the very same request shapes and arrival times,
-the same layout (its step times slowed by the same factor), the same policy objects with
-the same parameters (`capacity_per_replica` as `up` derives it), the same gateway
-settings. The simulator's cold start is what a live replica really takes from spawn to
-ready on this machine (process start and imports, `--startup-s`, the actuator's health
-poll), measured in each live run: it is part of the real behaviour, not a fitted knob.
+Live: `gpufleet up` (gateway, autoscaler and controller in this process, replicas as child
+processes); traffic starts once the initial replicas are ready. The load generator runs in
+a process of its own (live_client.py: `gpufleet.fleet.traffic.drive`, every request
+measured by `gpufleet bench`'s streaming client), as a real user's client does: in one
+process with the gateway, its reading of every streamed chunk and the gateway's relaying
+shared one event loop, which on a 2-core machine woke 0.3-0.8 s late at p99 and put
+-41..-53 % between the simulator and "live" TTFT that no fleet has. Simulated: the very
+same request shapes and arrival times, the same layout (its step times slowed by the same
+factor), the same policy objects with the same parameters (`capacity_per_replica` as `up`
+derives it), the same gateway settings. The simulator's cold start is what a live replica
+really takes from spawn to ready on this machine (process start and imports,
+`--startup-s`, the actuator's health poll), measured in each live run: it is part of the
+real behaviour, not a fitted knob.
+
+Beside the table, per live run, where the TTFT goes (live_probes.py): the mean over every
+request as the client, the gateway, the replicas and the engines measured it (so a gap
+shows at the layer it opens), the CPU seconds of each process, how late the gateway's
+and the client's event loops woke, and the machine's load average (other jobs on a shared
+machine slow the cold starts, which change when the fleet scales, and delay the chunks).
+`--time-scale` 6 (a simulated step takes 6x its H100 time) leaves the fleet's own
+processes ~12 % of one core here (gateway ~5 s, 3-6 replicas ~12 s, client ~4 s of CPU in
+a 3-minute run), enough on 2 cores while other jobs leave one free (load average <= ~3);
+on a busier machine a larger scale (the rates follow: x 3 / scale) makes the machine's CPU
+a smaller share of each step, and the simulator uses the same scale.
+
+    python benchmarks/sim_vs_live.py --repeats 3    # the committed result; ~12 min
 
 Agreement: TTFT and TPOT p50/p90/p99 within 10 % of the live runs' mean, scale-outs and
 scale-ins within ±1, the same requests cut (0). The live side repeats `--repeats` times
@@ -34,25 +52,26 @@ import dataclasses
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from gpufleet.fleet.config import FleetConfig, validate_fleet
 from gpufleet.fleet.demo import demo_fleet_data
 from gpufleet.fleet.run import fleet_up
-from gpufleet.fleet.traffic import TrafficLog, demo_workload, drive, one_request
+from gpufleet.fleet.traffic import RequestResult, demo_workload
 from gpufleet.routing import make_policy as make_routing_policy
 from gpufleet.routing.types import ReplicaState
 from gpufleet.sim.report import summarize
 from gpufleet.sim.scenario import Scenario, build_config
 from gpufleet.sim.simulator import FleetSimulator
 from gpufleet.stats import percentiles
-from gpufleet.workload import RatePhase, sim_requests, synthetic_shapes, text_conversations
+from gpufleet.workload import RatePhase, sim_requests, synthetic_shapes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from live_client import cpu_s, loop_lag
+from live_probes import FleetProbe, measure_overhead
 from record import RESULTS, write_result
 
 # At time scale 3 (the demo's); `phases()` keeps each replica's utilization at another
@@ -113,9 +132,8 @@ def figures(
         by_phase[f"{i}:{phase.name}"] = [None if v is None else round(v * 1000, 1) for v in got]
         t += phase.duration_s
     out["ttft_by_phase_p50_p90_ms"] = by_phase
-    busy_s = sum(p.duration_s for p in plan[:3])
-    early = [v for sent, v, _ in points if sent < busy_s and v is not None]
-    out["ttft_mean_until_burst_end_ms"] = 1000 * sum(early) / max(1, len(early))
+    ttfts = [v for _, v, _ in points if v is not None]
+    out["ttft_mean_ms"] = 1000 * sum(ttfts) / max(1, len(ttfts))
     out["scale_outs"] = sum(1 for _, a, b, _ in changes if b > a)
     out["scale_ins"] = sum(1 for _, a, b, _ in changes if b < a)
     out["cut"] = cut
@@ -123,110 +141,27 @@ def figures(
     return out
 
 
-# Sums and counts a replica reports (wall seconds): its TTFT as it sees it (from the
-# request's arrival to the step that emitted the first token), and the engine's own
-# share of it (queue + prefill on the engine clock, scaled to wall time).
-_TOTALS = {
-    "vllm:time_to_first_token_seconds_sum": "replica_ttft_s",
-    "vllm:time_to_first_token_seconds_count": "replica_ttft_n",
-    "vllm:request_queue_time_seconds_sum": "engine_ttft_s",
-    "vllm:request_prefill_time_seconds_sum": "engine_ttft_s",
-    "vllm:request_prefill_time_seconds_count": "engine_ttft_n",
-}
+CLIENT = Path(__file__).resolve().parent / "live_client.py"
 
 
-async def replica_totals(
-    session: aiohttp.ClientSession, urls: list[str]
-) -> dict[str, dict[str, float]]:
-    """Per replica URL that answered: its totals."""
-    out: dict[str, dict[str, float]] = {}
-    for url in urls:
-        with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
-            async with session.get(f"{url}/metrics") as resp:
-                totals = dict.fromkeys(_TOTALS.values(), 0.0)
-                for line in (await resp.text()).splitlines():
-                    name, _, value = line.partition(" ")
-                    key = _TOTALS.get(name.split("{")[0])
-                    if key is not None:
-                        totals[key] += float(value)
-                out[url] = totals
-    return out
-
-
-def totals_delta(
-    before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
-) -> dict[str, float]:
-    """What replicas added between two scrapes (those absent at the first from zero;
-    those gone at the second are left out: their last counts are lost)."""
-    out = dict.fromkeys(_TOTALS.values(), 0.0)
-    for url, now in after.items():
-        then = before.get(url, {})
-        for key, value in now.items():
-            out[key] += value - then.get(key, 0.0)
-    return out
-
-
-def _ready_urls(run: Any) -> list[str]:
-    return [m.url for m in run.actuator.list() if m.state is ReplicaState.READY]
-
-
-async def measure_overhead(run: Any, model: str, seed: int, n: int = 20) -> float:
-    """The live HTTP path's share of TTFT on this machine, now: `n` requests one at a
-    time (prompts of another seed, so the run's prefix caches stay cold), their mean client
-    TTFT minus the engines' own (queue + prefill, from the replicas' metrics)."""
-    phases = (RatePhase("calibration", float(n), 1.0, 1.0),)
-    convs = list(text_conversations(synthetic_shapes(demo_workload(phases, seed + 1000))))[:n]
-    urls = _ready_urls(run)
-    async with aiohttp.ClientSession() as session:
-        before = await replica_totals(session, urls)
-        ttfts = []
-        for conv in convs:
-            messages = [{"role": "user", "content": conv.turns[0].text}]
-            r = await one_request(session, run.url, model, messages, 64, 0.0)
-            if r.ttft_s is not None:
-                ttfts.append(r.ttft_s)
-            await asyncio.sleep(0.3)
-        delta = totals_delta(before, await replica_totals(session, urls))
-    engine_s = delta["engine_ttft_s"] / max(1.0, delta["engine_ttft_n"])
-    return max(0.0, sum(ttfts) / len(ttfts) - engine_s)
-
-
-async def ttft_breakdown(run: Any, traffic: TrafficLog, until_s: float) -> dict[str, float]:
-    """Where the TTFT of the requests sent before `until_s` went, in mean ms: the client's
-    view, the replicas' view (from arrival at the replica), the engines' own (queue +
-    prefill). Scraped from the replicas ready at the start and at `until_s`."""
-    async with aiohttp.ClientSession() as session:
-        before = await replica_totals(session, _ready_urls(run))
-        await asyncio.sleep(until_s)
-        delta = totals_delta(before, await replica_totals(session, _ready_urls(run)))
-    sent = [r.ttft_s for r in traffic.results if r.ok and r.sent_s < until_s and r.ttft_s]
-    out = {"client_ms": 1000 * sum(sent) / max(1, len(sent))}
-    for name in ("replica", "engine"):
-        out[f"{name}_ms"] = 1000 * delta[f"{name}_ttft_s"] / max(1.0, delta[f"{name}_ttft_n"])
-    return out
-
-
-async def loop_lag(plan: tuple[RatePhase, ...], period_s: float = 0.05) -> dict[str, Any]:
-    """How late this process's event loop wakes (the gateway and the client both run on it),
-    per phase: p50/p99 ms past a `period_s` sleep. On a starved CPU this is what every
-    request waits for on top of the engine, and it grows with the streamed chunks/s."""
-    loop, lags, t0 = asyncio.get_running_loop(), [], time.monotonic()
-    end_s = sum(p.duration_s for p in plan)
-    while (now := time.monotonic() - t0) < end_s:
-        start = loop.time()
-        await asyncio.sleep(period_s)
-        lags.append((now, loop.time() - start - period_s))
-    out, t = {}, 0.0
-    for i, phase in enumerate(plan):
-        got = [lag for at, lag in lags if t <= at < t + phase.duration_s]
-        ps = percentiles(got, (50, 99)) or [None, None]
-        out[f"{i}:{phase.name}"] = [None if v is None else round(v * 1000, 1) for v in ps]
-        t += phase.duration_s
-    return out
+async def client_process(run: Any, model: str, plan: tuple[RatePhase, ...], seed: int,
+                         out: Path) -> tuple[asyncio.subprocess.Process, float]:  # fmt: skip
+    """Start the load generator in its own process; (it, its t0 on time.monotonic())."""
+    phases_json = json.dumps([dataclasses.asdict(p) for p in plan])
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(CLIENT), run.url, model, "--phases", phases_json,
+        "--seed", str(seed), "--out", str(out), stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    line = await proc.stdout.readline()
+    if not line.startswith(b"t0 "):
+        raise RuntimeError(f"the load generator did not start: {line!r}")
+    return proc, float(line.split()[1])
 
 
 async def live_once(cfg: FleetConfig, plan: tuple[RatePhase, ...], seed: int) -> dict[str, Any]:
     clock = time.monotonic
+    load_at_start = os.getloadavg()[0]
     async with fleet_up(cfg, port=0) as run:
         deadline = clock() + 180.0
         initial = cfg.autoscale.min_replicas
@@ -236,27 +171,36 @@ async def live_once(cfg: FleetConfig, plan: tuple[RatePhase, ...], seed: int) ->
             await asyncio.sleep(0.1)
         initial_cold_start_s = run.actuator.observed_cold_start_s()
         before = len(run.changes)
-        traffic = TrafficLog()
-        t0 = clock()
-        # Until the burst ends (replicas drained later keep their counts until then).
-        busy_s = sum(p.duration_s for p in plan[:3])
-        breakdown = asyncio.get_running_loop().create_task(ttft_breakdown(run, traffic, busy_s))
-        lag = asyncio.get_running_loop().create_task(loop_lag(plan))
-        await drive(run.url, cfg.replicas.model, plan, log=traffic, seed=seed)
+        with tempfile.TemporaryDirectory(prefix="sim_vs_live-") as tmp:
+            log_path = Path(tmp) / "client.json"
+            client, t0 = await client_process(run, cfg.replicas.model, plan, seed, log_path)
+            loop, probe, cpu0 = asyncio.get_running_loop(), FleetProbe(run), cpu_s()
+            sampling = loop.create_task(probe.sample())
+            lag = loop.create_task(loop_lag(plan, t0))
+            if await client.wait() != 0:
+                raise RuntimeError(f"the load generator failed ({client.returncode})")
+            got = json.loads(log_path.read_text())
+        probe.stop.set()
+        await sampling
+        cpu = {"gateway": cpu_s() - cpu0, "replicas": probe.added().get("cpu_s", 0.0),
+               "client": got["cpu_s"]}  # fmt: skip
         changes = [(d.now_s - t0, d.current_replicas, d.desired_replicas, d.reason)
                    for d in run.changes[before:]]  # fmt: skip
         cold_start_s = run.actuator.observed_cold_start_s()
         cut = run.cut_requests
         # The fleet is quiet again: measure what the HTTP path adds to one request.
         overhead_s = await measure_overhead(run, cfg.replicas.model, seed)
-        ttft_split = await breakdown
         lag_ms = await lag
-    points = [(r.sent_s, r.ttft_s, r.tpot_s) for r in traffic.results if r.ok]
-    return {**figures(plan, points, len(traffic.results), changes, cut), "cold_start_s": cold_start_s,
+    results = [RequestResult(**r) for r in got["results"]]
+    points = [(r.sent_s, r.ttft_s, r.tpot_s) for r in results if r.ok]
+    out = figures(plan, points, len(results), changes, cut)
+    ttft_split = {"client_ms": out["ttft_mean_ms"], "client_n": len(points), **probe.ttft_ms()}
+    return {**out, "cold_start_s": cold_start_s,
             "initial_cold_start_s": initial_cold_start_s, "request_overhead_s": overhead_s,
-            "ttft_breakdown_until_burst_end": ttft_split,
-            "event_loop_lag_p50_p99_ms_by_phase": lag_ms,
-            "load_average_1m_at_end": os.getloadavg()[0], "cpus": os.cpu_count()}  # fmt: skip
+            "ttft_mean_by_layer": ttft_split, "cpu_s_during_traffic": cpu,
+            "event_loop_lag_p50_p99_ms_by_phase": {"gateway": lag_ms,
+                                                    "client": got["event_loop_lag_p50_p99_ms_by_phase"]},
+            "load_average_1m": [load_at_start, os.getloadavg()[0]], "cpus": os.cpu_count()}  # fmt: skip
 
 
 def sim_once(
@@ -349,6 +293,28 @@ def markdown(cmp: dict[str, Any], sim: dict[str, Any], nominal: dict[str, Any]) 
     return "\n".join(lines) + "\n"
 
 
+def where_ttft_goes(live: list[dict[str, Any]], sim: dict[str, Any]) -> str:
+    """Per live run: the machine's load, and each layer's mean TTFT over every request
+    beside the simulator's, each process's CPU, and how late each event loop woke."""
+    sim_ms = sum(r["ttft_mean_ms"] for r in sim["runs"]) / len(sim["runs"])
+    lines = [f"\nWhere TTFT goes (mean over every request, ms; the simulator: {sim_ms:.0f}):\n",
+             "| live run | load 1m start → end | cold start s | client | gateway | replica "
+             "| engine | CPU s gateway / replicas / client | loop lag p99 ms, burst: gateway / client |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for i, r in enumerate(live, 1):
+        if "ttft_mean_by_layer" not in r:
+            continue  # a run of an earlier version of this benchmark
+        t, cpu = r["ttft_mean_by_layer"], r["cpu_s_during_traffic"]
+        lag = {k: max((v[1] or 0.0 for p, v in by.items() if "burst" in p), default=0.0)
+               for k, by in r["event_loop_lag_p50_p99_ms_by_phase"].items()}  # fmt: skip
+        load = " → ".join(f"{x:.1f}" for x in r["load_average_1m"])
+        lines.append(f"| {i} | {load} | {r['cold_start_s']:.1f} | {t['client_ms']:.0f} "
+                     f"| {t['gateway_ms']:.0f} | {t['replica_ms']:.0f} | {t['engine_ms']:.0f} "
+                     f"| {cpu['gateway']:.1f} / {cpu['replicas']:.1f} / {cpu['client']:.1f} "
+                     f"| {lag['gateway']:.0f} / {lag['client']:.0f} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
@@ -379,7 +345,7 @@ def main() -> None:
     nominal = sim_mean([sim_once(cfg, plan, args.seed, args.time_scale, STARTUP_S, 0.0, ph)
                         for ph in PHASES_S])  # fmt: skip
     cmp = compare(live, sim)
-    table = markdown(cmp, sim, nominal)
+    table = markdown(cmp, sim, nominal) + where_ttft_goes(live, sim)
     data = {"phases": [dataclasses.asdict(p) for p in plan], "time_scale": args.time_scale,
             "policy": args.policy, "live": live, "sim": sim, "sim_nothing_measured": nominal,
             "comparison": cmp}  # fmt: skip

@@ -66,7 +66,7 @@ def test_every_consumer_uses_the_one_definition(seed: int) -> None:
     got = window.percentiles(len(xs) * 0.01, (0.5, 0.99))
     assert got["p50"] == pytest.approx(np50) and got["p99"] == pytest.approx(np99)
     # the routing replay
-    report = ReplayReport({}, 0, 0, list(xs))
+    report = ReplayReport({}, 0, 0, ttft_s=list(xs))
     assert report.ttft_quantile_s(0.99) == pytest.approx(np99)
     # bench (and sim's report, which calls the same summarize_ms)
     ms = summarize_ms(xs, (50.0, 99.0))

@@ -160,3 +160,36 @@ def test_demo_fleet_gives_every_policy_targets_alike() -> None:
     assert demo_fleet("hpa").autoscale.params == {"target_per_replica": 0.7 * DEMO_BATCH}
     with pytest.raises(UserError, match=r"autoscale\.policy"):
         demo_fleet("nope")
+
+
+def test_parse_histogram_hands_only_its_buckets_to_the_parser(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A replica exposes ~400 lines; `gpufleet up` reads one histogram of every replica
+    in the gateway's event loop, so only that histogram's bucket lines may reach the
+    (slow) Prometheus parser, and they must still add up per bucket."""
+    from gpufleet.autoscale import scrape
+    from gpufleet.engine import SchedulerStats
+    from gpufleet.replica.metrics import TTFT_BUCKETS_S, ReplicaMetrics
+
+    stats = SchedulerStats(3, 1, 0.4, 1000, 16, 100, 50, 0, 1000, 2000, {"stop": 3}, 100, 5.0)
+    metrics = ReplicaMetrics("m", lambda: stats, {"block_size": "16"})
+    for value in (0.003, 0.03, 0.3, 3.0):
+        metrics.ttft.observe(value)
+        metrics.e2e.observe(value * 10)
+    text = metrics.render().decode()
+    seen: list[str] = []
+    parse = scrape.text_string_to_metric_families
+
+    def spy(t: str):  # type: ignore[no-untyped-def]
+        seen.append(t)
+        return parse(t)
+
+    monkeypatch.setattr(scrape, "text_string_to_metric_families", spy)
+    buckets = scrape.parse_histogram(text, "vllm:time_to_first_token_seconds")
+    assert [le for le, _ in buckets] == [*TTFT_BUCKETS_S, float("inf")]
+    counts = dict(buckets)
+    assert (counts[0.001], counts[0.005], counts[0.04], counts[0.5], counts[5.0]) == (0, 1, 2, 3, 4)
+    assert counts[float("inf")] == 4
+    lines = "".join(seen).splitlines()
+    assert lines and all(ln.startswith("vllm:time_to_first_token_seconds_bucket") for ln in lines)
