@@ -64,3 +64,49 @@ class WindowMean(_Window):
     def mean(self, since_s: float | None = None) -> float | None:
         vals = [v for t, v in self._samples if since_s is None or t >= since_s]
         return sum(vals) / len(vals) if vals else None
+
+
+@dataclass(slots=True)
+class RobustTrend(_Window):
+    """A line whose slope is the repeated median of the pairwise slopes (Siegel) and whose
+    level is the mean of the last `level_s`: the arrival rate one cold start ahead.
+
+    A step (rate r, then 2r and staying) is no trend: more than half the points lie on one
+    side of it, so the median slope stays 0 and the forecast is the new level, where a least-squares
+    line tilts towards the step and, extrapolated a cold start ahead, overshoots it several
+    times. A ramp tilts every pair alike. Samples are averaged into at most `max_points`
+    buckets first: the pairs grow as the square, and a per-tick rate is noisy.
+    """
+
+    window_s: float = 120.0
+    level_s: float = 10.0
+    max_points: int = 40
+
+    def forecast(self, at_s: float) -> float | None:
+        samples = list(self._samples)
+        if len(samples) < 3:
+            return None
+        per = -(-len(samples) // self.max_points)
+        points = [
+            (sum(t for t, _ in b) / len(b), sum(v for _, v in b) / len(b))
+            for b in (samples[i : i + per] for i in range(0, len(samples), per))
+        ]
+        # Siegel's repeated median: each point's median slope to the others, then their
+        # median. A step leaves more than half the points on one side of it, whose own
+        # median slopes are 0.
+        each = []
+        for t1, v1 in points:
+            slopes = sorted((v2 - v1) / (t2 - t1) for t2, v2 in points if t2 != t1)
+            if slopes:
+                each.append(_median(slopes))
+        slope = _median(sorted(each)) if each else 0.0
+        recent = [(t, v) for t, v in samples if t >= samples[-1][0] - self.level_s]
+        level_t = sum(t for t, _ in recent) / len(recent)
+        level_v = sum(v for _, v in recent) / len(recent)
+        return level_v + slope * (at_s - level_t)
+
+
+def _median(ordered: list[float]) -> float:
+    """The median of sorted values, the lower one of the middle two: of two equal
+    halves, a step's flat side (slope 0) and its straddling side, the flat one."""
+    return ordered[(len(ordered) - 1) // 2]
