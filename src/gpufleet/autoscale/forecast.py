@@ -80,7 +80,7 @@ class RobustTrend(_Window):
 
     window_s: float = 120.0
     level_s: float = 10.0
-    max_points: int = 40
+    max_points: int = 128
 
     def forecast(self, at_s: float) -> float | None:
         samples = list(self._samples)
@@ -91,14 +91,14 @@ class RobustTrend(_Window):
             (sum(t for t, _ in b) / len(b), sum(v for _, v in b) / len(b))
             for b in (samples[i : i + per] for i in range(0, len(samples), per))
         ]
-        # Siegel's repeated median: each point's median slope to the others, then their
+        # Siegel's repeated median: each point's median slope to the points, then their
         # median. A step leaves more than half the points on one side of it, whose own
-        # median slopes are 0.
+        # median slopes are 0; a point counts itself as flat, so that a step at exactly
+        # half the window (two equal halves) is a step too.
         each = []
         for t1, v1 in points:
-            slopes = sorted((v2 - v1) / (t2 - t1) for t2, v2 in points if t2 != t1)
-            if slopes:
-                each.append(_median(slopes))
+            slopes = sorted([0.0, *((v2 - v1) / (t2 - t1) for t2, v2 in points if t2 != t1)])
+            each.append(_median(slopes))
         slope = _median(sorted(each)) if each else 0.0
         recent = [(t, v) for t, v in samples if t >= samples[-1][0] - self.level_s]
         level_t = sum(t for t, _ in recent) / len(recent)

@@ -214,22 +214,25 @@ class DefaultPolicy:
             self._last_change_s = now_s
         return ScalingDecision(desired, f"{why} → {desired}", self.name, now_s, current)
 
-    def forecast(self, at_s: float) -> float | None:
+    def forecast(self, at_s: float, bounded: bool = True) -> float | None:
         """Demand at `at_s` by the steeper of two trends of requests in flight: the full
         window (steady) and its last third (sees a ramp begin). Erring high costs a replica
         for a while; erring low costs every request of a burst a cold start. Bounded by
         what the arrival rate supports (`little_forecast`): in flight ramps over one
         request's lifetime after a step in the rate, and that ramp extrapolated a cold
-        start ahead forecast about twice the demand the new rate brings."""
+        start ahead forecast about twice the demand the new rate brings. Unbounded (the
+        larger of both), for the scale-in guard: a ramp younger than half the window is
+        still a step to the arrival trend, and removing a replica costs a cold start back."""
         values = [
             f
             for f in (self._trend.forecast(at_s), self._trend_short.forecast(at_s))
             if f is not None
         ]
+        trend = max(values) if values else None
         little = self.little_forecast(at_s)
-        if little is not None:
-            return min([*values, little])
-        return max(values) if values else None
+        if little is None or trend is None:
+            return trend if little is None else little
+        return min(trend, little) if bounded else max(trend, little)
 
     def little_forecast(self, at_s: float) -> float | None:
         """Requests in flight at `at_s` by Little's law: the arrival rate's robust trend
@@ -388,7 +391,7 @@ class DefaultPolicy:
         n1 = len(signals.ready) - 1
         peak = self._peak_demand.peak()
         peak_kv = self._peak_kv_total.peak()
-        forecast = self.forecast(now_s + cold_start_s) or 0.0
+        forecast = self.forecast(now_s + cold_start_s, bounded=False) or 0.0
         worst = max(peak, forecast)
         if n1 == 0:
             ok = worst == 0
