@@ -18,7 +18,6 @@ def fleet(
     ready_in_s: float = 10.0,
     now_s: float = 0.0,
     cold_start_s: float | None = None,
-    admitted: int | None = None,
 ) -> FleetSignals:
     """`ready` holds (running, waiting, kv_usage) per ready replica."""
     replicas = [
@@ -37,7 +36,6 @@ def fleet(
         in_flight=sum(r.in_flight for r in replicas),
         ttft_s=ttft,
         cold_start_s=cold_start_s,
-        admitted_total=admitted,
     )
 
 

@@ -103,39 +103,6 @@ def test_forecast_one_cold_start_ahead_scales_out_before_saturation() -> None:
     assert first_ahead <= 6  # a forecast alone is confirmed on a second tick
 
 
-def test_forecast_from_arrivals_still_scales_out_before_saturation() -> None:
-    # The same ramp in flight (t requests at t s), now with the gateway's admitted counter:
-    # requests live 2 s, so the rate is t/2 per s and t²/4 have arrived by t.
-    p = policy(cold_start_s=10.0)
-    first = None
-    for t in range(0, 15):
-        d = p.decide(float(t), fleet(even(2, t), admitted=t * t // 4))
-        if d.desired_replicas > 2 and first is None:
-            first = t
-    assert first is not None and first <= 6, first
-
-
-def test_arrival_rate_step_is_not_extrapolated_past_the_new_rate() -> None:
-    # 10 requests/s, each in the system 15 s (150 in flight); at 200 s the rate doubles
-    # and stays. In flight ramps to 300 over one lifetime; a trend of that ramp carried a
-    # 120 s cold start ahead forecast over 900 and asked for 34 replicas of 32. By Little's
-    # law the new rate supports 300: 11 replicas with the 10 % headroom.
-    p = DefaultPolicy(
-        ReplicaBounds(1, 64), capacity_per_replica=32, cold_start_s=120.0, headroom_fraction=0.1
-    )
-    rate_rps, lifetime_s, step_s = 10, 15.0, 200
-    most = 0
-    for t in range(0, 400):
-        admitted = rate_rps * t if t < step_s else rate_rps * step_s + 2 * rate_rps * (t - step_s)
-        ramp = min(1.0, max(0.0, (t - step_s) / lifetime_s))
-        in_flight = round(rate_rps * lifetime_s * (1.0 + ramp))
-        d = p.decide(float(t), fleet(even(8, in_flight), admitted=admitted))
-        most = max(most, d.desired_replicas)
-    new_demand = 2 * rate_rps * lifetime_s
-    assert most <= 12, most  # ≤ 1.1 × the new demand, with headroom
-    assert p.forecast(400.0 + 120.0) == pytest.approx(new_demand, rel=0.05)
-
-
 def test_cold_start_reported_by_actuator_overrides_config() -> None:
     p = policy(cold_start_s=1.0)
     d = None

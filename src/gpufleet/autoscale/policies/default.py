@@ -28,7 +28,7 @@ from gpufleet.autoscale.decision import (
     capacity_note,
     check_capacity_per_replica,
 )
-from gpufleet.autoscale.forecast import LinearTrend, RobustTrend, WindowMax, WindowMean
+from gpufleet.autoscale.forecast import LinearTrend, WindowMax
 from gpufleet.autoscale.signals import FleetSignals, ReplicaSignals
 from gpufleet.errors import UserError
 
@@ -83,12 +83,6 @@ class DefaultPolicy:
     name: str = "default"
     _trend: LinearTrend = field(default_factory=LinearTrend)
     _trend_short: LinearTrend = field(default_factory=LinearTrend)
-    # Arrival rate (from the gateway's admitted counter) and Little's law: requests in
-    # flight = arrival rate × mean time in system, both over the trend window.
-    _arrivals: RobustTrend = field(default_factory=RobustTrend)
-    _mean_demand: WindowMean = field(default_factory=WindowMean)
-    _mean_rate: WindowMean = field(default_factory=WindowMean)
-    _last_admitted: tuple[float, int] | None = None
     _peak_demand: WindowMax = field(default_factory=WindowMax)
     _peak_kv_total: WindowMax = field(default_factory=WindowMax)  # sum of KV fractions
     _saturated_running: deque[tuple[float, int]] = field(default_factory=deque)
@@ -111,8 +105,6 @@ class DefaultPolicy:
         trend_s = max(self.trend_window_s, cold_start_s)
         self._trend.window_s = trend_s
         self._trend_short.window_s = trend_s / 3.0
-        self._arrivals.window_s = self._mean_demand.window_s = self._mean_rate.window_s = trend_s
-        self._arrivals.level_s = trend_s / 12.0
         self._peak_demand.window_s = self._peak_kv_total.window_s = self.peak_s(cold_start_s)
 
     def peak_s(self, cold_start_s: float) -> float:
@@ -144,7 +136,6 @@ class DefaultPolicy:
         self._trend_short.add(now_s, float(demand))
         self._peak_demand.add(now_s, float(demand))
         self._peak_kv_total.add(now_s, kv_total)
-        self._track_arrivals(now_s, signals.admitted_total, demand)
         self._learn_capacity(now_s)
         cap = self.capacity
 
@@ -214,49 +205,16 @@ class DefaultPolicy:
             self._last_change_s = now_s
         return ScalingDecision(desired, f"{why} → {desired}", self.name, now_s, current)
 
-    def forecast(self, at_s: float, bounded: bool = True) -> float | None:
-        """Demand at `at_s` by the steeper of two trends of requests in flight: the full
-        window (steady) and its last third (sees a ramp begin). Erring high costs a replica
-        for a while; erring low costs every request of a burst a cold start. Bounded by
-        what the arrival rate supports (`little_forecast`): in flight ramps over one
-        request's lifetime after a step in the rate, and that ramp extrapolated a cold
-        start ahead forecast about twice the demand the new rate brings. Unbounded (the
-        larger of both), for the scale-in guard: a ramp younger than half the window is
-        still a step to the arrival trend, and removing a replica costs a cold start back."""
+    def forecast(self, at_s: float) -> float | None:
+        """Demand at `at_s` by the steeper of two trends: the full window (steady) and its
+        last third (sees a ramp begin). Erring high costs a replica for a while; erring
+        low costs every request of a burst a cold start."""
         values = [
             f
             for f in (self._trend.forecast(at_s), self._trend_short.forecast(at_s))
             if f is not None
         ]
-        trend = max(values) if values else None
-        little = self.little_forecast(at_s)
-        if little is None or trend is None:
-            return trend if little is None else little
-        return min(trend, little) if bounded else max(trend, little)
-
-    def little_forecast(self, at_s: float) -> float | None:
-        """Requests in flight at `at_s` by Little's law: the arrival rate's robust trend
-        there × the mean time in system over the window (mean in flight / mean rate)."""
-        rate = self._arrivals.forecast(at_s)
-        mean_rate = self._mean_rate.mean()
-        mean_demand = self._mean_demand.mean()
-        if rate is None or not mean_rate or mean_demand is None:
-            return None
-        return max(0.0, rate) * mean_demand / mean_rate
-
-    def _track_arrivals(self, now_s: float, admitted: int | None, demand: int) -> None:
-        """The arrival rate since the last tick, from the gateway's admitted counter (a
-        counter that went back, a gateway worker restarting, starts over)."""
-        last, self._last_admitted = (
-            self._last_admitted,
-            (None if admitted is None else (now_s, admitted)),
-        )
-        if last is None or admitted is None or now_s <= last[0] or admitted < last[1]:
-            return
-        rate = (admitted - last[1]) / (now_s - last[0])
-        self._arrivals.add(now_s, rate)
-        self._mean_rate.add(now_s, rate)
-        self._mean_demand.add(now_s, float(demand))
+        return max(values) if values else None
 
     def _track_waiting(self, now_s: float, signals: FleetSignals) -> list[ReplicaSignals]:
         """Ready replicas saturated by their queue: waiting requests on waiting_ticks ticks in
@@ -391,7 +349,7 @@ class DefaultPolicy:
         n1 = len(signals.ready) - 1
         peak = self._peak_demand.peak()
         peak_kv = self._peak_kv_total.peak()
-        forecast = self.forecast(now_s + cold_start_s, bounded=False) or 0.0
+        forecast = self.forecast(now_s + cold_start_s) or 0.0
         worst = max(peak, forecast)
         if n1 == 0:
             ok = worst == 0
