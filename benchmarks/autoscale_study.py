@@ -88,7 +88,7 @@ def policy_params(policy: str, capacity: int) -> dict[str, Any]:
     if policy == "default":
         return {"capacity_per_replica": capacity, "ttft_p90_slo_s": TTFT_SLO_S,
                 "tpot_p90_slo_s": TPOT_SLO_S, "cold_start_s": COLD_START_S,
-                "capacity_source": "planner, within the SLO"}  # fmt: skip
+                "slo_attainment": TARGET, "capacity_source": "planner, within the SLO"}  # fmt: skip
     if policy == "queue_depth":
         return {"capacity_per_replica": capacity}
     if policy == "hpa":

@@ -189,4 +189,5 @@ def fleet_signals(
         window_s=gateway.window_s,
         cold_start_s=cold_start_s,
         admitted_total=gateway.admitted_total,
+        latency_requests=gateway.streamed_requests_in_window,
     )

@@ -28,7 +28,14 @@ from gpufleet.autoscale.decision import (
     capacity_note,
     check_capacity_per_replica,
 )
-from gpufleet.autoscale.forecast import LinearTrend, WindowMax
+from gpufleet.autoscale.capacity import SloCapacity, quantile_of
+from gpufleet.autoscale.forecast import (
+    ArrivalRate,
+    LinearTrend,
+    WindowMax,
+    WindowMean,
+    WindowMedian,
+)
 from gpufleet.autoscale.signals import FleetSignals, ReplicaSignals
 from gpufleet.errors import UserError
 
@@ -55,6 +62,11 @@ class DefaultPolicy:
     kv_usage_threshold: float = 0.9
     ttft_p90_slo_s: float | None = None
     tpot_p90_slo_s: float | None = None
+    # The fraction of requests that must meet the SLO: 0.9 sizes the fleet on the
+    # window's p90 latency, 0.99 on its p99 (`SloCapacity`).
+    slo_attainment: float = 0.9
+    # Measure the capacity within the SLO on the fleet (`SloCapacity`), when SLOs are set.
+    measure_capacity: bool = True
     cold_start_s: float = 30.0  # used until the actuator reports observed cold starts
     headroom_fraction: float = 0.1  # warm capacity kept above forecast demand
     # Both windows stretch to the cold start when it is longer (`_windows`): a trend
@@ -82,6 +94,12 @@ class DefaultPolicy:
     forecast_ticks: int = 2
     name: str = "default"
     _trend: LinearTrend = field(default_factory=LinearTrend)
+    _rate: ArrivalRate = field(default_factory=ArrivalRate)
+    _in_flight: WindowMean = field(default_factory=WindowMean)  # over the rate's span
+    _time_in_system: WindowMedian = field(default_factory=WindowMedian)
+    _slo_capacity: SloCapacity = field(default_factory=SloCapacity)
+    _rate_known: bool = False  # the gateway counts admissions (`expected_demand`)
+    _measuring: bool = False  # capacity within the SLO measured (`SloCapacity`)
     _trend_short: LinearTrend = field(default_factory=LinearTrend)
     _peak_demand: WindowMax = field(default_factory=WindowMax)
     _peak_kv_total: WindowMax = field(default_factory=WindowMax)  # sum of KV fractions
@@ -99,6 +117,11 @@ class DefaultPolicy:
             raise UserError("must be in (0, 1]", field="kv_usage_threshold", fix="e.g. 0.9")
         if self.headroom_fraction < 0:
             raise UserError("must be ≥ 0", field="headroom_fraction", fix="e.g. 0.1 for 10 %")
+        if not 0 < self.slo_attainment < 1:
+            raise UserError("must be in (0, 1)", field="slo_attainment", fix="e.g. 0.9 or 0.99")
+        self._slo_capacity.ttft_slo_s = self.ttft_p90_slo_s
+        self._slo_capacity.tpot_slo_s = self.tpot_p90_slo_s
+        self._slo_capacity.quantile = self.slo_attainment
         self._windows(self.cold_start_s)
 
     def _windows(self, cold_start_s: float) -> None:
@@ -106,6 +129,10 @@ class DefaultPolicy:
         self._trend.window_s = trend_s
         self._trend_short.window_s = trend_s / 3.0
         self._peak_demand.window_s = self._peak_kv_total.window_s = self.peak_s(cold_start_s)
+        # The rate's recent peak covers what the next cold start may bring (`ArrivalRate`).
+        self._rate.window_s = self._slo_capacity.smooth_s = self.peak_s(cold_start_s)
+        self._in_flight.window_s = self._rate.rate_s
+        self._time_in_system.window_s = self.peak_s(cold_start_s)
 
     def peak_s(self, cold_start_s: float) -> float:
         """The look-back of the N−1 check and of the scale-in guard: at least a cold start."""
@@ -113,16 +140,45 @@ class DefaultPolicy:
 
     @property
     def capacity(self) -> int:
-        """Configured capacity, or less once replicas have shown they batch fewer."""
+        """Configured capacity, or less once replicas have shown they batch fewer or
+        hold fewer within the SLO (`SloCapacity`)."""
+        cap = self.capacity_per_replica
         seen = [n for _, n in self._saturated_running]
-        if len(seen) < self.learn_min_observations:
-            return self.capacity_per_replica
-        return min(self.capacity_per_replica, max(seen))
+        if len(seen) >= self.learn_min_observations:
+            cap = min(cap, max(seen))
+        measured = self.measured_capacity()
+        return cap if measured is None else max(1, min(cap, math.floor(measured)))
+
+    def measured_capacity(self) -> float | None:
+        """In flight per replica within the SLO, measured (None: no SLO, or not yet)."""
+        if not self.measure_capacity:
+            return None
+        return self._slo_capacity.estimate()
 
     def _capacity_note(self, cap: int) -> str:
+        measured = self.measured_capacity()
+        if measured is not None and cap == max(1, math.floor(measured)):
+            q = "p99" if self.slo_attainment >= 0.99 else "p90"
+            return f" [measured within the SLO at {q}; configured {self.capacity_per_replica}]"
         if cap < self.capacity_per_replica:
             return f" [learned; configured {self.capacity_per_replica}]"
         return capacity_note(self.capacity_source)
+
+    def expected_demand(self, now_s: float, demand: int, cold_start_s: float) -> float:
+        """Requests in flight to size for one cold start ahead. With the gateway's
+        arrival count: Little's law, the time in the system over the rate's span (in
+        flight / rate) times the rate's recent peak — a rate's next minutes are below its
+        recent peak far more often than on its trend. Without it: the steeper in-flight
+        trend, or the demand now. The time in the system is the median over the peak
+        window: a backlog that replicas already starting will clear inflates it for a
+        while, and sizing for it would start more."""
+        if self._rate_known:
+            time_in_system_s, peak = self._time_in_system.median(), self._rate.peak()
+            if time_in_system_s is not None and peak is not None:
+                return time_in_system_s * peak
+            return float(demand)  # a rate's span not seen yet: no trend from a few ticks
+        forecast = self.forecast(now_s + cold_start_s)
+        return max(float(demand), forecast if forecast is not None else 0.0)
 
     def decide(self, now_s: float, signals: FleetSignals) -> ScalingDecision:
         ready = signals.ready
@@ -136,11 +192,23 @@ class DefaultPolicy:
         self._trend_short.add(now_s, float(demand))
         self._peak_demand.add(now_s, float(demand))
         self._peak_kv_total.add(now_s, kv_total)
+        self._rate_known = signals.admitted_total is not None
+        if signals.admitted_total is not None:
+            self._rate.add(now_s, float(signals.admitted_total))
+            self._in_flight.add(now_s, float(demand))
+            rate, in_flight = self._rate.rate(), self._in_flight.mean()
+            if rate and in_flight is not None:
+                self._time_in_system.add(now_s, in_flight / rate)  # Little's law
+        self._slo_capacity.add(now_s, signals, signals.latency_requests)
+        self._measuring = (
+            self.measure_capacity
+            and signals.latency_requests is not None
+            and (self.ttft_p90_slo_s is not None or self.tpot_p90_slo_s is not None)
+        )
         self._learn_capacity(now_s)
         cap = self.capacity
 
-        forecast = self.forecast(now_s + cold_start_s)
-        expected = max(float(demand), forecast if forecast is not None else 0.0)
+        expected = self.expected_demand(now_s, demand, cold_start_s)
         needed = math.ceil(expected * (1.0 + self.headroom_fraction) / cap)
         saturation = self._saturation(signals, queueing)
         if saturation:
@@ -299,6 +367,11 @@ class DefaultPolicy:
         if signals.starting:
             self._n1_ok_since_s = None
             return current, f"{head}; replicas starting, no scale-in"
+        if self._measuring and self.measured_capacity() is None:
+            # The configured capacity is a planner's: the fleet keeps its size until
+            # its own latency under load says what a replica holds within the SLO.
+            self._n1_ok_since_s = None
+            return current, f"{head}; capacity within the SLO not measured yet, no scale-in"
         peak_s = self.peak_s(cold_start_s)
         if self._last_saturated_s is not None and now_s - self._last_saturated_s < peak_s:
             # N replicas were saturated in the window: N−1 would have been worse, whatever
@@ -347,10 +420,12 @@ class DefaultPolicy:
     ) -> tuple[bool, str]:
         """Would N−1 ready replicas have stayed below the saturation thresholds at the peak?"""
         n1 = len(signals.ready) - 1
-        peak = self._peak_demand.peak()
         peak_kv = self._peak_kv_total.peak()
-        forecast = self.forecast(now_s + cold_start_s) or 0.0
-        worst = max(peak, forecast)
+        if self._rate_known:
+            worst = self.expected_demand(now_s, signals.demand, cold_start_s)
+        else:
+            forecast = self.forecast(now_s + cold_start_s) or 0.0
+            worst = max(self._peak_demand.peak(), forecast)
         if n1 == 0:
             ok = worst == 0
             return ok, f"N−1 = 0 {'fits' if ok else 'cannot hold'} peak demand {worst:.0f}"
