@@ -22,13 +22,13 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from gpufleet.autoscale.capacity import SloCapacity
 from gpufleet.autoscale.decision import (
     ReplicaBounds,
     ScalingDecision,
     capacity_note,
     check_capacity_per_replica,
 )
-from gpufleet.autoscale.capacity import SloCapacity, quantile_of
 from gpufleet.autoscale.forecast import (
     ArrivalRate,
     LinearTrend,
