@@ -1,28 +1,36 @@
-"""What one replica holds within the latency SLO, measured on the fleet itself.
+"""What one replica serves within the latency SLO, measured on the fleet itself.
 
 A planner's capacity (requests in flight whose *mean* TTFT and TPOT meet the SLO, for a
 closed batch) is optimistic for an open arrival stream: prompts' prefill chunks share
 steps with decodes, and a request that must meet the SLO is judged at the tail (p90 of a
-window, or 99 % of requests), not the mean. So the policy measures it where it runs:
+window, or 99 % of requests), not the mean. So the policy measures it where it runs, as
+a rate (requests per second per ready replica: the arrival rate is the fleet's input;
+the in-flight count is its output and grows with every queue).
 
-    in flight per replica at the SLO  ≈  ℓ̄ × SLO / latency_q
+A replica is a queue: its latency stays near its unloaded value q0 at low load and turns
+up steeply near its capacity, q ≈ q0 / (1 − ρ) with ρ the utilisation (M/M/1, and a
+processor-sharing batch). One window at rate λ with latency q gives ρ = 1 − q0 / q, and
+the SLO's utilisation is ρ* = 1 − q0 / SLO, so the rate within the SLO is
 
-with ℓ̄ the mean in-flight requests per ready replica over the gateway's latency window
-and latency_q that window's quantile (p90, or p99 when 99 % of requests must meet it).
-Latency taken as proportional to a replica's load is a bound (a decode step is a fixed
-weight read plus a part that grows with the batch), so at low load the estimate errs low
-(more replicas); sized with headroom h on it, the fleet settles where latency_q is
-SLO × (1 − h)-ish whatever the model's error, since an estimate that is off moves the
-load, and the load moves the latency the next estimate reads. Pure: samples come in with
-their timestamps.
+    μ*  ≈  λ × ρ* / ρ  =  λ × (1 − q0 / SLO) / (1 − q0 / q)
+
+q0 is the unloaded latency where the planner gives it (one request alone: a TPOT of one
+decode step, a TTFT of one prefill; below the tail's floor, which is safe) and the
+lowest latency seen over a long span otherwise (an upper bound on it). A q0 taken too
+low only makes μ* err towards λ (for a window within the SLO: "at least the rate it
+served"); one too high (a fleet never seen unloaded) errs high, which the windows over
+the SLO then bound. Far below the knee q − q0 is small and noisy,
+so a window within the SLO only bounds μ* from below, at most 2 × the rate it saw; a
+window over it bounds μ* from above; the estimate moves only when a bound (the median
+over the smoothing span) crosses it, so a fleet over-provisioned for a while does not
+forget what it learned under load. Pure: samples come in with their timestamps.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 
-from gpufleet.autoscale.forecast import WindowMean, WindowMedian
+from gpufleet.autoscale.forecast import ArrivalRate, WindowMean, WindowMedian, WindowMin
 from gpufleet.autoscale.signals import FleetSignals, Percentiles
 
 
@@ -33,59 +41,74 @@ def quantile_of(p: Percentiles, quantile: float) -> float:
 
 @dataclass(slots=True)
 class SloCapacity:
-    """Requests in flight per replica at the latency SLO, from the fleet's own latency."""
+    """Requests per second one ready replica serves within the SLO, from the fleet's own
+    arrival rate and latency."""
 
     ttft_slo_s: float | None = None
     tpot_slo_s: float | None = None
     quantile: float = 0.9  # of requests that must meet the SLO
-    window_s: float = 60.0  # the gateway's latency window: ℓ̄ is averaged over the same
+    window_s: float = 60.0  # the gateway's latency window: the rate is counted over the same
     smooth_s: float = 120.0  # median of the per-tick estimates over this long
     min_requests: int = 50  # a window with fewer requests says little about its tail
-    # A window whose latency is at least this fraction of the SLO measures the capacity
-    # (a short extrapolation); one below it only bounds it from below: part of a tail
-    # latency does not grow with load (a short answer's TPOT is one long prompt's
-    # prefill chunk), so latency ∝ load errs low the further it extrapolates.
-    at_load_fraction: float = 0.7
-    _load: WindowMean = field(default_factory=WindowMean)
+    max_extrapolation: float = 2.0  # a window within the SLO: at most this × its rate
+    floor_span_s: float = 1800.0  # q0: the lowest latency over this long
+    ttft_unloaded_s: float | None = None  # q0 from the planner, where known
+    tpot_unloaded_s: float | None = None
+    _rate: ArrivalRate = field(default_factory=ArrivalRate)
+    _ready: WindowMean = field(default_factory=WindowMean)
     _since_s: float | None = None
-    _bounds: WindowMedian = field(default_factory=WindowMedian)
-    _at_load: deque[float] = field(default_factory=deque)
+    _lower: WindowMedian = field(default_factory=WindowMedian)  # windows within the SLO
+    _upper: WindowMedian = field(default_factory=WindowMedian)  # windows over it
+    _estimate: float | None = None
+    _floor: dict[str, WindowMin] = field(default_factory=dict)  # q0 per SLO (TTFT, TPOT)
 
-    def add(self, now_s: float, signals: FleetSignals, requests_in_window: int | None) -> None:
-        ready = len(signals.ready)
-        if ready == 0:
+    def add(self, now_s: float, signals: FleetSignals) -> None:
+        if signals.admitted_total is None:
             return
         window_s = signals.window_s or self.window_s
-        self._load.window_s = window_s
-        self._bounds.window_s = self.smooth_s
-        self._load.add(now_s, signals.demand / ready)
+        self._rate.rate_s = self._ready.window_s = window_s
+        self._lower.window_s = self._upper.window_s = self.smooth_s
+        self._rate.add(now_s, float(signals.admitted_total))
+        self._ready.add(now_s, float(len(signals.ready)))
         if self._since_s is None:
             self._since_s = now_s
-        load = self._load.mean() or 0.0
-        if load <= 0 or requests_in_window is None or requests_in_window < self.min_requests:
+        requests = signals.latency_requests
+        if requests is None or requests < self.min_requests:
             return  # a tail over few (or an unknown number of) requests says little
         if now_s - self._since_s < window_s:
             return  # the load has not been seen over the whole latency window yet
-        ratios = [
-            slo / quantile_of(p, self.quantile)
-            for slo, p in ((self.ttft_slo_s, signals.ttft_s), (self.tpot_slo_s, signals.tpot_s))
-            if slo is not None and p is not None and quantile_of(p, self.quantile) > 0
-        ]
-        if not ratios:
+        rate, ready = self._rate.rate(), self._ready.mean()
+        if not rate or not ready:
             return
-        estimate = load * min(ratios)
-        self._bounds.add(now_s, estimate)
-        if 1.0 / min(ratios) >= self.at_load_fraction:
-            self._at_load.append(estimate)
-            while len(self._at_load) > max(1, int(self.smooth_s)):
-                self._at_load.popleft()
+        factors, within = [], True
+        for name, slo, p, unloaded in (
+            ("ttft", self.ttft_slo_s, signals.ttft_s, self.ttft_unloaded_s),
+            ("tpot", self.tpot_slo_s, signals.tpot_s, self.tpot_unloaded_s),
+        ):
+            if slo is None or p is None or quantile_of(p, self.quantile) <= 0:
+                continue
+            q = quantile_of(p, self.quantile)
+            floor = self._floor.setdefault(name, WindowMin())
+            floor.window_s = self.floor_span_s
+            floor.add(now_s, q)
+            q0 = min(floor.low(), unloaded if unloaded is not None else slo, slo * 0.999)
+            factors.append((1.0 - q0 / slo) / max(1.0 - q0 / q, 1e-9))
+            within = within and q <= slo
+        if not factors:
+            return
+        estimate = rate / ready * min(factors)
+        if within:
+            self._lower.add(now_s, min(estimate, rate / ready * self.max_extrapolation))
+        else:
+            self._upper.add(now_s, estimate)
+        lower, upper = self._lower.median(), self._upper.median()
+        est = self._estimate
+        if lower is not None:
+            est = lower if est is None else max(est, lower)
+        if upper is not None:
+            est = upper if est is None else min(est, upper)
+        self._estimate = est
 
-    def estimate(self) -> float | None:
-        """In flight per replica at the SLO (None: no latency measured under load yet):
-        the median of the recent windows measured near the SLO, or of the lower bounds
-        where these are higher (the replicas hold more now than when last loaded)."""
-        bound = self._bounds.median()
-        if not self._at_load:
-            return bound
-        at_load = sorted(self._at_load)[len(self._at_load) // 2]
-        return at_load if bound is None else max(at_load, bound)
+    def estimate_rps(self) -> float | None:
+        """Requests per second per replica within the SLO (None: not measured yet)."""
+        return self._estimate

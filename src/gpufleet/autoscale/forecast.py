@@ -58,6 +58,14 @@ class WindowMax(_Window):
 
 
 @dataclass(slots=True)
+class WindowMin(_Window):
+    """The smallest value seen over the last `window_s`."""
+
+    def low(self) -> float:
+        return min((v for _, v in self._samples), default=0.0)
+
+
+@dataclass(slots=True)
 class WindowMean(_Window):
     """The mean of samples over the last `window_s` (Knative's and Ray Serve's averaging)."""
 

@@ -67,6 +67,9 @@ class DefaultPolicy:
     slo_attainment: float = 0.9
     # Measure the capacity within the SLO on the fleet (`SloCapacity`), when SLOs are set.
     measure_capacity: bool = True
+    # One request alone on a replica (the planner's): where its latency starts to queue from.
+    ttft_unloaded_s: float | None = None
+    tpot_unloaded_s: float | None = None
     cold_start_s: float = 30.0  # used until the actuator reports observed cold starts
     headroom_fraction: float = 0.1  # warm capacity kept above forecast demand
     # Both windows stretch to the cold start when it is longer (`_windows`): a trend
@@ -122,6 +125,8 @@ class DefaultPolicy:
         self._slo_capacity.ttft_slo_s = self.ttft_p90_slo_s
         self._slo_capacity.tpot_slo_s = self.tpot_p90_slo_s
         self._slo_capacity.quantile = self.slo_attainment
+        self._slo_capacity.ttft_unloaded_s = self.ttft_unloaded_s
+        self._slo_capacity.tpot_unloaded_s = self.tpot_unloaded_s
         self._windows(self.cold_start_s)
 
     def _windows(self, cold_start_s: float) -> None:
@@ -143,23 +148,34 @@ class DefaultPolicy:
         """Configured capacity, or less once replicas have shown they batch fewer or
         hold fewer within the SLO (`SloCapacity`)."""
         cap = self.capacity_per_replica
+        measured = self.measured_capacity()
+        if measured is not None:  # what the replicas hold within the SLO, measured
+            cap = max(1, min(cap, math.floor(measured)))
         seen = [n for _, n in self._saturated_running]
         if len(seen) >= self.learn_min_observations:
             cap = min(cap, max(seen))
-        measured = self.measured_capacity()
-        return cap if measured is None else max(1, min(cap, math.floor(measured)))
+        return cap
 
     def measured_capacity(self) -> float | None:
-        """In flight per replica within the SLO, measured (None: no SLO, or not yet)."""
-        if not self.measure_capacity:
+        """In flight per replica within the SLO, measured (None: no SLO, or not yet): the
+        rate a replica serves within it (`SloCapacity`) times the time in the system —
+        the same time `expected_demand` multiplies the arrival rate by, so the fleet is
+        sized by arrival rate / rate per replica."""
+        rps, time_in_system_s = self._slo_capacity.estimate_rps(), self._time_in_system.median()
+        if not self._measuring or rps is None or time_in_system_s is None:
             return None
-        return self._slo_capacity.estimate()
+        return rps * time_in_system_s
 
     def _capacity_note(self, cap: int) -> str:
         measured = self.measured_capacity()
         if measured is not None and cap == max(1, math.floor(measured)):
             q = "p99" if self.slo_attainment >= 0.99 else "p90"
-            return f" [measured within the SLO at {q}; configured {self.capacity_per_replica}]"
+            rps = self._slo_capacity.estimate_rps() or 0.0
+            return (
+                f" [measured: {rps:.2f} req/s within the SLO at {q} × "
+                f"{measured / rps if rps else 0.0:.1f} s in the system; "
+                f"configured {self.capacity_per_replica}]"
+            )
         if cap < self.capacity_per_replica:
             return f" [learned; configured {self.capacity_per_replica}]"
         return capacity_note(self.capacity_source)
@@ -199,9 +215,10 @@ class DefaultPolicy:
             rate, in_flight = self._rate.rate(), self._in_flight.mean()
             if rate and in_flight is not None:
                 self._time_in_system.add(now_s, in_flight / rate)  # Little's law
-        self._slo_capacity.add(now_s, signals, signals.latency_requests)
+        self._slo_capacity.add(now_s, signals)
         self._measuring = (
             self.measure_capacity
+            and self._rate_known
             and signals.latency_requests is not None
             and (self.ttft_p90_slo_s is not None or self.tpot_p90_slo_s is not None)
         )
