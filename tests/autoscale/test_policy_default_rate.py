@@ -53,19 +53,23 @@ def test_a_rate_step_is_sized_by_littles_law_not_extrapolated_a_cold_start_ahead
 
 
 def test_the_capacity_within_the_slo_is_measured_and_overrides_the_planners() -> None:
-    # The planner says 50 per replica; 4 replicas at 20 each already run at the TPOT SLO
-    # (p99 100 ms, with 99 % of requests to meet it): measured 20, so 80 in flight with
-    # 10 % headroom needs 5. Without SLO measurements the planner's 50 keeps 4.
-    p = policy(tpot_p90_slo_s=0.1, slo_attainment=0.99)
-    blind = policy(tpot_p90_slo_s=0.1, slo_attainment=0.99, measure_capacity=False)
+    # The planner says 50 in flight per replica; 4 replicas at 2.5 req/s each (8 s in the
+    # system: 20 in flight) show a TPOT p99 of 150 ms, over the 100 ms SLO, with 99 % of
+    # requests to meet it. As a queue from 20 ms alone: (1 − 0.2) / (1 − 0.02 / 0.15)
+    # = 0.92 of that rate, 2.31 req/s × 8 s = 18 in flight: 80 + 10 % needs 5. Without
+    # the measurement the planner's 50 keeps 4 at most.
+    kw = {"tpot_p90_slo_s": 0.1, "slo_attainment": 0.99, "tpot_unloaded_s": 0.02}
+    p, blind = policy(**kw), policy(**kw, measure_capacity=False)
     admitted = 0
     for t in range(0, 200):
         admitted += 10
-        s = signals(4, 80, admitted, tpot_p99_s=0.1, requests=600)
+        s = signals(4, 80, admitted, tpot_p99_s=0.15, requests=600)
         d, b = p.decide(float(t), s), blind.decide(float(t), s)
-    assert p.measured_capacity() == 20.0 and p.capacity == 20
-    assert d.desired_replicas == 5 and "measured within the SLO at p99" in d.reason
-    assert b.desired_replicas == 4
+    rps = p._slo_capacity.estimate_rps()
+    assert rps is not None and abs(rps - 2.5 * 0.8 / (1 - 0.02 / 0.15)) < 1e-9
+    assert p.capacity == 18 and p.measured_capacity() is not None
+    assert d.desired_replicas == 5 and "measured: 2.31 req/s within the SLO at p99" in d.reason
+    assert b.desired_replicas <= 4
 
 
 def test_no_scale_in_on_the_planners_capacity_before_the_fleet_is_measured() -> None:
@@ -76,38 +80,45 @@ def test_no_scale_in_on_the_planners_capacity_before_the_fleet_is_measured() -> 
     admitted = 0
     for t in range(0, 300):
         admitted += 8
-        d = p.decide(float(t), signals(8, 80, admitted, tpot_p99_s=0.02, requests=10))
+        d = p.decide(float(t), signals(8, 80, admitted, tpot_p99_s=0.05, requests=10))
         assert d.desired_replicas == 8, d.reason
     assert "not measured yet" in d.reason
-    # Enough requests: 10 in flight at 20 ms of a 100 ms SLO bounds the capacity at ≥ 50.
+    # Enough requests: 1 req/s per replica at half the SLO bounds the rate at ≥ 1.5.
     for t in range(300, 600):
         admitted += 8
-        d = p.decide(float(t), signals(d.desired_replicas, 80, admitted, tpot_p99_s=0.02,
+        d = p.decide(float(t), signals(d.desired_replicas, 80, admitted, tpot_p99_s=0.05,
                                        requests=500))  # fmt: skip
     assert d.desired_replicas < 8, d.reason
 
 
-def test_slo_capacity_measures_near_the_slo_and_only_bounds_below_it() -> None:
-    cap = SloCapacity(tpot_slo_s=0.1, quantile=0.99, smooth_s=60.0)
-    low = replace(signals(4, 40, 0, tpot_p99_s=0.025), latency_requests=500)
-    cap.add(0.0, low, 500)
-    assert cap.estimate() is None  # the load not seen over a whole latency window yet
-    for t in range(1, 61):
-        cap.add(float(t), low, 500)
-    assert cap.estimate() == 40.0  # 10 per replica at a quarter of the SLO: ≥ 40
-    loaded = replace(signals(4, 120, 0, tpot_p99_s=0.09), latency_requests=500)
-    for t in range(61, 200):
-        cap.add(float(t), loaded, 500)
-    near = cap.estimate()
-    assert near is not None and 30 <= near <= 34  # 30 per replica at 90 ms: ~33
-    for t in range(200, 400):  # load falls: the lower bounds (≥ 12.5) do not undo it
-        cap.add(float(t), replace(signals(4, 20, 0, tpot_p99_s=0.04), latency_requests=500),
-                500)  # fmt: skip
-    assert cap.estimate() == near
+def test_slo_capacity_bounds_from_below_within_the_slo_and_from_above_over_it() -> None:
+    cap = SloCapacity(tpot_slo_s=0.1, quantile=0.99, smooth_s=60.0, tpot_unloaded_s=0.02)
+    admitted = 0
+
+    def feed(t0: int, t1: int, n_ready: int, rps: int, p99_s: float) -> None:
+        nonlocal admitted
+        for t in range(t0, t1):
+            admitted += rps
+            cap.add(float(t), signals(n_ready, 40, admitted, tpot_p99_s=p99_s, requests=500))
+
+    feed(0, 30, 4, 20, 0.05)
+    assert cap.estimate_rps() is None  # the load not seen over a whole latency window yet
+    feed(30, 200, 4, 20, 0.05)
+    # 5 req/s per replica at 50 ms, from a floor of 50 ms seen: at least 1.5 × 5.
+    assert cap.estimate_rps() == 7.5
+    feed(200, 500, 4, 8, 0.05)  # over-provisioned: "at least 3 req/s" does not undo it
+    assert cap.estimate_rps() == 7.5
+    feed(500, 560, 4, 24, 0.05)  # the latency window lags the rate's rise (both 60 s)
+    feed(560, 760, 4, 24, 0.2)  # 6 req/s per replica, p99 200 ms: over the SLO
+    over = cap.estimate_rps()  # at most 6 × (1 − 0.2) / (1 − 0.02 / 0.2) = 5.33
+    assert over is not None and 0.8 * 5.33 < over <= 6 * 0.8 / 0.9
+    feed(760, 960, 4, 24, 0.06)  # loaded again within the SLO: the bound from above lapsed
+    raised = cap.estimate_rps()
+    assert raised is not None and raised > over
     few = SloCapacity(tpot_slo_s=0.1)
     for t in range(0, 200):
-        few.add(float(t), low, 20)
-    assert few.estimate() is None
+        few.add(float(t), replace(signals(4, 40, 10 * t, tpot_p99_s=0.05), latency_requests=20))
+    assert few.estimate_rps() is None
 
 
 def test_arrival_rate_from_a_counter_and_its_recent_peak() -> None:

@@ -14,13 +14,13 @@ the SLO's utilisation is ρ* = 1 − q0 / SLO, so the rate within the SLO is
 
     μ*  ≈  λ × ρ* / ρ  =  λ × (1 − q0 / SLO) / (1 − q0 / q)
 
-q0 is the unloaded latency where the planner gives it (one request alone: a TPOT of one
-decode step, a TTFT of one prefill; below the tail's floor, which is safe) and the
-lowest latency seen over a long span otherwise (an upper bound on it). A q0 taken too
-low only makes μ* err towards λ (for a window within the SLO: "at least the rate it
-served"); one too high (a fleet never seen unloaded) errs high, which the windows over
-the SLO then bound. Far below the knee q − q0 is small and noisy,
-so a window within the SLO only bounds μ* from below, at most 2 × the rate it saw; a
+q0 is the lowest latency (at the SLO's quantile) seen over a long span: a tail's floor
+is the tail of the requests themselves (a p99 TTFT is the prefill of a p99 prompt), not
+one mean request alone, which the planner's unloaded latency (where given) is and q0
+never goes below. A q0 taken too low only makes μ* err towards λ (for a window within
+the SLO: "at least the rate it served"); one too high (a fleet never seen at a light
+load) errs high, which the windows over the SLO then bound (over it μ* < λ always). Far below the knee q − q0 is small and noisy,
+so a window within the SLO only bounds μ* from below, at most 1.5 × the rate it saw; a
 window over it bounds μ* from above; the estimate moves only when a bound (the median
 over the smoothing span) crosses it, so a fleet over-provisioned for a while does not
 forget what it learned under load. Pure: samples come in with their timestamps.
@@ -50,7 +50,7 @@ class SloCapacity:
     window_s: float = 60.0  # the gateway's latency window: the rate is counted over the same
     smooth_s: float = 120.0  # median of the per-tick estimates over this long
     min_requests: int = 50  # a window with fewer requests says little about its tail
-    max_extrapolation: float = 2.0  # a window within the SLO: at most this × its rate
+    max_extrapolation: float = 1.5  # a window within the SLO: at most this × its rate
     floor_span_s: float = 1800.0  # q0: the lowest latency over this long
     ttft_unloaded_s: float | None = None  # q0 from the planner, where known
     tpot_unloaded_s: float | None = None
@@ -80,7 +80,7 @@ class SloCapacity:
         rate, ready = self._rate.rate(), self._ready.mean()
         if not rate or not ready:
             return
-        factors, within = [], True
+        lower_factors, upper_factors, within = [], [], True
         for name, slo, p, unloaded in (
             ("ttft", self.ttft_slo_s, signals.ttft_s, self.ttft_unloaded_s),
             ("tpot", self.tpot_slo_s, signals.tpot_s, self.tpot_unloaded_s),
@@ -91,16 +91,24 @@ class SloCapacity:
             floor = self._floor.setdefault(name, WindowMin())
             floor.window_s = self.floor_span_s
             floor.add(now_s, q)
-            q0 = min(floor.low(), unloaded if unloaded is not None else slo, slo * 0.999)
-            factors.append((1.0 - q0 / slo) / max(1.0 - q0 / q, 1e-9))
+            # From below, the tail's own floor; from above, the planner's one request
+            # alone where given (a floor seen only under load would make a window just
+            # over the SLO look like a collapse).
+            seen = min(max(floor.low(), unloaded or 0.0), slo * 0.999)
+            alone = min(unloaded, seen) if unloaded is not None else seen
+            lower_factors.append(_queue_factor(seen, q, slo))
+            upper_factors.append(_queue_factor(alone, q, slo))
             within = within and q <= slo
-        if not factors:
+        if not lower_factors:
             return
-        estimate = rate / ready * min(factors)
+        per_replica = rate / ready
         if within:
-            self._lower.add(now_s, min(estimate, rate / ready * self.max_extrapolation))
+            factor = min(min(lower_factors), self.max_extrapolation)
+            self._lower.add(now_s, per_replica * factor)
         else:
-            self._upper.add(now_s, estimate)
+            self._upper.add(now_s, per_replica * min(upper_factors))
+        self._lower.expire(now_s)
+        self._upper.expire(now_s)  # a bound from above lasts its span, then lapses
         lower, upper = self._lower.median(), self._upper.median()
         est = self._estimate
         if lower is not None:
@@ -112,3 +120,9 @@ class SloCapacity:
     def estimate_rps(self) -> float | None:
         """Requests per second per replica within the SLO (None: not measured yet)."""
         return self._estimate
+
+
+def _queue_factor(q0: float, q: float, slo: float) -> float:
+    """ρ* / ρ for a queue whose latency is q0 / (1 − ρ): the rate within the SLO over
+    the rate that showed latency q."""
+    return (1.0 - q0 / slo) / max(1.0 - q0 / q, 1e-9)

@@ -20,6 +20,10 @@ class _Window:
 
     def add(self, now_s: float, value: float) -> None:
         self._samples.append((now_s, value))
+        self.expire(now_s)
+
+    def expire(self, now_s: float) -> None:
+        """Drop samples older than the window (`add` does; a reader between adds may)."""
         while self._samples and self._samples[0][0] < now_s - self.window_s:
             self._samples.popleft()
 
