@@ -4,9 +4,14 @@
   tick after tick — and past the TTFT SLO when one is set — whose batch is full or with
   half the fleet queueing so: a request between engine steps, or behind a long prefill on
   a replica with room, is not saturation), mean KV-cache usage over a threshold, or TTFT
-  or TPOT p90 over its SLO — or when the demand forecast one cold start ahead (a
-  least-squares trend over at least a cold start) plus warm headroom would exceed what the
-  fleet can batch. Idle batch slots are cheap; a cold start is not.
+  or TPOT p90 over its SLO — or when the demand one cold start ahead plus warm headroom
+  would exceed what the fleet can batch. Idle batch slots are cheap; a cold start is not.
+- That demand, where the gateway counts admissions: the time in the system × the arrival
+  rate's peak over the last cold start (Little's law; a trend carried a cold start ahead
+  mostly extrapolates noise, and overshot every step ~2×); else a least-squares in-flight
+  trend. With SLOs set, what a replica holds is measured on the fleet (`SloCapacity`: the
+  rate it serves within the SLO, as a queue), not taken from the planner, and no replica
+  is removed before it has been.
 - Replicas already starting count as capacity arriving at their expected ready time, so a
   burst does not start a second wave of replicas while the first is still loading.
 - Scale in one replica at a time, and only when N−1 replicas would have stayed below the
@@ -29,13 +34,8 @@ from gpufleet.autoscale.decision import (
     capacity_note,
     check_capacity_per_replica,
 )
-from gpufleet.autoscale.forecast import (
-    ArrivalRate,
-    LinearTrend,
-    WindowMax,
-    WindowMean,
-    WindowMedian,
-)
+from gpufleet.autoscale.forecast import LinearTrend, WindowMax
+from gpufleet.autoscale.little import LittleDemand
 from gpufleet.autoscale.signals import FleetSignals, ReplicaSignals
 from gpufleet.errors import UserError
 
@@ -97,11 +97,8 @@ class DefaultPolicy:
     forecast_ticks: int = 2
     name: str = "default"
     _trend: LinearTrend = field(default_factory=LinearTrend)
-    _rate: ArrivalRate = field(default_factory=ArrivalRate)
-    _in_flight: WindowMean = field(default_factory=WindowMean)  # over the rate's span
-    _time_in_system: WindowMedian = field(default_factory=WindowMedian)
+    _little: LittleDemand = field(default_factory=LittleDemand)
     _slo_capacity: SloCapacity = field(default_factory=SloCapacity)
-    _rate_known: bool = False  # the gateway counts admissions (`expected_demand`)
     _measuring: bool = False  # capacity within the SLO measured (`SloCapacity`)
     _trend_short: LinearTrend = field(default_factory=LinearTrend)
     _peak_demand: WindowMax = field(default_factory=WindowMax)
@@ -135,9 +132,8 @@ class DefaultPolicy:
         self._trend_short.window_s = trend_s / 3.0
         self._peak_demand.window_s = self._peak_kv_total.window_s = self.peak_s(cold_start_s)
         # The rate's recent peak covers what the next cold start may bring (`ArrivalRate`).
-        self._rate.window_s = self._slo_capacity.smooth_s = self.peak_s(cold_start_s)
-        self._in_flight.window_s = self._rate.rate_s
-        self._time_in_system.window_s = self.peak_s(cold_start_s)
+        self._slo_capacity.smooth_s = self.peak_s(cold_start_s)
+        self._little.windows(self.peak_s(cold_start_s))
 
     def peak_s(self, cold_start_s: float) -> float:
         """The look-back of the N−1 check and of the scale-in guard: at least a cold start."""
@@ -161,7 +157,7 @@ class DefaultPolicy:
         rate a replica serves within it (`SloCapacity`) times the time in the system —
         the same time `expected_demand` multiplies the arrival rate by, so the fleet is
         sized by arrival rate / rate per replica."""
-        rps, time_in_system_s = self._slo_capacity.estimate_rps(), self._time_in_system.median()
+        rps, time_in_system_s = self._slo_capacity.estimate_rps(), self._little.time_in_system_s()
         if not self._measuring or rps is None or time_in_system_s is None:
             return None
         return rps * time_in_system_s
@@ -181,18 +177,12 @@ class DefaultPolicy:
         return capacity_note(self.capacity_source)
 
     def expected_demand(self, now_s: float, demand: int, cold_start_s: float) -> float:
-        """Requests in flight to size for one cold start ahead. With the gateway's
-        arrival count: Little's law, the time in the system over the rate's span (in
-        flight / rate) times the rate's recent peak — a rate's next minutes are below its
-        recent peak far more often than on its trend. Without it: the steeper in-flight
-        trend, or the demand now. The time in the system is the median over the peak
-        window: a backlog that replicas already starting will clear inflates it for a
-        while, and sizing for it would start more."""
-        if self._rate_known:
-            time_in_system_s, peak = self._time_in_system.median(), self._rate.peak()
-            if time_in_system_s is not None and peak is not None:
-                return time_in_system_s * peak
-            return float(demand)  # a rate's span not seen yet: no trend from a few ticks
+        """Requests in flight to size for one cold start ahead: Little's law where the
+        gateway counts admissions (`LittleDemand`; the demand now until a rate's span has
+        been seen), else the steeper in-flight trend, or the demand now."""
+        if self._little.known:
+            peak = self._little.peak_in_flight()
+            return float(demand) if peak is None else peak
         forecast = self.forecast(now_s + cold_start_s)
         return max(float(demand), forecast if forecast is not None else 0.0)
 
@@ -208,17 +198,11 @@ class DefaultPolicy:
         self._trend_short.add(now_s, float(demand))
         self._peak_demand.add(now_s, float(demand))
         self._peak_kv_total.add(now_s, kv_total)
-        self._rate_known = signals.admitted_total is not None
-        if signals.admitted_total is not None:
-            self._rate.add(now_s, float(signals.admitted_total))
-            self._in_flight.add(now_s, float(demand))
-            rate, in_flight = self._rate.rate(), self._in_flight.mean()
-            if rate and in_flight is not None:
-                self._time_in_system.add(now_s, in_flight / rate)  # Little's law
+        self._little.add(now_s, signals)
         self._slo_capacity.add(now_s, signals)
         self._measuring = (
             self.measure_capacity
-            and self._rate_known
+            and self._little.known
             and signals.latency_requests is not None
             and (self.ttft_p90_slo_s is not None or self.tpot_p90_slo_s is not None)
         )
@@ -438,7 +422,7 @@ class DefaultPolicy:
         """Would N−1 ready replicas have stayed below the saturation thresholds at the peak?"""
         n1 = len(signals.ready) - 1
         peak_kv = self._peak_kv_total.peak()
-        if self._rate_known:
+        if self._little.known:
             worst = self.expected_demand(now_s, signals.demand, cold_start_s)
         else:
             forecast = self.forecast(now_s + cold_start_s) or 0.0
