@@ -76,14 +76,14 @@ def test_no_scale_in_on_the_planners_capacity_before_the_fleet_is_measured() -> 
     # 8 replicas at 10 in flight each: the planner's 50 says 2 would do. Until a window
     # with enough requests has shown the latency under this load, the fleet keeps 8.
     p = policy(tpot_p90_slo_s=0.1, slo_attainment=0.99, scale_in_stabilization_s=0.0,
-               scale_in_cooldown_s=0.0)  # fmt: skip
+               scale_in_cooldown_s=0.0, headroom_fraction=0.0)  # fmt: skip
     admitted = 0
     for t in range(0, 300):
         admitted += 8
         d = p.decide(float(t), signals(8, 80, admitted, tpot_p99_s=0.05, requests=10))
         assert d.desired_replicas == 8, d.reason
     assert "not measured yet" in d.reason
-    # Enough requests: 1 req/s per replica at half the SLO bounds the rate at ≥ 1.5.
+    # Enough requests: 1 req/s per replica at half the SLO bounds the rate at ≥ 1.25.
     for t in range(300, 600):
         admitted += 8
         d = p.decide(float(t), signals(d.desired_replicas, 80, admitted, tpot_p99_s=0.05,
@@ -104,10 +104,10 @@ def test_slo_capacity_bounds_from_below_within_the_slo_and_from_above_over_it() 
     feed(0, 30, 4, 20, 0.05)
     assert cap.estimate_rps() is None  # the load not seen over a whole latency window yet
     feed(30, 200, 4, 20, 0.05)
-    # 5 req/s per replica at 50 ms, from a floor of 50 ms seen: at least 1.5 × 5.
-    assert cap.estimate_rps() == 7.5
-    feed(200, 500, 4, 8, 0.05)  # over-provisioned: "at least 3 req/s" does not undo it
-    assert cap.estimate_rps() == 7.5
+    # 5 req/s per replica at 50 ms, from a floor of 50 ms seen: at least 1.25 × 5.
+    assert cap.estimate_rps() == 6.25
+    feed(200, 500, 4, 8, 0.05)  # over-provisioned: "at least 2.5 req/s" does not undo it
+    assert cap.estimate_rps() == 6.25
     feed(500, 560, 4, 24, 0.05)  # the latency window lags the rate's rise (both 60 s)
     feed(560, 760, 4, 24, 0.2)  # 6 req/s per replica, p99 200 ms: over the SLO
     over = cap.estimate_rps()  # at most 6 × (1 − 0.2) / (1 − 0.02 / 0.2) = 5.33
