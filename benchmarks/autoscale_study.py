@@ -19,9 +19,8 @@ requests in flight whose mean TTFT and TPOT meet it), `default` and `queue_depth
 (HPA and Ray Serve 0.7 x capacity; KPA capacity with its own 70 % utilization), bounds
 1..2 x the static fleet, the same initial fleet, 1 s ticks. `default` also gets the SLO's
 attainment (99 %: it sizes on p99 latency), the planner's unloaded TTFT and TPOT (one
-request alone: where its queue model of a replica starts) and no headroom beyond the
-arrival rate's peak over the last cold start, and measures the capacity on the fleet
-(`gpufleet.autoscale.capacity`); the planner's is only its ceiling. The initial fleet is what the
+request alone: where its queue model of a replica starts), and measures the capacity on
+the fleet (`gpufleet.autoscale.capacity`); the planner's is only its ceiling. The initial fleet is what the
 busiest minute before a cold start and a minute have passed needs (the static fleet scaled
 by that minute's rate): no policy can change the fleet sooner (a replica started on the
 first minute's evidence is ready a cold start later), and the replay starts from an empty
@@ -106,9 +105,7 @@ def policy_params(
         return {"capacity_per_replica": capacity, "ttft_p90_slo_s": TTFT_SLO_S,
                 "tpot_p90_slo_s": TPOT_SLO_S, "cold_start_s": COLD_START_S,
                 "slo_attainment": TARGET, "capacity_source": "planner, within the SLO",
-                "ttft_unloaded_s": ttft0, "tpot_unloaded_s": tpot0,
-                # The arrival rate's peak over the last cold start is its headroom.
-                "headroom_fraction": 0.0}  # fmt: skip
+                "ttft_unloaded_s": ttft0, "tpot_unloaded_s": tpot0}  # fmt: skip
     if policy == "queue_depth":
         return {"capacity_per_replica": capacity}
     if policy == "hpa":

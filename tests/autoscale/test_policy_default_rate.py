@@ -83,7 +83,7 @@ def test_no_scale_in_on_the_planners_capacity_before_the_fleet_is_measured() -> 
         d = p.decide(float(t), signals(8, 80, admitted, tpot_p99_s=0.05, requests=10))
         assert d.desired_replicas == 8, d.reason
     assert "not measured yet" in d.reason
-    # Enough requests: 1 req/s per replica at half the SLO bounds the rate at ≥ 1.25.
+    # Enough requests: 1 req/s per replica at half the SLO bounds the rate at ≥ 1.5.
     for t in range(300, 600):
         admitted += 8
         d = p.decide(float(t), signals(d.desired_replicas, 80, admitted, tpot_p99_s=0.05,
@@ -104,10 +104,10 @@ def test_slo_capacity_bounds_from_below_within_the_slo_and_from_above_over_it() 
     feed(0, 30, 4, 20, 0.05)
     assert cap.estimate_rps() is None  # the load not seen over a whole latency window yet
     feed(30, 200, 4, 20, 0.05)
-    # 5 req/s per replica at 50 ms, from a floor of 50 ms seen: at least 1.25 × 5.
-    assert cap.estimate_rps() == 6.25
-    feed(200, 500, 4, 8, 0.05)  # over-provisioned: "at least 2.5 req/s" does not undo it
-    assert cap.estimate_rps() == 6.25
+    # 5 req/s per replica at 50 ms, from a floor of 50 ms seen: at least 1.5 × 5.
+    assert cap.estimate_rps() == 7.5
+    feed(200, 500, 4, 8, 0.05)  # over-provisioned: "at least 3 req/s" does not undo it
+    assert cap.estimate_rps() == 7.5
     feed(500, 560, 4, 24, 0.05)  # the latency window lags the rate's rise (both 60 s)
     feed(560, 760, 4, 24, 0.2)  # 6 req/s per replica, p99 200 ms: over the SLO
     over = cap.estimate_rps()  # at most 6 × (1 − 0.2) / (1 − 0.02 / 0.2) = 5.33

@@ -20,7 +20,7 @@ one mean request alone, which the planner's unloaded latency (where given) is an
 never goes below. A q0 taken too low only makes μ* err towards λ (for a window within
 the SLO: "at least the rate it served"); one too high (a fleet never seen at a light
 load) errs high, which the windows over the SLO then bound (over it μ* < λ always). Far below the knee q − q0 is small and noisy,
-so a window within the SLO only bounds μ* from below, at most 1.25 × the rate it saw; a
+so a window within the SLO only bounds μ* from below, at most 1.5 × the rate it saw; a
 window over it bounds μ* from above; the estimate moves only when a bound (the median
 over the smoothing span) crosses it, so a fleet over-provisioned for a while does not
 forget what it learned under load. Pure: samples come in with their timestamps.
@@ -50,7 +50,7 @@ class SloCapacity:
     window_s: float = 60.0  # the gateway's latency window: the rate is counted over the same
     smooth_s: float = 120.0  # median of the per-tick estimates over this long
     min_requests: int = 50  # a window with fewer requests says little about its tail
-    max_extrapolation: float = 1.25  # a window within the SLO: at most this × its rate
+    max_extrapolation: float = 1.5  # a window within the SLO: at most this × its rate
     floor_span_s: float = 1800.0  # q0: the lowest latency over this long
     ttft_unloaded_s: float | None = None  # q0 from the planner, where known
     tpot_unloaded_s: float | None = None
