@@ -28,8 +28,9 @@ def signals(
     *,
     tpot_p99_s: float | None = None,
     requests: int | None = None,
+    starting: int = 0,
 ) -> FleetSignals:
-    s = fleet(even(n_ready, in_flight))
+    s = fleet(even(n_ready, in_flight), starting=starting)
     tpot = None if tpot_p99_s is None else Percentiles(tpot_p99_s / 3, tpot_p99_s / 2, tpot_p99_s)
     return replace(s, admitted_total=admitted, tpot_s=tpot, window_s=60.0,
                    latency_requests=requests)  # fmt: skip
@@ -143,3 +144,24 @@ def test_arrival_rate_from_a_counter_and_its_recent_peak() -> None:
     assert r.peak() == 5.0
     r.add(300.0, 3.0)  # the counter restarted (a new gateway)
     assert r.rate() is None
+
+
+def test_a_window_over_the_slo_while_replicas_start_does_not_lower_the_capacity() -> None:
+    # The rate rose before the replicas started for it are ready: the window is over the
+    # SLO because the fleet is short, which it knows; a replica holds no less. (Taking it
+    # as a bound from above cut the estimate and started a second wave on the trace.)
+    cap = SloCapacity(tpot_slo_s=0.1, quantile=0.99, smooth_s=60.0, tpot_unloaded_s=0.02)
+    admitted = 0
+    for t in range(0, 200):
+        admitted += 20
+        cap.add(float(t), signals(4, 40, admitted, tpot_p99_s=0.05, requests=500))
+    assert cap.estimate_rps() == 7.5
+    for t in range(200, 400):
+        admitted += 28
+        cap.add(float(t), signals(4, 40, admitted, tpot_p99_s=0.2, requests=500, starting=2))
+    assert cap.estimate_rps() == 7.5
+    for t in range(400, 460):  # still over once they are ready: now it is the replicas
+        admitted += 28
+        cap.add(float(t), signals(6, 40, admitted, tpot_p99_s=0.2, requests=500))
+    lowered = cap.estimate_rps()
+    assert lowered is not None and lowered < 7.5

@@ -105,7 +105,9 @@ class SloCapacity:
         if within:
             factor = min(min(lower_factors), self.max_extrapolation)
             self._lower.add(now_s, per_replica * factor)
-        else:
+        elif not signals.starting:
+            # Over the SLO while replicas are starting: the fleet is short and already
+            # growing; the window says so, not what a replica holds.
             self._upper.add(now_s, per_replica * min(upper_factors))
         self._lower.expire(now_s)
         self._upper.expire(now_s)  # a bound from above lasts its span, then lapses
