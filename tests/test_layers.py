@@ -63,7 +63,7 @@ ALLOWED: dict[str, set[str]] = {
 # Models and policies: state in, decision out. No clock, sleep, socket, process or log.
 PURE = ("specs", "perf", "engine", "routing", "workload", "stats", "tokenizer", "errors",
         "autoscale/policies", "autoscale/signals.py", "autoscale/forecast.py",
-        "autoscale/decision.py", "fleet_state")  # fmt: skip
+        "autoscale/capacity.py", "autoscale/little.py", "autoscale/decision.py", "fleet_state")  # fmt: skip
 IMPURE_MODULES = {"time", "asyncio", "socket", "logging", "subprocess", "threading",
                   "multiprocessing", "aiohttp", "signal"}  # fmt: skip
 

@@ -20,6 +20,10 @@ class _Window:
 
     def add(self, now_s: float, value: float) -> None:
         self._samples.append((now_s, value))
+        self.expire(now_s)
+
+    def expire(self, now_s: float) -> None:
+        """Drop samples older than the window (`add` does; a reader between adds may)."""
         while self._samples and self._samples[0][0] < now_s - self.window_s:
             self._samples.popleft()
 
@@ -58,9 +62,70 @@ class WindowMax(_Window):
 
 
 @dataclass(slots=True)
+class WindowMin(_Window):
+    """The smallest value seen over the last `window_s`."""
+
+    def low(self) -> float:
+        return min((v for _, v in self._samples), default=0.0)
+
+
+@dataclass(slots=True)
 class WindowMean(_Window):
     """The mean of samples over the last `window_s` (Knative's and Ray Serve's averaging)."""
 
     def mean(self, since_s: float | None = None) -> float | None:
         vals = [v for t, v in self._samples if since_s is None or t >= since_s]
         return sum(vals) / len(vals) if vals else None
+
+
+@dataclass(slots=True)
+class WindowMedian(_Window):
+    """The median of samples over the last `window_s` (one outlier moves it little)."""
+
+    def median(self) -> float | None:
+        vals = sorted(v for _, v in self._samples)
+        if not vals:
+            return None
+        mid = len(vals) // 2
+        return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2.0
+
+
+@dataclass(slots=True)
+class ArrivalRate:
+    """Requests per second from a counter of admissions (the gateway's `admitted_total`).
+
+    `rate_s` is the span one rate is counted over: long enough that a rate of a few
+    requests per second is not all noise, short enough to see a burst. `peak` holds the
+    highest such rate of the last `window_s`: an arrival rate's next minutes are not its
+    trend (at a cold start's horizon a fitted line mostly extrapolates noise); they are,
+    with few exceptions, below its recent peak.
+    """
+
+    rate_s: float = 30.0
+    window_s: float = 120.0
+    _totals: deque[tuple[float, float]] = field(default_factory=deque)
+    _rates: WindowMax = field(default_factory=WindowMax)
+
+    def add(self, now_s: float, total: float) -> None:
+        if self._totals and total < self._totals[-1][1]:
+            self._totals.clear()  # the counter restarted (a new gateway): start over
+        self._totals.append((now_s, total))
+        while len(self._totals) > 1 and self._totals[1][0] <= now_s - self.rate_s:
+            self._totals.popleft()
+        self._rates.window_s = self.window_s
+        rate = self.rate()
+        if rate is not None:
+            self._rates.add(now_s, rate)
+
+    def rate(self) -> float | None:
+        """Over the last `rate_s` (None until a rate's span has been seen)."""
+        if len(self._totals) < 2:
+            return None
+        (t0, n0), (t1, n1) = self._totals[0], self._totals[-1]
+        if t1 - t0 < self.rate_s * 0.5:
+            return None
+        return (n1 - n0) / (t1 - t0)
+
+    def peak(self) -> float | None:
+        """The highest rate over the last `window_s`."""
+        return self._rates.peak() if self.rate() is not None else None

@@ -188,4 +188,6 @@ def fleet_signals(
         tpot_s=_percentiles(gateway.tpot_s),
         window_s=gateway.window_s,
         cold_start_s=cold_start_s,
+        admitted_total=gateway.admitted_total,
+        latency_requests=gateway.streamed_requests_in_window,
     )

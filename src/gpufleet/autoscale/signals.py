@@ -49,6 +49,12 @@ class FleetSignals:
     window_s: float = 0.0
     # Seconds from start to ready the actuator has recently observed (None: unknown yet).
     cold_start_s: float | None = None
+    # Requests the gateway has admitted since it started (a counter: a policy takes the
+    # arrival rate from its change between ticks; None: the gateway does not count them).
+    admitted_total: int | None = None
+    # Requests whose latency the window holds (None: not reported): a tail over a few
+    # requests says little.
+    latency_requests: int | None = None
 
     def in_state(self, state: ReplicaState) -> tuple[ReplicaSignals, ...]:
         return tuple(r for r in self.replicas if r.state == state)

@@ -12,6 +12,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpufleet.fleet_state.arrivals import Arrivals
 from gpufleet.fleet_state.latency import SIGNAL_QUANTILES, LatencyWindows, RecentWindow
 from gpufleet.routing.types import ReplicaState, ReplicaView
 
@@ -138,6 +139,17 @@ class GatewaySignals:
     streamed_requests_in_window: int = 0
     replicas: tuple[ReplicaSnapshot, ...] = ()
     latency_by_model: Mapping[str, ModelLatency] = field(default_factory=dict)
+    # Requests admitted (routed or queued, not refused): since start, and over the window;
+    # the fleet's and each model's. Counts, so that the workers of one gateway add up.
+    admitted_total: int = 0
+    admitted_in_window: int = 0
+    admitted_total_by_model: Mapping[str, int] = field(default_factory=dict)
+    admitted_in_window_by_model: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def arrival_rate_rps(self) -> float | None:
+        """Requests per second admitted over the window (None: no window)."""
+        return self.admitted_in_window / self.window_s if self.window_s > 0 else None
 
     def replica(self, replica_id: str) -> ReplicaSnapshot | None:
         return next((r for r in self.replicas if r.replica_id == replica_id), None)
@@ -165,6 +177,10 @@ class GatewaySignals:
             streamed_requests_in_window=latency.streamed_requests,
             replicas=replicas,
             latency_by_model={model: latency},
+            admitted_total=self.admitted_total_by_model.get(model, 0),
+            admitted_in_window=self.admitted_in_window_by_model.get(model, 0),
+            admitted_total_by_model=_only(self.admitted_total_by_model, model),
+            admitted_in_window_by_model=_only(self.admitted_in_window_by_model, model),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -180,6 +196,10 @@ class GatewaySignals:
             "streamed_requests_in_window": self.streamed_requests_in_window,
             "replicas": [r.to_json() for r in self.replicas],
             "latency_by_model": {m: v.to_json() for m, v in self.latency_by_model.items()},
+            "admitted_total": self.admitted_total,
+            "admitted_in_window": self.admitted_in_window,
+            "admitted_total_by_model": dict(self.admitted_total_by_model),
+            "admitted_in_window_by_model": dict(self.admitted_in_window_by_model),
         }
 
     @classmethod
@@ -202,6 +222,10 @@ class GatewaySignals:
                 str(m): ModelLatency.from_json(v)
                 for m, v in (raw.get("latency_by_model") or {}).items()
             },
+            admitted_total=int(raw.get("admitted_total") or 0),
+            admitted_in_window=int(raw.get("admitted_in_window") or 0),
+            admitted_total_by_model=_counts(raw.get("admitted_total_by_model")),
+            admitted_in_window_by_model=_counts(raw.get("admitted_in_window_by_model")),
         )
 
 
@@ -241,6 +265,10 @@ def merge_signals(
         replicas_by_state=by_state,
         replicas=tuple(replicas),
         **_latency_fields(latency, now_s),
+        admitted_total=sum(p.admitted_total for p in parts),
+        admitted_in_window=sum(p.admitted_in_window for p in parts),
+        admitted_total_by_model=_add(p.admitted_total_by_model for p in parts),
+        admitted_in_window_by_model=_add(p.admitted_in_window_by_model for p in parts),
     )
 
 
@@ -249,8 +277,11 @@ def build_signals(
     replicas: Iterable[ReplicaView],
     queue_depth_by_model: Mapping[str, int],
     latency: LatencyWindows,
+    arrivals: Arrivals | None = None,
 ) -> GatewaySignals:
     views = list(replicas)
+    arrivals = arrivals if arrivals is not None else Arrivals(latency.window_s)
+    in_window, in_window_by_model = arrivals.in_window(now_s)
     by_state = {str(s): 0 for s in ReplicaState}
     for r in views:
         by_state[str(r.state)] += 1
@@ -262,6 +293,10 @@ def build_signals(
         replicas_by_state=by_state,
         replicas=tuple(ReplicaSnapshot.of(r, now_s) for r in views),
         **_latency_fields(latency, now_s),
+        admitted_total=arrivals.total,
+        admitted_in_window=in_window,
+        admitted_total_by_model=dict(arrivals.total_by_model),
+        admitted_in_window_by_model=in_window_by_model,
     )
 
 
@@ -279,6 +314,24 @@ def _latency_fields(latency: LatencyWindows, now_s: float) -> dict[str, Any]:
             for model, (ttft, tpot) in latency.by_model.items()
         },
     }
+
+
+def _only(counts: Mapping[str, int], model: str) -> dict[str, int]:
+    return {model: counts[model]} if model in counts else {}
+
+
+def _add(parts: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for counts in parts:
+        for model, n in counts.items():
+            out[model] = out.get(model, 0) + n
+    return out
+
+
+def _counts(raw: object) -> dict[str, int]:
+    if not isinstance(raw, Mapping):
+        return {}
+    return {str(k): int(v) for k, v in raw.items()}
 
 
 def _opt_float(value: object) -> float | None:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from gpufleet.fleet_state.adapters import AdapterCatalog, AdapterSpec, can_serve_adapter
+from gpufleet.fleet_state.arrivals import Arrivals
 from gpufleet.fleet_state.engine_metrics import ScrapedMetrics
 from gpufleet.fleet_state.latency import LatencyWindows
 from gpufleet.fleet_state.outlier import OutlierConfig
@@ -76,6 +77,7 @@ class FleetState(Generic[R]):
         self.queue = queue if queue is not None else AdmissionQueue()
         self.latency = LatencyWindows(signals_window_s)
         self.peer_decisions_applied = 0  # peers' routing decisions this worker learned from
+        self.arrivals = Arrivals(signals_window_s)
         self.adapters = AdapterCatalog(adapters)  # LoRA adapters: declared and learned
         # What this worker routed since its driver last shipped it to its peer workers
         # (`share_with_peers`); None: no peers, nothing recorded.
@@ -143,6 +145,8 @@ class FleetState(Generic[R]):
         if candidates:
             if ticket is not None:
                 self.queue.leave(ticket)
+            else:
+                self.arrivals.add(now_s, model)
             return candidates
         refusal: Refusal | None = None
         if not self.model_known(model):
@@ -165,6 +169,7 @@ class FleetState(Generic[R]):
         if ticket is None:
             ticket = QueueTicket(model, pool, deadline_s, adapter)
             self.queue.join(ticket)
+            self.arrivals.add(now_s, model)
         return ticket
 
     def candidates(
@@ -303,7 +308,9 @@ class FleetState(Generic[R]):
 
     # -- signals --------------------------------------------------------------------------
     def signals(self, now_s: float) -> GatewaySignals:
-        return build_signals(now_s, self.table, self.queue.depth_by_model, self.latency)
+        return build_signals(
+            now_s, self.table, self.queue.depth_by_model, self.latency, self.arrivals
+        )
 
     def _forget_replica(self, replica_id: str) -> None:
         for policy in self.policies:

@@ -190,5 +190,14 @@ def merge_signals(gateways: list[dict[str, Any]]) -> dict[str, Any]:
     out["streamed_requests_in_window"] = sum(
         int(g.get("streamed_requests_in_window") or 0) for g in gateways
     )
+    # Admissions are counts (each gateway admits its own requests): they add up.
+    for key in ("admitted_total", "admitted_in_window"):
+        out[key] = sum(int(g.get(key) or 0) for g in gateways)
+    for key in ("admitted_total_by_model", "admitted_in_window_by_model"):
+        counts: dict[str, int] = {}
+        for g in gateways:
+            for model, n in (g.get(key) or {}).items():
+                counts[model] = counts.get(model, 0) + int(n)
+        out[key] = counts
     out["time_s"] = max((float(g.get("time_s") or 0.0) for g in gateways), default=0.0)
     return out

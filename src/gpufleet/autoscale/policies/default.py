@@ -4,9 +4,14 @@
   tick after tick — and past the TTFT SLO when one is set — whose batch is full or with
   half the fleet queueing so: a request between engine steps, or behind a long prefill on
   a replica with room, is not saturation), mean KV-cache usage over a threshold, or TTFT
-  or TPOT p90 over its SLO — or when the demand forecast one cold start ahead (a
-  least-squares trend over at least a cold start) plus warm headroom would exceed what the
-  fleet can batch. Idle batch slots are cheap; a cold start is not.
+  or TPOT p90 over its SLO — or when the demand one cold start ahead plus warm headroom
+  would exceed what the fleet can batch. Idle batch slots are cheap; a cold start is not.
+- That demand, where the gateway counts admissions: the time in the system × the arrival
+  rate's peak over the last cold start (Little's law; a trend carried a cold start ahead
+  mostly extrapolates noise, and overshot every step ~2×); else a least-squares in-flight
+  trend. With SLOs set, what a replica holds is measured on the fleet (`SloCapacity`: the
+  rate it serves within the SLO, as a queue), not taken from the planner, and no replica
+  is removed before it has been.
 - Replicas already starting count as capacity arriving at their expected ready time, so a
   burst does not start a second wave of replicas while the first is still loading.
 - Scale in one replica at a time, and only when N−1 replicas would have stayed below the
@@ -22,6 +27,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from gpufleet.autoscale.capacity import SloCapacity
 from gpufleet.autoscale.decision import (
     ReplicaBounds,
     ScalingDecision,
@@ -29,6 +35,7 @@ from gpufleet.autoscale.decision import (
     check_capacity_per_replica,
 )
 from gpufleet.autoscale.forecast import LinearTrend, WindowMax
+from gpufleet.autoscale.little import LittleDemand
 from gpufleet.autoscale.signals import FleetSignals, ReplicaSignals
 from gpufleet.errors import UserError
 
@@ -55,6 +62,14 @@ class DefaultPolicy:
     kv_usage_threshold: float = 0.9
     ttft_p90_slo_s: float | None = None
     tpot_p90_slo_s: float | None = None
+    # The fraction of requests that must meet the SLO: 0.9 sizes the fleet on the
+    # window's p90 latency, 0.99 on its p99 (`SloCapacity`).
+    slo_attainment: float = 0.9
+    # Measure the capacity within the SLO on the fleet (`SloCapacity`), when SLOs are set.
+    measure_capacity: bool = True
+    # One request alone on a replica (the planner's): where its latency starts to queue from.
+    ttft_unloaded_s: float | None = None
+    tpot_unloaded_s: float | None = None
     cold_start_s: float = 30.0  # used until the actuator reports observed cold starts
     headroom_fraction: float = 0.1  # warm capacity kept above forecast demand
     # Both windows stretch to the cold start when it is longer (`_windows`): a trend
@@ -82,6 +97,9 @@ class DefaultPolicy:
     forecast_ticks: int = 2
     name: str = "default"
     _trend: LinearTrend = field(default_factory=LinearTrend)
+    _little: LittleDemand = field(default_factory=LittleDemand)
+    _slo_capacity: SloCapacity = field(default_factory=SloCapacity)
+    _measuring: bool = False  # capacity within the SLO measured (`SloCapacity`)
     _trend_short: LinearTrend = field(default_factory=LinearTrend)
     _peak_demand: WindowMax = field(default_factory=WindowMax)
     _peak_kv_total: WindowMax = field(default_factory=WindowMax)  # sum of KV fractions
@@ -99,6 +117,13 @@ class DefaultPolicy:
             raise UserError("must be in (0, 1]", field="kv_usage_threshold", fix="e.g. 0.9")
         if self.headroom_fraction < 0:
             raise UserError("must be ≥ 0", field="headroom_fraction", fix="e.g. 0.1 for 10 %")
+        if not 0 < self.slo_attainment < 1:
+            raise UserError("must be in (0, 1)", field="slo_attainment", fix="e.g. 0.9 or 0.99")
+        self._slo_capacity.ttft_slo_s = self.ttft_p90_slo_s
+        self._slo_capacity.tpot_slo_s = self.tpot_p90_slo_s
+        self._slo_capacity.quantile = self.slo_attainment
+        self._slo_capacity.ttft_unloaded_s = self.ttft_unloaded_s
+        self._slo_capacity.tpot_unloaded_s = self.tpot_unloaded_s
         self._windows(self.cold_start_s)
 
     def _windows(self, cold_start_s: float) -> None:
@@ -106,6 +131,9 @@ class DefaultPolicy:
         self._trend.window_s = trend_s
         self._trend_short.window_s = trend_s / 3.0
         self._peak_demand.window_s = self._peak_kv_total.window_s = self.peak_s(cold_start_s)
+        # The rate's recent peak covers what the next cold start may bring (`ArrivalRate`).
+        self._slo_capacity.smooth_s = self.peak_s(cold_start_s)
+        self._little.windows(self.peak_s(cold_start_s))
 
     def peak_s(self, cold_start_s: float) -> float:
         """The look-back of the N−1 check and of the scale-in guard: at least a cold start."""
@@ -113,16 +141,50 @@ class DefaultPolicy:
 
     @property
     def capacity(self) -> int:
-        """Configured capacity, or less once replicas have shown they batch fewer."""
+        """Configured capacity, or less once replicas have shown they batch fewer or
+        hold fewer within the SLO (`SloCapacity`)."""
+        cap = self.capacity_per_replica
+        measured = self.measured_capacity()
+        if measured is not None:  # what the replicas hold within the SLO, measured
+            cap = max(1, min(cap, math.floor(measured)))
         seen = [n for _, n in self._saturated_running]
-        if len(seen) < self.learn_min_observations:
-            return self.capacity_per_replica
-        return min(self.capacity_per_replica, max(seen))
+        if len(seen) >= self.learn_min_observations:
+            cap = min(cap, max(seen))
+        return cap
+
+    def measured_capacity(self) -> float | None:
+        """In flight per replica within the SLO, measured (None: no SLO, or not yet): the
+        rate a replica serves within it (`SloCapacity`) times the time in the system —
+        the same time `expected_demand` multiplies the arrival rate by, so the fleet is
+        sized by arrival rate / rate per replica."""
+        rps, time_in_system_s = self._slo_capacity.estimate_rps(), self._little.time_in_system_s()
+        if not self._measuring or rps is None or time_in_system_s is None:
+            return None
+        return rps * time_in_system_s
 
     def _capacity_note(self, cap: int) -> str:
+        measured = self.measured_capacity()
+        if measured is not None and cap == max(1, math.floor(measured)):
+            q = "p99" if self.slo_attainment >= 0.99 else "p90"
+            rps = self._slo_capacity.estimate_rps() or 0.0
+            return (
+                f" [measured: {rps:.2f} req/s within the SLO at {q} × "
+                f"{measured / rps if rps else 0.0:.1f} s in the system; "
+                f"configured {self.capacity_per_replica}]"
+            )
         if cap < self.capacity_per_replica:
             return f" [learned; configured {self.capacity_per_replica}]"
         return capacity_note(self.capacity_source)
+
+    def expected_demand(self, now_s: float, demand: int, cold_start_s: float) -> float:
+        """Requests in flight to size for one cold start ahead: Little's law where the
+        gateway counts admissions (`LittleDemand`; the demand now until a rate's span has
+        been seen), else the steeper in-flight trend, or the demand now."""
+        if self._little.known:
+            peak = self._little.peak_in_flight()
+            return float(demand) if peak is None else peak
+        forecast = self.forecast(now_s + cold_start_s)
+        return max(float(demand), forecast if forecast is not None else 0.0)
 
     def decide(self, now_s: float, signals: FleetSignals) -> ScalingDecision:
         ready = signals.ready
@@ -136,11 +198,18 @@ class DefaultPolicy:
         self._trend_short.add(now_s, float(demand))
         self._peak_demand.add(now_s, float(demand))
         self._peak_kv_total.add(now_s, kv_total)
+        self._little.add(now_s, signals)
+        self._slo_capacity.add(now_s, signals)
+        self._measuring = (
+            self.measure_capacity
+            and self._little.known
+            and signals.latency_requests is not None
+            and (self.ttft_p90_slo_s is not None or self.tpot_p90_slo_s is not None)
+        )
         self._learn_capacity(now_s)
         cap = self.capacity
 
-        forecast = self.forecast(now_s + cold_start_s)
-        expected = max(float(demand), forecast if forecast is not None else 0.0)
+        expected = self.expected_demand(now_s, demand, cold_start_s)
         needed = math.ceil(expected * (1.0 + self.headroom_fraction) / cap)
         saturation = self._saturation(signals, queueing)
         if saturation:
@@ -299,6 +368,11 @@ class DefaultPolicy:
         if signals.starting:
             self._n1_ok_since_s = None
             return current, f"{head}; replicas starting, no scale-in"
+        if self._measuring and self.measured_capacity() is None:
+            # The configured capacity is a planner's: the fleet keeps its size until
+            # its own latency under load says what a replica holds within the SLO.
+            self._n1_ok_since_s = None
+            return current, f"{head}; capacity within the SLO not measured yet, no scale-in"
         peak_s = self.peak_s(cold_start_s)
         if self._last_saturated_s is not None and now_s - self._last_saturated_s < peak_s:
             # N replicas were saturated in the window: N−1 would have been worse, whatever
@@ -347,10 +421,12 @@ class DefaultPolicy:
     ) -> tuple[bool, str]:
         """Would N−1 ready replicas have stayed below the saturation thresholds at the peak?"""
         n1 = len(signals.ready) - 1
-        peak = self._peak_demand.peak()
         peak_kv = self._peak_kv_total.peak()
-        forecast = self.forecast(now_s + cold_start_s) or 0.0
-        worst = max(peak, forecast)
+        if self._little.known:
+            worst = self.expected_demand(now_s, signals.demand, cold_start_s)
+        else:
+            forecast = self.forecast(now_s + cold_start_s) or 0.0
+            worst = max(self._peak_demand.peak(), forecast)
         if n1 == 0:
             ok = worst == 0
             return ok, f"N−1 = 0 {'fits' if ok else 'cannot hold'} peak demand {worst:.0f}"

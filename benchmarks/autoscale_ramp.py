@@ -1,0 +1,84 @@
+"""The autoscale study's second workload: does `default` hold the SLO on a synthetic ramp
+and burst, not only on the Azure trace it was studied on? (issue 12)
+
+    python benchmarks/autoscale_ramp.py [--policies default,hpa,kpa,ray_serve,queue_depth]
+        [--workers 2] [--out benchmarks/results/autoscale_ramp]
+
+Same model, layout, cold start, SLO, attainment and policy inputs as
+`autoscale_study.py`; Poisson arrivals at 8 req/s for 5 min, a ramp to 30 over 400 s,
+30 for 200 s, a burst at 45 for 90 s, a fall to 10 over 300 s and 10 for 210 s (1,500 s,
+~30k requests), prompts 1,500 ± 80 % and answers 250 ± 80 % tokens; 3 replicas at first,
+1..20. No trace needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpufleet.sim.scenario import Scenario
+from gpufleet.workload.arrivals import RatePhase
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import autoscale_study as study
+from record import RESULTS, write_result
+
+PHASES = (
+    RatePhase("low", 300, 8, 8),
+    RatePhase("ramp", 400, 8, 30),
+    RatePhase("high", 200, 30, 30),
+    RatePhase("burst", 90, 45, 45),
+    RatePhase("fall", 300, 30, 10),
+    RatePhase("tail", 210, 10, 10),
+)
+MEAN_IN, MEAN_OUT = 1500, 250
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| policy | attainment (requests) | attainment (1-min windows) | GPU-hours | peak "
+             "| scale-outs / -ins | TTFT p99 s | TPOT p99 ms |", "|" + " --- |" * 8]  # fmt: skip
+    for r in rows:
+        lines.append(
+            f"| {r['name']} | {r['attainment_requests']:.2%} | {r['attainment_windows']:.2%} "
+            f"| {r['gpu_hours']:.1f} | {r['peak_replicas']} | {r['scale_outs']} / {r['scale_ins']} "
+            f"| {(r['ttft_p99_ms'] or 0) / 1000:.2f} | {r['tpot_p99_ms'] or 0:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--policies", default=",".join(study.POLICIES))
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_ramp")
+    args = ap.parse_args()
+    capacity = study.slo_capacity(MEAN_IN, MEAN_OUT)
+    unloaded = study.unloaded_latency(MEAN_IN, MEAN_OUT)
+    base = Scenario(
+        model=study.MODEL, gpu=study.GPU, tp=study.TP, rate_steps=PHASES,
+        input_tokens=MEAN_IN, output_tokens=MEAN_OUT, range_ratio=0.8,
+        routing="least_outstanding", startup_s=study.COLD_START_S, drain_deadline_s=600.0,
+        seed=args.seed, replicas=3, min_replicas=1, max_replicas=20,
+    )  # fmt: skip
+    jobs: list[dict[str, Any]] = []
+    for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
+        params = study.policy_params(policy, capacity, unloaded)
+        sc = base.with_field("autoscale", policy)
+        jobs.append({"name": policy, "scenario": sc.with_field("autoscale_params",
+                                                               tuple(params.items()))})  # fmt: skip
+    rows = study.run_jobs(jobs, args.workers)
+    table = markdown(rows)
+    data = {"setup": {"model": study.MODEL, "gpu": study.GPU, "tp": study.TP,
+                      "phases": [dataclasses.asdict(p) for p in PHASES],
+                      "capacity_per_replica": capacity, "unloaded_ttft_tpot_s": unloaded},
+            "rows": rows}  # fmt: skip
+    write_result(args.out, data, table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

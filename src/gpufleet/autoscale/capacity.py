@@ -1,0 +1,130 @@
+"""What one replica serves within the latency SLO, measured on the fleet itself.
+
+A planner's capacity (requests in flight whose *mean* TTFT and TPOT meet the SLO, for a
+closed batch) is optimistic for an open arrival stream: prompts' prefill chunks share
+steps with decodes, and a request that must meet the SLO is judged at the tail (p90 of a
+window, or 99 % of requests), not the mean. So the policy measures it where it runs, as
+a rate (requests per second per ready replica: the arrival rate is the fleet's input;
+the in-flight count is its output and grows with every queue).
+
+A replica is a queue: its latency stays near its unloaded value q0 at low load and turns
+up steeply near its capacity, q ≈ q0 / (1 − ρ) with ρ the utilisation (M/M/1, and a
+processor-sharing batch). One window at rate λ with latency q gives ρ = 1 − q0 / q, and
+the SLO's utilisation is ρ* = 1 − q0 / SLO, so the rate within the SLO is
+
+    μ*  ≈  λ × ρ* / ρ  =  λ × (1 − q0 / SLO) / (1 − q0 / q)
+
+q0 is the lowest latency (at the SLO's quantile) seen over a long span: a tail's floor
+is the tail of the requests themselves (a p99 TTFT is the prefill of a p99 prompt), not
+one mean request alone, which the planner's unloaded latency (where given) is and q0
+never goes below. A q0 taken too low only makes μ* err towards λ (for a window within
+the SLO: "at least the rate it served"); one too high (a fleet never seen at a light
+load) errs high, which the windows over the SLO then bound (over it μ* < λ always). Far below the knee q − q0 is small and noisy,
+so a window within the SLO only bounds μ* from below, at most 1.5 × the rate it saw; a
+window over it bounds μ* from above; the estimate moves only when a bound (the median
+over the smoothing span) crosses it, so a fleet over-provisioned for a while does not
+forget what it learned under load. Pure: samples come in with their timestamps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpufleet.autoscale.forecast import ArrivalRate, WindowMean, WindowMedian, WindowMin
+from gpufleet.autoscale.signals import FleetSignals, Percentiles
+
+
+def quantile_of(p: Percentiles, quantile: float) -> float:
+    """The window's latency at the SLO's quantile (p90, or p99 for ≥ 99 % of requests)."""
+    return p.p99_s if quantile >= 0.99 else p.p90_s
+
+
+@dataclass(slots=True)
+class SloCapacity:
+    """Requests per second one ready replica serves within the SLO, from the fleet's own
+    arrival rate and latency."""
+
+    ttft_slo_s: float | None = None
+    tpot_slo_s: float | None = None
+    quantile: float = 0.9  # of requests that must meet the SLO
+    window_s: float = 60.0  # the gateway's latency window: the rate is counted over the same
+    smooth_s: float = 120.0  # median of the per-tick estimates over this long
+    min_requests: int = 50  # a window with fewer requests says little about its tail
+    max_extrapolation: float = 1.5  # a window within the SLO: at most this × its rate
+    floor_span_s: float = 1800.0  # q0: the lowest latency over this long
+    ttft_unloaded_s: float | None = None  # q0 from the planner, where known
+    tpot_unloaded_s: float | None = None
+    _rate: ArrivalRate = field(default_factory=ArrivalRate)
+    _ready: WindowMean = field(default_factory=WindowMean)
+    _since_s: float | None = None
+    _lower: WindowMedian = field(default_factory=WindowMedian)  # windows within the SLO
+    _upper: WindowMedian = field(default_factory=WindowMedian)  # windows over it
+    _estimate: float | None = None
+    _floor: dict[str, WindowMin] = field(default_factory=dict)  # q0 per SLO (TTFT, TPOT)
+
+    def add(self, now_s: float, signals: FleetSignals) -> None:
+        if signals.admitted_total is None:
+            return
+        window_s = signals.window_s or self.window_s
+        self._rate.rate_s = self._ready.window_s = window_s
+        self._lower.window_s = self._upper.window_s = self.smooth_s
+        self._rate.add(now_s, float(signals.admitted_total))
+        self._ready.add(now_s, float(len(signals.ready)))
+        if self._since_s is None:
+            self._since_s = now_s
+        requests = signals.latency_requests
+        if requests is None or requests < self.min_requests:
+            return  # a tail over few (or an unknown number of) requests says little
+        if now_s - self._since_s < window_s:
+            return  # the load has not been seen over the whole latency window yet
+        rate, ready = self._rate.rate(), self._ready.mean()
+        if not rate or not ready:
+            return
+        lower_factors, upper_factors, within = [], [], True
+        for name, slo, p, unloaded in (
+            ("ttft", self.ttft_slo_s, signals.ttft_s, self.ttft_unloaded_s),
+            ("tpot", self.tpot_slo_s, signals.tpot_s, self.tpot_unloaded_s),
+        ):
+            if slo is None or p is None or quantile_of(p, self.quantile) <= 0:
+                continue
+            q = quantile_of(p, self.quantile)
+            floor = self._floor.setdefault(name, WindowMin())
+            floor.window_s = self.floor_span_s
+            floor.add(now_s, q)
+            # From below, the tail's own floor; from above, the planner's one request
+            # alone where given (a floor seen only under load would make a window just
+            # over the SLO look like a collapse).
+            seen = min(max(floor.low(), unloaded or 0.0), slo * 0.999)
+            alone = min(unloaded, seen) if unloaded is not None else seen
+            lower_factors.append(_queue_factor(seen, q, slo))
+            upper_factors.append(_queue_factor(alone, q, slo))
+            within = within and q <= slo
+        if not lower_factors:
+            return
+        per_replica = rate / ready
+        if within:
+            factor = min(min(lower_factors), self.max_extrapolation)
+            self._lower.add(now_s, per_replica * factor)
+        elif not signals.starting:
+            # Over the SLO while replicas are starting: the fleet is short and already
+            # growing; the window says so, not what a replica holds.
+            self._upper.add(now_s, per_replica * min(upper_factors))
+        self._lower.expire(now_s)
+        self._upper.expire(now_s)  # a bound from above lasts its span, then lapses
+        lower, upper = self._lower.median(), self._upper.median()
+        est = self._estimate
+        if lower is not None:
+            est = lower if est is None else max(est, lower)
+        if upper is not None:
+            est = upper if est is None else min(est, upper)
+        self._estimate = est
+
+    def estimate_rps(self) -> float | None:
+        """Requests per second per replica within the SLO (None: not measured yet)."""
+        return self._estimate
+
+
+def _queue_factor(q0: float, q: float, slo: float) -> float:
+    """ρ* / ρ for a queue whose latency is q0 / (1 − ρ): the rate within the SLO over
+    the rate that showed latency q."""
+    return (1.0 - q0 / slo) / max(1.0 - q0 / q, 1e-9)
