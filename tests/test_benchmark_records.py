@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-HELPERS = ("live_client", "live_probes", "peers", "record", "routing_workloads")  # modules benchmarks import, not benchmarks
+HELPERS = (
+    "live_client",
+    "live_probes",
+    "peers",
+    "record",
+    "routing_workloads",
+)  # modules benchmarks import, not benchmarks
 SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py") if p.stem not in HELPERS)
 
 
