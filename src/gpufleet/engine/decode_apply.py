@@ -16,7 +16,6 @@ from gpufleet.engine.outputs import DecodeRunOutcome, ScheduledBatch
 from gpufleet.engine.request import (
     EngineRequest,
     RequestStatus,
-    counted_tokens,
     generate_tokens_for,
 )
 from gpufleet.engine.scheduler import finish_reason
@@ -96,20 +95,11 @@ def _apply_one_stage(engine: Engine, run: DecodeRun, n: int) -> DecodeRunOutcome
     simulator's hot path, so written out lean)."""
     group = run.groups[0]
     members = group.members
-    tail: list[int] = []  # (the placeholders counted answers share, made once)
-    real: list[EngineRequest] = []  # requests generating seeded token ids
     for r, computed in zip(members, group.computed, strict=True):
-        if r.counted_output:
-            if not tail:
-                tail = counted_tokens(n)
-            r.all_token_ids += tail
-        else:
-            real.append(r)
         r.num_output_tokens += n
         r.num_computed_tokens = computed + n
         # (r.in_flight stays 0: nothing is in flight between steps without PP)
-    if real:
-        generate_tokens_for(real, n)
+    generate_tokens_for(members, n)  # (token ids do not depend on the counters)
     kv = engine.kv
     if not kv.allocate_decode_run(members, group.computed, n):
         caching = engine.config.enable_prefix_caching
