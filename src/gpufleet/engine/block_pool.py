@@ -1,38 +1,81 @@
-"""Paged KV blocks with a prefix cache, as vLLM v1's block pool keeps them.
+"""Paged KV blocks with a prefix cache, as vLLM v1's block pool keeps them, in runs.
 
-The pool knows blocks, their reference counts and the hashes they are cached under; which
-request holds which blocks is the `KVCacheManager`'s business. A block is an int id. A
-block with ref count 0 is free; a free block may still hold a cached prefix (its hash stays
-in `_cached`) until it is handed out again. Free blocks are handed out least-recently-freed
-first, so cached prefixes are evicted LRU.
+The pool counts blocks and knows which hashes are cached, with how many references, and
+in which order free blocks are evicted; which request holds which blocks is the
+`KVCacheManager`'s business. Free blocks are handed out least-recently-freed first (never
+used ones before all), so cached prefixes are evicted LRU, a request's tail first.
 
-A request holds hundreds of blocks (a 12k-token prompt: 750), so every operation works on
-a whole run of blocks with C-level bulk operations (slices, `map`, set and dict updates)
-instead of one Python step per block:
-
-* a held block's count is 1 unless it is in `_extra` (the references beyond the first:
-  prefix hits shared by running requests);
-* the free blocks are the never used ones (ids `_fresh`..num_blocks-1, kept as a range)
-  and the set `_free`; their eviction order is the queue `_order` of freed blocks, oldest
-  first. A free block reused as a prefix hit leaves `_free` at once but its place in the
-  queue only when the queue reaches it: `_stale` counts such left-behind entries per block
-  (they always come before the block's live entry, which was queued when it was freed
-  again).
+A block is known by what it holds, not by an id: a cached block by its hash (a hash is
+cached at one block at most), any other block is one of many interchangeable ones. That
+lets the pool work on runs: a prompt's chain of block hashes is mostly runs of
+consecutive ints (`gpufleet.workload.segments` hashes a segment's blocks as base + i),
+and a run of cached hashes with the same reference count is one `_Run`, so a request's
+750 blocks are admitted, cached, freed and evicted in a few steps each instead of 750.
+A run is split where a request shares only part of it. The free queue holds anonymous
+block counts and (run, generation) entries; a free run taken as a prefix hit stays in
+the queue until it is reached (its entry is stale once the run is held or freed again).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right, insort
 from collections import deque
-from collections.abc import Iterator
-from itertools import compress, islice, repeat
-from operator import not_
-
-_popleft = deque.popleft
-_NO_HASH = object()  # what a block without a cached hash maps to (cached under nothing)
+from collections.abc import Iterator, Sequence
 
 
-def _consume(it: Iterator[object]) -> None:
-    deque(it, maxlen=0)
+class _Run:
+    """Hashes start..start+size-1, cached at `size` blocks with `refs` references each;
+    when free (refs 0) they wait in the queue under the entry (run, gen)."""
+
+    __slots__ = ("gen", "refs", "size", "start")
+
+    def __init__(self, start: int, size: int, refs: int) -> None:
+        self.start = start
+        self.size = size
+        self.refs = refs
+        self.gen = 0
+
+
+class Blocks:
+    """Cached blocks found for a request (`cached_prefix`): runs of consecutive hashes,
+    (first hash, count), in chain order; `len` is the number of blocks."""
+
+    __slots__ = ("num", "runs")
+
+    def __init__(self, runs: list[tuple[int, int]], num: int) -> None:
+        self.runs = runs
+        self.num = num
+
+    def __len__(self) -> int:
+        return self.num
+
+
+NO_BLOCKS = Blocks([], 0)
+# What a request holds, in token order: (first hash, count) for cached blocks, (None,
+# count) for blocks that hold no cached hash.
+Held = list[tuple[int | None, int]]
+
+
+def consecutive(hashes: Sequence[int], i: int, limit: int) -> int:
+    """How many of hashes[i:i+limit] (limit >= 1) run on as hashes[i], hashes[i] + 1, ...
+    (compared in chunks that double: C speed, cost grows with the run found)."""
+    h = hashes[i]
+    end = i + limit
+    if hashes[end - 1] == h + limit - 1 and hashes[i:end] == list(range(h, h + limit)):
+        return limit
+    k, size = 1, 8
+    while k < limit:
+        m = min(size, limit - k)
+        a = i + k
+        if hashes[a + m - 1] == h + k + m - 1 and hashes[a : a + m] == list(range(h + k, h + k + m)):
+            k += m
+            size *= 2
+            continue
+        for j in range(a, a + m):
+            if hashes[j] != h + j - i:
+                return j - i
+        return k + m  # (not reached: the chunk differs somewhere)
+    return k
 
 
 class BlockPool:
@@ -41,199 +84,263 @@ class BlockPool:
             raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
-        self._extra: dict[int, int] = {}  # block -> references beyond its first (if any)
-        self._hash_of: dict[int, int] = {}  # block -> the hash it is cached under
-        self._cached: dict[int, int] = {}  # block hash -> block id
-        self._fresh = 0  # blocks _fresh.. were never used (handed out first, in id order)
-        self._free: set[int] = set()  # freed blocks not handed out (or reused) since
-        self._order: deque[int] = deque()  # freed blocks, least recently freed first
-        self._stale: dict[int, int] = {}  # block -> entries of it in _order left behind
+        self._fresh = num_blocks  # never used blocks (handed out first)
+        self._num_free = num_blocks
+        self._order: deque[int | tuple[_Run, int]] = deque()  # freed, oldest first
+        self._runs: dict[int, _Run] = {}  # first hash -> run (runs never overlap)
+        self._starts: list[int] = []  # their first hashes, sorted
 
     @property
     def num_free(self) -> int:
-        return self.num_blocks - self._fresh + len(self._free)
+        return self._num_free
 
     @property
     def usage(self) -> float:
         """Fraction of blocks held by requests (vLLM's kv_cache_usage_perc)."""
-        return 1.0 - self.num_free / self.num_blocks
+        return 1.0 - self._num_free / self.num_blocks
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached prefix; refused (False) while a request holds blocks."""
-        if self.num_free < self.num_blocks:
+        if self._num_free < self.num_blocks:
             return False
-        self._hash_of.clear()
-        self._cached.clear()
+        queued = self._num_free - self._fresh
+        self._order = deque([queued] if queued else [])
+        self._runs.clear()
+        self._starts.clear()
         return True
 
-    def lookup(self, block_hash: int) -> int | None:
-        return self._cached.get(block_hash)
+    # ------------------------------------------------------------ the index of runs
 
-    def cached_prefix(self, hashes: list[int], max_blocks: int) -> list[int]:
+    def _find(self, h: int) -> _Run | None:
+        """The run holding hash h, if it is cached."""
+        run = self._runs.get(h)
+        if run is not None:
+            return run
+        starts = self._starts
+        i = bisect_right(starts, h) - 1
+        if i >= 0:
+            run = self._runs[starts[i]]
+            if h < run.start + run.size:
+                return run
+        return None
+
+    def _overlaps(self, h: int, n: int) -> bool:
+        """Whether any of hashes h..h+n-1 is cached."""
+        starts = self._starts
+        i = bisect_right(starts, h + n - 1) - 1
+        if i < 0:
+            return False
+        run = self._runs[starts[i]]
+        return run.start + run.size > h
+
+    def _add(self, run: _Run) -> None:
+        self._runs[run.start] = run
+        insort(self._starts, run.start)
+
+    def _drop(self, run: _Run) -> None:
+        del self._runs[run.start]
+        starts = self._starts
+        del starts[bisect_right(starts, run.start) - 1]
+
+    def _isolate(self, run: _Run, a: int, b: int) -> _Run:
+        """The run of hashes a..b-1, split off `run` (which holds them) if it holds more.
+        The parts of a free run keep their places in the queue, its upper part first."""
+        s, e = run.start, run.start + run.size
+        if s == a and e == b:
+            return run
+        part = _Run(a, b - a, run.refs)
+        if b < e:  # `run` keeps the upper rest (and its queue entry: it is evicted first)
+            self._drop(run)
+            run.start, run.size = b, e - b
+            self._add(run)
+            if s < a:
+                lower = _Run(s, a - s, run.refs)
+                self._add(lower)
+                if not run.refs:  # (a free run: the lower rest goes right after it)
+                    order = self._order
+                    order.insert(order.index((run, run.gen)) + 1, (lower, 0))
+        else:  # `run` keeps the lower rest
+            run.size = a - s
+        self._add(part)
+        return part
+
+    def _covering(self, h: int, n: int) -> Iterator[tuple[_Run, int, int]]:
+        """(run, a, b) for the runs holding the cached hashes h..h+n-1, in order, each with
+        the part [a, b) of its hashes in that range."""
+        end = h + n
+        while h < end:
+            run = self._find(h)
+            assert run is not None, "a held or hit block is cached"
+            b = min(end, run.start + run.size)
+            yield run, h, b
+            h = b
+
+    # ------------------------------------------------------------ what the manager asks
+
+    def cached_prefix(self, hashes: Sequence[int], max_blocks: int) -> Blocks:
         """The cached blocks of the longest run of `hashes[:max_blocks]` that are cached."""
-        get = self._cached.get
-        out: list[int] = []
-        start, size = 0, 8  # look up in chunks that double: cost grows with the run found
         stop = min(max_blocks, len(hashes))
-        while start < stop:
-            found = list(map(get, hashes[start : min(stop, start + size)]))
-            if None in found:
-                out += found[: found.index(None)]  # type: ignore[arg-type]
+        runs: list[tuple[int, int]] = []
+        i = 0
+        while i < stop:
+            h = hashes[i]
+            run = self._find(h)
+            if run is None:
                 break
-            out += found  # type: ignore[arg-type]
-            start += size
-            size *= 2
-        return out
-
-    def _free_in_order(self) -> Iterator[int]:
-        """The freed blocks in eviction order (skipping entries left behind)."""
-        stale = dict(self._stale)
-        for b in self._order:
-            left = stale.get(b)
-            if left:
-                stale[b] = left - 1
+            k = consecutive(hashes, i, min(run.start + run.size - h, stop - i))
+            if runs and runs[-1][0] + runs[-1][1] == h:
+                runs[-1] = (runs[-1][0], runs[-1][1] + k)
             else:
-                yield b
+                runs.append((h, k))
+            i += k
+        return Blocks(runs, i) if runs else NO_BLOCKS
 
     def hashes_of_next_free(self, n: int) -> set[int]:
         """The hashes cached at the next `n` blocks `allocate` would hand out (and evict)."""
-        n -= self.num_blocks - self._fresh  # never used blocks hold no hash
-        if n <= 0 or not self._cached:
-            return set()
-        get = self._hash_of.get
-        return {h for b in islice(self._free_in_order(), n) if (h := get(b)) is not None}
-
-    def any_cached(self, hashes: list[int]) -> bool:
-        """Whether any of `hashes` is cached (at any block)."""
-        return not self._cached.keys().isdisjoint(hashes)
-
-    def num_evictable(self, blocks: list[int]) -> int:
-        """How many of `blocks` are free now (touching them takes them off the free list)."""
-        return sum(map(self._free.__contains__, blocks))
-
-    def touch(self, blocks: list[int]) -> None:
-        """Take a reference on cached blocks a request reuses."""
-        free = self._free
-        if not free.isdisjoint(blocks):  # free ones leave the set, their queue entries stay
-            reused = [b for b in blocks if b in free]
-            blocks = [b for b in blocks if b not in free]
-            free.difference_update(reused)
-            self._add_one(self._stale, reused)
-        self._add_one(self._extra, blocks)
-
-    @staticmethod
-    def _add_one(counts: dict[int, int], blocks: list[int]) -> None:
-        for b in blocks:
-            counts[b] = counts.get(b, 0) + 1
-
-    def allocate(self, n: int) -> list[int]:
-        """Hand out n free blocks (caller checked num_free), evicting their cached hashes."""
-        out: list[int] = []
-        fresh = self._fresh
-        if fresh < self.num_blocks:
-            take = min(n, self.num_blocks - fresh)
-            out = list(range(fresh, fresh + take))
-            self._fresh = fresh + take
-            n -= take
-        if n <= 0:
-            return out
-        order = self._order
-        taken = list(map(_popleft, repeat(order, n)))  # the least recently freed
-        stale = self._stale
-        if stale and not stale.keys().isdisjoint(taken):
-            taken = self._skip_stale(taken, n)
-        self._free.difference_update(taken)
-        hash_of = self._hash_of
-        if hash_of:  # a block holds a hash only while it is the cached one: drop both
-            hashes = map(hash_of.pop, taken, repeat(_NO_HASH))
-            _consume(map(self._cached.pop, hashes, repeat(None)))  # type: ignore[arg-type]
-        out += taken
+        n -= self._fresh
+        out: set[int] = set()
+        for entry in self._order:
+            if n <= 0:
+                break
+            if type(entry) is int:
+                n -= entry
+                continue
+            run, gen = entry  # type: ignore[misc]
+            if run.gen == gen and not run.refs and run.size:
+                take = min(n, run.size)
+                top = run.start + run.size
+                out.update(range(top - take, top))
+                n -= take
         return out
 
-    def _skip_stale(self, popped: list[int], n: int) -> list[int]:
-        """The first n live entries of the queue, `popped` being its first n entries."""
-        stale = self._stale
-        live: list[int] = []
-        batch = popped
-        while True:
-            flags = list(map(stale.__contains__, batch))
-            keep = list(map(not_, flags))
-            for i in compress(range(len(batch)), flags):  # (the first entries are stale)
-                b = batch[i]
-                left = stale.get(b)
-                if left is None:
-                    keep[i] = True
-                elif left == 1:
-                    del stale[b]
-                else:
-                    stale[b] = left - 1
-            live += compress(batch, keep)
-            if len(live) == n:
-                return live
-            batch = list(map(_popleft, repeat(self._order, n - len(live))))
+    def any_cached(self, hashes: Sequence[int]) -> bool:
+        """Whether any of `hashes` is cached."""
+        i, n = 0, len(hashes)
+        while i < n:
+            k = consecutive(hashes, i, n - i)
+            if self._overlaps(hashes[i], k):
+                return True
+            i += k
+        return False
 
-    def release(self, blocks: list[int]) -> None:
-        """Drop one reference on each block; a request's tail blocks are evicted first."""
-        extra = self._extra
-        if extra and not extra.keys().isdisjoint(blocks):
-            blocks = self._drop_extra(blocks)
-        self._order.extend(reversed(blocks))
-        self._free.update(blocks)
+    def num_evictable(self, blocks: Blocks) -> int:
+        """How many of `blocks` are free now (touching them takes them off the free list)."""
+        free = 0
+        for h, n in blocks.runs:
+            for run, a, b in self._covering(h, n):
+                if not run.refs:
+                    free += b - a
+        return free
 
-    def _drop_extra(self, blocks: list[int]) -> list[int]:
-        """Drop a reference on the shared ones; the blocks this frees, in their order."""
-        extra = self._extra
-        shared = list(map(extra.__contains__, blocks))
-        head = len(shared) - shared[::-1].index(True)  # shared blocks are prefix hits: early
-        freed: list[int] = []
-        for b in blocks[:head]:
-            count = extra.get(b)
-            if count is None:
-                freed.append(b)
-            elif count == 1:
-                del extra[b]
-            else:
-                extra[b] = count - 1
-        freed += blocks[head:]
-        return freed
+    def touch(self, blocks: Blocks) -> None:
+        """Take a reference on cached blocks a request reuses."""
+        for h, n in blocks.runs:
+            for run, a, b in list(self._covering(h, n)):
+                part = self._isolate(run, a, b)
+                if not part.refs:
+                    self._num_free -= part.size
+                part.refs += 1
 
-    def cache_range(self, blocks: list[int], hashes: list[int], start: int, stop: int) -> None:
-        """Register blocks[k] under its chained hash hashes[k] for k in [start, stop); the
-        first block registered under a hash keeps it (first writer wins, as in vLLM)."""
-        if self.enable_caching and stop > start:
-            self.cache_blocks(blocks[start:stop], hashes[start:stop])
-
-    def cache_blocks(self, blocks: list[int], hashes: list[int]) -> None:
-        """Register blocks[k] under hashes[k], in order (first writer wins)."""
-        if not self.enable_caching:
-            return
-        cached = self._cached
-        if len(hashes) > 4 and cached.keys().isdisjoint(hashes):  # many and all new: in bulk
-            before = len(cached)
-            cached.update(zip(hashes, blocks, strict=True))
-            if len(cached) == before + len(hashes):
-                self._hash_of.update(zip(blocks, hashes, strict=True))
+    def allocate(self, n: int) -> None:
+        """Hand out n free blocks (caller checked num_free), evicting their cached hashes."""
+        self._num_free -= n
+        fresh = self._fresh
+        if fresh:
+            take = min(n, fresh)
+            self._fresh = fresh - take
+            n -= take
+        order = self._order
+        while n > 0:
+            entry = order[0]
+            if type(entry) is int:
+                if entry > n:
+                    order[0] = entry - n
+                    return
+                order.popleft()
+                n -= entry
+                continue
+            run, gen = entry  # type: ignore[misc]
+            if run.gen != gen or run.refs or not run.size:  # left behind: not free
+                order.popleft()
+                continue
+            if run.size > n:  # evict its top n hashes (a request's tail goes first)
+                run.size -= n
                 return
-            _consume(map(cached.pop, hashes, repeat(None)))  # a hash twice: undo, then slowly
-        hash_of = self._hash_of  # a few, or a hash seen before (or twice here): one by one
-        for h, b in zip(hashes, blocks, strict=True):
-            if h not in cached:
-                cached[h] = b
-                hash_of[b] = h
+            order.popleft()
+            n -= run.size
+            self._drop(run)
+            run.size = 0
 
-    def cache_new_blocks(self, blocks: list[int], hashes: list[int]) -> None:
-        """`cache_blocks` for distinct hashes the caller knows are cached nowhere."""
-        if self.enable_caching:
-            self._cached.update(zip(hashes, blocks, strict=True))
-            self._hash_of.update(zip(blocks, hashes, strict=True))
+    def register(self, hashes: Sequence[int], start: int, stop: int) -> Held:
+        """Cache hashes[start:stop] at the blocks a request just filled (held by it alone,
+        holding nothing yet); a hash cached already stays where it is (first writer
+        wins, as in vLLM). What those blocks hold now, in order."""
+        out: Held = []
+        if not self.enable_caching:
+            return [(None, stop - start)] if stop > start else out
+        starts = self._starts
+        i = start
+        while i < stop:
+            h = hashes[i]
+            end = h + consecutive(hashes, i, stop - i)
+            i += end - h
+            while h < end:
+                run = self._find(h)
+                if run is not None:  # cached elsewhere: this block holds nothing
+                    b = min(end, run.start + run.size)
+                    if out and out[-1][0] is None:
+                        out[-1] = (None, out[-1][1] + b - h)
+                    else:
+                        out.append((None, b - h))
+                else:
+                    j = bisect_right(starts, h)
+                    b = min(end, starts[j]) if j < len(starts) else end
+                    self._add(_Run(h, b - h, 1))
+                    out.append((h, b - h))
+                h = b
+        return out
 
-    def fingerprint(self) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...], tuple[int, ...]]:
-        """The whole state: free blocks in eviction order, cached hashes, reference counts
-        (two pools with equal fingerprints behave identically from here on)."""
-        free = (*range(self._fresh, self.num_blocks), *self._free_in_order())
-        refs = [1] * self.num_blocks
-        for b in free:
-            refs[b] = 0
-        for b, more in self._extra.items():
-            refs[b] += more
-        return free, tuple(sorted(self._cached.items())), tuple(refs)
+    def release(self, held: Held, more: int = 0) -> None:
+        """Drop one reference on each of `held`'s blocks, then on `more` blocks that hold
+        nothing past them; the freed ones queue tail first (evicted first)."""
+        order = self._order
+        freed = more
+        if more:
+            self._queue_anonymous(more)
+        for h, n in reversed(held):
+            if h is None:
+                self._queue_anonymous(n)
+                freed += n
+                continue
+            for run, a, b in reversed(list(self._covering(h, n))):
+                part = self._isolate(run, a, b)
+                part.refs -= 1
+                if not part.refs:
+                    part.gen += 1
+                    order.append((part, part.gen))
+                    freed += part.size
+        self._num_free += freed
+
+    def _queue_anonymous(self, n: int) -> None:
+        order = self._order
+        if order and type(order[-1]) is int:
+            order[-1] += n  # type: ignore[operator]
+        else:
+            order.append(n)
+
+    def fingerprint(self) -> tuple[tuple[int | None, ...], tuple[tuple[int, int], ...]]:
+        """The whole state: what the free blocks hold in eviction order (None: nothing),
+        cached hashes with their reference counts (two pools with equal fingerprints
+        behave identically from here on)."""
+        free: list[int | None] = [None] * self._fresh
+        for entry in self._order:
+            if type(entry) is int:
+                free += [None] * entry  # type: ignore[operator]
+                continue
+            run, gen = entry  # type: ignore[misc]
+            if run.gen == gen and not run.refs and run.size:
+                free += range(run.start + run.size - 1, run.start - 1, -1)
+        cached = sorted(
+            (h, run.refs) for run in self._runs.values() for h in range(run.start, run.start + run.size)
+        )
+        return tuple(free), tuple(cached)

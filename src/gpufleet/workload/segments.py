@@ -25,6 +25,7 @@ KIND_UNIQUE = 2  # a request's own text (suffix, random prompt, Azure prompt)
 KIND_PREFIX = 3  # a shared-prefix group's prefix
 KIND_ANSWER = 4  # an earlier answer, resent in a multi-turn session
 _KIND_SHIFT = 48
+_FIRST_NUMBERED = 1 << 61  # numbered blocks: far from small ints (tests' hashes)
 
 Segments = tuple[tuple[int, int], ...]  # (key, tokens)
 
@@ -52,12 +53,21 @@ class SegmentHasher:
     block boundary depend only on (parent hash, segment key, block index): they are
     consecutive ints from one hash of (parent, key), made at C speed (a Mooncake prompt
     is ~750 engine blocks); a block that mixes segments hashes its pieces.
+
+    A trace's blocks are short segments (Mooncake's: 512 tokens, 32 engine blocks) that
+    prompts share in ever new orders; their blocks are numbered from a counter instead,
+    the first time a (parent, key) is seen, so the blocks of a prompt's new segments are
+    one run of consecutive ints too, and a prefix cache that works on runs
+    (`gpufleet.engine.block_pool`) sees a prompt as a few runs, not one per segment. Equal
+    prefixes still give equal hashes (in this hasher: the numbering is its own).
     """
 
     def __init__(self, block_tokens: int) -> None:
         if block_tokens < 1:
             raise ValueError("block_tokens must be >= 1")
         self.block_tokens = block_tokens
+        self._numbered: dict[tuple[int, int], tuple[int, int]] = {}  # -> (first, count)
+        self._next_id = _FIRST_NUMBERED
 
     def hashes(self, segments: Segments) -> list[int]:
         bs = self.block_tokens
@@ -71,9 +81,12 @@ class SegmentHasher:
                 # Aligned start: block b of this segment is base + b (a truncated copy of
                 # the segment shares its head, as equal tokens would).
                 full = n // bs
-                base = hash((parent, key, bs))
-                out.extend(range(base, base + full))
-                parent = base + full - 1
+                if key >> _KIND_SHIFT == KIND_TRACE_BLOCK:
+                    parent = self._numbered_blocks(parent, key, full, out)
+                else:
+                    base = hash((parent, key, bs))
+                    out.extend(range(base, base + full))
+                    parent = base + full - 1
                 offset = full * bs
             while offset < n:
                 take = min(n - offset, bs - open_tokens)
@@ -86,6 +99,17 @@ class SegmentHasher:
                     pieces.clear()
                     open_tokens = 0
         return out
+
+    def _numbered_blocks(self, parent: int, key: int, full: int, out: list[int]) -> int:
+        """Append the `full` blocks of segment `key` after `parent`; the last one."""
+        first, count = self._numbered.setdefault((parent, key), (self._next_id, full))
+        if first == self._next_id:  # first seen: the next `full` ints
+            self._next_id += full
+        out.extend(range(first, first + min(full, count)))
+        if full > count:  # longer than when first seen: the rest by hash, as before
+            base = hash((parent, key, self.block_tokens))
+            out.extend(range(base + count, base + full))
+        return out[-1]
 
 
 def placeholder_token_ids(n_tokens: int) -> list[int]:
