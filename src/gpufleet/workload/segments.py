@@ -75,19 +75,43 @@ class SegmentHasher:
         parent = 0
         pieces: list[int] = []  # (key, offset, count) triples of the open block, flattened
         open_tokens = 0
+        numbered = self._numbered
+        run_first = run_stop = 0  # numbered blocks not appended yet: one run of ints
         for key, n in segments:
             offset = 0
             if open_tokens == 0 and n >= bs:
                 # Aligned start: block b of this segment is base + b (a truncated copy of
                 # the segment shares its head, as equal tokens would).
                 full = n // bs
+                offset = full * bs
                 if key >> _KIND_SHIFT == KIND_TRACE_BLOCK:
-                    parent = self._numbered_blocks(parent, key, full, out)
+                    first, count = numbered.setdefault((parent, key), (self._next_id, full))
+                    if first == self._next_id:  # first seen: the next `full` ints
+                        self._next_id += full
+                    if count >= full:
+                        if first != run_stop:
+                            out.extend(range(run_first, run_stop))
+                            run_first = first
+                        run_stop = parent = first + full
+                        parent -= 1
+                        if offset == n:
+                            continue
+                    else:  # longer than when first seen: the rest by hash, as before
+                        out.extend(range(run_first, run_stop))
+                        run_first = run_stop = 0
+                        out.extend(range(first, first + count))
+                        base = hash((parent, key, bs))
+                        out.extend(range(base + count, base + full))
+                        parent = base + full - 1
                 else:
+                    out.extend(range(run_first, run_stop))
+                    run_first = run_stop = 0
                     base = hash((parent, key, bs))
                     out.extend(range(base, base + full))
                     parent = base + full - 1
-                offset = full * bs
+            if run_stop:
+                out.extend(range(run_first, run_stop))
+                run_first = run_stop = 0
             while offset < n:
                 take = min(n - offset, bs - open_tokens)
                 pieces.extend((key, offset, take))
@@ -98,18 +122,8 @@ class SegmentHasher:
                     out.append(parent)
                     pieces.clear()
                     open_tokens = 0
+        out.extend(range(run_first, run_stop))
         return out
-
-    def _numbered_blocks(self, parent: int, key: int, full: int, out: list[int]) -> int:
-        """Append the `full` blocks of segment `key` after `parent`; the last one."""
-        first, count = self._numbered.setdefault((parent, key), (self._next_id, full))
-        if first == self._next_id:  # first seen: the next `full` ints
-            self._next_id += full
-        out.extend(range(first, first + min(full, count)))
-        if full > count:  # longer than when first seen: the rest by hash, as before
-            base = hash((parent, key, self.block_tokens))
-            out.extend(range(base + count, base + full))
-        return out[-1]
 
 
 def placeholder_token_ids(n_tokens: int) -> list[int]:
