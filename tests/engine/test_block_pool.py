@@ -16,7 +16,8 @@ from collections import OrderedDict
 import pytest
 
 from gpufleet.engine import BlockPool
-from gpufleet.engine.block_pool import Held, consecutive
+from gpufleet.engine.block_pool import Held
+from gpufleet.hash_runs import consecutive
 
 
 class ReferencePool:

@@ -8,7 +8,7 @@ used ones before all), so cached prefixes are evicted LRU, a request's tail firs
 A block is known by what it holds, not by an id: a cached block by its hash (a hash is
 cached at one block at most), any other block is one of many interchangeable ones. That
 lets the pool work on runs: a prompt's chain of block hashes is mostly runs of
-consecutive ints (`gpufleet.workload.segments` hashes a segment's blocks as base + i),
+consecutive ints (`gpufleet.hash_runs`),
 and a run of cached hashes with the same reference count is one `_Run`, so a request's
 750 blocks are admitted, cached, freed and evicted in a few steps each instead of 750.
 A run is split where a request shares only part of it. The free queue holds anonymous
@@ -21,6 +21,8 @@ from __future__ import annotations
 from bisect import bisect_right, insort
 from collections import deque
 from collections.abc import Iterator, Sequence
+
+from gpufleet.hash_runs import consecutive
 
 
 class _Run:
@@ -54,28 +56,6 @@ NO_BLOCKS = Blocks([], 0)
 # What a request holds, in token order: (first hash, count) for cached blocks, (None,
 # count) for blocks that hold no cached hash.
 Held = list[tuple[int | None, int]]
-
-
-def consecutive(hashes: Sequence[int], i: int, limit: int) -> int:
-    """How many of hashes[i:i+limit] (limit >= 1) run on as hashes[i], hashes[i] + 1, ...
-    (compared in chunks that double: C speed, cost grows with the run found)."""
-    h = hashes[i]
-    end = i + limit
-    if hashes[end - 1] == h + limit - 1 and hashes[i:end] == list(range(h, h + limit)):
-        return limit
-    k, size = 1, 8
-    while k < limit:
-        m = min(size, limit - k)
-        a = i + k
-        if hashes[a + m - 1] == h + k + m - 1 and hashes[a : a + m] == list(range(h + k, h + k + m)):
-            k += m
-            size *= 2
-            continue
-        for j in range(a, a + m):
-            if hashes[j] != h + j - i:
-                return j - i
-        return k + m  # (not reached: the chunk differs somewhere)
-    return k
 
 
 class BlockPool:

@@ -1,0 +1,124 @@
+"""Runs of consecutive ints in chains of block hashes, and an index of runs. Pure.
+
+The simulator's prompts hash a segment's blocks as base + i, and number a trace's new
+blocks from a counter (`gpufleet.workload.segments`), so a prompt's chain of ~750 block
+hashes is a few runs of consecutive ints. The engine's block pool and the router's prefix
+index keep what they hold as such runs and do a few steps per run instead of one per
+block. Other chains (real token hashes) are runs of one: still right, only slower.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right, insort
+from collections.abc import Sequence
+from typing import Generic, Protocol, TypeVar
+
+
+def consecutive(hashes: Sequence[int], i: int, limit: int) -> int:
+    """How many of hashes[i:i+limit] (limit >= 1) run on as hashes[i], hashes[i] + 1, ...
+    (compared in chunks that double: C speed, cost grows with the run found)."""
+    h = hashes[i]
+    end = i + limit
+    if hashes[end - 1] == h + limit - 1 and hashes[i:end] == list(range(h, h + limit)):
+        return limit
+    k, size = 1, 8
+    while k < limit:
+        m = min(size, limit - k)
+        a = i + k
+        if hashes[a + m - 1] == h + k + m - 1 and hashes[a : a + m] == list(range(h + k, h + k + m)):
+            k += m
+            size *= 2
+            continue
+        for j in range(a, a + m):
+            if hashes[j] != h + j - i:
+                return j - i
+        return k + m  # (not reached: the chunk differs somewhere)
+    return k
+
+
+def chain_runs(hashes: Sequence[int]) -> list[tuple[int, int]]:
+    """`hashes` as (first, count) runs of consecutive ints, in order."""
+    out: list[tuple[int, int]] = []
+    i, n = 0, len(hashes)
+    while i < n:
+        k = consecutive(hashes, i, n - i)
+        out.append((hashes[i], k))
+        i += k
+    return out
+
+
+class Run(Protocol):
+    start: int
+    size: int
+
+
+R = TypeVar("R", bound=Run)
+
+
+class RunIndex(Generic[R]):
+    """Runs that never overlap (each holds hashes start..start+size-1), found by hash."""
+
+    __slots__ = ("_runs", "_starts")
+
+    def __init__(self) -> None:
+        self._runs: dict[int, R] = {}
+        self._starts: list[int] = []  # the runs' first hashes, sorted
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def values(self) -> list[R]:
+        return list(self._runs.values())
+
+    def clear(self) -> None:
+        self._runs.clear()
+        self._starts.clear()
+
+    def find(self, h: int) -> R | None:
+        """The run holding hash h, if any."""
+        run = self._runs.get(h)
+        if run is not None:
+            return run
+        starts = self._starts
+        i = bisect_right(starts, h) - 1
+        if i >= 0:
+            run = self._runs[starts[i]]
+            if h < run.start + run.size:
+                return run
+        return None
+
+    def next_start(self, h: int, end: int) -> int:
+        """The first hash after h that starts a run, or `end` if none comes before it."""
+        starts = self._starts
+        j = bisect_right(starts, h)
+        return min(end, starts[j]) if j < len(starts) else end
+
+    def pieces(self, h: int, n: int) -> list[tuple[R | None, int, int]]:
+        """Hashes h..h+n-1 cut where runs begin and end: (run or None, first, stop)."""
+        end = h + n
+        out: list[tuple[R | None, int, int]] = []
+        while h < end:
+            run = self.find(h)
+            b = min(end, run.start + run.size) if run is not None else self.next_start(h, end)
+            out.append((run, h, b))
+            h = b
+        return out
+
+    def add(self, run: R) -> None:
+        self._runs[run.start] = run
+        insort(self._starts, run.start)
+
+    def drop(self, run: R) -> None:
+        del self._runs[run.start]
+        starts = self._starts
+        del starts[bisect_right(starts, run.start) - 1]
+
+    def move(self, run: R, start: int, size: int) -> None:
+        """Make `run` hold start..start+size-1 (within what it held)."""
+        if start != run.start:
+            self.drop(run)
+            run.start = start
+            run.size = size
+            self.add(run)
+        else:
+            run.size = size
