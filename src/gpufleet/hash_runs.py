@@ -13,6 +13,12 @@ from bisect import bisect_right, insort
 from collections.abc import Sequence
 from typing import Generic, Protocol, TypeVar
 
+import numpy as np
+
+Runs = list[tuple[int, int]]  # (first hash, count)
+_SHORT = 24  # chains this short: found in Python
+_INT64_MIN = -(2**63)
+
 
 def consecutive(hashes: Sequence[int], i: int, limit: int) -> int:
     """How many of hashes[i:i+limit] (limit >= 1) run on as hashes[i], hashes[i] + 1, ...
@@ -36,14 +42,50 @@ def consecutive(hashes: Sequence[int], i: int, limit: int) -> int:
     return k
 
 
-def chain_runs(hashes: Sequence[int]) -> list[tuple[int, int]]:
-    """`hashes` as (first, count) runs of consecutive ints, in order."""
-    out: list[tuple[int, int]] = []
-    i, n = 0, len(hashes)
-    while i < n:
-        k = consecutive(hashes, i, n - i)
-        out.append((hashes[i], k))
-        i += k
+def chain_runs(hashes: Sequence[int], start: int = 0, stop: int | None = None) -> Runs:
+    """hashes[start:stop] as (first, count) runs of consecutive ints, in order (numpy finds
+    the breaks: a few ns a hash)."""
+    stop = len(hashes) if stop is None else stop
+    n = stop - start
+    if n <= _SHORT:
+        return chain_runs_slow(hashes, start, stop)
+    try:
+        a = np.array(hashes[start:stop], dtype=np.int64)
+    except OverflowError:  # (not 64-bit hashes)
+        return chain_runs_slow(hashes, start, stop)
+    # a break where the next is not one more (a wrap from the largest int64 is not)
+    breaks = np.flatnonzero((np.diff(a) != 1) | (a[1:] == _INT64_MIN)).tolist()
+    out: Runs = []
+    first = 0
+    for b in breaks:
+        out.append((hashes[start + first], b + 1 - first))
+        first = b + 1
+    out.append((hashes[start + first], n - first))
+    return out
+
+
+def chain_runs_slow(hashes: Sequence[int], start: int, stop: int) -> Runs:
+    out: Runs = []
+    while start < stop:
+        k = consecutive(hashes, start, stop - start)
+        out.append((hashes[start], k))
+        start += k
+    return out
+
+
+def slice_runs(runs: Runs, start: int, stop: int) -> Runs:
+    """The runs of chain positions start..stop-1, given the runs of the whole chain."""
+    out: Runs = []
+    pos = 0
+    for h, n in runs:
+        end = pos + n
+        if end > start:
+            a, b = max(pos, start), min(end, stop)
+            if b > a:
+                out.append((h + a - pos, b - a))
+            if end >= stop:
+                break
+        pos = end
     return out
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from gpufleet.engine import BlockPool
 from gpufleet.engine.block_pool import Held
-from gpufleet.hash_runs import consecutive
+from gpufleet.hash_runs import chain_runs, consecutive
 
 
 class ReferencePool:
@@ -114,7 +114,7 @@ def test_pool_matches_the_reference_pool(seed: int) -> None:
         op = rng.random()
         if op < 0.45:  # admit: reuse the cached prefix of a chain, allocate the rest
             hashes = rng.choice(chains)[: rng.randrange(1, 80)]
-            hits = pool.cached_prefix(hashes, len(hashes))
+            hits = pool.cached_prefix(chain_runs(hashes), len(hashes))
             ref_hits = ref.cached_prefix(hashes, len(hashes))
             assert len(hits) == len(ref_hits)
             assert [h for h0, n in hits.runs for h in range(h0, h0 + n)] == hashes[: len(hits)]
@@ -128,7 +128,7 @@ def test_pool_matches_the_reference_pool(seed: int) -> None:
             pool.allocate(need)
             blocks = ref_hits + ref.allocate(need)
             stop = min(len(blocks), len(hashes))
-            new = pool.register(hashes, len(hits), stop)
+            new = pool.register(chain_runs(hashes, len(hits), stop))
             ref.cache_range(blocks, hashes, len(ref_hits), stop)
             assert sum(n for _, n in new) == stop - len(hits)
             held.append(Request(blocks, list(hits.runs) + new, len(blocks) - stop))
@@ -171,13 +171,13 @@ def test_reset_prefix_cache_forgets_every_prefix_only_when_idle() -> None:
     """SGLang's /flush_cache: refused while a request holds blocks, else no hash survives."""
     pool = BlockPool(8)
     pool.allocate(3)
-    held = pool.register([11, 12, 13], 0, 3)
+    held = pool.register([(11, 3)])
     assert not pool.reset_prefix_cache()  # held: refused, nothing forgotten
-    assert len(pool.cached_prefix([11, 12, 13], 3)) == 3
+    assert len(pool.cached_prefix([(11, 3)], 3)) == 3
     pool.release(held)
-    assert len(pool.cached_prefix([11, 12, 13], 3)) == 3  # free but still cached
+    assert len(pool.cached_prefix([(11, 3)], 3)) == 3  # free but still cached
     assert pool.reset_prefix_cache()
-    assert len(pool.cached_prefix([11], 1)) == 0 and pool.hashes_of_next_free(8) == set()
+    assert len(pool.cached_prefix([(11, 1)], 1)) == 0 and pool.hashes_of_next_free(8) == set()
     assert pool.num_free == 8
 
 
@@ -188,7 +188,7 @@ def test_a_hash_twice_in_one_registration_keeps_its_first_block() -> None:
     pool.allocate(6)
     blocks = ref.allocate(6)
     hashes = [11, 12, 11, 13, 14, 12]
-    held = pool.register(hashes, 0, 3) + pool.register(hashes, 3, 6)
+    held = pool.register(chain_runs(hashes, 0, 3)) + pool.register(chain_runs(hashes, 3, 6))
     ref.cache_range(blocks, hashes, 0, 3)
     ref.cache_range(blocks, hashes, 3, 6)
     assert held == [(11, 2), (None, 1), (13, 2), (None, 1)]
@@ -208,12 +208,12 @@ def test_a_hit_in_the_middle_of_a_free_run_keeps_the_rest_in_place() -> None:
     pool.allocate(10)
     blocks = ref.allocate(10)
     chain = list(range(100, 110))
-    held = pool.register(chain, 0, 10)
+    held = pool.register(chain_runs(chain))
     ref.cache_range(blocks, chain, 0, 10)
     pool.release(held)
     ref.release(blocks)
     middle = [103, 104, 105]
-    hits = pool.cached_prefix(middle, 3)
+    hits = pool.cached_prefix(chain_runs(middle), 3)
     ref_hits = ref.cached_prefix(middle, 3)
     pool.touch(hits)
     ref.touch(ref_hits)

@@ -22,7 +22,7 @@ from bisect import bisect_right, insort
 from collections import deque
 from collections.abc import Iterator, Sequence
 
-from gpufleet.hash_runs import consecutive
+from gpufleet.hash_runs import Runs, chain_runs
 
 
 class _Run:
@@ -157,23 +157,27 @@ class BlockPool:
 
     # ------------------------------------------------------------ what the manager asks
 
-    def cached_prefix(self, hashes: Sequence[int], max_blocks: int) -> Blocks:
-        """The cached blocks of the longest run of `hashes[:max_blocks]` that are cached."""
-        stop = min(max_blocks, len(hashes))
+    def cached_prefix(self, chain: Runs, max_blocks: int) -> Blocks:
+        """The cached blocks of the longest run of the chain's first `max_blocks` blocks
+        that are cached (`chain`: the chain's runs of consecutive hashes)."""
         runs: list[tuple[int, int]] = []
-        i = 0
-        while i < stop:
-            h = hashes[i]
-            run = self._find(h)
-            if run is None:
+        left = max_blocks
+        for h, n in chain:
+            end = h + min(n, left)
+            while h < end:
+                run = self._find(h)
+                if run is None:
+                    return Blocks(runs, max_blocks - left) if runs else NO_BLOCKS
+                k = min(end, run.start + run.size) - h
+                if runs and runs[-1][0] + runs[-1][1] == h:
+                    runs[-1] = (runs[-1][0], runs[-1][1] + k)
+                else:
+                    runs.append((h, k))
+                left -= k
+                h += k
+            if not left:
                 break
-            k = consecutive(hashes, i, min(run.start + run.size - h, stop - i))
-            if runs and runs[-1][0] + runs[-1][1] == h:
-                runs[-1] = (runs[-1][0], runs[-1][1] + k)
-            else:
-                runs.append((h, k))
-            i += k
-        return Blocks(runs, i) if runs else NO_BLOCKS
+        return Blocks(runs, max_blocks - left) if runs else NO_BLOCKS
 
     def hashes_of_next_free(self, n: int) -> set[int]:
         """The hashes cached at the next `n` blocks `allocate` would hand out (and evict)."""
@@ -195,13 +199,7 @@ class BlockPool:
 
     def any_cached(self, hashes: Sequence[int]) -> bool:
         """Whether any of `hashes` is cached."""
-        i, n = 0, len(hashes)
-        while i < n:
-            k = consecutive(hashes, i, n - i)
-            if self._overlaps(hashes[i], k):
-                return True
-            i += k
-        return False
+        return any(self._overlaps(h, n) for h, n in chain_runs(hashes))
 
     def num_evictable(self, blocks: Blocks) -> int:
         """How many of `blocks` are free now (touching them takes them off the free list)."""
@@ -251,19 +249,17 @@ class BlockPool:
             self._drop(run)
             run.size = 0
 
-    def register(self, hashes: Sequence[int], start: int, stop: int) -> Held:
-        """Cache hashes[start:stop] at the blocks a request just filled (held by it alone,
-        holding nothing yet); a hash cached already stays where it is (first writer
-        wins, as in vLLM). What those blocks hold now, in order."""
+    def register(self, chain: Runs) -> Held:
+        """Cache the hashes of `chain` (runs of them) at the blocks a request just filled
+        (held by it alone, holding nothing yet); a hash cached already stays where it is
+        (first writer wins, as in vLLM). What those blocks hold now, in order."""
         out: Held = []
         if not self.enable_caching:
-            return [(None, stop - start)] if stop > start else out
+            total = sum(n for _, n in chain)
+            return [(None, total)] if total else out
         starts = self._starts
-        i = start
-        while i < stop:
-            h = hashes[i]
-            end = h + consecutive(hashes, i, stop - i)
-            i += end - h
+        for h, n in chain:
+            end = h + n
             while h < end:
                 run = self._find(h)
                 if run is not None:  # cached elsewhere: this block holds nothing

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 from gpufleet.engine.block_pool import NO_BLOCKS, BlockPool, Blocks, Held
 from gpufleet.engine.request import EngineRequest
+from gpufleet.hash_runs import Runs, chain_runs, slice_runs
 
 
 class KVCacheManager:
@@ -27,6 +28,8 @@ class KVCacheManager:
         self._held: dict[str, Held] = {}  # request id -> its first num_cached blocks
         self._num_cached: dict[str, int] = {}  # request id -> its leading cached blocks
         self._tail: dict[str, int] = {}  # request id -> its blocks past those
+        # request id -> (hashes found in runs, the runs) of its block hashes
+        self._chain: dict[str, tuple[int, Runs]] = {}
 
     @property
     def num_blocks(self) -> int:
@@ -58,13 +61,25 @@ class KVCacheManager:
         bs = self.block_size
         tokens = req.all_token_ids
         max_blocks = (len(tokens) - 1) // bs
-        hashes = req.block_hashes
-        if len(hashes) < max_blocks:
+        if len(req.block_hashes) < max_blocks:
             if peek:
-                hashes = hashes + req.next_block_hashes(bs, len(tokens) // bs)
-            else:
-                req.extend_block_hashes(bs)
-        return self.pool.cached_prefix(hashes, max_blocks)
+                more = chain_runs(req.next_block_hashes(bs, len(tokens) // bs))
+                return self.pool.cached_prefix(self._runs_of(req) + more, max_blocks)
+            req.extend_block_hashes(bs)
+        return self.pool.cached_prefix(self._runs_of(req), max_blocks)
+
+    def _runs_of(self, req: EngineRequest) -> Runs:
+        """The runs of consecutive hashes in the request's block hashes (found once)."""
+        hashes = req.block_hashes
+        found, runs = self._chain.get(req.request_id, (0, []))
+        if found < len(hashes):
+            more = chain_runs(hashes, found)
+            if runs and runs[-1][0] + runs[-1][1] == more[0][0]:  # (it runs on)
+                runs[-1] = (runs[-1][0], runs[-1][1] + more[0][1])
+                del more[0]
+            runs += more
+            self._chain[req.request_id] = (len(hashes), runs)
+        return runs
 
     def num_new_blocks(self, req: EngineRequest, num_tokens: int) -> int:
         """Blocks a running request needs to hold `num_tokens` tokens in all."""
@@ -192,6 +207,7 @@ class KVCacheManager:
     def free(self, req: EngineRequest) -> None:
         """Hand back every block of `req` (its tail first, so it is evicted first)."""
         rid = req.request_id
+        self._chain.pop(rid, None)
         held = self._held.pop(rid, None)
         if held is None:
             return
@@ -207,7 +223,7 @@ class KVCacheManager:
         if len(req.block_hashes) < full:
             req.extend_block_hashes(self.block_size, full)
         held = self._held[rid]
-        for h, n in self.pool.register(req.block_hashes, start, full):
+        for h, n in self.pool.register(slice_runs(self._runs_of(req), start, full)):
             if held and h is None and held[-1][0] is None:
                 held[-1] = (None, held[-1][1] + n)
             else:
