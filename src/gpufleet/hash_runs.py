@@ -31,7 +31,9 @@ def consecutive(hashes: Sequence[int], i: int, limit: int) -> int:
     while k < limit:
         m = min(size, limit - k)
         a = i + k
-        if hashes[a + m - 1] == h + k + m - 1 and hashes[a : a + m] == list(range(h + k, h + k + m)):
+        if hashes[a + m - 1] == h + k + m - 1 and hashes[a : a + m] == list(
+            range(h + k, h + k + m)
+        ):
             k += m
             size *= 2
             continue

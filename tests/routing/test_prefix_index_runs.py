@@ -27,7 +27,10 @@ from .reference_prefix_index import PrefixIndex as ReferenceIndex
 
 def random_prompts(rng: random.Random, count: int) -> list[Segments]:
     systems = [
-        tuple((segment_key(KIND_TRACE_BLOCK, rng.randrange(50)), 8) for _ in range(rng.randrange(1, 4)))
+        tuple(
+            (segment_key(KIND_TRACE_BLOCK, rng.randrange(50)), 8)
+            for _ in range(rng.randrange(1, 4))
+        )
         for _ in range(3)
     ]
     prompts: list[Segments] = []

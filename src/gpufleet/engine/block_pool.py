@@ -300,7 +300,7 @@ class BlockPool:
     def _queue_anonymous(self, n: int) -> None:
         order = self._order
         if order and type(order[-1]) is int:
-            order[-1] += n  # type: ignore[operator]
+            order[-1] += n
         else:
             order.append(n)
 
@@ -311,12 +311,14 @@ class BlockPool:
         free: list[int | None] = [None] * self._fresh
         for entry in self._order:
             if type(entry) is int:
-                free += [None] * entry  # type: ignore[operator]
+                free += [None] * entry
                 continue
             run, gen = entry  # type: ignore[misc]
             if run.gen == gen and not run.refs and run.size:
                 free += range(run.start + run.size - 1, run.start - 1, -1)
         cached = sorted(
-            (h, run.refs) for run in self._runs.values() for h in range(run.start, run.start + run.size)
+            (h, run.refs)
+            for run in self._runs.values()
+            for h in range(run.start, run.start + run.size)
         )
         return tuple(free), tuple(cached)

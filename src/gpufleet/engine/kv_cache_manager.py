@@ -184,8 +184,7 @@ class KVCacheManager:
             if fresh and (
                 len(set(fresh)) < len(fresh)
                 or (  # (a hash cached nowhere is not cached at a block the run evicts)
-                    pool.any_cached(fresh)
-                    and not pool.hashes_of_next_free(total).isdisjoint(fresh)
+                    pool.any_cached(fresh) and not pool.hashes_of_next_free(total).isdisjoint(fresh)
                 )
             ):
                 return False
