@@ -98,8 +98,8 @@ def random_chain(rng: random.Random, length: int) -> list[int]:
 
 
 class Request:
-    def __init__(self, blocks: list[int], held: Held, tail: int) -> None:
-        self.blocks, self.held, self.tail = blocks, held, tail
+    def __init__(self, blocks: list[int], held: Held, tail: int, chain: list[int]) -> None:
+        self.blocks, self.held, self.tail, self.chain = blocks, held, tail, chain
 
 
 @pytest.mark.parametrize("seed", range(24))
@@ -113,7 +113,8 @@ def test_pool_matches_the_reference_pool(seed: int) -> None:
     for _ in range(400):
         op = rng.random()
         if op < 0.45:  # admit: reuse the cached prefix of a chain, allocate the rest
-            hashes = rng.choice(chains)[: rng.randrange(1, 80)]
+            whole = rng.choice(chains)
+            hashes = whole[: rng.randrange(1, 80)]
             hits = pool.cached_prefix(chain_runs(hashes), len(hashes))
             ref_hits = ref.cached_prefix(hashes, len(hashes))
             assert len(hits) == len(ref_hits)
@@ -128,10 +129,11 @@ def test_pool_matches_the_reference_pool(seed: int) -> None:
             pool.allocate(need)
             blocks = ref_hits + ref.allocate(need)
             stop = min(len(blocks), len(hashes))
-            new = pool.register(chain_runs(hashes, len(hits), stop))
+            mine = list(hits.runs)
+            pool.register(chain_runs(hashes, len(hits), stop), mine)
             ref.cache_range(blocks, hashes, len(ref_hits), stop)
-            assert sum(n for _, n in new) == stop - len(hits)
-            held.append(Request(blocks, list(hits.runs) + new, len(blocks) - stop))
+            assert sum(n for _, n in mine) == stop
+            held.append(Request(blocks, mine, len(blocks) - stop, whole))
         elif op < 0.6 and held:  # grow a request by a few blocks
             req = rng.choice(held)
             need = rng.randrange(1, 4)
@@ -140,6 +142,13 @@ def test_pool_matches_the_reference_pool(seed: int) -> None:
                 pool.allocate(need)
                 req.blocks.extend(ref.allocate(need))
                 req.tail += need
+                # its tokens fill some of them: register their hashes (a decode's blocks)
+                start = len(req.blocks) - req.tail
+                stop = min(len(req.blocks), len(req.chain), start + rng.randrange(0, 4))
+                if stop > start:
+                    pool.register(chain_runs(req.chain, start, stop), req.held)
+                    ref.cache_range(req.blocks, req.chain, start, stop)
+                    req.tail -= stop - start
         elif held:  # a request ends
             req = held.pop(rng.randrange(len(held)))
             pool.release(req.held, req.tail)
@@ -171,7 +180,8 @@ def test_reset_prefix_cache_forgets_every_prefix_only_when_idle() -> None:
     """SGLang's /flush_cache: refused while a request holds blocks, else no hash survives."""
     pool = BlockPool(8)
     pool.allocate(3)
-    held = pool.register([(11, 3)])
+    held: Held = []
+    pool.register([(11, 3)], held)
     assert not pool.reset_prefix_cache()  # held: refused, nothing forgotten
     assert len(pool.cached_prefix([(11, 3)], 3)) == 3
     pool.release(held)
@@ -188,7 +198,9 @@ def test_a_hash_twice_in_one_registration_keeps_its_first_block() -> None:
     pool.allocate(6)
     blocks = ref.allocate(6)
     hashes = [11, 12, 11, 13, 14, 12]
-    held = pool.register(chain_runs(hashes, 0, 3)) + pool.register(chain_runs(hashes, 3, 6))
+    held: Held = []
+    pool.register(chain_runs(hashes, 0, 3), held)
+    pool.register(chain_runs(hashes, 3, 6), held)
     ref.cache_range(blocks, hashes, 0, 3)
     ref.cache_range(blocks, hashes, 3, 6)
     assert held == [(11, 2), (None, 1), (13, 2), (None, 1)]
@@ -208,7 +220,8 @@ def test_a_hit_in_the_middle_of_a_free_run_keeps_the_rest_in_place() -> None:
     pool.allocate(10)
     blocks = ref.allocate(10)
     chain = list(range(100, 110))
-    held = pool.register(chain_runs(chain))
+    held: Held = []
+    pool.register(chain_runs(chain), held)
     ref.cache_range(blocks, chain, 0, 10)
     pool.release(held)
     ref.release(blocks)

@@ -58,6 +58,18 @@ NO_BLOCKS = Blocks([], 0)
 Held = list[tuple[int | None, int]]
 
 
+def _append(held: Held, h: int | None, n: int) -> None:
+    """Add n blocks holding h.. (None: nothing) to a request's `held`, merging runs."""
+    if held:
+        last, m = held[-1]
+        if (last is None and h is None) or (
+            last is not None and h is not None and last + m == h
+        ):
+            held[-1] = (last, m + n)
+            return
+    held.append((h, n))
+
+
 class BlockPool:
     def __init__(self, num_blocks: int, *, enable_caching: bool = True) -> None:
         if num_blocks < 1:
@@ -249,14 +261,16 @@ class BlockPool:
             self._drop(run)
             run.size = 0
 
-    def register(self, chain: Runs) -> Held:
+    def register(self, chain: Runs, held: Held) -> None:
         """Cache the hashes of `chain` (runs of them) at the blocks a request just filled
-        (held by it alone, holding nothing yet); a hash cached already stays where it is
-        (first writer wins, as in vLLM). What those blocks hold now, in order."""
-        out: Held = []
+        (held by it alone, holding nothing yet), and add what those blocks hold now to
+        the request's `held`. A hash cached already stays where it is (first writer
+        wins, as in vLLM); a run the request alone holds grows on (a decode's blocks)."""
         if not self.enable_caching:
             total = sum(n for _, n in chain)
-            return [(None, total)] if total else out
+            if total:
+                _append(held, None, total)
+            return
         starts = self._starts
         for h, n in chain:
             end = h + n
@@ -264,17 +278,22 @@ class BlockPool:
                 run = self._find(h)
                 if run is not None:  # cached elsewhere: this block holds nothing
                     b = min(end, run.start + run.size)
-                    if out and out[-1][0] is None:
-                        out[-1] = (None, out[-1][1] + b - h)
-                    else:
-                        out.append((None, b - h))
-                else:
-                    j = bisect_right(starts, h)
-                    b = min(end, starts[j]) if j < len(starts) else end
-                    self._add(_Run(h, b - h, 1))
-                    out.append((h, b - h))
+                    _append(held, None, b - h)
+                    h = b
+                    continue
+                j = bisect_right(starts, h)
+                b = min(end, starts[j]) if j < len(starts) else end
+                last = held[-1] if held else (None, 0)
+                if last[0] is not None and last[0] + last[1] == h:
+                    run = self._find(h - 1)
+                    if run is not None and run.refs == 1 and run.start + run.size == h:
+                        run.size += b - h  # (only this request holds it: it runs on)
+                        held[-1] = (last[0], last[1] + b - h)
+                        h = b
+                        continue
+                self._add(_Run(h, b - h, 1))
+                held.append((h, b - h))
                 h = b
-        return out
 
     def release(self, held: Held, more: int = 0) -> None:
         """Drop one reference on each of `held`'s blocks, then on `more` blocks that hold

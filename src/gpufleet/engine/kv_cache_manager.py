@@ -221,11 +221,11 @@ class KVCacheManager:
             return
         if len(req.block_hashes) < full:
             req.extend_block_hashes(self.block_size, full)
-        held = self._held[rid]
-        for h, n in self.pool.register(slice_runs(self._runs_of(req), start, full)):
-            if held and h is None and held[-1][0] is None:
-                held[-1] = (None, held[-1][1] + n)
-            else:
-                held.append((h, n))
+        found, runs = self._chain.get(rid, (0, []))
+        if found >= full:  # (its runs are known: the prompt's, found for its hits)
+            chain = slice_runs(runs, start, full)
+        else:  # (a decode's few blocks: found here)
+            chain = chain_runs(req.block_hashes, start, full)
+        self.pool.register(chain, self._held[rid])
         self._tail[rid] -= full - start
         self._num_cached[rid] = full
