@@ -199,8 +199,14 @@ class KVCacheManager:
                 order = sorted(range(n), key=phase.__getitem__)
                 for q in range(min(n, total)):  # (the q-th to ask gets every n-th block)
                     tail[members[order[q]].request_id] += len(range(q, total, n))
-        for r, stop in filled:  # register every member's new full blocks, in order
-            self._cache_full_blocks(r, stop * bs)
+        if filled:  # register every member's new full blocks, in order
+            register, held, tail = pool.register, self._held, self._tail
+            for r, stop in filled:
+                rid = r.request_id
+                first = num_cached[rid]
+                register(chain_runs(r.block_hashes, first, stop), held[rid])
+                tail[rid] -= stop - first
+                num_cached[rid] = stop
         return True
 
     def free(self, req: EngineRequest) -> None:
