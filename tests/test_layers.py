@@ -36,7 +36,7 @@ ALLOWED: dict[str, set[str]] = {
     "engine": _BASE | {"perf", "tokenizer", "stats", "hash_runs"},
     # the planner's memory math and layout search use specs and perf, never the engine
     "plan": _BASE | {"specs", "perf"},
-    "workload": _BASE | {"tokenizer", "stats", "shared_data"},
+    "workload": _BASE | {"tokenizer", "stats", "shared_data", "hash_runs"},
     "routing": _BASE | {"tokenizer", "stats", "hash_runs"},
     # the pure fleet core between policies and drivers
     "fleet_state": _BASE | {"routing", "tokenizer", "stats", "openai_errors"},
@@ -48,7 +48,7 @@ ALLOWED: dict[str, set[str]] = {
     "validation": _BASE | {"engine", "plan", "perf", "specs", "stats", "shared_data"},
     "bench": _BASE | {"workload", "stats", "tokenizer", "openai_errors"},
     "sim": _BASE | {"engine", "perf", "plan", "routing", "fleet_state", "autoscale",
-                    "workload", "stats", "tokenizer", "specs", "config_errors"},
+                    "workload", "stats", "tokenizer", "specs", "config_errors", "hash_runs"},
     # the top: `gpufleet up` and the command line
     "fleet": _BASE | {"autoscale", "bench", "gateway", "fleet_state", "plan", "replica",
                       "routing", "stats", "workload", "specs", "config_errors", "report"},

@@ -20,6 +20,36 @@ _SHORT = 24  # chains this short: found in Python
 _INT64_MIN = -(2**63)
 
 
+class RunList(list[int]):
+    """A chain of hashes that knows its runs (`runs`), as its maker found them."""
+
+    __slots__ = ("runs",)
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.runs: Runs = []
+
+
+class RunTuple(tuple[int, ...]):
+    """An immutable chain of hashes that knows its runs (`runs`)."""
+
+    runs: Runs
+
+    @classmethod
+    def of(cls, chain: RunList) -> RunTuple:
+        out = cls(chain)
+        out.runs = chain.runs
+        return out
+
+
+def runs_known(hashes: Sequence[int]) -> Runs | None:
+    """The runs a chain knows (`RunTuple`, and a `RunList` still as made), else None."""
+    runs: Runs | None = getattr(hashes, "runs", None)
+    if runs is not None and type(hashes) is RunList and sum(n for _, n in runs) != len(hashes):
+        return None  # (a list grown or cut since)
+    return runs
+
+
 def consecutive(hashes: Sequence[int], i: int, limit: int) -> int:
     """How many of hashes[i:i+limit] (limit >= 1) run on as hashes[i], hashes[i] + 1, ...
     (compared in chunks that double: C speed, cost grows with the run found)."""

@@ -62,9 +62,7 @@ def _append(held: Held, h: int | None, n: int) -> None:
     """Add n blocks holding h.. (None: nothing) to a request's `held`, merging runs."""
     if held:
         last, m = held[-1]
-        if (last is None and h is None) or (
-            last is not None and h is not None and last + m == h
-        ):
+        if (last is None and h is None) or (last is not None and h is not None and last + m == h):
             held[-1] = (last, m + n)
             return
     held.append((h, n))

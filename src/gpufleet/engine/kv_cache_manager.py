@@ -69,16 +69,25 @@ class KVCacheManager:
         return self.pool.cached_prefix(self._runs_of(req), max_blocks)
 
     def _runs_of(self, req: EngineRequest) -> Runs:
-        """The runs of consecutive hashes in the request's block hashes (found once)."""
+        """The runs of consecutive hashes in the request's block hashes (found once, or
+        known from its prompt's maker)."""
         hashes = req.block_hashes
-        found, runs = self._chain.get(req.request_id, (0, []))
+        rid = req.request_id
+        known = self._chain.get(rid)
+        if known is None:
+            runs = req.prompt_runs
+            known = (sum(n for _, n in runs), list(runs)) if runs else (0, [])
+            if known[0] > len(hashes):  # (not the hashes it holds now)
+                known = (0, [])
+            self._chain[rid] = known
+        found, runs = known
         if found < len(hashes):
             more = chain_runs(hashes, found)
             if runs and runs[-1][0] + runs[-1][1] == more[0][0]:  # (it runs on)
                 runs[-1] = (runs[-1][0], runs[-1][1] + more[0][1])
                 del more[0]
             runs += more
-            self._chain[req.request_id] = (len(hashes), runs)
+            self._chain[rid] = (len(hashes), runs)
         return runs
 
     def num_new_blocks(self, req: EngineRequest, num_tokens: int) -> int:

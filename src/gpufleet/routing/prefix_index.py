@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from itertools import compress
 
-from gpufleet.hash_runs import RunIndex, chain_runs
+from gpufleet.hash_runs import RunIndex, chain_runs, runs_known
 
 Runs = list[tuple[int, int]]
 
@@ -144,6 +144,9 @@ class PrefixIndex:
         self._last: tuple[Sequence[int], Runs] = ((), [])
 
     def _runs(self, hashes: Sequence[int]) -> Runs:
+        known = runs_known(hashes)
+        if known is not None:  # (a `RunTuple`: its maker knew them)
+            return known
         last, runs = self._last
         if hashes is not last or type(hashes) is not tuple:  # (match, then insert: once)
             runs = chain_runs(hashes)

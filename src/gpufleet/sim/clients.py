@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from gpufleet.engine import EngineRequest
 from gpufleet.engine.request import CountedOutputRequest
 from gpufleet.fleet_state import FleetReplica, Refusal
+from gpufleet.hash_runs import RunTuple
 from gpufleet.routing.types import RequestInfo, RoutingPolicy
 from gpufleet.sim.events import ARRIVAL, EventQueue, SimClock
 from gpufleet.sim.results import RequestResult
@@ -102,7 +103,7 @@ class Clients:
         tenant = self.tenants.of(index) if self.tenants is not None else None
         hashes: tuple[int, ...] = ()
         if self.needs_prefix:
-            hashes = tuple(self._routing_hasher.hashes(req.segments))
+            hashes = RunTuple.of(self._routing_hasher.chain(req.segments))
         info = RequestInfo(
             request_id=f"sim-{index}",
             model=self.config.model,

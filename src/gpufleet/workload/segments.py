@@ -19,6 +19,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
+from gpufleet.hash_runs import RunList, Runs
+
 # Segment kinds, packed into the key's high bits so keys of different kinds never collide.
 KIND_TRACE_BLOCK = 1  # a trace's named block (Mooncake hash_ids)
 KIND_UNIQUE = 2  # a request's own text (suffix, random prompt, Azure prompt)
@@ -70,13 +72,25 @@ class SegmentHasher:
         self._next_id = _FIRST_NUMBERED
 
     def hashes(self, segments: Segments) -> list[int]:
+        return self.chain(segments)
+
+    def chain(self, segments: Segments) -> RunList:
+        """The hashes, a list that knows its runs of consecutive ints (`runs`)."""
+        runs = self.runs(segments)
+        out = RunList()
+        for first, count in runs:
+            out += range(first, first + count)
+        out.runs = runs
+        return out
+
+    def runs(self, segments: Segments) -> Runs:
+        """The hashes as (first, count) runs of consecutive ints."""
         bs = self.block_tokens
-        out: list[int] = []
+        runs: Runs = []
         parent = 0
         pieces: list[int] = []  # (key, offset, count) triples of the open block, flattened
         open_tokens = 0
         numbered = self._numbered
-        run_first = run_stop = 0  # numbered blocks not appended yet: one run of ints
         for key, n in segments:
             offset = 0
             if open_tokens == 0 and n >= bs:
@@ -89,29 +103,17 @@ class SegmentHasher:
                     if first == self._next_id:  # first seen: the next `full` ints
                         self._next_id += full
                     if count >= full:
-                        if first != run_stop:
-                            out.extend(range(run_first, run_stop))
-                            run_first = first
-                        run_stop = parent = first + full
-                        parent -= 1
-                        if offset == n:
-                            continue
+                        _add_run(runs, first, full)
+                        parent = first + full - 1
                     else:  # longer than when first seen: the rest by hash, as before
-                        out.extend(range(run_first, run_stop))
-                        run_first = run_stop = 0
-                        out.extend(range(first, first + count))
+                        _add_run(runs, first, count)
                         base = hash((parent, key, bs))
-                        out.extend(range(base + count, base + full))
+                        _add_run(runs, base + count, full - count)
                         parent = base + full - 1
                 else:
-                    out.extend(range(run_first, run_stop))
-                    run_first = run_stop = 0
                     base = hash((parent, key, bs))
-                    out.extend(range(base, base + full))
+                    _add_run(runs, base, full)
                     parent = base + full - 1
-            if run_stop:
-                out.extend(range(run_first, run_stop))
-                run_first = run_stop = 0
             while offset < n:
                 take = min(n - offset, bs - open_tokens)
                 pieces.extend((key, offset, take))
@@ -119,11 +121,19 @@ class SegmentHasher:
                 offset += take
                 if open_tokens == bs:
                     parent = hash((parent, *pieces))
-                    out.append(parent)
+                    _add_run(runs, parent, 1)
                     pieces.clear()
                     open_tokens = 0
-        out.extend(range(run_first, run_stop))
-        return out
+        return runs
+
+
+def _add_run(runs: Runs, first: int, count: int) -> None:
+    if runs:
+        last, n = runs[-1]
+        if last + n == first:
+            runs[-1] = (last, n + count)
+            return
+    runs.append((first, count))
 
 
 def placeholder_token_ids(n_tokens: int) -> list[int]:
