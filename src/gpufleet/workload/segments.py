@@ -91,6 +91,7 @@ class SegmentHasher:
         pieces: list[int] = []  # (key, offset, count) triples of the open block, flattened
         open_tokens = 0
         numbered = self._numbered
+        run_first = run_stop = 0  # the numbered run being built (not in `runs` yet)
         for key, n in segments:
             offset = 0
             if open_tokens == 0 and n >= bs:
@@ -103,17 +104,32 @@ class SegmentHasher:
                     if first == self._next_id:  # first seen: the next `full` ints
                         self._next_id += full
                     if count >= full:
-                        _add_run(runs, first, full)
-                        parent = first + full - 1
+                        if first != run_stop:
+                            if run_stop:
+                                _add_run(runs, run_first, run_stop - run_first)
+                            run_first = first
+                        run_stop = first + full
+                        parent = run_stop - 1
+                        if offset == n:
+                            continue
                     else:  # longer than when first seen: the rest by hash, as before
+                        if run_stop:
+                            _add_run(runs, run_first, run_stop - run_first)
+                            run_first = run_stop = 0
                         _add_run(runs, first, count)
                         base = hash((parent, key, bs))
                         _add_run(runs, base + count, full - count)
                         parent = base + full - 1
                 else:
+                    if run_stop:
+                        _add_run(runs, run_first, run_stop - run_first)
+                        run_first = run_stop = 0
                     base = hash((parent, key, bs))
                     _add_run(runs, base, full)
                     parent = base + full - 1
+            if run_stop:
+                _add_run(runs, run_first, run_stop - run_first)
+                run_first = run_stop = 0
             while offset < n:
                 take = min(n - offset, bs - open_tokens)
                 pieces.extend((key, offset, take))
@@ -124,6 +140,8 @@ class SegmentHasher:
                     _add_run(runs, parent, 1)
                     pieces.clear()
                     open_tokens = 0
+        if run_stop:
+            _add_run(runs, run_first, run_stop - run_first)
         return runs
 
 
