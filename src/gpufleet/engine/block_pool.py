@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
-from gpufleet.hash_runs import Runs, chain_runs
+from gpufleet.hash_runs import Runs
 
 
 class _Run:
@@ -207,9 +207,10 @@ class BlockPool:
                 n -= take
         return out
 
-    def any_cached(self, hashes: Sequence[int]) -> bool:
-        """Whether any of `hashes` is cached."""
-        return any(self._overlaps(h, n) for h, n in chain_runs(hashes))
+    def any_cached(self, runs: Runs) -> bool:
+        """Whether any hash of `runs` is cached."""
+        overlaps = self._overlaps
+        return any(overlaps(h, n) for h, n in runs)
 
     def num_evictable(self, blocks: Blocks) -> int:
         """How many of `blocks` are free now (touching them takes them off the free list)."""

@@ -178,10 +178,12 @@ class KVCacheManager:
         else:
             phase, total = [], full_cycles * n
         pool = self.pool
-        filled: list[tuple[EngineRequest, int]] = []  # (member, stop) with new full blocks
+        # (member, first, stop, runs of its hashes there) for members filling blocks
+        filled: list[tuple[EngineRequest, int, int, Runs]] = []
         num_cached = self._num_cached
         if self.enable_caching:
             fresh: list[int] = []  # their hashes, in that order
+            fresh_runs: Runs = []
             for r, c in zip(members, computed, strict=True):
                 first, stop = num_cached[r.request_id], (c + num_steps) // bs
                 if stop > first:
@@ -189,11 +191,14 @@ class KVCacheManager:
                     if len(hashes) < stop:  # (its tokens up to `stop` blocks are known)
                         hashes += r.next_block_hashes(bs, stop)
                     fresh += hashes[first:stop]
-                    filled.append((r, stop))
+                    runs = chain_runs(hashes, first, stop)
+                    fresh_runs += runs
+                    filled.append((r, first, stop, runs))
             if fresh and (
                 len(set(fresh)) < len(fresh)
                 or (  # (a hash cached nowhere is not cached at a block the run evicts)
-                    pool.any_cached(fresh) and not pool.hashes_of_next_free(total).isdisjoint(fresh)
+                    pool.any_cached(fresh_runs)
+                    and not pool.hashes_of_next_free(total).isdisjoint(fresh)
                 )
             ):
                 return False
@@ -210,10 +215,9 @@ class KVCacheManager:
                     tail[members[order[q]].request_id] += len(range(q, total, n))
         if filled:  # register every member's new full blocks, in order
             register, held, tail = pool.register, self._held, self._tail
-            for r, stop in filled:
+            for r, first, stop, runs in filled:
                 rid = r.request_id
-                first = num_cached[rid]
-                register(chain_runs(r.block_hashes, first, stop), held[rid])
+                register(runs, held[rid])
                 tail[rid] -= stop - first
                 num_cached[rid] = stop
         return True
