@@ -183,23 +183,24 @@ class KVCacheManager:
         num_cached = self._num_cached
         if self.enable_caching:
             fresh: list[int] = []  # their hashes, in that order
-            fresh_runs: Runs = []
             for r, c in zip(members, computed, strict=True):
                 first, stop = num_cached[r.request_id], (c + num_steps) // bs
                 if stop > first:
                     hashes = r.block_hashes
                     if len(hashes) < stop:  # (its tokens up to `stop` blocks are known)
                         hashes += r.next_block_hashes(bs, stop)
-                    fresh += hashes[first:stop]
-                    runs = chain_runs(hashes, first, stop)
-                    fresh_runs += runs
-                    filled.append((r, first, stop, runs))
+                    new = hashes[first:stop]
+                    fresh += new
+                    h, k = new[0], stop - first
+                    # (an answer's blocks hash as consecutive ints: one run)
+                    if k == 1 or new == list(range(h, h + k)):
+                        filled.append((r, first, stop, [(h, k)]))
+                    else:
+                        filled.append((r, first, stop, chain_runs(new)))
             if fresh and (
                 len(set(fresh)) < len(fresh)
-                or (  # (a hash cached nowhere is not cached at a block the run evicts)
-                    pool.any_cached(fresh_runs)
-                    and not pool.hashes_of_next_free(total).isdisjoint(fresh)
-                )
+                # (hashes the run evicts are cached ones: then some of these are cached)
+                or not pool.hashes_of_next_free(total).isdisjoint(fresh)
             ):
                 return False
         if total:
