@@ -276,13 +276,13 @@ class BlockPool:
             last, m = held[-1] if held else (None, 0)
             if last is not None and last + m == h:  # (a decode's blocks: the usual case)
                 j = bisect_right(starts, h - 1)  # (the run holding h - 1 starts at j - 1)
-                run = self._runs[starts[j - 1]]
+                own = self._runs[starts[j - 1]]
                 if (
-                    run.refs == 1
-                    and run.start + run.size == h
+                    own.refs == 1
+                    and own.start + own.size == h
                     and (j == len(starts) or starts[j] >= end)  # (none of them cached)
                 ):
-                    run.size += n  # (only this request holds it: it runs on)
+                    own.size += n  # (only this request holds it: it runs on)
                     held[-1] = (last, m + n)
                     continue
             while h < end:
