@@ -294,12 +294,12 @@ class BlockPool:
                     continue
                 j = bisect_right(starts, h)
                 b = min(end, starts[j]) if j < len(starts) else end
-                last = held[-1] if held else (None, 0)
-                if last[0] is not None and last[0] + last[1] == h:
+                last, m = held[-1] if held else (None, 0)
+                if last is not None and last + m == h:
                     run = self._find(h - 1)
                     if run is not None and run.refs == 1 and run.start + run.size == h:
                         run.size += b - h  # (only this request holds it: it runs on)
-                        held[-1] = (last[0], last[1] + b - h)
+                        held[-1] = (last, m + b - h)
                         h = b
                         continue
                 self._add(_Run(h, b - h, 1))
