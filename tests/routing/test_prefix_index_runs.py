@@ -90,3 +90,15 @@ def test_run_index_matches_the_per_block_index(seed: int) -> None:
     for rid in replicas:
         idx.remove_replica(rid)
     assert len(idx._spans) == 0 and idx._branching == set()
+
+
+def test_a_replica_queue_drops_the_runs_touched_again() -> None:
+    """Touching a prompt again leaves its older queue entries behind; below capacity no
+    eviction ever reaches them, so the queue is compacted instead of growing."""
+    idx = PrefixIndex(10_000)
+    chains = [tuple(range(k * 100, k * 100 + 40)) for k in range(3)]
+    for i in range(1000):
+        idx.insert("a", chains[i % 3])
+    assert idx.blocks_held("a") == 120
+    assert len(idx._lru["a"].order) <= 2 * 3 + 64
+    assert idx.match(chains[0], ["a"]) == {"a": 40}

@@ -91,6 +91,8 @@ class _Lru:
             index.add(seg)
             order.append(seg)
         self.held += sum(k for _, k in new)
+        if len(order) > 2 * len(index) + 64:  # (mostly runs touched again since: drop them)
+            self.order = deque(s for s in order if s.size)
         return new
 
     def evict(self, excess: int) -> Runs:
