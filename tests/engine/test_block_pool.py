@@ -83,7 +83,7 @@ class ReferencePool:
         return free, tuple(sorted((h, self.ref[b]) for h, b in self.cached.items()))
 
 
-def random_chain(rng: random.Random, length: int) -> list[int]:
+def random_chain(rng: random.Random, length: int, longest: int = 30) -> list[int]:
     """Hashes in runs of consecutive ints from a small space, so that runs of different
     chains overlap in every way (a head, a tail, a middle part, all), with a repeat now
     and then."""
@@ -93,7 +93,7 @@ def random_chain(rng: random.Random, length: int) -> list[int]:
             out.append(rng.choice(out))  # a repeat
             continue
         start = rng.randrange(0, 400)
-        out += range(start, start + rng.randrange(1, 30))
+        out += range(start, start + rng.randrange(1, longest))
     return out[:length]
 
 
@@ -107,8 +107,11 @@ def test_pool_matches_the_reference_pool(seed: int) -> None:
     rng = random.Random(seed)
     num_blocks = rng.choice([8, 64, 300])
     pool, ref = BlockPool(num_blocks), ReferencePool(num_blocks)
-    base = [random_chain(rng, 60) for _ in range(4)]
-    chains = [c[: rng.randrange(1, 60)] + random_chain(rng, 20) for c in base for _ in range(2)]
+    longest = 30 if seed % 3 else 3  # (a third of them mostly runs of one: live hashes)
+    base = [random_chain(rng, 60, longest) for _ in range(4)]
+    chains = [
+        c[: rng.randrange(1, 60)] + random_chain(rng, 20, longest) for c in base for _ in range(2)
+    ]
     held: list[Request] = []
     for _ in range(400):
         op = rng.random()
@@ -158,6 +161,10 @@ def test_pool_matches_the_reference_pool(seed: int) -> None:
         probe = rng.choice(chains)[: rng.randrange(1, 10)]
         assert pool.any_cached(chain_runs(probe)) == any(h in ref.cached for h in probe)
         assert pool.fingerprint() == ref.fingerprint()
+        runs = pool._runs.values()  # (runs of 2 or more are found by their first hash)
+        assert pool._starts == sorted(r.start for r in runs if r.size > 1)
+        singles = {r.start for r in runs if r.size == 1}
+        assert set().union(*pool._singles.values()) == singles
     for req in held:
         pool.release(req.held, req.tail)
         ref.release(req.blocks)

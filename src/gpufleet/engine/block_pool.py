@@ -53,6 +53,7 @@ class Blocks:
 
 
 NO_BLOCKS = Blocks([], 0)
+_BUCKET_BITS = 12  # runs of one are kept in buckets of 4096 hashes
 # What a request holds, in token order: (first hash, count) for cached blocks, (None,
 # count) for blocks that hold no cached hash.
 Held = list[tuple[int | None, int]]
@@ -78,7 +79,10 @@ class BlockPool:
         self._num_free = num_blocks
         self._order: deque[int | tuple[_Run, int]] = deque()  # freed, oldest first
         self._runs: dict[int, _Run] = {}  # first hash -> run (runs never overlap)
-        self._starts: list[int] = []  # their first hashes, sorted
+        # the first hashes of the runs of 2 or more, sorted; the runs of one by their hash's
+        # high bits (chains of unrelated hashes, a live replica's, cost no sorted insert)
+        self._starts: list[int] = []
+        self._singles: dict[int, set[int]] = {}
 
     @property
     def num_free(self) -> int:
@@ -97,6 +101,7 @@ class BlockPool:
         self._order = deque([queued] if queued else [])
         self._runs.clear()
         self._starts.clear()
+        self._singles.clear()
         return True
 
     # ------------------------------------------------------------ the index of runs
@@ -118,19 +123,64 @@ class BlockPool:
         """Whether any of hashes h..h+n-1 is cached."""
         starts = self._starts
         i = bisect_right(starts, h + n - 1) - 1
-        if i < 0:
-            return False
-        run = self._runs[starts[i]]
-        return run.start + run.size > h
+        if i >= 0:
+            run = self._runs[starts[i]]
+            if run.start + run.size > h:
+                return True
+        return self._first_single(h - 1, h + n) < h + n
+
+    def _first_single(self, h: int, end: int) -> int:
+        """The first run of one among hashes h+1..end-1, or `end`."""
+        singles = self._singles
+        if not singles:
+            return end
+        first = end
+        for k in range((h + 1) >> _BUCKET_BITS, ((end - 1) >> _BUCKET_BITS) + 1):
+            for x in singles.get(k, ()):
+                if h < x < first:
+                    first = x
+        return first
+
+    def _first_cached(self, h: int, end: int) -> int:
+        """The first of hashes h..end-1 that is cached, or `end` (h itself is not)."""
+        starts = self._starts
+        j = bisect_right(starts, h)
+        if j < len(starts) and starts[j] < end:
+            end = starts[j]
+        return self._first_single(h, end) if end - h > 1 else end
 
     def _add(self, run: _Run) -> None:
         self._runs[run.start] = run
-        insort(self._starts, run.start)
+        if run.size > 1:
+            insort(self._starts, run.start)
+        else:
+            self._singles.setdefault(run.start >> _BUCKET_BITS, set()).add(run.start)
 
     def _drop(self, run: _Run) -> None:
         del self._runs[run.start]
-        starts = self._starts
-        del starts[bisect_right(starts, run.start) - 1]
+        if run.size > 1:
+            starts = self._starts
+            del starts[bisect_right(starts, run.start) - 1]
+        else:
+            self._drop_single(run.start)
+
+    def _drop_single(self, h: int) -> None:
+        bucket = self._singles[h >> _BUCKET_BITS]
+        bucket.discard(h)
+        if not bucket:
+            del self._singles[h >> _BUCKET_BITS]
+
+    def _resize(self, run: _Run, size: int) -> None:
+        """Make `run` hold its first `size` hashes (or more), indexed as its size says."""
+        if (run.size > 1) != (size > 1):
+            starts = self._starts
+            if size > 1:
+                self._drop_single(run.start)
+                insort(starts, run.start)
+            else:
+                del starts[bisect_right(starts, run.start) - 1]
+                self._singles.setdefault(run.start >> _BUCKET_BITS, set()).add(run.start)
+        run.size = size
 
     def _isolate(self, run: _Run, a: int, b: int) -> _Run:
         """The run of hashes a..b-1, split off `run` (which holds them) if it holds more.
@@ -150,7 +200,7 @@ class BlockPool:
                     order = self._order
                     order.insert(order.index((run, run.gen)) + 1, (lower, 0))
         else:  # `run` keeps the lower rest
-            run.size = a - s
+            self._resize(run, a - s)
         self._add(part)
         return part
 
@@ -253,7 +303,7 @@ class BlockPool:
                 order.popleft()
                 continue
             if run.size > n:  # evict its top n hashes (a request's tail goes first)
-                run.size -= n
+                self._resize(run, run.size - n)
                 return
             order.popleft()
             n -= run.size
@@ -270,21 +320,8 @@ class BlockPool:
             if total:
                 _append(held, None, total)
             return
-        starts = self._starts
         for h, n in chain:
             end = h + n
-            last, m = held[-1] if held else (None, 0)
-            if last is not None and last + m == h:  # (a decode's blocks: the usual case)
-                j = bisect_right(starts, h - 1)  # (the run holding h - 1 starts at j - 1)
-                own = self._runs[starts[j - 1]]
-                if (
-                    own.refs == 1
-                    and own.start + own.size == h
-                    and (j == len(starts) or starts[j] >= end)  # (none of them cached)
-                ):
-                    own.size += n  # (only this request holds it: it runs on)
-                    held[-1] = (last, m + n)
-                    continue
             while h < end:
                 run = self._find(h)
                 if run is not None:  # cached elsewhere: this block holds nothing
@@ -292,13 +329,12 @@ class BlockPool:
                     _append(held, None, b - h)
                     h = b
                     continue
-                j = bisect_right(starts, h)
-                b = min(end, starts[j]) if j < len(starts) else end
+                b = self._first_cached(h, end)
                 last, m = held[-1] if held else (None, 0)
-                if last is not None and last + m == h:
+                if last is not None and last + m == h:  # (a decode's blocks, usually)
                     run = self._find(h - 1)
                     if run is not None and run.refs == 1 and run.start + run.size == h:
-                        run.size += b - h  # (only this request holds it: it runs on)
+                        self._resize(run, run.size + b - h)  # (only it holds the run)
                         held[-1] = (last, m + b - h)
                         h = b
                         continue
