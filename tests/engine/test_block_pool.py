@@ -107,7 +107,7 @@ def test_pool_matches_the_reference_pool(seed: int) -> None:
     rng = random.Random(seed)
     num_blocks = rng.choice([8, 64, 300])
     pool, ref = BlockPool(num_blocks), ReferencePool(num_blocks)
-    longest = 30 if seed % 3 else 3  # (a third of them mostly runs of one: live hashes)
+    longest = (30, 3, 2)[seed % 3]  # (runs of one, mostly or only: a live replica's)
     base = [random_chain(rng, 60, longest) for _ in range(4)]
     chains = [
         c[: rng.randrange(1, 60)] + random_chain(rng, 20, longest) for c in base for _ in range(2)

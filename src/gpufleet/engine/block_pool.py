@@ -21,6 +21,7 @@ from __future__ import annotations
 from bisect import bisect_right, insort
 from collections import deque
 from collections.abc import Iterator
+from itertools import repeat
 
 from gpufleet.hash_runs import Runs
 
@@ -320,6 +321,8 @@ class BlockPool:
             if total:
                 _append(held, None, total)
             return
+        if not self._starts and self._register_singles(chain, held):
+            return
         for h, n in chain:
             end = h + n
             while h < end:
@@ -342,6 +345,24 @@ class BlockPool:
                 held.append((h, b - h))
                 h = b
 
+    def _register_singles(self, chain: Runs, held: Held) -> bool:
+        """`register` in bulk for a chain of unrelated hashes none of which is cached (a
+        live replica's), while no run holds 2 or more; False (nothing done) otherwise."""
+        hashes = [h for h, n in chain if n == 1]
+        runs = self._runs
+        if (
+            len(hashes) < len(chain)
+            or not runs.keys().isdisjoint(hashes)
+            or len(set(hashes)) < len(hashes)
+        ):
+            return False
+        runs.update(zip(hashes, map(_Run, hashes, repeat(1), repeat(1)), strict=False))
+        singles = self._singles
+        for h in hashes:
+            singles.setdefault(h >> _BUCKET_BITS, set()).add(h)
+        held += chain
+        return True
+
     def release(self, held: Held, more: int = 0) -> None:
         """Drop one reference on each of `held`'s blocks, then on `more` blocks that hold
         nothing past them; the freed ones queue tail first (evicted first)."""
@@ -349,11 +370,21 @@ class BlockPool:
         freed = more
         if more:
             self._queue_anonymous(more)
+        runs = self._runs
         for h, n in reversed(held):
             if h is None:
                 self._queue_anonymous(n)
                 freed += n
                 continue
+            if n == 1:  # (a run of one: unrelated hashes, a live replica's)
+                run = runs.get(h)
+                if run is not None and run.size == 1:
+                    run.refs -= 1
+                    if not run.refs:
+                        run.gen += 1
+                        order.append((run, run.gen))
+                        freed += 1
+                    continue
             for run, a, b in reversed(list(self._covering(h, n))):
                 part = self._isolate(run, a, b)
                 part.refs -= 1
