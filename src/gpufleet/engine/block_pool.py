@@ -321,10 +321,24 @@ class BlockPool:
             if total:
                 _append(held, None, total)
             return
-        if not self._starts and self._register_singles(chain, held):
+        starts, runs = self._starts, self._runs
+        if not starts and self._register_singles(chain, held):
             return
         for h, n in chain:
             end = h + n
+            last, m = held[-1] if held else (None, 0)
+            if last is not None and last + m == h:  # (a decode's blocks: the usual case)
+                j = bisect_right(starts, h - 1)  # (a run of 2+ holding h - 1 starts at j - 1)
+                own = runs.get(h - 1) or runs[starts[j - 1]]
+                if (
+                    own.refs == 1
+                    and own.start + own.size == h
+                    and (j == len(starts) or starts[j] >= end)  # (none of them cached)
+                    and self._first_single(h - 1, end) == end
+                ):
+                    self._resize(own, own.size + n)  # (only this request holds it)
+                    held[-1] = (last, m + n)
+                    continue
             while h < end:
                 run = self._find(h)
                 if run is not None:  # cached elsewhere: this block holds nothing
