@@ -121,6 +121,7 @@ def test_pool_matches_the_reference_pool(seed: int) -> None:
             hits = pool.cached_prefix(chain_runs(hashes), len(hashes))
             ref_hits = ref.cached_prefix(hashes, len(hashes))
             assert len(hits) == len(ref_hits)
+            assert pool.cached_prefix_of(hashes, len(hashes)).runs == hits.runs
             assert [h for h0, n in hits.runs for h in range(h0, h0 + n)] == hashes[: len(hits)]
             need = rng.randrange(0, 12)
             assert pool.num_evictable(hits) == ref.num_evictable(ref_hits)

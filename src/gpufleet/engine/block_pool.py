@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import repeat
 
-from gpufleet.hash_runs import Runs
+from gpufleet.hash_runs import Runs, consecutive
 
 
 class _Run:
@@ -240,6 +240,25 @@ class BlockPool:
                 break
         return Blocks(runs, max_blocks - left) if runs else NO_BLOCKS
 
+    def cached_prefix_of(self, hashes: Sequence[int], max_blocks: int) -> Blocks:
+        """`cached_prefix` for a chain given as its hashes (its runs found as far as
+        its cached prefix goes)."""
+        stop = min(max_blocks, len(hashes))
+        runs: list[tuple[int, int]] = []
+        i = 0
+        while i < stop:
+            h = hashes[i]
+            run = self._find(h)
+            if run is None:
+                break
+            k = consecutive(hashes, i, min(run.start + run.size - h, stop - i))
+            if runs and runs[-1][0] + runs[-1][1] == h:
+                runs[-1] = (runs[-1][0], runs[-1][1] + k)
+            else:
+                runs.append((h, k))
+            i += k
+        return Blocks(runs, i) if runs else NO_BLOCKS
+
     def hashes_of_next_free(self, n: int) -> set[int]:
         """The hashes cached at the next `n` blocks `allocate` would hand out (and evict)."""
         n -= self._fresh
@@ -390,15 +409,14 @@ class BlockPool:
                 self._queue_anonymous(n)
                 freed += n
                 continue
-            if n == 1:  # (a run of one: unrelated hashes, a live replica's)
-                run = runs.get(h)
-                if run is not None and run.size == 1:
-                    run.refs -= 1
-                    if not run.refs:
-                        run.gen += 1
-                        order.append((run, run.gen))
-                        freed += 1
-                    continue
+            run = runs.get(h)
+            if run is not None and run.size == n:  # (one whole run: the usual case)
+                run.refs -= 1
+                if not run.refs:
+                    run.gen += 1
+                    order.append((run, run.gen))
+                    freed += n
+                continue
             for run, a, b in reversed(list(self._covering(h, n))):
                 part = self._isolate(run, a, b)
                 part.refs -= 1

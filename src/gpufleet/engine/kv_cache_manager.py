@@ -61,6 +61,15 @@ class KVCacheManager:
         bs = self.block_size
         tokens = req.all_token_ids
         max_blocks = (len(tokens) - 1) // bs
+        if req.request_id not in self._chain and req.prompt_runs is None:
+            # (runs not known: found as far as the cached prefix goes, not further)
+            hashes = req.block_hashes
+            if len(hashes) < max_blocks:
+                if peek:
+                    hashes = hashes + req.next_block_hashes(bs, len(tokens) // bs)
+                else:
+                    req.extend_block_hashes(bs)
+            return self.pool.cached_prefix_of(hashes, max_blocks)
         if len(req.block_hashes) < max_blocks:
             if peek:
                 more = chain_runs(req.next_block_hashes(bs, len(tokens) // bs))
