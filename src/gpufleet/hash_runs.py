@@ -50,6 +50,40 @@ def runs_known(hashes: Sequence[int]) -> Runs | None:
     return runs
 
 
+def with_runs(hashes: list[int], head: Runs | None) -> RunList:
+    """A copy of `hashes` that knows its runs, `head` being those of its first hashes
+    (None: none known)."""
+    runs = list(head or [])
+    covered = sum(n for _, n in runs)
+    if covered < len(hashes):
+        _run_on(runs, chain_runs(hashes, covered))
+    out = RunList(hashes)
+    out.runs = runs
+    return out
+
+
+def cut_and_run_on(hashes: Sequence[int], k: int, base: int, n: int) -> list[int]:
+    """hashes[:k], then base..base+n-1: a `RunList` if `hashes` knows its runs."""
+    out = RunList(hashes[:k])
+    out += range(base, base + n)
+    known = runs_known(hashes)
+    if known is None:
+        return list(out)
+    runs = slice_runs(known, 0, k)
+    if n > 0:
+        _run_on(runs, [(base, n)])
+    out.runs = runs
+    return out
+
+
+def _run_on(runs: Runs, more: Runs) -> None:
+    """Append `more` to `runs`, merging the two that meet if they run on."""
+    if runs and more and runs[-1][0] + runs[-1][1] == more[0][0]:
+        runs[-1] = (runs[-1][0], runs[-1][1] + more[0][1])
+        more = more[1:]
+    runs += more
+
+
 def consecutive(hashes: Sequence[int], i: int, limit: int) -> int:
     """How many of hashes[i:i+limit] (limit >= 1) run on as hashes[i], hashes[i] + 1, ...
     (compared in chunks that double: C speed, cost grows with the run found)."""

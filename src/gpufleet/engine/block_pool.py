@@ -347,13 +347,15 @@ class BlockPool:
             end = h + n
             last, m = held[-1] if held else (None, 0)
             if last is not None and last + m == h:  # (a decode's blocks: the usual case)
-                j = bisect_right(starts, h - 1)  # (a run of 2+ holding h - 1 starts at j - 1)
-                own = runs.get(h - 1) or runs[starts[j - 1]]
+                own = runs.get(h - 1)  # the run holding h - 1 (this request holds it)
+                if own is None:
+                    own = runs[starts[bisect_right(starts, h - 1) - 1]]
                 if (
                     own.refs == 1
                     and own.start + own.size == h
-                    and (j == len(starts) or starts[j] >= end)  # (none of them cached)
-                    and self._first_single(h - 1, end) == end
+                    # none of them cached (a run holding h would start there: `own` ends)
+                    and h not in runs
+                    and (n == 1 or self._first_cached(h, end) == end)
                 ):
                     self._resize(own, own.size + n)  # (only this request holds it)
                     held[-1] = (last, m + n)
