@@ -16,7 +16,7 @@ from collections import OrderedDict
 import pytest
 
 from gpufleet.engine import BlockPool
-from gpufleet.engine.block_pool import Held
+from gpufleet.engine.block_runs import Held
 from gpufleet.hash_runs import chain_runs, consecutive
 
 

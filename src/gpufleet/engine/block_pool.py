@@ -9,7 +9,7 @@ A block is known by what it holds, not by an id: a cached block by its hash (a h
 cached at one block at most), any other block is one of many interchangeable ones. That
 lets the pool work on runs: a prompt's chain of block hashes is mostly runs of
 consecutive ints (`gpufleet.hash_runs`),
-and a run of cached hashes with the same reference count is one `_Run`, so a request's
+and a run of cached hashes with the same reference count is one `Run`, so a request's
 750 blocks are admitted, cached, freed and evicted in a few steps each instead of 750.
 A run is split where a request shares only part of it. The free queue holds anonymous
 block counts and (run, generation) entries; a free run taken as a prefix hit stays in
@@ -23,51 +23,10 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from itertools import repeat
 
+from gpufleet.engine.block_runs import NO_BLOCKS, Blocks, Held, Run, append_held
 from gpufleet.hash_runs import Runs, consecutive
 
-
-class _Run:
-    """Hashes start..start+size-1, cached at `size` blocks with `refs` references each;
-    when free (refs 0) they wait in the queue under the entry (run, gen)."""
-
-    __slots__ = ("gen", "refs", "size", "start")
-
-    def __init__(self, start: int, size: int, refs: int) -> None:
-        self.start = start
-        self.size = size
-        self.refs = refs
-        self.gen = 0
-
-
-class Blocks:
-    """Cached blocks found for a request (`cached_prefix`): runs of consecutive hashes,
-    (first hash, count), in chain order; `len` is the number of blocks."""
-
-    __slots__ = ("num", "runs")
-
-    def __init__(self, runs: list[tuple[int, int]], num: int) -> None:
-        self.runs = runs
-        self.num = num
-
-    def __len__(self) -> int:
-        return self.num
-
-
-NO_BLOCKS = Blocks([], 0)
 _BUCKET_BITS = 12  # runs of one are kept in buckets of 4096 hashes
-# What a request holds, in token order: (first hash, count) for cached blocks, (None,
-# count) for blocks that hold no cached hash.
-Held = list[tuple[int | None, int]]
-
-
-def _append(held: Held, h: int | None, n: int) -> None:
-    """Add n blocks holding h.. (None: nothing) to a request's `held`, merging runs."""
-    if held:
-        last, m = held[-1]
-        if (last is None and h is None) or (last is not None and h is not None and last + m == h):
-            held[-1] = (last, m + n)
-            return
-    held.append((h, n))
 
 
 class BlockPool:
@@ -78,8 +37,8 @@ class BlockPool:
         self.enable_caching = enable_caching
         self._fresh = num_blocks  # never used blocks (handed out first)
         self._num_free = num_blocks
-        self._order: deque[int | tuple[_Run, int]] = deque()  # freed, oldest first
-        self._runs: dict[int, _Run] = {}  # first hash -> run (runs never overlap)
+        self._order: deque[int | tuple[Run, int]] = deque()  # freed, oldest first
+        self._runs: dict[int, Run] = {}  # first hash -> run (runs never overlap)
         # the first hashes of the runs of 2 or more, sorted; the runs of one by their hash's
         # high bits (chains of unrelated hashes, a live replica's, cost no sorted insert)
         self._starts: list[int] = []
@@ -107,7 +66,7 @@ class BlockPool:
 
     # ------------------------------------------------------------ the index of runs
 
-    def _find(self, h: int) -> _Run | None:
+    def _find(self, h: int) -> Run | None:
         """The run holding hash h, if it is cached."""
         run = self._runs.get(h)
         if run is not None:
@@ -150,14 +109,14 @@ class BlockPool:
             end = starts[j]
         return self._first_single(h, end) if end - h > 1 else end
 
-    def _add(self, run: _Run) -> None:
+    def _add(self, run: Run) -> None:
         self._runs[run.start] = run
         if run.size > 1:
             insort(self._starts, run.start)
         else:
             self._singles.setdefault(run.start >> _BUCKET_BITS, set()).add(run.start)
 
-    def _drop(self, run: _Run) -> None:
+    def _drop(self, run: Run) -> None:
         del self._runs[run.start]
         if run.size > 1:
             starts = self._starts
@@ -171,7 +130,7 @@ class BlockPool:
         if not bucket:
             del self._singles[h >> _BUCKET_BITS]
 
-    def _resize(self, run: _Run, size: int) -> None:
+    def _resize(self, run: Run, size: int) -> None:
         """Make `run` hold its first `size` hashes (or more), indexed as its size says."""
         if (run.size > 1) != (size > 1):
             starts = self._starts
@@ -183,19 +142,19 @@ class BlockPool:
                 self._singles.setdefault(run.start >> _BUCKET_BITS, set()).add(run.start)
         run.size = size
 
-    def _isolate(self, run: _Run, a: int, b: int) -> _Run:
+    def _isolate(self, run: Run, a: int, b: int) -> Run:
         """The run of hashes a..b-1, split off `run` (which holds them) if it holds more.
         The parts of a free run keep their places in the queue, its upper part first."""
         s, e = run.start, run.start + run.size
         if s == a and e == b:
             return run
-        part = _Run(a, b - a, run.refs)
+        part = Run(a, b - a, run.refs)
         if b < e:  # `run` keeps the upper rest (and its queue entry: it is evicted first)
             self._drop(run)
             run.start, run.size = b, e - b
             self._add(run)
             if s < a:
-                lower = _Run(s, a - s, run.refs)
+                lower = Run(s, a - s, run.refs)
                 self._add(lower)
                 if not run.refs:  # (a free run: the lower rest goes right after it)
                     order = self._order
@@ -205,7 +164,7 @@ class BlockPool:
         self._add(part)
         return part
 
-    def _covering(self, h: int, n: int) -> Iterator[tuple[_Run, int, int]]:
+    def _covering(self, h: int, n: int) -> Iterator[tuple[Run, int, int]]:
         """(run, a, b) for the runs holding the cached hashes h..h+n-1, in order, each with
         the part [a, b) of its hashes in that range."""
         end = h + n
@@ -338,7 +297,7 @@ class BlockPool:
         if not self.enable_caching:
             total = sum(n for _, n in chain)
             if total:
-                _append(held, None, total)
+                append_held(held, None, total)
             return
         starts, runs = self._starts, self._runs
         if not starts and self._register_singles(chain, held):
@@ -364,7 +323,7 @@ class BlockPool:
                 run = self._find(h)
                 if run is not None:  # cached elsewhere: this block holds nothing
                     b = min(end, run.start + run.size)
-                    _append(held, None, b - h)
+                    append_held(held, None, b - h)
                     h = b
                     continue
                 b = self._first_cached(h, end)
@@ -376,7 +335,7 @@ class BlockPool:
                         held[-1] = (last, m + b - h)
                         h = b
                         continue
-                self._add(_Run(h, b - h, 1))
+                self._add(Run(h, b - h, 1))
                 held.append((h, b - h))
                 h = b
 
@@ -391,7 +350,7 @@ class BlockPool:
             or len(set(hashes)) < len(hashes)
         ):
             return False
-        runs.update(zip(hashes, map(_Run, hashes, repeat(1), repeat(1)), strict=False))
+        runs.update(zip(hashes, map(Run, hashes, repeat(1), repeat(1)), strict=False))
         singles = self._singles
         for h in hashes:
             singles.setdefault(h >> _BUCKET_BITS, set()).add(h)

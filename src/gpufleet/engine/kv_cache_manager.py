@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gpufleet.engine.block_pool import NO_BLOCKS, BlockPool, Blocks, Held
+from gpufleet.engine.block_pool import BlockPool
+from gpufleet.engine.block_runs import NO_BLOCKS, Blocks, Held
 from gpufleet.engine.request import EngineRequest
 from gpufleet.hash_runs import Runs, chain_runs, slice_runs
 
