@@ -27,6 +27,8 @@ KIND_UNIQUE = 2  # a request's own text (suffix, random prompt, Azure prompt)
 KIND_PREFIX = 3  # a shared-prefix group's prefix
 KIND_ANSWER = 4  # an earlier answer, resent in a multi-turn session
 _KIND_SHIFT = 48
+_TRACE_KEYS_FROM = KIND_TRACE_BLOCK << _KIND_SHIFT  # (the keys of that kind)
+_TRACE_KEYS_TO = (KIND_TRACE_BLOCK + 1) << _KIND_SHIFT
 _FIRST_NUMBERED = 1 << 61  # numbered blocks: far from small ints (tests' hashes)
 
 Segments = tuple[tuple[int, int], ...]  # (key, tokens)
@@ -91,6 +93,7 @@ class SegmentHasher:
         pieces: list[int] = []  # (key, offset, count) triples of the open block, flattened
         open_tokens = 0
         numbered = self._numbered
+        next_id = self._next_id
         run_first = run_stop = 0  # the numbered run being built (not in `runs` yet)
         for key, n in segments:
             offset = 0
@@ -99,10 +102,14 @@ class SegmentHasher:
                 # the segment shares its head, as equal tokens would).
                 full = n // bs
                 offset = full * bs
-                if key >> _KIND_SHIFT == KIND_TRACE_BLOCK:
-                    first, count = numbered.setdefault((parent, key), (self._next_id, full))
-                    if first == self._next_id:  # first seen: the next `full` ints
-                        self._next_id += full
+                if _TRACE_KEYS_FROM <= key < _TRACE_KEYS_TO:  # (a trace block)
+                    seen = numbered.get((parent, key))
+                    if seen is None:  # first seen: the next `full` ints
+                        first, count = next_id, full
+                        numbered[parent, key] = (next_id, full)
+                        next_id += full
+                    else:
+                        first, count = seen
                     if count >= full:
                         if first != run_stop:
                             if run_stop:
@@ -142,6 +149,7 @@ class SegmentHasher:
                     open_tokens = 0
         if run_stop:
             _add_run(runs, run_first, run_stop - run_first)
+        self._next_id = next_id
         return runs
 
 
