@@ -23,6 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     # the bottom: shared definitions with no gpufleet dependency but errors
     "errors": set(),
     "tokenizer": set(),
+    "hash_runs": set(),  # runs of consecutive block hashes (the engine's pool, the router)
     "openai_errors": set(),
     "stats": set(),
     "shared_data": _BASE,
@@ -32,11 +33,11 @@ ALLOWED: dict[str, set[str]] = {
     "specs": _BASE,
     # the step-time model and its calibration, below the engine and the planner
     "perf": _BASE | {"specs"},
-    "engine": _BASE | {"perf", "tokenizer", "stats"},
+    "engine": _BASE | {"perf", "tokenizer", "stats", "hash_runs"},
     # the planner's memory math and layout search use specs and perf, never the engine
     "plan": _BASE | {"specs", "perf"},
-    "workload": _BASE | {"tokenizer", "stats", "shared_data"},
-    "routing": _BASE | {"tokenizer", "stats"},
+    "workload": _BASE | {"tokenizer", "stats", "shared_data", "hash_runs"},
+    "routing": _BASE | {"tokenizer", "stats", "hash_runs"},
     # the pure fleet core between policies and drivers
     "fleet_state": _BASE | {"routing", "tokenizer", "stats", "openai_errors"},
     # the controller and actuators read the core's GatewaySignals and /metrics reader
@@ -47,7 +48,7 @@ ALLOWED: dict[str, set[str]] = {
     "validation": _BASE | {"engine", "plan", "perf", "specs", "stats", "shared_data"},
     "bench": _BASE | {"workload", "stats", "tokenizer", "openai_errors"},
     "sim": _BASE | {"engine", "perf", "plan", "routing", "fleet_state", "autoscale",
-                    "workload", "stats", "tokenizer", "specs", "config_errors"},
+                    "workload", "stats", "tokenizer", "specs", "config_errors", "hash_runs"},
     # the top: `gpufleet up` and the command line
     "fleet": _BASE | {"autoscale", "bench", "gateway", "fleet_state", "plan", "replica",
                       "routing", "stats", "workload", "specs", "config_errors", "report"},
@@ -61,7 +62,7 @@ ALLOWED: dict[str, set[str]] = {
 }  # fmt: skip
 
 # Models and policies: state in, decision out. No clock, sleep, socket, process or log.
-PURE = ("specs", "perf", "engine", "routing", "workload", "stats", "tokenizer", "errors",
+PURE = ("specs", "perf", "engine", "routing", "workload", "stats", "tokenizer", "errors", "hash_runs",
         "autoscale/policies", "autoscale/signals.py", "autoscale/forecast.py",
         "autoscale/capacity.py", "autoscale/little.py", "autoscale/decision.py", "fleet_state")  # fmt: skip
 IMPURE_MODULES = {"time", "asyncio", "socket", "logging", "subprocess", "threading",

@@ -1,9 +1,11 @@
 """The block pool behaves exactly as the plain pool: an ordered dict of every free block.
 
-`ReferencePool` is the straightforward implementation (every free block in an ordered dict
-from the start, one Python step per block); random sequences of what the KV cache manager
-does (admit with prefix hits, grow, register blocks under hashes that sometimes repeat,
-release) must give the same answers and the same state in both.
+`ReferencePool` is the straightforward implementation (block ids, every free block in an
+ordered dict from the start, one Python step per block); random sequences of what the KV
+cache manager does (admit with prefix hits, grow, register blocks under hashes that run
+on, overlap other runs in every way and sometimes repeat, release) must give the same
+answers and the same state in the run-based pool (compared by what blocks hold: the
+run-based pool has no block ids).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections import OrderedDict
 import pytest
 
 from gpufleet.engine import BlockPool
+from gpufleet.engine.block_runs import Held
+from gpufleet.hash_runs import chain_runs, consecutive
 
 
 class ReferencePool:
@@ -74,114 +78,170 @@ class ReferencePool:
                 self.hash_of[blocks[k]] = hashes[k]
 
     def fingerprint(self) -> tuple[object, ...]:
-        return tuple(self.free), tuple(sorted(self.cached.items())), tuple(self.ref)
+        """As `BlockPool.fingerprint`: what free blocks hold, cached hashes' references."""
+        free = tuple(self.hash_of[b] for b in self.free)
+        return free, tuple(sorted((h, self.ref[b]) for h, b in self.cached.items()))
 
 
-@pytest.mark.parametrize("seed", range(12))
+def random_chain(rng: random.Random, length: int, longest: int = 30) -> list[int]:
+    """Hashes in runs of consecutive ints from a small space, so that runs of different
+    chains overlap in every way (a head, a tail, a middle part, all), with a repeat now
+    and then."""
+    out: list[int] = []
+    while len(out) < length:
+        if out and rng.random() < 0.05:
+            out.append(rng.choice(out))  # a repeat
+            continue
+        start = rng.randrange(0, 400)
+        out += range(start, start + rng.randrange(1, longest))
+    return out[:length]
+
+
+class Request:
+    def __init__(self, blocks: list[int], held: Held, tail: int, chain: list[int]) -> None:
+        self.blocks, self.held, self.tail, self.chain = blocks, held, tail, chain
+
+
+@pytest.mark.parametrize("seed", range(24))
 def test_pool_matches_the_reference_pool(seed: int) -> None:
     rng = random.Random(seed)
     num_blocks = rng.choice([8, 64, 300])
     pool, ref = BlockPool(num_blocks), ReferencePool(num_blocks)
-    chains = [[rng.getrandbits(63) - (1 << 62) for _ in range(40)] for _ in range(6)]
-    held: list[list[int]] = []  # blocks per request
+    longest = (30, 3, 2)[seed % 3]  # (runs of one, mostly or only: a live replica's)
+    base = [random_chain(rng, 60, longest) for _ in range(4)]
+    chains = [
+        c[: rng.randrange(1, 60)] + random_chain(rng, 20, longest) for c in base for _ in range(2)
+    ]
+    held: list[Request] = []
     for _ in range(400):
         op = rng.random()
         if op < 0.45:  # admit: reuse the cached prefix of a chain, allocate the rest
-            hashes = rng.choice(chains)[: rng.randrange(1, 40)]
-            hits = pool.cached_prefix(hashes, len(hashes))
-            assert hits == ref.cached_prefix(hashes, len(hashes))
+            whole = rng.choice(chains)
+            hashes = whole[: rng.randrange(1, 80)]
+            hits = pool.cached_prefix(chain_runs(hashes), len(hashes))
+            ref_hits = ref.cached_prefix(hashes, len(hashes))
+            assert len(hits) == len(ref_hits)
+            assert pool.cached_prefix_of(hashes, len(hashes)).runs == hits.runs
+            assert [h for h0, n in hits.runs for h in range(h0, h0 + n)] == hashes[: len(hits)]
             need = rng.randrange(0, 12)
-            assert pool.num_evictable(hits) == ref.num_evictable(hits)
+            assert pool.num_evictable(hits) == ref.num_evictable(ref_hits)
             if need > pool.num_free - pool.num_evictable(hits):
                 continue
             pool.touch(hits)
-            ref.touch(hits)
+            ref.touch(ref_hits)
             assert pool.hashes_of_next_free(need) == ref.hashes_of_next_free(need)
-            blocks = hits + pool.allocate(need)
-            assert blocks == hits + ref.allocate(need)
+            pool.allocate(need)
+            blocks = ref_hits + ref.allocate(need)
             stop = min(len(blocks), len(hashes))
-            pool.cache_range(blocks, hashes, len(hits), stop)
-            ref.cache_range(blocks, hashes, len(hits), stop)
-            held.append(blocks)
+            mine = list(hits.runs)
+            pool.register(chain_runs(hashes, len(hits), stop), mine)
+            ref.cache_range(blocks, hashes, len(ref_hits), stop)
+            assert sum(n for _, n in mine) == stop
+            held.append(Request(blocks, mine, len(blocks) - stop, whole))
         elif op < 0.6 and held:  # grow a request by a few blocks
-            blocks = rng.choice(held)
+            req = rng.choice(held)
             need = rng.randrange(1, 4)
             if need <= pool.num_free:
-                new = pool.allocate(need)
-                assert new == ref.allocate(need)
-                blocks.extend(new)
+                assert pool.hashes_of_next_free(need) == ref.hashes_of_next_free(need)
+                pool.allocate(need)
+                req.blocks.extend(ref.allocate(need))
+                req.tail += need
+                # its tokens fill some of them: register their hashes (a decode's blocks)
+                start = len(req.blocks) - req.tail
+                stop = min(len(req.blocks), len(req.chain), start + rng.randrange(0, 4))
+                if stop > start:
+                    pool.register(chain_runs(req.chain, start, stop), req.held)
+                    ref.cache_range(req.blocks, req.chain, start, stop)
+                    req.tail -= stop - start
         elif held:  # a request ends
-            blocks = held.pop(rng.randrange(len(held)))
-            pool.release(blocks)
-            ref.release(blocks)
+            req = held.pop(rng.randrange(len(held)))
+            pool.release(req.held, req.tail)
+            ref.release(req.blocks)
         assert pool.num_free == ref.num_free
         assert pool.usage == 1.0 - ref.num_free / num_blocks
+        probe = rng.choice(chains)[: rng.randrange(1, 10)]
+        assert pool.any_cached(chain_runs(probe)) == any(h in ref.cached for h in probe)
+        assert pool.fingerprint() == ref.fingerprint()
+        runs = pool._runs.values()  # (runs of 2 or more are found by their first hash)
+        assert pool._starts == sorted(r.start for r in runs if r.size > 1)
+        singles = {r.start for r in runs if r.size == 1}
+        assert set().union(*pool._singles.values()) == singles
+    for req in held:
+        pool.release(req.held, req.tail)
+        ref.release(req.blocks)
     assert pool.fingerprint() == ref.fingerprint()
-    for blocks in held:
-        pool.release(blocks)
-        ref.release(blocks)
-    assert pool.fingerprint() == ref.fingerprint()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_consecutive_finds_the_run(seed: int) -> None:
+    rng = random.Random(seed)
+    chain = random_chain(rng, 300)
+    for i in range(len(chain)):
+        limit = rng.randrange(1, len(chain) - i + 1)
+        k = 1
+        while k < limit and chain[i + k] == chain[i] + k:
+            k += 1
+        assert consecutive(chain, i, limit) == k
 
 
 def test_reset_prefix_cache_forgets_every_prefix_only_when_idle() -> None:
     """SGLang's /flush_cache: refused while a request holds blocks, else no hash survives."""
     pool = BlockPool(8)
-    blocks = pool.allocate(3)
-    pool.cache_range(blocks, [11, 12, 13], 0, 3)
+    pool.allocate(3)
+    held: Held = []
+    pool.register([(11, 3)], held)
     assert not pool.reset_prefix_cache()  # held: refused, nothing forgotten
-    assert pool.cached_prefix([11, 12, 13], 3) == blocks
-    pool.release(blocks)
-    assert pool.cached_prefix([11, 12, 13], 3) == blocks  # free but still cached
+    assert len(pool.cached_prefix([(11, 3)], 3)) == 3
+    pool.release(held)
+    assert len(pool.cached_prefix([(11, 3)], 3)) == 3  # free but still cached
     assert pool.reset_prefix_cache()
-    assert pool.cached_prefix([11], 1) == [] and pool.hashes_of_next_free(8) == set()
+    assert len(pool.cached_prefix([(11, 1)], 1)) == 0 and pool.hashes_of_next_free(8) == set()
     assert pool.num_free == 8
 
 
 def test_a_hash_twice_in_one_registration_keeps_its_first_block() -> None:
-    """The bulk path (one dict update) must give what block-by-block registration gives
-    when a hash repeats in the same call or is cached already (first writer wins)."""
+    """A hash repeated in one registration, or cached already, stays at its first block
+    (first writer wins): the later block holds nothing."""
     pool, ref = BlockPool(8), ReferencePool(8)
-    blocks = pool.allocate(6)
-    assert blocks == ref.allocate(6)
+    pool.allocate(6)
+    blocks = ref.allocate(6)
     hashes = [11, 12, 11, 13, 14, 12]
-    pool.cache_range(blocks, hashes, 0, 3)
+    held: Held = []
+    pool.register(chain_runs(hashes, 0, 3), held)
+    pool.register(chain_runs(hashes, 3, 6), held)
     ref.cache_range(blocks, hashes, 0, 3)
-    pool.cache_range(blocks, hashes, 3, 6)
     ref.cache_range(blocks, hashes, 3, 6)
+    assert held == [(11, 2), (None, 1), (13, 2), (None, 1)]
     assert pool.fingerprint() == ref.fingerprint()
-    assert pool.cached_prefix([11, 12], 2) == [blocks[0], blocks[1]]
-    pool.release(blocks)
+    pool.release(held)
     ref.release(blocks)
-    assert pool.allocate(8) == ref.allocate(8)  # evicting gives back exactly the cache's
+    assert pool.hashes_of_next_free(8) == ref.hashes_of_next_free(8)
+    pool.allocate(8)
+    ref.allocate(8)
     assert pool.fingerprint() == ref.fingerprint()
 
 
-def test_bulk_registration_with_a_repeat_keeps_the_first_block() -> None:
-    """Many hashes go through the bulk path (a few go one by one): a hash repeated in one
-    call, or cached already, still keeps its first block there."""
-    pool, ref = BlockPool(16), ReferencePool(16)
-    blocks = pool.allocate(12)
-    assert blocks == ref.allocate(12)
-    first = [21, 22, 23, 24, 25, 22]  # 22 twice in one call
-    pool.cache_range(blocks, first, 0, 6)
-    ref.cache_range(blocks, first, 0, 6)
-    again = [*first, 21, 26, 27, 28, 29, 30]  # 21 cached already (block 0)
-    pool.cache_range(blocks, again, 6, 12)
-    ref.cache_range(blocks, again, 6, 12)
+def test_a_hit_in_the_middle_of_a_free_run_keeps_the_rest_in_place() -> None:
+    """A free run partly reused (its middle) leaves its upper and lower rests where they
+    were in the eviction order."""
+    pool, ref = BlockPool(12), ReferencePool(12)
+    pool.allocate(10)
+    blocks = ref.allocate(10)
+    chain = list(range(100, 110))
+    held: Held = []
+    pool.register(chain_runs(chain), held)
+    ref.cache_range(blocks, chain, 0, 10)
+    pool.release(held)
+    ref.release(blocks)
+    middle = [103, 104, 105]
+    hits = pool.cached_prefix(chain_runs(middle), 3)
+    ref_hits = ref.cached_prefix(middle, 3)
+    pool.touch(hits)
+    ref.touch(ref_hits)
     assert pool.fingerprint() == ref.fingerprint()
-    assert pool.cached_prefix([21, 22], 2) == [blocks[0], blocks[1]]
-
-
-def test_registering_new_hashes_directly_is_registering_them() -> None:
-    """`cache_new_blocks` (the caller knows the hashes are new) leaves the state
-    `cache_blocks` leaves."""
-    pool, same = BlockPool(8), BlockPool(8)
-    blocks = pool.allocate(5)
-    assert blocks == same.allocate(5)
-    pool.cache_new_blocks(blocks, [31, 32, 33, 34, 35])
-    same.cache_blocks(blocks, [31, 32, 33, 34, 35])
-    assert pool.fingerprint() == same.fingerprint()
-    pool.release(blocks)
-    same.release(blocks)
-    assert pool.allocate(8) == same.allocate(8)
-    assert pool.fingerprint() == same.fingerprint()
+    pool.allocate(5)  # the 2 never used, then 109..107
+    ref.allocate(5)
+    assert pool.fingerprint() == ref.fingerprint()
+    pool.release(list(hits.runs))
+    ref.release(ref_hits)
+    assert pool.fingerprint() == ref.fingerprint()

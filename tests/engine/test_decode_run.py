@@ -254,10 +254,10 @@ def test_jumped_runs_equal_stepped_runs(seed: int, lora: bool) -> None:
 
 
 def without_hashes(snapshot: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A snapshot's counts, clock, free list and references; its cached blocks, not under
-    which hash values."""
-    *head, (free, cached, refs) = snapshot
-    return (*head, free, sorted(b for _, b in cached), refs)
+    """A snapshot's counts, clock, which free blocks hold a cached hash (in eviction order)
+    and the cached blocks' references; not under which hash values."""
+    *head, (free, cached) = snapshot
+    return (*head, [h is None for h in free], sorted(refs for _, refs in cached))
 
 
 @pytest.mark.parametrize("seed", [*range(40), 3973])

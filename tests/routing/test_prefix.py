@@ -126,7 +126,7 @@ def test_index_capacity_per_replica_and_removal_drops_every_entry() -> None:
     assert idx.match(tuple(range(10)), ["a", "b"]) == {"a": 3, "b": 0}
     idx.remove_replica("a")
     assert idx.total_blocks() == 0
-    assert idx._holders == {}  # no reverse-map leak either
+    assert len(idx._spans) == 0  # no reverse-map leak either
 
 
 def test_index_tells_a_shared_prefix_from_one_conversations_history() -> None:
@@ -143,4 +143,4 @@ def test_index_tells_a_shared_prefix_from_one_conversations_history() -> None:
     # What no replica holds any more is forgotten, branch points included.
     idx.remove_replica("a")
     idx.remove_replica("b")
-    assert idx._first_child == {} and idx._branching == set()
+    assert len(idx._spans) == 0 and idx._branching == set()

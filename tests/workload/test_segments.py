@@ -8,9 +8,11 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import UserError
+from gpufleet.hash_runs import chain_runs
 from gpufleet.sim.scenario import Scenario, build_requests
 from gpufleet.workload import (
     KIND_PREFIX,
+    KIND_TRACE_BLOCK,
     KIND_UNIQUE,
     SegmentHasher,
     common_prefix_tokens,
@@ -54,6 +56,28 @@ def test_a_truncated_segment_shares_its_head_with_the_full_one() -> None:
     full, cut = h.hashes(((P, 512), (A, 40))), h.hashes(((P, 300), (A, 40)))
     assert shared_hashes(full, cut) == 300 // 16
     assert len(set(full) & set(cut)) == 300 // 16
+
+
+def test_trace_blocks_are_numbered_so_new_blocks_run_on() -> None:
+    """A trace's blocks are numbered the first time their (parent, key) is seen: equal
+    prefixes still share exactly their full blocks, other blocks never collide, and a
+    prompt's new blocks are one run of consecutive ints (what the block pool and the
+    router's index keep as one run). `chain` knows its runs."""
+    h = SegmentHasher(16)
+    t = [segment_key(KIND_TRACE_BLOCK, i) for i in range(8)]
+    first = h.chain(((t[0], 512), (t[1], 512), (t[2], 512)))
+    again = h.chain(((t[0], 512), (t[1], 512), (t[3], 512), (t[4], 200)))
+    other = h.chain(((t[1], 512), (t[0], 512)))  # same blocks, other order: other hashes
+    assert shared_hashes(first, again) == 64
+    assert not set(other) & (set(first) | set(again))
+    assert len(set(first) | set(again) | set(other)) == 96 + 32 + 12 + 64
+    assert len(again.runs) == 2  # the shared head, then its new blocks in one run
+    for chain in (first, again, other):
+        assert [x for a, n in chain.runs for x in range(a, a + n)] == chain
+        assert chain.runs == chain_runs(chain)
+    # longer than when first seen: the head as numbered, the rest still its own
+    longer = h.chain(((t[0], 512), (t[1], 512), (t[2], 600)))
+    assert longer[:96] == first and len(set(longer)) == len(longer) == 96 + 5
 
 
 def _write_mooncake(path: Path) -> None:

@@ -1,38 +1,35 @@
-"""Paged KV blocks with a prefix cache, as vLLM v1's block pool keeps them.
+"""Paged KV blocks with a prefix cache, as vLLM v1's block pool keeps them, in runs.
 
-The pool knows blocks, their reference counts and the hashes they are cached under; which
-request holds which blocks is the `KVCacheManager`'s business. A block is an int id. A
-block with ref count 0 is free; a free block may still hold a cached prefix (its hash stays
-in `_cached`) until it is handed out again. Free blocks are handed out least-recently-freed
-first, so cached prefixes are evicted LRU.
+The pool counts blocks and knows which hashes are cached, with how many references, and
+in which order free blocks are evicted; which request holds which blocks is the
+`KVCacheManager`'s business. Free blocks are handed out least-recently-freed first (never
+used ones before all), so cached prefixes are evicted LRU, a request's tail first.
 
-A request holds hundreds of blocks (a 12k-token prompt: 750), so every operation works on
-a whole run of blocks with C-level bulk operations (slices, `map`, set and dict updates)
-instead of one Python step per block:
-
-* a held block's count is 1 unless it is in `_extra` (the references beyond the first:
-  prefix hits shared by running requests);
-* the free blocks are the never used ones (ids `_fresh`..num_blocks-1, kept as a range)
-  and the set `_free`; their eviction order is the queue `_order` of freed blocks, oldest
-  first. A free block reused as a prefix hit leaves `_free` at once but its place in the
-  queue only when the queue reaches it: `_stale` counts such left-behind entries per block
-  (they always come before the block's live entry, which was queued when it was freed
-  again).
+A block is known by what it holds, not by an id: a cached block by its hash (a hash is
+cached at one block at most), any other block is one of many interchangeable ones. That
+lets the pool work on runs: the simulator's chains of block hashes are a few runs of
+consecutive ints (`gpufleet.hash_runs`), and a run of cached hashes with the same
+reference count is one `Run`, so a request's 750 blocks are admitted, cached, freed and
+evicted in a few steps each instead of 750. A run is split where a request shares only
+part of it, and grows while its only holder's decode fills blocks. The free queue holds
+anonymous block counts and (run, generation) entries; a free run taken as a prefix hit
+stays in the queue until it is reached (its entry is stale once the run is held or freed
+again). A live replica's hashes are unrelated (runs of one): those are found by hash
+alone and registered and freed in bulk, still ~6x the cost of per-block dicts there
+(~1.5 ms to admit, cache and free a 10k-token prompt: its tokenizer hashing is ~0.4).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right, insort
 from collections import deque
-from collections.abc import Iterator
-from itertools import compress, islice, repeat
-from operator import not_
+from collections.abc import Iterator, Sequence
+from itertools import repeat
 
-_popleft = deque.popleft
-_NO_HASH = object()  # what a block without a cached hash maps to (cached under nothing)
+from gpufleet.engine.block_runs import NO_BLOCKS, Blocks, Held, Run, append_held
+from gpufleet.hash_runs import Runs, consecutive
 
-
-def _consume(it: Iterator[object]) -> None:
-    deque(it, maxlen=0)
+_BUCKET_BITS = 12  # runs of one are kept in buckets of 4096 hashes
 
 
 class BlockPool:
@@ -41,199 +38,380 @@ class BlockPool:
             raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
-        self._extra: dict[int, int] = {}  # block -> references beyond its first (if any)
-        self._hash_of: dict[int, int] = {}  # block -> the hash it is cached under
-        self._cached: dict[int, int] = {}  # block hash -> block id
-        self._fresh = 0  # blocks _fresh.. were never used (handed out first, in id order)
-        self._free: set[int] = set()  # freed blocks not handed out (or reused) since
-        self._order: deque[int] = deque()  # freed blocks, least recently freed first
-        self._stale: dict[int, int] = {}  # block -> entries of it in _order left behind
+        self._fresh = num_blocks  # never used blocks (handed out first)
+        self._num_free = num_blocks
+        self._order: deque[int | tuple[Run, int]] = deque()  # freed, oldest first
+        self._runs: dict[int, Run] = {}  # first hash -> run (runs never overlap)
+        # the first hashes of the runs of 2 or more, sorted; the runs of one by their hash's
+        # high bits (chains of unrelated hashes, a live replica's, cost no sorted insert)
+        self._starts: list[int] = []
+        self._singles: dict[int, set[int]] = {}
 
     @property
     def num_free(self) -> int:
-        return self.num_blocks - self._fresh + len(self._free)
+        return self._num_free
 
     @property
     def usage(self) -> float:
         """Fraction of blocks held by requests (vLLM's kv_cache_usage_perc)."""
-        return 1.0 - self.num_free / self.num_blocks
+        return 1.0 - self._num_free / self.num_blocks
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached prefix; refused (False) while a request holds blocks."""
-        if self.num_free < self.num_blocks:
+        if self._num_free < self.num_blocks:
             return False
-        self._hash_of.clear()
-        self._cached.clear()
+        queued = self._num_free - self._fresh
+        self._order = deque([queued] if queued else [])
+        self._runs.clear()
+        self._starts.clear()
+        self._singles.clear()
         return True
 
-    def lookup(self, block_hash: int) -> int | None:
-        return self._cached.get(block_hash)
+    # ------------------------------------------------------------ the index of runs
 
-    def cached_prefix(self, hashes: list[int], max_blocks: int) -> list[int]:
-        """The cached blocks of the longest run of `hashes[:max_blocks]` that are cached."""
-        get = self._cached.get
-        out: list[int] = []
-        start, size = 0, 8  # look up in chunks that double: cost grows with the run found
-        stop = min(max_blocks, len(hashes))
-        while start < stop:
-            found = list(map(get, hashes[start : min(stop, start + size)]))
-            if None in found:
-                out += found[: found.index(None)]  # type: ignore[arg-type]
-                break
-            out += found  # type: ignore[arg-type]
-            start += size
-            size *= 2
-        return out
+    def _find(self, h: int) -> Run | None:
+        """The run holding hash h, if it is cached."""
+        run = self._runs.get(h)
+        if run is not None:
+            return run
+        starts = self._starts
+        i = bisect_right(starts, h) - 1
+        if i >= 0:
+            run = self._runs[starts[i]]
+            if h < run.start + run.size:
+                return run
+        return None
 
-    def _free_in_order(self) -> Iterator[int]:
-        """The freed blocks in eviction order (skipping entries left behind)."""
-        stale = dict(self._stale)
-        for b in self._order:
-            left = stale.get(b)
-            if left:
-                stale[b] = left - 1
+    def _overlaps(self, h: int, n: int) -> bool:
+        """Whether any of hashes h..h+n-1 is cached."""
+        starts = self._starts
+        i = bisect_right(starts, h + n - 1) - 1
+        if i >= 0:
+            run = self._runs[starts[i]]
+            if run.start + run.size > h:
+                return True
+        return self._first_single(h - 1, h + n) < h + n
+
+    def _first_single(self, h: int, end: int) -> int:
+        """The first run of one among hashes h+1..end-1, or `end`."""
+        singles = self._singles
+        if not singles:
+            return end
+        first = end
+        for k in range((h + 1) >> _BUCKET_BITS, ((end - 1) >> _BUCKET_BITS) + 1):
+            for x in singles.get(k, ()):
+                if h < x < first:
+                    first = x
+        return first
+
+    def _first_cached(self, h: int, end: int) -> int:
+        """The first of hashes h..end-1 that is cached, or `end` (h itself is not)."""
+        starts = self._starts
+        j = bisect_right(starts, h)
+        if j < len(starts) and starts[j] < end:
+            end = starts[j]
+        return self._first_single(h, end) if end - h > 1 else end
+
+    def _add(self, run: Run) -> None:
+        self._runs[run.start] = run
+        if run.size > 1:
+            insort(self._starts, run.start)
+        else:
+            self._singles.setdefault(run.start >> _BUCKET_BITS, set()).add(run.start)
+
+    def _drop(self, run: Run) -> None:
+        del self._runs[run.start]
+        if run.size > 1:
+            starts = self._starts
+            del starts[bisect_right(starts, run.start) - 1]
+        else:
+            self._drop_single(run.start)
+
+    def _drop_single(self, h: int) -> None:
+        bucket = self._singles[h >> _BUCKET_BITS]
+        bucket.discard(h)
+        if not bucket:
+            del self._singles[h >> _BUCKET_BITS]
+
+    def _resize(self, run: Run, size: int) -> None:
+        """Make `run` hold its first `size` hashes (or more), indexed as its size says."""
+        if (run.size > 1) != (size > 1):
+            starts = self._starts
+            if size > 1:
+                self._drop_single(run.start)
+                insort(starts, run.start)
             else:
-                yield b
+                del starts[bisect_right(starts, run.start) - 1]
+                self._singles.setdefault(run.start >> _BUCKET_BITS, set()).add(run.start)
+        run.size = size
+
+    def _isolate(self, run: Run, a: int, b: int) -> Run:
+        """The run of hashes a..b-1, split off `run` (which holds them) if it holds more.
+        The parts of a free run keep their places in the queue, its upper part first."""
+        s, e = run.start, run.start + run.size
+        if s == a and e == b:
+            return run
+        part = Run(a, b - a, run.refs)
+        if b < e:  # `run` keeps the upper rest (and its queue entry: it is evicted first)
+            self._drop(run)
+            run.start, run.size = b, e - b
+            self._add(run)
+            if s < a:
+                lower = Run(s, a - s, run.refs)
+                self._add(lower)
+                if not run.refs:  # (a free run: the lower rest goes right after it)
+                    order = self._order
+                    order.insert(order.index((run, run.gen)) + 1, (lower, 0))
+        else:  # `run` keeps the lower rest
+            self._resize(run, a - s)
+        self._add(part)
+        return part
+
+    def _covering(self, h: int, n: int) -> Iterator[tuple[Run, int, int]]:
+        """(run, a, b) for the runs holding the cached hashes h..h+n-1, in order, each with
+        the part [a, b) of its hashes in that range."""
+        end = h + n
+        while h < end:
+            run = self._find(h)
+            assert run is not None, "a held or hit block is cached"
+            b = min(end, run.start + run.size)
+            yield run, h, b
+            h = b
+
+    # ------------------------------------------------------------ what the manager asks
+
+    def cached_prefix(self, chain: Runs, max_blocks: int) -> Blocks:
+        """The cached blocks of the longest run of the chain's first `max_blocks` blocks
+        that are cached (`chain`: the chain's runs of consecutive hashes)."""
+        runs: list[tuple[int, int]] = []
+        left = max_blocks
+        for h, n in chain:
+            end = h + min(n, left)
+            while h < end:
+                run = self._find(h)
+                if run is None:
+                    return Blocks(runs, max_blocks - left) if runs else NO_BLOCKS
+                k = min(end, run.start + run.size) - h
+                if runs and runs[-1][0] + runs[-1][1] == h:
+                    runs[-1] = (runs[-1][0], runs[-1][1] + k)
+                else:
+                    runs.append((h, k))
+                left -= k
+                h += k
+            if not left:
+                break
+        return Blocks(runs, max_blocks - left) if runs else NO_BLOCKS
+
+    def cached_prefix_of(self, hashes: Sequence[int], max_blocks: int) -> Blocks:
+        """`cached_prefix` for a chain given as its hashes (its runs found as far as
+        its cached prefix goes)."""
+        stop = min(max_blocks, len(hashes))
+        runs: list[tuple[int, int]] = []
+        i = 0
+        while i < stop:
+            h = hashes[i]
+            run = self._find(h)
+            if run is None:
+                break
+            k = consecutive(hashes, i, min(run.start + run.size - h, stop - i))
+            if runs and runs[-1][0] + runs[-1][1] == h:
+                runs[-1] = (runs[-1][0], runs[-1][1] + k)
+            else:
+                runs.append((h, k))
+            i += k
+        return Blocks(runs, i) if runs else NO_BLOCKS
 
     def hashes_of_next_free(self, n: int) -> set[int]:
         """The hashes cached at the next `n` blocks `allocate` would hand out (and evict)."""
-        n -= self.num_blocks - self._fresh  # never used blocks hold no hash
-        if n <= 0 or not self._cached:
-            return set()
-        get = self._hash_of.get
-        return {h for b in islice(self._free_in_order(), n) if (h := get(b)) is not None}
-
-    def any_cached(self, hashes: list[int]) -> bool:
-        """Whether any of `hashes` is cached (at any block)."""
-        return not self._cached.keys().isdisjoint(hashes)
-
-    def num_evictable(self, blocks: list[int]) -> int:
-        """How many of `blocks` are free now (touching them takes them off the free list)."""
-        return sum(map(self._free.__contains__, blocks))
-
-    def touch(self, blocks: list[int]) -> None:
-        """Take a reference on cached blocks a request reuses."""
-        free = self._free
-        if not free.isdisjoint(blocks):  # free ones leave the set, their queue entries stay
-            reused = [b for b in blocks if b in free]
-            blocks = [b for b in blocks if b not in free]
-            free.difference_update(reused)
-            self._add_one(self._stale, reused)
-        self._add_one(self._extra, blocks)
-
-    @staticmethod
-    def _add_one(counts: dict[int, int], blocks: list[int]) -> None:
-        for b in blocks:
-            counts[b] = counts.get(b, 0) + 1
-
-    def allocate(self, n: int) -> list[int]:
-        """Hand out n free blocks (caller checked num_free), evicting their cached hashes."""
-        out: list[int] = []
-        fresh = self._fresh
-        if fresh < self.num_blocks:
-            take = min(n, self.num_blocks - fresh)
-            out = list(range(fresh, fresh + take))
-            self._fresh = fresh + take
-            n -= take
-        if n <= 0:
-            return out
-        order = self._order
-        taken = list(map(_popleft, repeat(order, n)))  # the least recently freed
-        stale = self._stale
-        if stale and not stale.keys().isdisjoint(taken):
-            taken = self._skip_stale(taken, n)
-        self._free.difference_update(taken)
-        hash_of = self._hash_of
-        if hash_of:  # a block holds a hash only while it is the cached one: drop both
-            hashes = map(hash_of.pop, taken, repeat(_NO_HASH))
-            _consume(map(self._cached.pop, hashes, repeat(None)))  # type: ignore[arg-type]
-        out += taken
+        n -= self._fresh
+        out: set[int] = set()
+        for entry in self._order:
+            if n <= 0:
+                break
+            if type(entry) is int:
+                n -= entry
+                continue
+            run, gen = entry  # type: ignore[misc]
+            if run.gen == gen and not run.refs and run.size:
+                take = min(n, run.size)
+                top = run.start + run.size
+                out.update(range(top - take, top))
+                n -= take
         return out
 
-    def _skip_stale(self, popped: list[int], n: int) -> list[int]:
-        """The first n live entries of the queue, `popped` being its first n entries."""
-        stale = self._stale
-        live: list[int] = []
-        batch = popped
-        while True:
-            flags = list(map(stale.__contains__, batch))
-            keep = list(map(not_, flags))
-            for i in compress(range(len(batch)), flags):  # (the first entries are stale)
-                b = batch[i]
-                left = stale.get(b)
-                if left is None:
-                    keep[i] = True
-                elif left == 1:
-                    del stale[b]
-                else:
-                    stale[b] = left - 1
-            live += compress(batch, keep)
-            if len(live) == n:
-                return live
-            batch = list(map(_popleft, repeat(self._order, n - len(live))))
+    def any_cached(self, runs: Runs) -> bool:
+        """Whether any hash of `runs` is cached."""
+        overlaps = self._overlaps
+        return any(overlaps(h, n) for h, n in runs)
 
-    def release(self, blocks: list[int]) -> None:
-        """Drop one reference on each block; a request's tail blocks are evicted first."""
-        extra = self._extra
-        if extra and not extra.keys().isdisjoint(blocks):
-            blocks = self._drop_extra(blocks)
-        self._order.extend(reversed(blocks))
-        self._free.update(blocks)
+    def num_evictable(self, blocks: Blocks) -> int:
+        """How many of `blocks` are free now (touching them takes them off the free list)."""
+        free = 0
+        for h, n in blocks.runs:
+            for run, a, b in self._covering(h, n):
+                if not run.refs:
+                    free += b - a
+        return free
 
-    def _drop_extra(self, blocks: list[int]) -> list[int]:
-        """Drop a reference on the shared ones; the blocks this frees, in their order."""
-        extra = self._extra
-        shared = list(map(extra.__contains__, blocks))
-        head = len(shared) - shared[::-1].index(True)  # shared blocks are prefix hits: early
-        freed: list[int] = []
-        for b in blocks[:head]:
-            count = extra.get(b)
-            if count is None:
-                freed.append(b)
-            elif count == 1:
-                del extra[b]
-            else:
-                extra[b] = count - 1
-        freed += blocks[head:]
-        return freed
+    def touch(self, blocks: Blocks) -> None:
+        """Take a reference on cached blocks a request reuses."""
+        for h, n in blocks.runs:
+            for run, a, b in list(self._covering(h, n)):
+                part = self._isolate(run, a, b)
+                if not part.refs:
+                    self._num_free -= part.size
+                part.refs += 1
 
-    def cache_range(self, blocks: list[int], hashes: list[int], start: int, stop: int) -> None:
-        """Register blocks[k] under its chained hash hashes[k] for k in [start, stop); the
-        first block registered under a hash keeps it (first writer wins, as in vLLM)."""
-        if self.enable_caching and stop > start:
-            self.cache_blocks(blocks[start:stop], hashes[start:stop])
-
-    def cache_blocks(self, blocks: list[int], hashes: list[int]) -> None:
-        """Register blocks[k] under hashes[k], in order (first writer wins)."""
-        if not self.enable_caching:
-            return
-        cached = self._cached
-        if len(hashes) > 4 and cached.keys().isdisjoint(hashes):  # many and all new: in bulk
-            before = len(cached)
-            cached.update(zip(hashes, blocks, strict=True))
-            if len(cached) == before + len(hashes):
-                self._hash_of.update(zip(blocks, hashes, strict=True))
+    def allocate(self, n: int) -> None:
+        """Hand out n free blocks (caller checked num_free), evicting their cached hashes."""
+        self._num_free -= n
+        fresh = self._fresh
+        if fresh:
+            take = min(n, fresh)
+            self._fresh = fresh - take
+            n -= take
+        order = self._order
+        while n > 0:
+            entry = order[0]
+            if type(entry) is int:
+                if entry > n:
+                    order[0] = entry - n
+                    return
+                order.popleft()
+                n -= entry
+                continue
+            run, gen = entry  # type: ignore[misc]
+            if run.gen != gen or run.refs or not run.size:  # left behind: not free
+                order.popleft()
+                continue
+            if run.size > n:  # evict its top n hashes (a request's tail goes first)
+                self._resize(run, run.size - n)
                 return
-            _consume(map(cached.pop, hashes, repeat(None)))  # a hash twice: undo, then slowly
-        hash_of = self._hash_of  # a few, or a hash seen before (or twice here): one by one
-        for h, b in zip(hashes, blocks, strict=True):
-            if h not in cached:
-                cached[h] = b
-                hash_of[b] = h
+            order.popleft()
+            n -= run.size
+            self._drop(run)
+            run.size = 0
 
-    def cache_new_blocks(self, blocks: list[int], hashes: list[int]) -> None:
-        """`cache_blocks` for distinct hashes the caller knows are cached nowhere."""
-        if self.enable_caching:
-            self._cached.update(zip(hashes, blocks, strict=True))
-            self._hash_of.update(zip(blocks, hashes, strict=True))
+    def register(self, chain: Runs, held: Held) -> None:
+        """Cache the hashes of `chain` (runs of them) at the blocks a request just filled
+        (held by it alone, holding nothing yet), and add what those blocks hold now to
+        the request's `held`. A hash cached already stays where it is (first writer
+        wins, as in vLLM); a run the request alone holds grows on (a decode's blocks)."""
+        if not self.enable_caching:
+            total = sum(n for _, n in chain)
+            if total:
+                append_held(held, None, total)
+            return
+        starts, runs = self._starts, self._runs
+        if not starts and self._register_singles(chain, held):
+            return
+        for h, n in chain:
+            end = h + n
+            last, m = held[-1] if held else (None, 0)
+            if last is not None and last + m == h:  # (a decode's blocks: the usual case)
+                own = runs.get(h - 1)  # the run holding h - 1 (this request holds it)
+                if own is None:
+                    own = runs[starts[bisect_right(starts, h - 1) - 1]]
+                if (
+                    own.refs == 1
+                    and own.start + own.size == h
+                    # none of them cached (a run holding h would start there: `own` ends)
+                    and h not in runs
+                    and (n == 1 or self._first_cached(h, end) == end)
+                ):
+                    self._resize(own, own.size + n)  # (only this request holds it)
+                    held[-1] = (last, m + n)
+                    continue
+            while h < end:
+                run = self._find(h)
+                if run is not None:  # cached elsewhere: this block holds nothing
+                    b = min(end, run.start + run.size)
+                    append_held(held, None, b - h)
+                    h = b
+                    continue
+                b = self._first_cached(h, end)
+                last, m = held[-1] if held else (None, 0)
+                if last is not None and last + m == h:  # (a decode's blocks, usually)
+                    run = self._find(h - 1)
+                    if run is not None and run.refs == 1 and run.start + run.size == h:
+                        self._resize(run, run.size + b - h)  # (only it holds the run)
+                        held[-1] = (last, m + b - h)
+                        h = b
+                        continue
+                self._add(Run(h, b - h, 1))
+                held.append((h, b - h))
+                h = b
 
-    def fingerprint(self) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...], tuple[int, ...]]:
-        """The whole state: free blocks in eviction order, cached hashes, reference counts
-        (two pools with equal fingerprints behave identically from here on)."""
-        free = (*range(self._fresh, self.num_blocks), *self._free_in_order())
-        refs = [1] * self.num_blocks
-        for b in free:
-            refs[b] = 0
-        for b, more in self._extra.items():
-            refs[b] += more
-        return free, tuple(sorted(self._cached.items())), tuple(refs)
+    def _register_singles(self, chain: Runs, held: Held) -> bool:
+        """`register` in bulk for a chain of unrelated hashes none of which is cached (a
+        live replica's), while no run holds 2 or more; False (nothing done) otherwise."""
+        hashes = [h for h, n in chain if n == 1]
+        runs = self._runs
+        if (
+            len(hashes) < len(chain)
+            or not runs.keys().isdisjoint(hashes)
+            or len(set(hashes)) < len(hashes)
+        ):
+            return False
+        runs.update(zip(hashes, map(Run, hashes, repeat(1), repeat(1)), strict=False))
+        singles = self._singles
+        for h in hashes:
+            singles.setdefault(h >> _BUCKET_BITS, set()).add(h)
+        held += chain
+        return True
+
+    def release(self, held: Held, more: int = 0) -> None:
+        """Drop one reference on each of `held`'s blocks, then on `more` blocks that hold
+        nothing past them; the freed ones queue tail first (evicted first)."""
+        order = self._order
+        freed = more
+        if more:
+            self._queue_anonymous(more)
+        runs = self._runs
+        for h, n in reversed(held):
+            if h is None:
+                self._queue_anonymous(n)
+                freed += n
+                continue
+            run = runs.get(h)
+            if run is not None and run.size == n:  # (one whole run: the usual case)
+                run.refs -= 1
+                if not run.refs:
+                    run.gen += 1
+                    order.append((run, run.gen))
+                    freed += n
+                continue
+            for run, a, b in reversed(list(self._covering(h, n))):
+                part = self._isolate(run, a, b)
+                part.refs -= 1
+                if not part.refs:
+                    part.gen += 1
+                    order.append((part, part.gen))
+                    freed += part.size
+        self._num_free += freed
+
+    def _queue_anonymous(self, n: int) -> None:
+        order = self._order
+        if order and type(order[-1]) is int:
+            order[-1] += n
+        else:
+            order.append(n)
+
+    def fingerprint(self) -> tuple[tuple[int | None, ...], tuple[tuple[int, int], ...]]:
+        """The whole state: what the free blocks hold in eviction order (None: nothing),
+        cached hashes with their reference counts (two pools with equal fingerprints
+        behave identically from here on)."""
+        free: list[int | None] = [None] * self._fresh
+        for entry in self._order:
+            if type(entry) is int:
+                free += [None] * entry
+                continue
+            run, gen = entry  # type: ignore[misc]
+            if run.gen == gen and not run.refs and run.size:
+                free += range(run.start + run.size - 1, run.start - 1, -1)
+        cached = sorted(
+            (h, run.refs)
+            for run in self._runs.values()
+            for h in range(run.start, run.start + run.size)
+        )
+        return tuple(free), tuple(cached)

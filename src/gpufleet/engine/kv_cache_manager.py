@@ -5,6 +5,10 @@ request's longest cached prefix, `allocate_slots` gives a request the blocks its
 tokens need (and registers its full blocks in the prefix cache), `free` hands them back.
 `allocate_decode_slots` does what `allocate_slots` does for each step of a run of decode
 iterations the engine jumps over, in the same order, so the pool ends up the same.
+
+A request's blocks are known by what they hold (see `block_pool`): its leading
+`num_cached` blocks as runs of cached hashes and blocks that hold none (their hash was
+cached at another block first), then `tail` blocks that hold nothing yet.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpufleet.engine.block_pool import BlockPool
+from gpufleet.engine.block_runs import NO_BLOCKS, Blocks, Held
 from gpufleet.engine.request import EngineRequest
+from gpufleet.hash_runs import Runs, chain_runs, slice_runs
 
 
 class KVCacheManager:
@@ -20,8 +26,11 @@ class KVCacheManager:
         self.block_size = block_size
         self.enable_caching = enable_caching
         self.pool = BlockPool(num_blocks, enable_caching=enable_caching)
-        self._blocks: dict[str, list[int]] = {}  # request id -> its blocks, in token order
+        self._held: dict[str, Held] = {}  # request id -> its first num_cached blocks
         self._num_cached: dict[str, int] = {}  # request id -> its leading cached blocks
+        self._tail: dict[str, int] = {}  # request id -> its blocks past those
+        # request id -> (hashes found in runs, the runs) of its block hashes
+        self._chain: dict[str, tuple[int, Runs]] = {}
 
     @property
     def num_blocks(self) -> int:
@@ -40,36 +49,67 @@ class KVCacheManager:
         """What `usage` will be once `more_blocks` more blocks are handed out."""
         return 1.0 - (self.pool.num_free - more_blocks) / self.pool.num_blocks
 
-    def blocks_of(self, request_id: str) -> tuple[int, ...]:
-        """The blocks a request holds (a copy: read-only for callers)."""
-        return tuple(self._blocks.get(request_id, ()))
+    def num_blocks_of(self, request_id: str) -> int:
+        """How many blocks a request holds."""
+        return self._num_cached.get(request_id, 0) + self._tail.get(request_id, 0)
 
-    def get_computed_blocks(self, req: EngineRequest, *, peek: bool = False) -> list[int]:
+    def get_computed_blocks(self, req: EngineRequest, *, peek: bool = False) -> Blocks:
         """Cached blocks of the request's longest cached prefix, never covering its last
         token (that one must be computed to produce the next token). Changes nothing but
         the request's own list of block hashes (not even that with `peek`)."""
         if not self.enable_caching:
-            return []
+            return NO_BLOCKS
         bs = self.block_size
         tokens = req.all_token_ids
         max_blocks = (len(tokens) - 1) // bs
-        hashes = req.block_hashes
-        if len(hashes) < max_blocks:
+        if req.request_id not in self._chain and req.prompt_runs is None:
+            # (runs not known: found as far as the cached prefix goes, not further)
+            hashes = req.block_hashes
+            if len(hashes) < max_blocks:
+                if peek:
+                    hashes = hashes + req.next_block_hashes(bs, len(tokens) // bs)
+                else:
+                    req.extend_block_hashes(bs)
+            return self.pool.cached_prefix_of(hashes, max_blocks)
+        if len(req.block_hashes) < max_blocks:
             if peek:
-                hashes = hashes + req.next_block_hashes(bs, len(tokens) // bs)
-            else:
-                req.extend_block_hashes(bs)
-        return self.pool.cached_prefix(hashes, max_blocks)
+                more = chain_runs(req.next_block_hashes(bs, len(tokens) // bs))
+                return self.pool.cached_prefix(self._runs_of(req) + more, max_blocks)
+            req.extend_block_hashes(bs)
+        return self.pool.cached_prefix(self._runs_of(req), max_blocks)
+
+    def _runs_of(self, req: EngineRequest) -> Runs:
+        """The runs of consecutive hashes in the request's block hashes (found once, or
+        known from its prompt's maker)."""
+        hashes = req.block_hashes
+        rid = req.request_id
+        known = self._chain.get(rid)
+        if known is None:
+            runs = req.prompt_runs
+            known = (sum(n for _, n in runs), list(runs)) if runs else (0, [])
+            if known[0] > len(hashes):  # (not the hashes it holds now)
+                known = (0, [])
+            self._chain[rid] = known
+        found, runs = known
+        if found < len(hashes):
+            more = chain_runs(hashes, found)
+            if runs and runs[-1][0] + runs[-1][1] == more[0][0]:  # (it runs on)
+                runs[-1] = (runs[-1][0], runs[-1][1] + more[0][1])
+                del more[0]
+            runs += more
+            self._chain[rid] = (len(hashes), runs)
+        return runs
 
     def num_new_blocks(self, req: EngineRequest, num_tokens: int) -> int:
         """Blocks a running request needs to hold `num_tokens` tokens in all."""
-        return -(-num_tokens // self.block_size) - len(self._blocks[req.request_id])
+        rid = req.request_id
+        return -(-num_tokens // self.block_size) - self._num_cached[rid] - self._tail[rid]
 
     def allocate_slots(
         self,
         req: EngineRequest,
         num_new_tokens: int,
-        new_computed_blocks: list[int] | None = None,
+        new_computed_blocks: Blocks | None = None,
     ) -> bool:
         """Give `req` the blocks for its computed tokens plus `num_new_tokens`, and register
         its full blocks in the prefix cache. False (and nothing changed) when the free
@@ -83,27 +123,31 @@ class KVCacheManager:
         rid = req.request_id
         if new_computed_blocks is not None:
             hits = new_computed_blocks
-            end = len(hits) * bs + num_new_tokens
-            need = -(-end // bs) - len(hits)
-            if need > pool.num_free - pool.num_evictable(hits):
+            num_hits = len(hits)
+            end = num_hits * bs + num_new_tokens
+            need = -(-end // bs) - num_hits
+            if need > pool.num_free - (pool.num_evictable(hits) if num_hits else 0):
                 return False
-            pool.touch(hits)
-            blocks = hits + pool.allocate(need)
-            self._blocks[rid] = blocks
-            self._num_cached[rid] = len(hits)
+            if num_hits:
+                pool.touch(hits)
+            pool.allocate(need)
+            self._held[rid] = list(hits.runs)
+            self._num_cached[rid] = num_hits
+            self._tail[rid] = need
             if self.enable_caching:
-                self._cache_full_blocks(req, blocks, end)
+                self._cache_full_blocks(req, end)
             return True
-        blocks = self._blocks[rid]
         end = req.num_computed_tokens + num_new_tokens
-        need = -(-end // bs) - len(blocks)
+        num_cached = self._num_cached[rid]
+        need = -(-end // bs) - num_cached - self._tail[rid]
         if need > 0:
             if need > pool.num_free:
                 return False
-            blocks.extend(pool.allocate(need))
+            pool.allocate(need)
+            self._tail[rid] += need
         # (most steps are decodes that fill no block: skip the call then)
-        if self.enable_caching and end // bs > self._num_cached[rid]:
-            self._cache_full_blocks(req, blocks, end)
+        if self.enable_caching and end // bs > num_cached:
+            self._cache_full_blocks(req, end)
         return True
 
     def allocate_decode_slots(self, slots: Iterable[tuple[EngineRequest, int]]) -> None:
@@ -113,15 +157,16 @@ class KVCacheManager:
         bs = self.block_size
         pool = self.pool
         caching = self.enable_caching
-        blocks_of = self._blocks
+        tail = self._tail
         num_cached = self._num_cached
         for req, end in slots:
-            blocks = blocks_of[req.request_id]
-            need = -(-end // bs) - len(blocks)
+            rid = req.request_id
+            need = -(-end // bs) - num_cached[rid] - tail[rid]
             if need > 0:
-                blocks.extend(pool.allocate(need))
-            if caching and end // bs > num_cached[req.request_id]:
-                self._cache_full_blocks(req, blocks, end)
+                pool.allocate(need)
+                tail[rid] += need
+            if caching and end // bs > num_cached[rid]:
+                self._cache_full_blocks(req, end)
 
     def allocate_decode_run(
         self, members: list[EngineRequest], computed: list[int], num_steps: int
@@ -143,59 +188,62 @@ class KVCacheManager:
         else:
             phase, total = [], full_cycles * n
         pool = self.pool
-        filled: list[tuple[str, int, int]] = []  # (request id, first, stop) of full blocks
-        fresh: list[int] = []  # their hashes, in that order
-        any_old = False  # some of them are cached (at other blocks) already
+        # (member, first, stop, runs of its hashes there) for members filling blocks
+        filled: list[tuple[EngineRequest, int, int, Runs]] = []
         num_cached = self._num_cached
         if self.enable_caching:
-            keep = filled.append
+            fresh: list[int] = []  # their hashes, in that order
             for r, c in zip(members, computed, strict=True):
-                rid = r.request_id
-                first, stop = num_cached[rid], (c + num_steps) // bs
+                first, stop = num_cached[r.request_id], (c + num_steps) // bs
                 if stop > first:
                     hashes = r.block_hashes
                     if len(hashes) < stop:  # (its tokens up to `stop` blocks are known)
                         hashes += r.next_block_hashes(bs, stop)
-                    fresh += hashes[first:stop]
-                    keep((rid, first, stop))
-            any_old = bool(fresh) and pool.any_cached(fresh)
+                    new = hashes[first:stop]
+                    fresh += new
+                    h, k = new[0], stop - first
+                    # (an answer's blocks hash as consecutive ints: one run)
+                    if k == 1 or new == list(range(h, h + k)):
+                        filled.append((r, first, stop, [(h, k)]))
+                    else:
+                        filled.append((r, first, stop, chain_runs(new)))
             if fresh and (
                 len(set(fresh)) < len(fresh)
-                or (  # (a hash cached nowhere is not cached at a block the run evicts)
-                    any_old and not pool.hashes_of_next_free(total).isdisjoint(fresh)
-                )
+                # (hashes the run evicts are cached ones: then some of these are cached)
+                or not pool.hashes_of_next_free(total).isdisjoint(fresh)
             ):
                 return False
-        blocks_of = self._blocks
         if total:
-            handed_out = pool.allocate(total)
+            pool.allocate(total)
+            tail = self._tail
             if n == 1:
-                blocks_of[members[0].request_id] += handed_out
+                tail[members[0].request_id] += total
             else:
                 if not phase:
                     phase = [-c % bs for c in computed]
                 order = sorted(range(n), key=phase.__getitem__)
                 for q in range(min(n, total)):  # (the q-th to ask gets every n-th block)
-                    blocks_of[members[order[q]].request_id] += handed_out[q::n]
-        if fresh:  # register every member's new full blocks at once (no hash repeats)
-            blocks: list[int] = []
-            for rid, first, stop in filled:
-                blocks += blocks_of[rid][first:stop]
+                    tail[members[order[q]].request_id] += len(range(q, total, n))
+        if filled:  # register every member's new full blocks, in order
+            register, held, tail = pool.register, self._held, self._tail
+            for r, first, stop, runs in filled:
+                rid = r.request_id
+                register(runs, held[rid])
+                tail[rid] -= stop - first
                 num_cached[rid] = stop
-            if any_old:  # (some are cached elsewhere already: the first writer keeps them)
-                pool.cache_blocks(blocks, fresh)
-            else:
-                pool.cache_new_blocks(blocks, fresh)
         return True
 
     def free(self, req: EngineRequest) -> None:
         """Hand back every block of `req` (its tail first, so it is evicted first)."""
-        blocks = self._blocks.pop(req.request_id, None)
-        self._num_cached.pop(req.request_id, None)
-        if blocks:
-            self.pool.release(blocks)
+        rid = req.request_id
+        self._chain.pop(rid, None)
+        held = self._held.pop(rid, None)
+        if held is None:
+            return
+        del self._num_cached[rid]
+        self.pool.release(held, self._tail.pop(rid))
 
-    def _cache_full_blocks(self, req: EngineRequest, blocks: list[int], num_tokens: int) -> None:
+    def _cache_full_blocks(self, req: EngineRequest, num_tokens: int) -> None:
         full = num_tokens // self.block_size
         rid = req.request_id
         start = self._num_cached[rid]
@@ -203,5 +251,11 @@ class KVCacheManager:
             return
         if len(req.block_hashes) < full:
             req.extend_block_hashes(self.block_size, full)
-        self.pool.cache_range(blocks, req.block_hashes, start, full)
+        found, runs = self._chain.get(rid, (0, []))
+        if found >= full:  # (its runs are known: the prompt's, found for its hits)
+            chain = slice_runs(runs, start, full)
+        else:  # (a decode's few blocks: found here)
+            chain = chain_runs(req.block_hashes, start, full)
+        self.pool.register(chain, self._held[rid])
+        self._tail[rid] -= full - start
         self._num_cached[rid] = full

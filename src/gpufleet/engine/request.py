@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from gpufleet.hash_runs import runs_known
 from gpufleet.tokenizer import SPECIAL_TOKENS, VOCAB_SIZE
 
 # Generated tokens are ordinary vocabulary words (never special tokens), so generated
@@ -92,6 +93,7 @@ class EngineRequest:
         "num_prefix_hit_tokens",
         "num_prompt_tokens",
         "prefix_hit_recorded",
+        "prompt_runs",
         "request_id",
         "status",
         "stop_after_tokens",
@@ -123,6 +125,8 @@ class EngineRequest:
         # Chained hashes of the full blocks of all_token_ids computed so far (the engine
         # extends them as generated tokens fill blocks).
         self.block_hashes: list[int] = list(prompt_block_hashes or [])
+        # their runs of consecutive ints, when the maker knows them (`RunList`)
+        self.prompt_runs = runs_known(prompt_block_hashes) if prompt_block_hashes else None
         self._rng = seed  # the engine fills in a seed if None
         self.arrival_s = arrival_s
         self.lora = lora  # the LoRA adapter it runs with (None: the base model)

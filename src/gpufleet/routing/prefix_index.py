@@ -9,23 +9,127 @@ It also remembers where prompts branch: a block that prompts have continued in t
 different ways ends a prefix they share (a system prompt, an agent's tools), while the
 blocks of one conversation's history past it are continued only by its own next turns
 (each turn resends the last one whole). `shared_depth` tells the two apart.
+
+Hashes are chained (a block's hash fixes every block before it), so what the replicas
+hold is closed under prefixes. Everything is kept as runs of consecutive hashes
+(`gpufleet.hash_runs`): a replica's blocks as runs in recency order, and the blocks any
+replica holds as runs with their number of holders and the first block seen after each
+(h + 1 inside a run), so a prompt of ~200 blocks costs a few steps per run.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator, Sequence
-from itertools import islice, repeat
+from collections import deque
+from collections.abc import Iterable, Sequence
+from itertools import compress
 
-_MISSING = object()
+from gpufleet.hash_runs import RunIndex, chain_runs, runs_known
+
+Runs = list[tuple[int, int]]
 
 
-def _consume(it: Iterator[object]) -> None:
-    deque(it, maxlen=0)
+class _Seg:
+    """Hashes start..start+size-1 one replica holds, touched together: the higher ones
+    less recently (a prompt's blocks are touched last-to-first)."""
+
+    __slots__ = ("size", "start")
+
+    def __init__(self, start: int, size: int) -> None:
+        self.start = start
+        self.size = size
+
+
+class _Lru:
+    """One replica's blocks: its runs, and the queue of them least recent first (an entry
+    whose run was touched again since is empty, or has moved on: size 0)."""
+
+    __slots__ = ("held", "index", "order")
+
+    def __init__(self) -> None:
+        self.index: RunIndex[_Seg] = RunIndex()
+        self.order: deque[_Seg] = deque()
+        self.held = 0
+
+    def leading(self, runs: Runs) -> int:
+        """How many leading blocks of the chain `runs` it holds."""
+        find = self.index.find
+        total = 0
+        for h, n in runs:
+            end = h + n
+            while h < end:
+                seg = find(h)
+                if seg is None:
+                    return total
+                b = min(end, seg.start + seg.size)
+                total += b - h
+                h = b
+        return total
+
+    def touch(self, runs: Runs) -> Runs:
+        """Make the chain `runs` the most recent, last block first; the parts it did not
+        hold."""
+        index, order = self.index, self.order
+        new: Runs = []
+        for h, n in reversed(runs):
+            for seg, a, b in index.pieces(h, n):
+                if seg is None:
+                    new.append((a, b - a))
+                    continue
+                s, e = seg.start, seg.start + seg.size
+                if b < e:  # it keeps its upper rest, and its place
+                    index.move(seg, b, e - b)
+                    if s < a:  # (the lower rest goes right after it)
+                        lower = _Seg(s, a - s)
+                        index.add(lower)
+                        order.insert(order.index(seg) + 1, lower)
+                elif s < a:
+                    seg.size = a - s
+                else:
+                    index.drop(seg)
+                    seg.size = 0
+            seg = _Seg(h, n)
+            index.add(seg)
+            order.append(seg)
+        self.held += sum(k for _, k in new)
+        if len(order) > 2 * len(index) + 64:  # (mostly runs touched again since: drop them)
+            self.order = deque(s for s in order if s.size)
+        return new
+
+    def evict(self, excess: int) -> Runs:
+        """Forget its `excess` least recent blocks; which they were."""
+        order, out = self.order, []
+        self.held -= excess
+        while excess > 0:
+            seg = order[0]
+            if not seg.size:
+                order.popleft()
+                continue
+            take = min(excess, seg.size)
+            top = seg.start + seg.size
+            out.append((top - take, take))
+            excess -= take
+            if take == seg.size:
+                order.popleft()
+                self.index.drop(seg)
+            seg.size -= take
+        return out
+
+
+class _Span:
+    """Hashes start..start+size-1 that `count` replicas hold; the first block seen after
+    hash h is h + 1, after the last one `child` (None: none seen)."""
+
+    __slots__ = ("child", "count", "size", "start")
+
+    def __init__(self, start: int, size: int, count: int, child: int | None) -> None:
+        self.start = start
+        self.size = size
+        self.count = count
+        self.child = child
 
 
 class PrefixIndex:
-    """Per-replica LRU sets of chained block hashes plus a reverse map hash -> holders.
+    """Per-replica LRU sets of chained block hashes plus what any replica holds.
 
     Memory is bounded by `capacity_blocks` per replica (and so by replicas x capacity).
     """
@@ -35,14 +139,21 @@ class PrefixIndex:
             raise ValueError("capacity_blocks must be >= 1")
         self.capacity_blocks = capacity_blocks
         self._capacity: dict[str, int] = {}
-        self._lru: dict[str, OrderedDict[int, None]] = {}
-        # hash -> its holder, or the set of them when several hold it
-        self._holders: dict[int, str | set[str]] = {}
-        # hash -> the first block seen after it (a chained hash has one parent, so a pair
-        # is noted once, when the child is new); blocks seen continued by a second, other
-        # child are branch points
-        self._first_child: dict[int, int] = {}
+        self._lru: dict[str, _Lru] = {}
+        self._spans: RunIndex[_Span] = RunIndex()  # blocks some replica holds
+        # blocks seen continued by a second, other child: branch points
         self._branching: set[int] = set()
+        self._last: tuple[Sequence[int], Runs] = ((), [])
+
+    def _runs(self, hashes: Sequence[int]) -> Runs:
+        known = runs_known(hashes)
+        if known is not None:  # (a `RunTuple`: its maker knew them)
+            return known
+        last, runs = self._last
+        if hashes is not last or type(hashes) is not tuple:  # (match, then insert: once)
+            runs = chain_runs(hashes)
+            self._last = (hashes, runs)
+        return runs
 
     def set_capacity(self, replica_id: str, capacity_blocks: int) -> None:
         """A replica's own cache size, when it is known (e.g. from its reported KV blocks)."""
@@ -54,129 +165,125 @@ class PrefixIndex:
 
     def blocks_held(self, replica_id: str) -> int:
         lru = self._lru.get(replica_id)
-        return len(lru) if lru is not None else 0
+        return lru.held if lru is not None else 0
 
     def total_blocks(self) -> int:
-        return sum(len(lru) for lru in self._lru.values())
+        return sum(lru.held for lru in self._lru.values())
 
     def insert(self, replica_id: str, hashes: Sequence[int]) -> None:
         """Record that `replica_id` now holds the prefix `hashes` (a routing decision)."""
         lru = self._lru.get(replica_id)
         if lru is None:
-            lru = self._lru[replica_id] = OrderedDict()
-        # Touch last-to-first (in bulk: take them all out, put them back reversed); the
-        # ones it did not hold gain it as a holder.
-        was = list(map(lru.pop, hashes, repeat(_MISSING)))
-        lru.update(zip(reversed(hashes), repeat(None)))
-        if _MISSING in was:
-            new = [h for h, w in zip(hashes, was, strict=True) if w is _MISSING]
-            self._note_children(hashes)
-            holders = self._holders
-            if holders.keys().isdisjoint(new):  # usually: blocks nobody else holds
-                holders.update(zip(new, repeat(replica_id)))
-            else:
-                for h in new:
-                    self._add_holder(h, replica_id)
+            lru = self._lru[replica_id] = _Lru()
+        runs = self._runs(hashes)
+        new = lru.touch(runs)
+        if new:
+            self._note_children(runs)
+            nxt = {h + n: hashes[i] for i, (h, n) in self._ends(runs)}
+            for h, n in reversed(new):  # (in chain order)
+                self._hold(h, n, nxt)
         self._evict(replica_id)
 
-    def _note_children(self, hashes: Sequence[int]) -> None:
-        """Note the parent of each block of `hashes` no replica holds yet (before they are
-        added as held)."""
-        holders = self._holders
-        k = next((i for i, h in enumerate(hashes) if h not in holders), len(hashes))
-        if k == len(hashes):
-            return
-        first = self._first_child
-        if k > 0 and first.setdefault(hashes[k - 1], hashes[k]) != hashes[k]:
-            self._branching.add(hashes[k - 1])
-        first.update(zip(hashes[k:-1], hashes[k + 1 :], strict=True))
+    @staticmethod
+    def _ends(runs: Runs) -> list[tuple[int, tuple[int, int]]]:
+        """(position after it, run) for each run but the last."""
+        out, pos = [], 0
+        for h, n in runs[:-1]:
+            pos += n
+            out.append((pos, (h, n)))
+        return out
 
-    def _forget(self, hashes: Iterable[int]) -> None:
-        """No replica holds `hashes` any more: forget what followed them."""
-        first, branching = self._first_child, self._branching
-        for h in hashes:
-            first.pop(h, None)
-            branching.discard(h)
+    def _note_children(self, runs: Runs) -> None:
+        """Note the first child of the last block of `runs` some replica holds, when it
+        goes on to one nobody holds (before they are added as held)."""
+        spans = self._spans
+        parent: int | None = None
+        for h, n in runs:
+            for span, a, b in spans.pieces(h, n):
+                if span is None:
+                    if parent is not None:
+                        at = spans.find(parent)
+                        assert at is not None
+                        if parent < at.start + at.size - 1:  # its child is parent + 1
+                            self._branching.add(parent)
+                        elif at.child is None:
+                            at.child = a
+                        elif at.child != a:
+                            self._branching.add(parent)
+                    return
+                parent = b - 1
+
+    def _hold(self, h: int, n: int, nxt: dict[int, int]) -> None:
+        """One more replica holds h..h+n-1 (`nxt`: the block after a chain run's end)."""
+        spans = self._spans
+        for span, a, b in spans.pieces(h, n):
+            if span is None:  # nobody held them: their children are the chain's
+                spans.add(_Span(a, b - a, 1, b if b < h + n else nxt.get(b)))
+            else:
+                self._isolate(span, a, b).count += 1
+
+    def _isolate(self, span: _Span, a: int, b: int) -> _Span:
+        """The span of hashes a..b-1 cut out of `span` (which holds them)."""
+        spans = self._spans
+        s, e = span.start, span.start + span.size
+        if b < e:
+            spans.add(_Span(b, e - b, span.count, span.child))
+            span.size = b - s
+            span.child = b
+        if s < a:
+            part = _Span(a, b - a, span.count, span.child)
+            span.size = a - s
+            span.child = a
+            spans.add(part)
+            return part
+        return span
+
+    def _release(self, runs: Iterable[tuple[int, int]]) -> None:
+        """One replica fewer holds each of `runs`: forget what nobody holds any more."""
+        spans, branching = self._spans, self._branching
+        for h, n in runs:
+            for span, a, b in spans.pieces(h, n):
+                assert span is not None, "a replica's blocks are held"
+                part = self._isolate(span, a, b)
+                part.count -= 1
+                if not part.count:
+                    spans.drop(part)
+                    if branching:
+                        branching.difference_update(range(a, b))
+
+    def _evict(self, replica_id: str) -> None:
+        lru = self._lru.get(replica_id)
+        if lru is None:
+            return
+        excess = lru.held - self.capacity_of(replica_id)
+        if excess > 0:
+            self._release(lru.evict(excess))
 
     def shared_depth(self, hashes: Sequence[int], limit: int) -> int:
         """Leading blocks of `hashes`, among its first `limit`, up to the deepest one that
         prompts have continued in more than one way: what other prompts share, as opposed
         to the history of one conversation past it."""
         branching = self._branching
-        for k in range(min(limit, len(hashes)) - 1, -1, -1):
-            if hashes[k] in branching:
-                return k + 1
-        return 0
-
-    def _evict(self, replica_id: str) -> None:
-        lru = self._lru.get(replica_id)
-        if lru is None:
-            return
-        excess = len(lru) - self.capacity_of(replica_id)
-        if excess <= 0:
-            return
-        old = list(islice(lru, excess))  # the least recently touched
-        _consume(map(lru.__delitem__, old))
-        holders = self._holders
-        owners = list(map(holders.__getitem__, old))
-        if owners.count(replica_id) == len(owners):  # it was their only holder
-            _consume(map(holders.__delitem__, old))
-            self._forget(old)
-        else:
-            for h in old:
-                self._drop_holder(h, replica_id)
-            self._forget(h for h in old if h not in holders)
-
-    def _add_holder(self, h: int, replica_id: str) -> None:
-        owners = self._holders.get(h)
-        if owners is None:
-            self._holders[h] = replica_id
-        elif isinstance(owners, set):
-            owners.add(replica_id)
-        elif owners != replica_id:
-            self._holders[h] = {owners, replica_id}
-
-    def _drop_holder(self, h: int, replica_id: str) -> None:
-        owners = self._holders.get(h)
-        if owners is None:
-            return
-        if isinstance(owners, set):
-            owners.discard(replica_id)
-            if len(owners) == 1:
-                self._holders[h] = next(iter(owners))
-        elif owners == replica_id:
-            del self._holders[h]
-
-    def _owners(self, h: int) -> set[str]:
-        owners = self._holders.get(h)
-        if owners is None:
-            return set()
-        return owners if isinstance(owners, set) else {owners}
+        head = hashes[: max(0, limit)]
+        if not branching or branching.isdisjoint(head):
+            return 0
+        *_, last = compress(range(len(head)), map(branching.__contains__, head))
+        return last + 1
 
     def match(self, hashes: Sequence[int], replica_ids: Iterable[str]) -> dict[str, int]:
         """Leading blocks of `hashes` each of `replica_ids` holds (absent ids: 0)."""
         out = dict.fromkeys(replica_ids, 0)
         if not hashes:
             return out
-        alive = self._owners(hashes[0]) & out.keys()
-        i = 0
-        while alive:
-            i += 1
-            if i == len(hashes):
-                break
-            nxt = alive & self._owners(hashes[i])
-            for rid in alive - nxt:
-                out[rid] = i
-            alive = nxt
-        for rid in alive:
-            out[rid] = i
+        runs = self._runs(hashes)
+        for rid in out:
+            lru = self._lru.get(rid)
+            if lru is not None:
+                out[rid] = lru.leading(runs)
         return out
 
     def remove_replica(self, replica_id: str) -> None:
         lru = self._lru.pop(replica_id, None)
         self._capacity.pop(replica_id, None)
-        if lru is None:
-            return
-        for h in lru:
-            self._drop_holder(h, replica_id)
-        self._forget(h for h in lru if h not in self._holders)
+        if lru is not None:
+            self._release([(s.start, s.size) for s in lru.index.values()])

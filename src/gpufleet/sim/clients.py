@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from gpufleet.engine import EngineRequest
 from gpufleet.engine.request import CountedOutputRequest
 from gpufleet.fleet_state import FleetReplica, Refusal
+from gpufleet.hash_runs import RunTuple, cut_and_run_on, with_runs
 from gpufleet.routing.types import RequestInfo, RoutingPolicy
 from gpufleet.sim.events import ARRIVAL, EventQueue, SimClock
 from gpufleet.sim.results import RequestResult
@@ -102,7 +103,7 @@ class Clients:
         tenant = self.tenants.of(index) if self.tenants is not None else None
         hashes: tuple[int, ...] = ()
         if self.needs_prefix:
-            hashes = tuple(self._routing_hasher.hashes(req.segments))
+            hashes = RunTuple.of(self._routing_hasher.chain(req.segments))
         info = RequestInfo(
             request_id=f"sim-{index}",
             model=self.config.model,
@@ -164,7 +165,7 @@ class Clients:
         # the chain they continue and the previous turn's length tell them apart, so they
         # hash as consecutive ints from those (no per-block work).
         base = hash((parent, _NEXT_TURN, len(prev_tokens)))
-        return tokens, prev_hashes[:k] + list(range(base, base + len(tokens) // bs - k))
+        return tokens, cut_and_run_on(prev_hashes, k, base, len(tokens) // bs - k)
 
     def finish(self, live: LiveRequest, ereq: EngineRequest, now_s: float) -> RequestResult:
         """The request's last token reached its client (it left `live` already)."""
@@ -177,7 +178,8 @@ class Clients:
         if live.tenant is not None:
             live.tenant.limits.release()
         if live.req.index in self._followers:  # the next turn resends these tokens
-            self._turn_tokens[live.req.index] = (ereq.all_token_ids, ereq.block_hashes)
+            hashes = with_runs(ereq.block_hashes, ereq.prompt_runs)  # (its runs found once)
+            self._turn_tokens[live.req.index] = (ereq.all_token_ids, hashes)
         return res
 
     def refused(self, live: LiveRequest, refusal: Refusal) -> None:

@@ -19,12 +19,17 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
+from gpufleet.hash_runs import RunList, Runs
+
 # Segment kinds, packed into the key's high bits so keys of different kinds never collide.
 KIND_TRACE_BLOCK = 1  # a trace's named block (Mooncake hash_ids)
 KIND_UNIQUE = 2  # a request's own text (suffix, random prompt, Azure prompt)
 KIND_PREFIX = 3  # a shared-prefix group's prefix
 KIND_ANSWER = 4  # an earlier answer, resent in a multi-turn session
 _KIND_SHIFT = 48
+_TRACE_KEYS_FROM = KIND_TRACE_BLOCK << _KIND_SHIFT  # (the keys of that kind)
+_TRACE_KEYS_TO = (KIND_TRACE_BLOCK + 1) << _KIND_SHIFT
+_FIRST_NUMBERED = 1 << 61  # numbered blocks: far from small ints (tests' hashes)
 
 Segments = tuple[tuple[int, int], ...]  # (key, tokens)
 
@@ -52,29 +57,86 @@ class SegmentHasher:
     block boundary depend only on (parent hash, segment key, block index): they are
     consecutive ints from one hash of (parent, key), made at C speed (a Mooncake prompt
     is ~750 engine blocks); a block that mixes segments hashes its pieces.
+
+    A trace's blocks are short segments (Mooncake's: 512 tokens, 32 engine blocks) that
+    prompts share in ever new orders; their blocks are numbered from a counter instead,
+    the first time a (parent, key) is seen, so the blocks of a prompt's new segments are
+    one run of consecutive ints too, and a prefix cache that works on runs
+    (`gpufleet.engine.block_pool`) sees a prompt as a few runs, not one per segment. Equal
+    prefixes still give equal hashes (in this hasher: the numbering is its own).
     """
 
     def __init__(self, block_tokens: int) -> None:
         if block_tokens < 1:
             raise ValueError("block_tokens must be >= 1")
         self.block_tokens = block_tokens
+        self._numbered: dict[tuple[int, int], tuple[int, int]] = {}  # -> (first, count)
+        self._next_id = _FIRST_NUMBERED
 
     def hashes(self, segments: Segments) -> list[int]:
+        return self.chain(segments)
+
+    def chain(self, segments: Segments) -> RunList:
+        """The hashes, a list that knows its runs of consecutive ints (`runs`)."""
+        runs = self.runs(segments)
+        out = RunList()
+        for first, count in runs:
+            out += range(first, first + count)
+        out.runs = runs
+        return out
+
+    def runs(self, segments: Segments) -> Runs:
+        """The hashes as (first, count) runs of consecutive ints."""
         bs = self.block_tokens
-        out: list[int] = []
+        runs: Runs = []
         parent = 0
         pieces: list[int] = []  # (key, offset, count) triples of the open block, flattened
         open_tokens = 0
+        numbered = self._numbered
+        next_id = self._next_id
+        run_first = run_stop = 0  # the numbered run being built (not in `runs` yet)
         for key, n in segments:
             offset = 0
             if open_tokens == 0 and n >= bs:
                 # Aligned start: block b of this segment is base + b (a truncated copy of
                 # the segment shares its head, as equal tokens would).
                 full = n // bs
-                base = hash((parent, key, bs))
-                out.extend(range(base, base + full))
-                parent = base + full - 1
                 offset = full * bs
+                if _TRACE_KEYS_FROM <= key < _TRACE_KEYS_TO:  # (a trace block)
+                    seen = numbered.get((parent, key))
+                    if seen is None:  # first seen: the next `full` ints
+                        first, count = next_id, full
+                        numbered[parent, key] = (next_id, full)
+                        next_id += full
+                    else:
+                        first, count = seen
+                    if count >= full:
+                        if first != run_stop:
+                            if run_stop:
+                                _add_run(runs, run_first, run_stop - run_first)
+                            run_first = first
+                        run_stop = first + full
+                        parent = run_stop - 1
+                        if offset == n:
+                            continue
+                    else:  # longer than when first seen: the rest by hash, as before
+                        if run_stop:
+                            _add_run(runs, run_first, run_stop - run_first)
+                            run_first = run_stop = 0
+                        _add_run(runs, first, count)
+                        base = hash((parent, key, bs))
+                        _add_run(runs, base + count, full - count)
+                        parent = base + full - 1
+                else:
+                    if run_stop:
+                        _add_run(runs, run_first, run_stop - run_first)
+                        run_first = run_stop = 0
+                    base = hash((parent, key, bs))
+                    _add_run(runs, base, full)
+                    parent = base + full - 1
+            if run_stop:
+                _add_run(runs, run_first, run_stop - run_first)
+                run_first = run_stop = 0
             while offset < n:
                 take = min(n - offset, bs - open_tokens)
                 pieces.extend((key, offset, take))
@@ -82,10 +144,22 @@ class SegmentHasher:
                 offset += take
                 if open_tokens == bs:
                     parent = hash((parent, *pieces))
-                    out.append(parent)
+                    _add_run(runs, parent, 1)
                     pieces.clear()
                     open_tokens = 0
-        return out
+        if run_stop:
+            _add_run(runs, run_first, run_stop - run_first)
+        self._next_id = next_id
+        return runs
+
+
+def _add_run(runs: Runs, first: int, count: int) -> None:
+    if runs:
+        last, n = runs[-1]
+        if last + n == first:
+            runs[-1] = (last, n + count)
+            return
+    runs.append((first, count))
 
 
 def placeholder_token_ids(n_tokens: int) -> list[int]:

@@ -1,0 +1,232 @@
+"""Runs of consecutive ints in chains of block hashes, and an index of runs. Pure.
+
+The simulator's prompts hash a segment's blocks as base + i, and number a trace's new
+blocks from a counter (`gpufleet.workload.segments`), so a prompt's chain of ~750 block
+hashes is a few runs of consecutive ints. The engine's block pool and the router's prefix
+index keep what they hold as such runs and do a few steps per run instead of one per
+block. Other chains (real token hashes) are runs of one: still right, only slower.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right, insort
+from collections.abc import Sequence
+from typing import Generic, Protocol, TypeVar
+
+import numpy as np
+
+Runs = list[tuple[int, int]]  # (first hash, count)
+_SHORT = 24  # chains this short: found in Python
+_INT64_MIN = -(2**63)
+
+
+class RunList(list[int]):
+    """A chain of hashes that knows its runs (`runs`), as its maker found them."""
+
+    __slots__ = ("runs",)
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.runs: Runs = []
+
+
+class RunTuple(tuple[int, ...]):
+    """An immutable chain of hashes that knows its runs (`runs`)."""
+
+    runs: Runs
+
+    @classmethod
+    def of(cls, chain: RunList) -> RunTuple:
+        out = cls(chain)
+        out.runs = chain.runs
+        return out
+
+
+def runs_known(hashes: Sequence[int]) -> Runs | None:
+    """The runs a chain knows (`RunTuple`, and a `RunList` still as made), else None."""
+    runs: Runs | None = getattr(hashes, "runs", None)
+    if runs is not None and type(hashes) is RunList and sum(n for _, n in runs) != len(hashes):
+        return None  # (a list grown or cut since)
+    return runs
+
+
+def with_runs(hashes: list[int], head: Runs | None) -> RunList:
+    """A copy of `hashes` that knows its runs, `head` being those of its first hashes
+    (None: none known)."""
+    runs = list(head or [])
+    covered = sum(n for _, n in runs)
+    if covered < len(hashes):
+        _run_on(runs, chain_runs(hashes, covered))
+    out = RunList(hashes)
+    out.runs = runs
+    return out
+
+
+def cut_and_run_on(hashes: Sequence[int], k: int, base: int, n: int) -> list[int]:
+    """hashes[:k], then base..base+n-1: a `RunList` if `hashes` knows its runs."""
+    out = RunList(hashes[:k])
+    out += range(base, base + n)
+    known = runs_known(hashes)
+    if known is None:
+        return list(out)
+    runs = slice_runs(known, 0, k)
+    if n > 0:
+        _run_on(runs, [(base, n)])
+    out.runs = runs
+    return out
+
+
+def _run_on(runs: Runs, more: Runs) -> None:
+    """Append `more` to `runs`, merging the two that meet if they run on."""
+    if runs and more and runs[-1][0] + runs[-1][1] == more[0][0]:
+        runs[-1] = (runs[-1][0], runs[-1][1] + more[0][1])
+        more = more[1:]
+    runs += more
+
+
+def consecutive(hashes: Sequence[int], i: int, limit: int) -> int:
+    """How many of hashes[i:i+limit] (limit >= 1) run on as hashes[i], hashes[i] + 1, ...
+    (compared in chunks that double: C speed, cost grows with the run found)."""
+    h = hashes[i]
+    end = i + limit
+    if hashes[end - 1] == h + limit - 1 and hashes[i:end] == list(range(h, h + limit)):
+        return limit
+    k, size = 1, 8
+    while k < limit:
+        m = min(size, limit - k)
+        a = i + k
+        if hashes[a + m - 1] == h + k + m - 1 and hashes[a : a + m] == list(
+            range(h + k, h + k + m)
+        ):
+            k += m
+            size *= 2
+            continue
+        for j in range(a, a + m):
+            if hashes[j] != h + j - i:
+                return j - i
+        return k + m  # (not reached: the chunk differs somewhere)
+    return k
+
+
+def chain_runs(hashes: Sequence[int], start: int = 0, stop: int | None = None) -> Runs:
+    """hashes[start:stop] as (first, count) runs of consecutive ints, in order (numpy finds
+    the breaks: a few ns a hash)."""
+    stop = len(hashes) if stop is None else stop
+    n = stop - start
+    if n <= _SHORT:
+        return chain_runs_slow(hashes, start, stop)
+    try:
+        a = np.array(hashes[start:stop], dtype=np.int64)
+    except OverflowError:  # (not 64-bit hashes)
+        return chain_runs_slow(hashes, start, stop)
+    # a break where the next is not one more (a wrap from the largest int64 is not)
+    breaks = np.flatnonzero((np.diff(a) != 1) | (a[1:] == _INT64_MIN)).tolist()
+    out: Runs = []
+    first = 0
+    for b in breaks:
+        out.append((hashes[start + first], b + 1 - first))
+        first = b + 1
+    out.append((hashes[start + first], n - first))
+    return out
+
+
+def chain_runs_slow(hashes: Sequence[int], start: int, stop: int) -> Runs:
+    out: Runs = []
+    while start < stop:
+        k = consecutive(hashes, start, stop - start)
+        out.append((hashes[start], k))
+        start += k
+    return out
+
+
+def slice_runs(runs: Runs, start: int, stop: int) -> Runs:
+    """The runs of chain positions start..stop-1, given the runs of the whole chain."""
+    out: Runs = []
+    pos = 0
+    for h, n in runs:
+        end = pos + n
+        if end > start:
+            a, b = max(pos, start), min(end, stop)
+            if b > a:
+                out.append((h + a - pos, b - a))
+            if end >= stop:
+                break
+        pos = end
+    return out
+
+
+class Run(Protocol):
+    start: int
+    size: int
+
+
+R = TypeVar("R", bound=Run)
+
+
+class RunIndex(Generic[R]):
+    """Runs that never overlap (each holds hashes start..start+size-1), found by hash."""
+
+    __slots__ = ("_runs", "_starts")
+
+    def __init__(self) -> None:
+        self._runs: dict[int, R] = {}
+        self._starts: list[int] = []  # the runs' first hashes, sorted
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def values(self) -> list[R]:
+        return list(self._runs.values())
+
+    def clear(self) -> None:
+        self._runs.clear()
+        self._starts.clear()
+
+    def find(self, h: int) -> R | None:
+        """The run holding hash h, if any."""
+        run = self._runs.get(h)
+        if run is not None:
+            return run
+        starts = self._starts
+        i = bisect_right(starts, h) - 1
+        if i >= 0:
+            run = self._runs[starts[i]]
+            if h < run.start + run.size:
+                return run
+        return None
+
+    def next_start(self, h: int, end: int) -> int:
+        """The first hash after h that starts a run, or `end` if none comes before it."""
+        starts = self._starts
+        j = bisect_right(starts, h)
+        return min(end, starts[j]) if j < len(starts) else end
+
+    def pieces(self, h: int, n: int) -> list[tuple[R | None, int, int]]:
+        """Hashes h..h+n-1 cut where runs begin and end: (run or None, first, stop)."""
+        end = h + n
+        out: list[tuple[R | None, int, int]] = []
+        while h < end:
+            run = self.find(h)
+            b = min(end, run.start + run.size) if run is not None else self.next_start(h, end)
+            out.append((run, h, b))
+            h = b
+        return out
+
+    def add(self, run: R) -> None:
+        self._runs[run.start] = run
+        insort(self._starts, run.start)
+
+    def drop(self, run: R) -> None:
+        del self._runs[run.start]
+        starts = self._starts
+        del starts[bisect_right(starts, run.start) - 1]
+
+    def move(self, run: R, start: int, size: int) -> None:
+        """Make `run` hold start..start+size-1 (within what it held)."""
+        if start != run.start:
+            self.drop(run)
+            run.start = start
+            run.size = size
+            self.add(run)
+        else:
+            run.size = size
