@@ -64,6 +64,7 @@ class Clients:
         eng = config.engine
         self._engine_hasher = SegmentHasher(eng.block_size) if eng.enable_prefix_caching else None
         self._routing_hasher = SegmentHasher(config.routing_block_tokens)
+        self._max_model_len = config.max_model_len  # (over the replica groups: once)
         self.live: dict[str, LiveRequest] = {}  # sent and not ended, by request id
         self.results: list[RequestResult] = []
         self.arrivals_left = len(self.requests)
@@ -96,9 +97,9 @@ class Clients:
         req = self.requests[index]
         now = self.clock.now_s
         self.arrivals_left -= 1
-        result = RequestResult(
-            index=index, arrival_s=now, input_tokens=req.input_tokens, output_tokens=0
-        )
+        input_tokens = req.input_tokens  # (a sum over its segments: counted once, kept here)
+        result = RequestResult(index=index, arrival_s=now, input_tokens=input_tokens,
+                               output_tokens=0)  # fmt: skip
         tenant = self.tenants.of(index) if self.tenants is not None else None
         hashes: tuple[int, ...] = ()
         if self.needs_prefix:
@@ -120,7 +121,7 @@ class Clients:
                 self.fail(live, "rate_limited")
                 return
             live.tenant = tenant
-        if req.input_tokens + req.output_tokens > self.config.max_model_len:
+        if input_tokens + req.output_tokens > self._max_model_len:
             # The replica refuses it with a 400, as vLLM does.
             self.fail(live, "context_length_exceeded")
             return
@@ -131,7 +132,7 @@ class Clients:
     def engine_request(self, live: LiveRequest, now_s: float) -> EngineRequest:
         req = live.req
         if live.prompt is None:  # built once: a retry sends the same prompt
-            live.prompt = self._engine_prompt(req)
+            live.prompt = self._engine_prompt(req, live.result.input_tokens)
         tokens, hashes = live.prompt
         live.result.attempts += 1
         # Only the answer's length matters here: its token ids are never computed.
@@ -144,7 +145,9 @@ class Clients:
             arrival_s=now_s,
         )
 
-    def _engine_prompt(self, req: SimRequest) -> tuple[list[int], list[int] | None]:
+    def _engine_prompt(
+        self, req: SimRequest, input_tokens: int
+    ) -> tuple[list[int], list[int] | None]:
         """Token ids and engine block hashes of a prompt. A session's next turn starts with
         the previous turn's own tokens (its prompt and the answer the engine generated), so
         the engine finds the answer's cached blocks as a live replica would."""
@@ -152,9 +155,9 @@ class Clients:
         hasher = self._engine_hasher
         if prev is None:
             hashes = hasher.hashes(req.segments) if hasher is not None else None
-            return placeholder_token_ids(req.input_tokens), hashes
+            return placeholder_token_ids(input_tokens), hashes
         prev_tokens, prev_hashes = prev
-        tokens = prev_tokens + placeholder_token_ids(req.input_tokens - len(prev_tokens))
+        tokens = prev_tokens + placeholder_token_ids(input_tokens - len(prev_tokens))
         if hasher is None:
             return tokens, None
         bs = hasher.block_tokens

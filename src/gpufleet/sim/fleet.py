@@ -71,7 +71,7 @@ class SimFleet:
         replica.account(now)
         self.fleet.started(live.info, view, live.policy)
         assert replica.group is not None
-        if live.req.input_tokens + live.req.output_tokens > replica.group.engine.max_model_len:
+        if live.result.input_tokens + live.req.output_tokens > replica.group.engine.max_model_len:
             # Longer than this layout takes (another group's may): the replica's 400.
             live.result.replica_id, live.result.dispatched_s = replica.replica_id, now
             self.fleet.finished(live.info, view, live.policy, False)
@@ -181,7 +181,9 @@ class SimFleet:
             self.fleet.finished(live.info, view, live.policy, True, res.first_token_s is not None)
             self.fleet.observe_latency(now, res.ttft_s, res.tpot_s, live.info.model)
             self.clients.client_done(live.req.index)
-        if replica.engine.has_work:
+        engine = replica.engine
+        sched = engine.scheduler
+        if sched.running or sched.waiting or engine.in_flight:  # (engine.has_work, inlined)
             self.step(replica)
         else:
             replica.stepping = False
