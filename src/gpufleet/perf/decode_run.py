@@ -89,7 +89,7 @@ def decode_run_ends_s(
     """When each step of that decode run ends, starting at `start_s`: each step's time (plus
     `extra_s`, if given) added to the running sum one at a time, in step order, exactly
     what accumulating `decode_run_times_s` gives (numpy's cumulative sum adds in order)."""
-    if parts.lean and num_steps < LEAN_VECTOR_MIN_STEPS:
+    if parts.lean:
         return decode_run_ends_lean(parts, num_decode, context_tokens, num_steps, start_s, extra_s)
     if num_steps >= VECTOR_MIN_STEPS:
         ends = np.empty(num_steps + 1)
@@ -156,7 +156,8 @@ def decode_run_ends_lean(
     """`_ends_one_class` where attention is bound one way at every step (`parts.bound`,
     so the comparison's pick is known) and one tail term: the same float operations in
     the same order, written as one expression (evaluated left to right as the statements
-    it replaces: count * layer_s, + the tail, + the overhead, then added to the clock)."""
+    it replaces: count * layer_s, + the tail, + the overhead, then added to the clock);
+    long runs with numpy, element by element."""
     count, gemm_s, _, _ = parts.layers[0]
     if parts.bound > 0:
         per_pair, rate = parts.kv_bytes_per_token_layer, parts.hbm_bytes_s
@@ -164,6 +165,25 @@ def decode_run_ends_lean(
         per_pair, rate = parts.decode_pair_flops, parts.attn_flops_s
     (tail_s,) = parts.tail_s
     overhead_s = parts.overhead_s
+    if num_steps >= LEAN_VECTOR_MIN_STEPS:  # the same operations on arrays, in place
+        ctx = np.arange(context_tokens, context_tokens + n * num_steps, n, dtype=np.int64)
+        if n & (n - 1):
+            x = ctx / n
+            x *= n
+            x *= per_pair
+        else:  # n * (ctx / n) is ctx itself for a power of two (exact halvings)
+            x = ctx * per_pair
+        x /= rate
+        x += gemm_s
+        x *= count
+        x += tail_s
+        x += overhead_s
+        if extra_s is not None:
+            x += extra_s
+        x[0] += start_s  # (the clock's first addition; the rest accumulate in order)
+        np.add.accumulate(x, out=x)
+        ends: list[float] = x.tolist()
+        return ends
     out: list[float] = []
     keep = out.append
     t = start_s
