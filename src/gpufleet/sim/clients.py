@@ -4,7 +4,7 @@ the next request)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -70,6 +70,8 @@ class Clients:
         self.arrivals_left = len(self.requests)
         self._next_request = 0  # closed loop: next request to hand a client
         self._turn_tokens: dict[int, tuple[list[int], list[int]]] = {}
+        # Open loop: (time, event sequence, index) of the first turns not queued yet.
+        self._feed: Iterator[tuple[float, int, int]] = iter(())
         # Multi-turn sessions: request index -> the next turn, sent when it ends.
         self._followers: dict[int, int] = {
             r.after: r.index for r in self.requests if r.after is not None
@@ -84,10 +86,18 @@ class Clients:
             for _ in range(min(clients, len(self.requests))):
                 self.events.push(0.0, ARRIVAL, self._next_request)
                 self._next_request += 1
-        else:
-            for r in self.requests:
-                if r.after is None:
-                    self.events.push(r.arrival_s, ARRIVAL, r.index)
+        else:  # fed one at a time: the heap holds the next, not every arrival of the run
+            firsts = [r for r in self.requests if r.after is None]
+            seq = self.events.reserve(len(firsts))  # (the order of pushing them all now)
+            self._feed = iter(sorted((r.arrival_s, seq + k, r.index)
+                                     for k, r in enumerate(firsts)))  # fmt: skip
+            self._feed_next()
+
+    def _feed_next(self) -> None:
+        """Queue the next open-loop arrival (the earliest left: the heap pops it first)."""
+        nxt = next(self._feed, None)
+        if nxt is not None:
+            self.events.push_reserved(nxt[0], ARRIVAL, nxt[1], nxt[2])
 
     @property
     def done(self) -> bool:
@@ -96,6 +106,8 @@ class Clients:
     def on_arrival(self, index: int) -> None:
         req = self.requests[index]
         now = self.clock.now_s
+        if req.after is None and not self.config.closed_loop_clients:
+            self._feed_next()  # (it came from the feed: queue the one after it)
         self.arrivals_left -= 1
         input_tokens = req.input_tokens  # (a sum over its segments: counted once, kept here)
         result = RequestResult(index=index, arrival_s=now, input_tokens=input_tokens,
