@@ -12,6 +12,7 @@ stepped and jumped runs agree exactly. Short runs loop in Python; long ones use 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -166,13 +167,14 @@ def decode_run_ends_lean(
     (tail_s,) = parts.tail_s
     overhead_s = parts.overhead_s
     if num_steps >= LEAN_VECTOR_MIN_STEPS:  # the same operations on arrays, in place
-        ctx = np.arange(context_tokens, context_tokens + n * num_steps, n, dtype=np.int64)
+        contexts = np.arange(context_tokens, context_tokens + n * num_steps, n, dtype=np.int64)
+        x: npt.NDArray[np.float64]
         if n & (n - 1):
-            x = ctx / n
+            x = contexts / n
             x *= n
             x *= per_pair
         else:  # n * (ctx / n) is ctx itself for a power of two (exact halvings)
-            x = ctx * per_pair
+            x = cast("npt.NDArray[np.float64]", contexts * per_pair)
         x /= rate
         x += gemm_s
         x *= count
