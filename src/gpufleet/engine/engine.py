@@ -237,8 +237,9 @@ class Engine:
         calls would. `run` must be the engine's latest plan, made since its last change."""
         if run.engine_version != self.version or run.engine is not self:
             raise ValueError("this decode run was planned before the engine last changed")
-        n = run.num_steps if num_steps is None else num_steps
-        if not 1 <= n <= run.num_steps:
+        planned = len(run.step_end_s)  # (run.num_steps)
+        n = planned if num_steps is None else num_steps
+        if not 1 <= n <= planned:
             raise ValueError(f"num_steps must be in 1..{run.num_steps}, got {n}")
         if run.calls or run.step_group:
             outcome = apply_decode_run(self, run, n)
