@@ -118,13 +118,14 @@ class EngineDriver:
         """(running, waiting, KV cache usage) as `/metrics` would read them at `at_s`."""
         advance = self._advance
         engine = self.engine
+        sched = engine.scheduler  # (every replica, every scrape: no property calls)
         if advance is not None and advance.run is not None:
             run = advance.run
             steps = run.num_steps_started_by(at_s)
-            if steps < run.num_steps or not run.finishes:
-                return engine.num_running, engine.num_waiting, run.kv_cache_usage_after(steps)
+            if steps < len(run.step_end_s) or not run.finishes:
+                return len(sched.running), len(sched.waiting), run.kv_cache_usage_after(steps)
             self._settle(at_s)  # every step has begun: apply the run, due time unchanged
-        return engine.num_running, engine.num_waiting, engine.kv_cache_usage
+        return len(sched.running), len(sched.waiting), engine.kv_cache_usage
 
     def _settle(self, at_s: float) -> None:
         """Apply the iterations of the run in progress that began by `at_s`; the rest of

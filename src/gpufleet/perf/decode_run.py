@@ -12,7 +12,6 @@ stepped and jumped runs agree exactly. Short runs loop in Python; long ones use 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -174,7 +173,7 @@ def decode_run_ends_lean(
             x *= n
             x *= per_pair
         else:  # n * (ctx / n) is ctx itself for a power of two (exact halvings)
-            x = cast("npt.NDArray[np.float64]", contexts * per_pair)
+            x = contexts * per_pair  # type: ignore[assignment]
         x /= rate
         x += gemm_s
         x *= count
