@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpufleet.routing.base import PolicyBase, random_min, random_min_of
-from gpufleet.routing.load import in_flight
+from gpufleet.routing.base import PolicyBase, random_min_of
 from gpufleet.routing.types import ReplicaView, RequestInfo
 
 
@@ -59,4 +58,6 @@ class PowerOfTwo(PolicyBase):
         if len(replicas) == 1:
             return replicas[0]
         a, b = self.rng.sample(range(len(replicas)), 2)
-        return random_min(self.rng, (replicas[a], replicas[b]), in_flight)
+        pair = (replicas[a], replicas[b])
+        keys = [r.in_flight + r.peer_in_flight for r in pair]  # (`in_flight` of each)
+        return random_min_of(self.rng, pair, keys)

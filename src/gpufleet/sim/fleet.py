@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from heapq import heappush
 from typing import Any
 
 from gpufleet.autoscale.controller import scale_in_order
@@ -139,7 +140,9 @@ class SimFleet:
                 self.events.push(self.clock.now_s + BLOCKED_RETRY_S, RETRY, replica)
             return
         replica.stepping = True
-        self.events.push(advance.due_s, STEP_DONE, (replica, advance))
+        events = self.events  # (events.push, inlined: the bulk of all events)
+        events.seq += 1
+        heappush(events.heap, (advance.due_s, STEP_DONE, events.seq, (replica, advance)))
 
     def on_wake(self, replica: SimReplica) -> None:
         if replica.stopped_at_s is None:
