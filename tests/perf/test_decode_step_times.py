@@ -104,7 +104,8 @@ def test_linear_model_and_the_fallback_are_bit_identical() -> None:
 @pytest.mark.parametrize("bound", ["memory", "compute"])
 def test_lean_decode_run_ends_match_the_general_loop(bound: str) -> None:
     """The lean path (one dense layer class, attention bound one way, one tail term) adds
-    the general loop's floats in its order, in Python and with numpy."""
+    the general loop's floats in its order, in Python, with numpy, and from the table of
+    step times by context (which grows as contexts do)."""
     from gpufleet.perf.decode_run import DecodeParts, _ends_one_class, decode_run_ends_lean
 
     kv_bytes, flops = (4.1e3, 1.7) if bound == "memory" else (1.3, 9.7e4)
@@ -112,8 +113,8 @@ def test_lean_decode_run_ends_match_the_general_loop(bound: str) -> None:
                         kv_bytes, 3.35e12)  # fmt: skip
     assert parts.lean and parts.bound == (1 if bound == "memory" else -1)
     rng = random.Random(bound)
-    for steps in (1, 7, 55, 56, 57, 400):
-        for n in (1, 2, 3, 64, 97, 256):
+    for steps in (1, 7, 55, 56, 57, 400, 5000):  # (n <= 8, a power of two: the table)
+        for n in (1, 2, 3, 4, 8, 64, 97, 256):
             context = n * rng.randrange(0, 100_000) + rng.randrange(n)
             for start, extra in ((0.0, None), (1234.5678, 2.5e-4)):
                 lean = decode_run_ends_lean(parts, n, context, steps, start, extra)

@@ -21,6 +21,9 @@ import numpy.typing as npt
 # a dense model whose attention is bound one way at every step: numpy pays from ~56 steps).
 VECTOR_MIN_STEPS = 36
 LEAN_VECTOR_MIN_STEPS = 56
+# Lean batches of a power-of-two size up to this read their step times from a table by
+# summed context (at most this many times max_model_len floats each): a run costs a slice
+TABLE_MAX_BATCH = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +43,11 @@ class DecodeParts:
     # one layer class without window or MoE, attention bound one way, one tail term: the
     # lean Python path of `decode_run_ends_s`
     lean: bool = field(init=False, default=False)
+    # lean, small batches of a power-of-two size: each step's time by summed context, for
+    # the contexts seen so far (`_step_times_by_context`; a cache of the very floats)
+    step_times: list[npt.NDArray[np.float64]] = field(
+        init=False, default_factory=list, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         bound = _bound(self)
@@ -165,9 +173,18 @@ def decode_run_ends_lean(
         per_pair, rate = parts.decode_pair_flops, parts.attn_flops_s
     (tail_s,) = parts.tail_s
     overhead_s = parts.overhead_s
+    x: npt.NDArray[np.float64]
+    if num_steps >= LEAN_VECTOR_MIN_STEPS and n <= TABLE_MAX_BATCH and not n & (n - 1):
+        stop = context_tokens + n * num_steps
+        x = _step_times_by_context(parts, stop)[context_tokens:stop:n].copy()
+        if extra_s is not None:
+            x += extra_s
+        x[0] += start_s  # (the clock's first addition; the rest accumulate in order)
+        np.add.accumulate(x, out=x)
+        ends: list[float] = x.tolist()
+        return ends
     if num_steps >= LEAN_VECTOR_MIN_STEPS:  # the same operations on arrays, in place
         contexts = np.arange(context_tokens, context_tokens + n * num_steps, n, dtype=np.int64)
-        x: npt.NDArray[np.float64]
         if n & (n - 1):
             x = contexts / n
             x *= n
@@ -183,7 +200,7 @@ def decode_run_ends_lean(
             x += extra_s
         x[0] += start_s  # (the clock's first addition; the rest accumulate in order)
         np.add.accumulate(x, out=x)
-        ends: list[float] = x.tolist()
+        ends = x.tolist()
         return ends
     out: list[float] = []
     keep = out.append
@@ -198,6 +215,30 @@ def decode_run_ends_lean(
             t += count * (gemm_s + n * (ctx / n) * per_pair / rate) + tail_s + overhead_s + extra_s
             keep(t)
     return out
+
+
+def _step_times_by_context(parts: DecodeParts, stop: int) -> npt.NDArray[np.float64]:
+    """A lean power-of-two batch's step time for every summed context below `stop` (at
+    least): `decode_run_ends_lean`'s element operations on contexts 0, 1, 2, ..., grown
+    by doubling. With n a power of two, n * (ctx / n) is ctx, so the time depends on the
+    summed context alone and a run reads every n-th entry."""
+    held = parts.step_times
+    if held and len(held[0]) >= stop:
+        return held[0]
+    size = max(stop, 2 * len(held[0]) if held else 4096)
+    count, gemm_s, _, _ = parts.layers[0]
+    if parts.bound > 0:
+        per_pair, rate = parts.kv_bytes_per_token_layer, parts.hbm_bytes_s
+    else:
+        per_pair, rate = parts.decode_pair_flops, parts.attn_flops_s
+    x: npt.NDArray[np.float64] = np.arange(size, dtype=np.int64) * per_pair  # type: ignore[assignment]
+    x /= rate
+    x += gemm_s
+    x *= count
+    x += parts.tail_s[0]
+    x += parts.overhead_s
+    held[:] = [x]
+    return x
 
 
 def _times_np(parts: DecodeParts, n: int, context_tokens: int, num_steps: int) -> list[float]:
