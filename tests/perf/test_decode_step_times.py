@@ -63,7 +63,9 @@ def test_roofline_decode_runs_are_bit_identical(
     )
     assert isinstance(model, DecodeStepTimes)
     rng = random.Random(name)
-    for steps in (1, 2, 5, 47, 48, 300) * 4:  # Python below 48 steps, numpy from 48
+    # Python below 36 steps, numpy from 36; the lean Python path (one dense layer class)
+    # below 56, numpy from 56
+    for steps in (1, 2, 5, 35, 36, 55, 56, 300) * 4:
         n = rng.choice([1, 3, 7, 17, 97, 255, 256])
         # contexts that cross the sliding windows (gpt-oss: 128 tokens) within the run
         context = n * rng.choice([0, 1, 100, 127, 4000]) + rng.randrange(n)
@@ -97,3 +99,23 @@ def test_linear_model_and_the_fallback_are_bit_identical() -> None:
             ends = summed(expected, 7.25, extra)
             assert decode_step_ends_fn(linear)(n, context, steps, 7.25, extra) == ends
             assert decode_step_ends_fn(Plain(linear))(n, context, steps, 7.25, extra) == ends
+
+
+@pytest.mark.parametrize("bound", ["memory", "compute"])
+def test_lean_decode_run_ends_match_the_general_loop(bound: str) -> None:
+    """The lean path (one dense layer class, attention bound one way, one tail term) adds
+    the general loop's floats in its order, in Python, with numpy, and from the table of
+    step times by context (which grows as contexts do)."""
+    from gpufleet.perf.decode_run import DecodeParts, _ends_one_class, decode_run_ends_lean
+
+    kv_bytes, flops = (4.1e3, 1.7) if bound == "memory" else (1.3, 9.7e4)
+    parts = DecodeParts(((32, 1.5e-4, None, None),), (3.7e-4,), 2.2e-3, flops, 7.9e14,
+                        kv_bytes, 3.35e12)  # fmt: skip
+    assert parts.lean and parts.bound == (1 if bound == "memory" else -1)
+    rng = random.Random(bound)
+    for steps in (1, 7, 55, 56, 57, 400, 5000):  # (n <= 8, a power of two: the table)
+        for n in (1, 2, 3, 4, 8, 64, 97, 256):
+            context = n * rng.randrange(0, 100_000) + rng.randrange(n)
+            for start, extra in ((0.0, None), (1234.5678, 2.5e-4)):
+                lean = decode_run_ends_lean(parts, n, context, steps, start, extra)
+                assert lean == _ends_one_class(parts, n, context, steps, start, extra)

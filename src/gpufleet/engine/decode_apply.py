@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 def apply_decode_run(engine: Engine, run: DecodeRun, num_steps: int) -> DecodeRunOutcome:
     """Perform the first `num_steps` steps of `run` (validated by `Engine.run_decode`)."""
     if not run.calls and not run.step_group:
-        return _apply_one_stage(engine, run, num_steps)
+        return apply_one_stage(engine, run, num_steps)
     bs = engine.config.block_size
     groups = run.groups
     if run.calls or run.step_group:
@@ -90,7 +90,7 @@ def apply_decode_run(engine: Engine, run: DecodeRun, num_steps: int) -> DecodeRu
     )
 
 
-def _apply_one_stage(engine: Engine, run: DecodeRun, n: int) -> DecodeRunOutcome:
+def apply_one_stage(engine: Engine, run: DecodeRun, n: int) -> DecodeRunOutcome:
     """`apply_decode_run` without pipeline stages: one group decodes every step (the
     simulator's hot path, so written out lean)."""
     group = run.groups[0]

@@ -103,7 +103,8 @@ class DecodeRun:
         """How many of the steps start at or before `t_s` (what stepping has run by then)."""
         if t_s < self.start_s:
             return 0
-        return 1 + bisect.bisect_right(self.step_end_s, t_s, 0, self.num_steps - 1)
+        ends = self.step_end_s
+        return 1 + bisect.bisect_right(ends, t_s, 0, len(ends) - 1)
 
     def blocks_after(self, num_steps: int) -> int:
         """KV blocks the first `num_steps` steps hand out."""
@@ -134,7 +135,7 @@ def plan_decode_run(
     lora = engine.lora
     if lora is not None and (engine.config.pipeline_stages > 1 or lora.loads_pending(engine.now_s)):
         return None
-    if not _admission_stays_blocked(engine):
+    if sched.waiting and not _admission_stays_blocked(engine):  # (no call when none waits)
         return None
     if engine.config.pipeline_stages == 1:
         return _plan_one_stage(engine, max_steps, until_s)
@@ -211,7 +212,7 @@ def _admission_stays_blocked(engine: Engine) -> bool:
     head = _first_admissible(engine)
     if head is None:
         return True  # every waiting request's adapter is over max_loras until a finish
-    free = kv.num_free_blocks
+    free = kv.pool.num_free  # (kv.num_free_blocks, one call less)
     num_tokens = len(head.all_token_ids)
     if free >= -(-num_tokens // bs) + -(-cap // bs):
         # Admissible now whatever its cached prefix: the blocks it needs (at most its
@@ -272,7 +273,8 @@ def _plan_one_stage(
     group = _make_group(engine, list(running), in_flight=False)
     if group is None:
         return None
-    steps = min(group.finish_after, _steps_until_blocks_run_out(group, engine.kv.num_free_blocks))
+    free = engine.kv.pool.num_free  # (kv.num_free_blocks, one call less)
+    steps = min(group.finish_after, _steps_until_blocks_run_out(group, free))
     if max_steps is not None:
         steps = min(steps, max_steps)
     if steps < 1:

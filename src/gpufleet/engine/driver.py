@@ -32,7 +32,7 @@ import heapq
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-from gpufleet.engine.decode_run import DecodeRun
+from gpufleet.engine.decode_run import DecodeRun, plan_decode_run
 from gpufleet.engine.engine import Engine
 from gpufleet.engine.lora import LoraAdapter
 from gpufleet.engine.outputs import DecodeRunOutcome, StepOutcome
@@ -91,7 +91,7 @@ class EngineDriver:
     def begin_advance(self) -> Advance | None:
         """Start the next iteration, or a run of plain decode iterations (applied lazily);
         deliver `end(advance)` at `advance.due_s`. None: nothing ran (as `begin`)."""
-        run = self.engine.plan_decode_run()
+        run = plan_decode_run(self.engine, None, None)  # (Engine.plan_decode_run, one call less)
         if run is not None:
             self._advance = Advance(run.step_end_s[-1], None, run)
             return self._advance
@@ -118,13 +118,14 @@ class EngineDriver:
         """(running, waiting, KV cache usage) as `/metrics` would read them at `at_s`."""
         advance = self._advance
         engine = self.engine
+        sched = engine.scheduler  # (every replica, every scrape: no property calls)
         if advance is not None and advance.run is not None:
             run = advance.run
             steps = run.num_steps_started_by(at_s)
-            if steps < run.num_steps or not run.finishes:
-                return engine.num_running, engine.num_waiting, run.kv_cache_usage_after(steps)
+            if steps < len(run.step_end_s) or not run.finishes:
+                return len(sched.running), len(sched.waiting), run.kv_cache_usage_after(steps)
             self._settle(at_s)  # every step has begun: apply the run, due time unchanged
-        return engine.num_running, engine.num_waiting, engine.kv_cache_usage
+        return len(sched.running), len(sched.waiting), engine.kv_cache_usage
 
     def _settle(self, at_s: float) -> None:
         """Apply the iterations of the run in progress that began by `at_s`; the rest of

@@ -226,7 +226,7 @@ def generate_tokens_for(requests: list[EngineRequest], n: int) -> None:
     for r in requests:  # placeholders for counted answers, seeded ids for the others
         if r.counted_output:
             if not tail:
-                tail = counted_tokens(n)
+                tail = [_FIRST_WORD_ID] * n  # (counted_tokens(n))
             r.all_token_ids += tail
         else:
             real.append(r)

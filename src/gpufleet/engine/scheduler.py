@@ -25,8 +25,10 @@ from dataclasses import dataclass
 from gpufleet.engine.kv_cache_manager import KVCacheManager
 from gpufleet.engine.lora import AdapterSlots
 from gpufleet.engine.outputs import EngineConfig, StepOutcome
-from gpufleet.engine.request import EngineRequest, FinishReason, RequestStatus
+from gpufleet.engine.request import EngineRequest, FinishReason, RequestStatus, counted_tokens
 from gpufleet.perf.step_time import StepBatch
+
+_COUNTED_TOKEN = counted_tokens(1)[0]  # what a `CountedOutputRequest` generates
 
 
 @dataclass(slots=True)
@@ -75,7 +77,7 @@ class Scheduler:
         req.status = RequestStatus.ABORTED
         req.finish_reason = reason
         req.finished_s = now_s
-        self.finished_by_reason[reason.value] += 1
+        self.finished_by_reason[reason] += 1  # (a StrEnum: its value's key)
         return req
 
     def finish(self, req: EngineRequest, reason: FinishReason, now_s: float) -> None:
@@ -83,7 +85,7 @@ class Scheduler:
         req.finish_reason = reason
         req.finished_s = now_s
         req.status = RequestStatus.FINISHED
-        self.finished_by_reason[reason.value] += 1
+        self.finished_by_reason[reason] += 1  # (a StrEnum: its value's key)
         self.kv.free(req)
         del self.requests[req.request_id]
         self._release_lora(req)
@@ -241,14 +243,22 @@ class Scheduler:
             tokens = req.all_token_ids
             if req.status is not running_status or ends_at != len(tokens):
                 continue  # aborted meanwhile, or a prefill chunk short of the last token
-            tokens.append(req.next_token_id())
+            # (a counted answer's token is its placeholder: no call for it)
+            tokens.append(_COUNTED_TOKEN if req.counted_output else req.next_token_id())
             req.num_output_tokens += 1
             if req.first_token_s is None:
                 req.first_token_s = now
                 self.prompt_tokens += req.num_prompt_tokens
             emitted.append(req)
-            reason = finish_reason(req, max_len)
-            if reason is not None:
+            out = req.num_output_tokens  # (finish_reason's tests, inlined: most go on)
+            stop = req.stop_after_tokens
+            if (
+                out >= req.max_tokens
+                or len(tokens) >= max_len
+                or (stop is not None and out >= stop)
+            ):
+                reason = finish_reason(req, max_len)
+                assert reason is not None
                 self.finish(req, reason, now)
                 finished.append(req)
         self.generation_tokens += len(emitted)

@@ -11,14 +11,19 @@ stepped and jumped runs agree exactly. Short runs loop in Python; long ones use 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
 # Runs at least this long are evaluated with numpy (a fixed cost of ~7 µs, then a few ns a
-# step); shorter ones step by step in Python (~0.2 µs a step).
+# step); shorter ones step by step in Python (~0.2 µs a step, ~0.14 µs on the lean path of
+# a dense model whose attention is bound one way at every step: numpy pays from ~56 steps).
 VECTOR_MIN_STEPS = 36
+LEAN_VECTOR_MIN_STEPS = 56
+# Lean batches of a power-of-two size up to this read their step times from a table by
+# summed context (at most this many times max_model_len floats each): a run costs a slice
+TABLE_MAX_BATCH = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +38,23 @@ class DecodeParts:
     attn_flops_s: float
     kv_bytes_per_token_layer: float
     hbm_bytes_s: float
+    # +1: every decode step's attention is memory-bound, -1: compute-bound, 0: either
+    bound: int = field(init=False, default=0)
+    # one layer class without window or MoE, attention bound one way, one tail term: the
+    # lean Python path of `decode_run_ends_s`
+    lean: bool = field(init=False, default=False)
+    # lean, small batches of a power-of-two size: each step's time by summed context, for
+    # the contexts seen so far (`_step_times_by_context`; a cache of the very floats)
+    step_times: list[npt.NDArray[np.float64]] = field(
+        init=False, default_factory=list, compare=False, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        bound = _bound(self)
+        object.__setattr__(self, "bound", bound)
+        layers = self.layers
+        lean = len(layers) == 1 and layers[0][2] is None and layers[0][3] is None
+        object.__setattr__(self, "lean", lean and bound != 0 and len(self.tail_s) == 1)
 
 
 def decode_run_times_s(
@@ -75,6 +97,8 @@ def decode_run_ends_s(
     """When each step of that decode run ends, starting at `start_s`: each step's time (plus
     `extra_s`, if given) added to the running sum one at a time, in step order, exactly
     what accumulating `decode_run_times_s` gives (numpy's cumulative sum adds in order)."""
+    if parts.lean:
+        return decode_run_ends_lean(parts, num_decode, context_tokens, num_steps, start_s, extra_s)
     if num_steps >= VECTOR_MIN_STEPS:
         ends = np.empty(num_steps + 1)
         ends[0] = start_s
@@ -129,6 +153,94 @@ def _ends_one_class(
     return out
 
 
+def decode_run_ends_lean(
+    parts: DecodeParts,
+    n: int,
+    context_tokens: int,
+    num_steps: int,
+    start_s: float,
+    extra_s: float | None,
+) -> list[float]:
+    """`_ends_one_class` where attention is bound one way at every step (`parts.bound`,
+    so the comparison's pick is known) and one tail term: the same float operations in
+    the same order, written as one expression (evaluated left to right as the statements
+    it replaces: count * layer_s, + the tail, + the overhead, then added to the clock);
+    long runs with numpy, element by element."""
+    count, gemm_s, _, _ = parts.layers[0]
+    if parts.bound > 0:
+        per_pair, rate = parts.kv_bytes_per_token_layer, parts.hbm_bytes_s
+    else:
+        per_pair, rate = parts.decode_pair_flops, parts.attn_flops_s
+    (tail_s,) = parts.tail_s
+    overhead_s = parts.overhead_s
+    x: npt.NDArray[np.float64]
+    if num_steps >= LEAN_VECTOR_MIN_STEPS and n <= TABLE_MAX_BATCH and not n & (n - 1):
+        stop = context_tokens + n * num_steps
+        x = _step_times_by_context(parts, stop)[context_tokens:stop:n].copy()
+        if extra_s is not None:
+            x += extra_s
+        x[0] += start_s  # (the clock's first addition; the rest accumulate in order)
+        np.add.accumulate(x, out=x)
+        ends: list[float] = x.tolist()
+        return ends
+    if num_steps >= LEAN_VECTOR_MIN_STEPS:  # the same operations on arrays, in place
+        contexts = np.arange(context_tokens, context_tokens + n * num_steps, n, dtype=np.int64)
+        if n & (n - 1):
+            x = contexts / n
+            x *= n
+            x *= per_pair
+        else:  # n * (ctx / n) is ctx itself for a power of two (exact halvings)
+            x = contexts * per_pair  # type: ignore[assignment]
+        x /= rate
+        x += gemm_s
+        x *= count
+        x += tail_s
+        x += overhead_s
+        if extra_s is not None:
+            x += extra_s
+        x[0] += start_s  # (the clock's first addition; the rest accumulate in order)
+        np.add.accumulate(x, out=x)
+        ends = x.tolist()
+        return ends
+    out: list[float] = []
+    keep = out.append
+    t = start_s
+    stop = context_tokens + n * num_steps
+    if extra_s is None:
+        for ctx in range(context_tokens, stop, n):
+            t += count * (gemm_s + n * (ctx / n) * per_pair / rate) + tail_s + overhead_s
+            keep(t)
+    else:
+        for ctx in range(context_tokens, stop, n):
+            t += count * (gemm_s + n * (ctx / n) * per_pair / rate) + tail_s + overhead_s + extra_s
+            keep(t)
+    return out
+
+
+def _step_times_by_context(parts: DecodeParts, stop: int) -> npt.NDArray[np.float64]:
+    """A lean power-of-two batch's step time for every summed context below `stop` (at
+    least): `decode_run_ends_lean`'s element operations on contexts 0, 1, 2, ..., grown
+    by doubling. With n a power of two, n * (ctx / n) is ctx, so the time depends on the
+    summed context alone and a run reads every n-th entry."""
+    held = parts.step_times
+    if held and len(held[0]) >= stop:
+        return held[0]
+    size = max(stop, 2 * len(held[0]) if held else 4096)
+    count, gemm_s, _, _ = parts.layers[0]
+    if parts.bound > 0:
+        per_pair, rate = parts.kv_bytes_per_token_layer, parts.hbm_bytes_s
+    else:
+        per_pair, rate = parts.decode_pair_flops, parts.attn_flops_s
+    x: npt.NDArray[np.float64] = np.arange(size, dtype=np.int64) * per_pair  # type: ignore[assignment]
+    x /= rate
+    x += gemm_s
+    x *= count
+    x += parts.tail_s[0]
+    x += parts.overhead_s
+    held[:] = [x]
+    return x
+
+
 def _times_np(parts: DecodeParts, n: int, context_tokens: int, num_steps: int) -> list[float]:
     result: list[float] = _total_np(parts, n, context_tokens, num_steps).tolist()
     return result
@@ -161,7 +273,7 @@ def _total_np(
     dec_ctx_mean = ctx / n
     total = np.empty(num_steps) if out is None else out
     first = True
-    bound = _bound(parts)
+    bound = parts.bound
     for count, gemm_s, moe_s, window in parts.layers:
         mean = dec_ctx_mean if window is None else np.minimum(dec_ctx_mean, float(window))
         dec_pairs = mean * n

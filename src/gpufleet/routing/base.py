@@ -14,7 +14,12 @@ T = TypeVar("T")
 def random_min(rng: random.Random, items: Sequence[T], key: Callable[[T], Any]) -> T:
     """The item with the smallest key (numbers or tuples); ties broken uniformly at
     random, never by position."""
-    keys = list(map(key, items))
+    return random_min_of(rng, items, list(map(key, items)))
+
+
+def random_min_of(rng: random.Random, items: Sequence[T], keys: list[Any]) -> T:
+    """`random_min` with the keys given (keys[i] is items[i]'s): the same choice and the
+    same random draws."""
     best_key = min(keys)  # (the first of the smallest, as a loop keeping `<` finds it)
     if keys.count(best_key) == 1:
         return items[keys.index(best_key)]

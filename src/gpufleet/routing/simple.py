@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpufleet.routing.base import PolicyBase, random_min
-from gpufleet.routing.load import in_flight
+from gpufleet.routing.base import PolicyBase, random_min_of
 from gpufleet.routing.types import ReplicaView, RequestInfo
 
 
@@ -44,7 +43,8 @@ class LeastOutstanding(PolicyBase):
     def choose(self, request: RequestInfo, replicas: Sequence[ReplicaView]) -> ReplicaView | None:
         if not replicas:
             return None
-        return random_min(self.rng, replicas, in_flight)
+        # `in_flight` of each, in one comprehension (a call per replica costs more than it)
+        return random_min_of(self.rng, replicas, [r.in_flight + r.peer_in_flight for r in replicas])
 
 
 class PowerOfTwo(PolicyBase):
@@ -58,4 +58,6 @@ class PowerOfTwo(PolicyBase):
         if len(replicas) == 1:
             return replicas[0]
         a, b = self.rng.sample(range(len(replicas)), 2)
-        return random_min(self.rng, (replicas[a], replicas[b]), in_flight)
+        pair = (replicas[a], replicas[b])
+        keys = [r.in_flight + r.peer_in_flight for r in pair]  # (`in_flight` of each)
+        return random_min_of(self.rng, pair, keys)

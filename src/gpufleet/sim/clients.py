@@ -4,7 +4,7 @@ the next request)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -65,11 +65,14 @@ class Clients:
         eng = config.engine
         self._engine_hasher = SegmentHasher(eng.block_size) if eng.enable_prefix_caching else None
         self._routing_hasher = SegmentHasher(config.routing_block_tokens)
+        self._max_model_len = config.max_model_len  # (over the replica groups: once)
         self.live: dict[str, LiveRequest] = {}  # sent and not ended, by request id
         self.results: list[RequestResult] = []
         self.arrivals_left = len(self.requests)
         self._next_request = 0  # closed loop: next request to hand a client
         self._turn_tokens: dict[int, tuple[list[int], list[int]]] = {}
+        # Open loop: (time, event sequence, index) of the first turns not queued yet.
+        self._feed: Iterator[tuple[float, int, int]] = iter(())
         # Multi-turn sessions: request index -> the next turn, sent when it ends.
         self._followers: dict[int, int] = {
             r.after: r.index for r in self.requests if r.after is not None
@@ -84,10 +87,18 @@ class Clients:
             for _ in range(min(clients, len(self.requests))):
                 self.events.push(0.0, ARRIVAL, self._next_request)
                 self._next_request += 1
-        else:
-            for r in self.requests:
-                if r.after is None:
-                    self.events.push(r.arrival_s, ARRIVAL, r.index)
+        else:  # fed one at a time: the heap holds the next, not every arrival of the run
+            firsts = [r for r in self.requests if r.after is None]
+            seq = self.events.reserve(len(firsts))  # (the order of pushing them all now)
+            self._feed = iter(sorted((r.arrival_s, seq + k, r.index)
+                                     for k, r in enumerate(firsts)))  # fmt: skip
+            self._feed_next()
+
+    def _feed_next(self) -> None:
+        """Queue the next open-loop arrival (the earliest left: the heap pops it first)."""
+        nxt = next(self._feed, None)
+        if nxt is not None:
+            self.events.push_reserved(nxt[0], ARRIVAL, nxt[1], nxt[2])
 
     @property
     def done(self) -> bool:
@@ -96,10 +107,12 @@ class Clients:
     def on_arrival(self, index: int) -> None:
         req = self.requests[index]
         now = self.clock.now_s
+        if req.after is None and not self.config.closed_loop_clients:
+            self._feed_next()  # (it came from the feed: queue the one after it)
         self.arrivals_left -= 1
-        result = RequestResult(
-            index=index, arrival_s=now, input_tokens=req.input_tokens, output_tokens=0
-        )
+        input_tokens = req.input_tokens  # (a sum over its segments: counted once, kept here)
+        result = RequestResult(index=index, arrival_s=now, input_tokens=input_tokens,
+                               output_tokens=0)  # fmt: skip
         tenant = self.tenants.of(index) if self.tenants is not None else None
         hashes: tuple[int, ...] = ()
         if self.needs_prefix:
@@ -121,7 +134,7 @@ class Clients:
                 self.fail(live, "rate_limited")
                 return
             live.tenant = tenant
-        if req.input_tokens + req.output_tokens > self.config.max_model_len:
+        if input_tokens + req.output_tokens > self._max_model_len:
             # The replica refuses it with a 400, as vLLM does.
             self.fail(live, "context_length_exceeded")
             return
@@ -132,7 +145,7 @@ class Clients:
     def engine_request(self, live: LiveRequest, now_s: float) -> EngineRequest:
         req = live.req
         if live.prompt is None:  # built once: a retry sends the same prompt
-            live.prompt = self._engine_prompt(req)
+            live.prompt = self._engine_prompt(req, live.result.input_tokens)
         tokens, hashes = live.prompt
         live.result.attempts += 1
         # Only the answer's length matters here: its token ids are never computed.
@@ -145,7 +158,9 @@ class Clients:
             arrival_s=now_s,
         )
 
-    def _engine_prompt(self, req: SimRequest) -> tuple[list[int], list[int] | None]:
+    def _engine_prompt(
+        self, req: SimRequest, input_tokens: int
+    ) -> tuple[list[int], list[int] | None]:
         """Token ids and engine block hashes of a prompt. A session's next turn starts with
         the previous turn's own tokens (its prompt and the answer the engine generated), so
         the engine finds the answer's cached blocks as a live replica would."""
@@ -153,9 +168,9 @@ class Clients:
         hasher = self._engine_hasher
         if prev is None:
             hashes = hasher.hashes(req.segments) if hasher is not None else None
-            return placeholder_token_ids(req.input_tokens), hashes
+            return placeholder_token_ids(input_tokens), hashes
         prev_tokens, prev_hashes = prev
-        tokens = prev_tokens + placeholder_token_ids(req.input_tokens - len(prev_tokens))
+        tokens = prev_tokens + placeholder_token_ids(input_tokens - len(prev_tokens))
         if hasher is None:
             return tokens, None
         bs = hasher.block_tokens

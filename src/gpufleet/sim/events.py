@@ -37,6 +37,16 @@ class EventQueue:
         self.seq += 1
         heapq.heappush(self.heap, (t, kind, self.seq, payload))
 
+    def reserve(self, count: int) -> int:
+        """Take `count` sequence numbers for events pushed later (`push_reserved`), so they
+        keep the order they would have had pushed now; the first of them."""
+        first = self.seq + 1
+        self.seq += count
+        return first
+
+    def push_reserved(self, t: float, kind: int, seq: int, payload: Any = None) -> None:
+        heapq.heappush(self.heap, (t, kind, seq, payload))
+
 
 class SimClock:
     """The virtual clock every part of the simulator reads (`clock()` or `clock.now_s`)."""

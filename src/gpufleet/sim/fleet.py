@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from heapq import heappush
 from typing import Any
 
 from gpufleet.autoscale.controller import scale_in_order
@@ -71,7 +72,7 @@ class SimFleet:
         replica.account(now)
         self.fleet.started(live.info, view, live.policy)
         assert replica.group is not None
-        if live.req.input_tokens + live.req.output_tokens > replica.group.engine.max_model_len:
+        if live.result.input_tokens + live.req.output_tokens > replica.group.engine.max_model_len:
             # Longer than this layout takes (another group's may): the replica's 400.
             live.result.replica_id, live.result.dispatched_s = replica.replica_id, now
             self.fleet.finished(live.info, view, live.policy, False)
@@ -139,7 +140,9 @@ class SimFleet:
                 self.events.push(self.clock.now_s + BLOCKED_RETRY_S, RETRY, replica)
             return
         replica.stepping = True
-        self.events.push(advance.due_s, STEP_DONE, (replica, advance))
+        events = self.events  # (events.push, inlined: the bulk of all events)
+        events.seq += 1
+        heappush(events.heap, (advance.due_s, STEP_DONE, events.seq, (replica, advance)))
 
     def on_wake(self, replica: SimReplica) -> None:
         if replica.stopped_at_s is None:
@@ -181,7 +184,9 @@ class SimFleet:
             self.fleet.finished(live.info, view, live.policy, True, res.first_token_s is not None)
             self.fleet.observe_latency(now, res.ttft_s, res.tpot_s, live.info.model)
             self.clients.client_done(live.req.index)
-        if replica.engine.has_work:
+        engine = replica.engine
+        sched = engine.scheduler
+        if sched.running or sched.waiting or engine.in_flight:  # (engine.has_work, inlined)
             self.step(replica)
         else:
             replica.stepping = False

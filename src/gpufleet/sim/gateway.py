@@ -66,7 +66,7 @@ class SimGateway:
     def arrive(self, live: LiveRequest) -> None:
         """A request reaches the gateway: route it, queue it, or refuse it."""
         now = self.clock()
-        self._admit(live, now + self.fleet.queue.limits(live.info.model).timeout_s)
+        self._admit(live, now + self.fleet.queue.limits(live.info.model).timeout_s, now)
 
     def retry(self, live: LiveRequest) -> None:
         """Its replica failed it before the first token (it is in `live.tried`): try
@@ -81,10 +81,10 @@ class SimGateway:
             self._fail(live, "replica_failed")
             return
         self.retries += 1
-        self._admit(live, live.result.arrival_s + fleet.queue.limits(live.info.model).timeout_s)
+        deadline_s = live.result.arrival_s + fleet.queue.limits(live.info.model).timeout_s
+        self._admit(live, deadline_s, self.clock())
 
-    def _admit(self, live: LiveRequest, deadline_s: float) -> None:
-        now = self.clock()
+    def _admit(self, live: LiveRequest, deadline_s: float, now: float) -> None:
         admitted = self.fleet.admit(
             live.info.model, live.pool, now, deadline_s, adapter=live.info.adapter
         )

@@ -103,7 +103,7 @@ class SimReplica:
             kv_cache_usage=kv_usage,
             kv_capacity_tokens=cfg.num_gpu_blocks * cfg.block_size,
             engine="vllm",
-            lora=self._lora_info(),
+            lora=self._lora_info() if self.engine.lora is not None else None,
         )
 
     def _lora_info(self) -> LoraRequestsInfo | None:

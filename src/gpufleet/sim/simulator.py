@@ -25,6 +25,7 @@ import heapq
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from gpufleet.fleet_state import GatewaySignals, needs_prefix_hashes
@@ -203,7 +204,7 @@ class FleetSimulator:
         if progress is not None:
             progress(self.progress_now())
         return SimResult(
-            requests=sorted(self.clients.results, key=lambda r: r.index),
+            requests=sorted(self.clients.results, key=attrgetter("index")),
             replicas=[fleet.record(r, end_s) for r in (*fleet.retired, *fleet.replicas.values())],
             decisions=fleet.decisions,
             end_s=end_s,
