@@ -23,7 +23,17 @@ load) errs high, which the windows over the SLO then bound (over it μ* < λ alw
 so a window within the SLO only bounds μ* from below, at most 1.5 × the rate it saw; a
 window over it bounds μ* from above; the estimate moves only when a bound (the median
 over the smoothing span) crosses it, so a fleet over-provisioned for a while does not
-forget what it learned under load. Pure: samples come in with their timestamps.
+forget what it learned under load.
+
+Where the gateway counts the tokens of the requests it sees finish
+(`FleetSignals.tokens_per_request`), the rate is one of work: prompt + output tokens per
+second. A replica's step time grows with the tokens it puts through the weights, prefill
+and decode alike, so what it holds within the SLO is close to a token rate whatever the
+mix, while in requests per second it swings with it (on the Azure conversation trace the
+fewest replicas that hold each minute serve 5.2 to 9.7 requests per second each, and 7 to
+10.5 thousand tokens: `benchmarks/results/autoscale_oracle.json`). The estimate is then
+read back in requests per second at the current mix. Pure: samples come in with their
+timestamps.
 """
 
 from __future__ import annotations
@@ -61,6 +71,10 @@ class SloCapacity:
     _upper: WindowMedian = field(default_factory=WindowMedian)  # windows over it
     _estimate: float | None = None
     _floor: dict[str, WindowMin] = field(default_factory=dict)  # q0 per SLO (TTFT, TPOT)
+    # Tokens per request now (None: the rate is in requests), and whether the bounds are
+    # token rates: fixed by the first sample, so that the units never mix.
+    _tokens_per_request: float | None = None
+    _in_tokens: bool | None = None
 
     def add(self, now_s: float, signals: FleetSignals) -> None:
         if signals.admitted_total is None:
@@ -72,6 +86,8 @@ class SloCapacity:
         self._ready.add(now_s, float(len(signals.ready)))
         if self._since_s is None:
             self._since_s = now_s
+        if signals.tokens_per_request is not None and signals.tokens_per_request > 0:
+            self._tokens_per_request = signals.tokens_per_request
         requests = signals.latency_requests
         if requests is None or requests < self.min_requests:
             return  # a tail over few (or an unknown number of) requests says little
@@ -101,7 +117,9 @@ class SloCapacity:
             within = within and q <= slo
         if not lower_factors:
             return
-        per_replica = rate / ready
+        if self._in_tokens is None:
+            self._in_tokens = self._tokens_per_request is not None
+        per_replica = rate / ready * self._work_per_request()
         if within:
             factor = min(min(lower_factors), self.max_extrapolation)
             self._lower.add(now_s, per_replica * factor)
@@ -119,9 +137,20 @@ class SloCapacity:
             est = upper if est is None else min(est, upper)
         self._estimate = est
 
+    def _work_per_request(self) -> float:
+        """A request's work in the estimate's unit: its tokens, or one request."""
+        return (self._tokens_per_request or 1.0) if self._in_tokens else 1.0
+
     def estimate_rps(self) -> float | None:
-        """Requests per second per replica within the SLO (None: not measured yet)."""
-        return self._estimate
+        """Requests per second per replica within the SLO at the current mix (None: not
+        measured yet)."""
+        return None if self._estimate is None else self._estimate / self._work_per_request()
+
+    def estimate_work(self) -> tuple[float, str] | None:
+        """The estimate in its own unit: (rate, "tokens/s" or "req/s")."""
+        if self._estimate is None:
+            return None
+        return self._estimate, "tokens/s" if self._in_tokens else "req/s"
 
 
 def _queue_factor(q0: float, q: float, slo: float) -> float:

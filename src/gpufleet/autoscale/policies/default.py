@@ -167,8 +167,10 @@ class DefaultPolicy:
         if measured is not None and cap == max(1, math.floor(measured)):
             q = "p99" if self.slo_attainment >= 0.99 else "p90"
             rps = self._slo_capacity.estimate_rps() or 0.0
+            work = self._slo_capacity.estimate_work()
+            per = f" ({work[0]:.0f} {work[1]})" if work and work[1] != "req/s" else ""
             return (
-                f" [measured: {rps:.2f} req/s within the SLO at {q} × "
+                f" [measured: {rps:.2f} req/s{per} within the SLO at {q} × "
                 f"{measured / rps if rps else 0.0:.1f} s in the system; "
                 f"configured {self.capacity_per_replica}]"
             )

@@ -1,0 +1,115 @@
+"""The hindsight lower bound of the autoscaling study (issue 12): the GPU-hours of a fleet
+that knows the whole arrival curve and holds, each minute, the fewest replicas that serve
+that minute within the SLO, starting each replica a cold start before the minute that
+needs it.
+
+    GPUFLEET_SHARED=/work/shared python benchmarks/autoscale_oracle.py [--copies 10]
+        [--sizes 5-14] [--workers 2] [--out benchmarks/results/autoscale_oracle]
+
+How: fixed fleets of every size in `--sizes` replay the study's requests (its scenario,
+`autoscale_study.base_scenario`); a minute's need is the smallest size under which that
+minute's requests meet the SLO at the study's target (99 % of them) and its 1-minute
+window's p90s hold. The schedule of needs is then replayed by `autoscale_study.ScheduledFleet`,
+which starts replicas a cold start ahead and drains them once no minute within a cold
+start needs them, to check it holds: the study's "oracle" row replays that schedule
+(`autoscale_study.py` reads it from this script's JSON). Not a policy: it reads the
+future. A size a minute needs is taken from a fleet that was that size all along (its
+backlog from earlier minutes included), so the bound is tight only where needs change
+slowly; the replay measures what it actually holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from gpufleet.routing import make_policy as make_routing_policy
+from gpufleet.sim.scenario import build_config, build_requests
+from gpufleet.sim.simulator import FleetSimulator
+from gpufleet.stats import percentile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import autoscale_study as study
+from record import RESULTS, write_result
+
+
+def per_minute(job: dict[str, Any]) -> dict[str, Any]:
+    """One fixed fleet: per minute of arrivals, its requests within the SLO, its count, and
+    whether the window's p90 TTFT and TPOT hold."""
+    sc = job["scenario"]
+    result = FleetSimulator(build_config(sc), build_requests(sc),
+                            make_routing_policy(sc.routing, seed=sc.seed)).run()  # fmt: skip
+    minutes: dict[int, list[Any]] = {}
+    for r in result.requests:
+        minutes.setdefault(int(r.arrival_s // study.WINDOW_S), []).append(r)
+    out: dict[int, dict[str, Any]] = {}
+    for k, reqs in minutes.items():
+        good = sum(1 for r in reqs if study.within_slo(r))
+        ttfts = [r.ttft_s if r.ok and r.ttft_s is not None else math.inf for r in reqs]
+        tpots = [r.tpot_s for r in reqs if r.ok and r.tpot_s is not None]
+        window_ok = (percentile(ttfts, 90) or 0.0) <= study.TTFT_SLO_S and (
+            percentile(tpots, 90) or 0.0
+        ) <= study.TPOT_SLO_S
+        out[k] = {"good": good, "n": len(reqs), "window_ok": window_ok}
+    return {"replicas": job["replicas"], "minutes": out}
+
+
+def needs(sweep: list[dict[str, Any]], target: float) -> dict[int, int]:
+    """Per minute, the smallest size holding it (the largest tried where none does)."""
+    by_size = sorted(sweep, key=lambda s: s["replicas"])
+    minutes = sorted({k for s in by_size for k in s["minutes"]})
+    out = {}
+    for k in minutes:
+        out[k] = by_size[-1]["replicas"]
+        for s in by_size:
+            m = s["minutes"].get(k)
+            if m is not None and m["window_ok"] and m["good"] >= target * m["n"]:
+                out[k] = s["replicas"]
+                break
+    return out
+
+
+def sizes_arg(text: str) -> list[int]:
+    lo, _, hi = text.partition("-")
+    return list(range(int(lo), int(hi or lo) + 1))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--copies", type=int, default=10)
+    ap.add_argument("--start-s", type=float, default=0.0)
+    ap.add_argument("--duration-s", type=float, default=None)
+    ap.add_argument("--sizes", type=sizes_arg, default=sizes_arg("5-14"))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_oracle")
+    args = ap.parse_args()
+    base = study.base_scenario(args)
+    jobs = [{"replicas": n, "scenario": base.with_field("replicas", n)} for n in args.sizes]
+    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+        sweep = list(pool.map(per_minute, jobs))
+    need = needs(sweep, study.TARGET)
+    replica_s = sum(n * study.WINDOW_S for n in need.values())
+    lines = ["| minute | replicas needed |", "| --- | --- |"]
+    lines += [f"| {k} | {n} |" for k, n in sorted(need.items())]
+    data = {
+        "setup": {"copies": args.copies, "start_s": args.start_s,
+                  "duration_s": args.duration_s, "sizes": args.sizes, "target": study.TARGET},
+        "need_by_minute": {str(k): n for k, n in sorted(need.items())},
+        "replica_hours_without_cold_starts": replica_s / 3600,
+        "sweep": [{"replicas": s["replicas"],
+                   "minutes": {str(k): v for k, v in sorted(s["minutes"].items())}}
+                  for s in sweep],
+    }  # fmt: skip
+    write_result(args.out, data, "\n".join(lines) + "\n")
+    print(json.dumps(data["need_by_minute"]))
+
+
+if __name__ == "__main__":
+    main()
