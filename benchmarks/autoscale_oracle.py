@@ -7,9 +7,10 @@ needs it.
         [--sizes 5-14] [--workers 2] [--out benchmarks/results/autoscale_oracle]
 
 How: fixed fleets of every size in `--sizes` replay the study's requests (its scenario,
-`autoscale_study.base_scenario`); a minute's need is the smallest size under which that
-minute's requests meet the SLO at the study's target (99 % of them) and its 1-minute
-window's p90s hold. The schedule of needs is then replayed by `autoscale_study.ScheduledFleet`,
+`autoscale_study.base_scenario`); per minute, the sizes whose 1-minute window holds its
+p90s, and how many of its requests each serves within the SLO; the schedule is the
+cheapest pick of one size per minute whose requests within the SLO add up to the study's
+target (99 %) plus `--margin` (`needs`). The schedule of needs is then replayed by `autoscale_study.ScheduledFleet`,
 which starts replicas a cold start ahead and drains them once no minute within a cold
 start needs them, to check it holds: the study's "oracle" row replays that schedule
 (`autoscale_study.py` reads it from this script's JSON). Not a policy: it reads the
@@ -61,18 +62,28 @@ def per_minute(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def needs(sweep: list[dict[str, Any]], target: float) -> dict[int, int]:
-    """Per minute, the smallest size holding it (the largest tried where none does)."""
-    by_size = sorted(sweep, key=lambda s: s["replicas"])
-    minutes = sorted({k for s in by_size for k in s["minutes"]})
-    out = {}
-    for k in minutes:
-        out[k] = by_size[-1]["replicas"]
-        for s in by_size:
-            m = s["minutes"].get(k)
-            if m is not None and m["window_ok"] and m["good"] >= target * m["n"]:
-                out[k] = s["replicas"]
-                break
-    return out
+    """Per minute, the fewest replicas such that every minute's window holds its p90s and
+    the requests within the SLO add up to `target` of all: from the smallest size whose
+    window holds, a replica at a time to the minute where it brings the most requests
+    within the SLO (a marginal-gain greedy: the fleet's total is what the target is on)."""
+    by_size = {s["replicas"]: s["minutes"] for s in sweep}
+    sizes = sorted(by_size)
+    minutes = sorted({k for s in sweep for k in s["minutes"]})
+
+    def row(k: int, n: int) -> dict[str, Any]:
+        return by_size[n].get(k) or {"good": 0, "n": 0, "window_ok": False}
+
+    need = {k: next((n for n in sizes if row(k, n)["window_ok"]), sizes[-1]) for k in minutes}
+    total = sum(row(k, sizes[-1])["n"] for k in minutes)
+    good = sum(row(k, need[k])["good"] for k in minutes)
+    while good < target * total:
+        open_ = [k for k in minutes if need[k] < sizes[-1]]
+        if not open_:
+            break
+        k = max(open_, key=lambda m: row(m, need[m] + 1)["good"] - row(m, need[m])["good"])
+        good += row(k, need[k] + 1)["good"] - row(k, need[k])["good"]
+        need[k] += 1
+    return need
 
 
 def sizes_arg(text: str) -> list[int]:
@@ -86,21 +97,39 @@ def main() -> None:
     ap.add_argument("--start-s", type=float, default=0.0)
     ap.add_argument("--duration-s", type=float, default=None)
     ap.add_argument("--sizes", type=sizes_arg, default=sizes_arg("5-14"))
+    ap.add_argument(
+        "--margin",
+        type=float,
+        default=0.001,
+        help="over the target: the replay of the schedule is not the sweep",
+    )
+    ap.add_argument(
+        "--sweep",
+        type=Path,
+        default=None,
+        help="reuse this script's earlier JSON (its sweep) instead of simulating",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_oracle")
     args = ap.parse_args()
     base = study.base_scenario(args)
-    jobs = [{"replicas": n, "scenario": base.with_field("replicas", n)} for n in args.sizes]
-    with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
-        sweep = list(pool.map(per_minute, jobs))
-    need = needs(sweep, study.TARGET)
+    if args.sweep is not None:
+        sweep = [{"replicas": s["replicas"],
+                  "minutes": {int(k): v for k, v in s["minutes"].items()}}
+                 for s in json.loads(args.sweep.read_text())["sweep"]]  # fmt: skip
+    else:
+        jobs = [{"replicas": n, "scenario": base.with_field("replicas", n)} for n in args.sizes]
+        with ProcessPoolExecutor(max_workers=max(1, args.workers)) as pool:
+            sweep = list(pool.map(per_minute, jobs))
+    need = needs(sweep, study.TARGET + args.margin)
     replica_s = sum(n * study.WINDOW_S for n in need.values())
     lines = ["| minute | replicas needed |", "| --- | --- |"]
     lines += [f"| {k} | {n} |" for k, n in sorted(need.items())]
     data = {
         "setup": {"copies": args.copies, "start_s": args.start_s,
-                  "duration_s": args.duration_s, "sizes": args.sizes, "target": study.TARGET},
+                  "duration_s": args.duration_s, "sizes": [s["replicas"] for s in sweep],
+                  "target": study.TARGET, "margin": args.margin},
         "need_by_minute": {str(k): n for k, n in sorted(need.items())},
         "replica_hours_without_cold_starts": replica_s / 3600,
         "sweep": [{"replicas": s["replicas"],

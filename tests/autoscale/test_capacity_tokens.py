@@ -34,7 +34,9 @@ def run(cap: SloCapacity, heavy_tokens: float | None, light_tokens: float | None
 
 
 def test_a_capacity_in_tokens_follows_the_mix_one_in_requests_does_not() -> None:
-    new = SloCapacity(tpot_slo_s=0.1, quantile=0.99, smooth_s=60.0, tpot_unloaded_s=0.02)
+    new = SloCapacity(
+        tpot_slo_s=0.1, quantile=0.99, smooth_s=60.0, tpot_unloaded_s=0.02, in_tokens=True
+    )
     # 1.5 × 5 req/s of 1,000 tokens = 7,500 tokens/s; at 3,000 tokens a request: 2.5 req/s.
     assert run(new, heavy_tokens=3000.0, light_tokens=1000.0) == 2.5
     assert new.estimate_work() == (7500.0, "tokens/s")
