@@ -124,7 +124,14 @@ def main() -> None:
             sweep = list(pool.map(per_minute, jobs))
     need = needs(sweep, study.TARGET + args.margin)
     replica_s = sum(n * study.WINDOW_S for n in need.values())
-    lines = ["| minute | replicas needed |", "| --- | --- |"]
+    # Held GPUs by the schedule, cold starts included (drains not: the replay counts them).
+    sched = study.ScheduledFleet(need, study.COLD_START_S)
+    end_s = (max(need) + 1) * study.WINDOW_S
+    held_s = sum(sched.desired(float(t)) for t in range(int(end_s)))
+    gpu_h = held_s * study.TP / 3600
+    lines = [f"Schedule: {gpu_h:.1f} GPU-hours held (cold starts included, drains not; the "
+             "study's `oracle` row replays it).", "",
+             "| minute | replicas needed |", "| --- | --- |"]  # fmt: skip
     lines += [f"| {k} | {n} |" for k, n in sorted(need.items())]
     data = {
         "setup": {"copies": args.copies, "start_s": args.start_s,
@@ -132,6 +139,7 @@ def main() -> None:
                   "target": study.TARGET, "margin": args.margin},
         "need_by_minute": {str(k): n for k, n in sorted(need.items())},
         "replica_hours_without_cold_starts": replica_s / 3600,
+        "schedule_gpu_hours": gpu_h,
         "sweep": [{"replicas": s["replicas"],
                    "minutes": {str(k): v for k, v in sorted(s["minutes"].items())}}
                   for s in sweep],

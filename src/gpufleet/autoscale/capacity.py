@@ -33,8 +33,8 @@ replicas that hold each minute serve 5.2 to 9.7 requests per second each, 7 to 1
 thousand tokens: `benchmarks/results/autoscale_oracle.json`). Off by default: an
 unweighted sum misses that a decode token costs a replica more than a prompt token (~2.5
 × on that trace, where output-heavy minutes hold ~7 thousand tokens a replica and
-prompt-heavy ones ~9.5), and the default policy on it held 98.0 % of requests for 1.07
-× the static fleet's GPU-hours, against 99.5 % at 0.98 × in requests. Pure: samples come in with their
+prompt-heavy ones ~9.5), and the default policy on it held 99.4 % of requests for 0.98
+× the static fleet's GPU-hours, against 99.1 % at 0.89 × in requests. Pure: samples come in with their
 timestamps.
 """
 
