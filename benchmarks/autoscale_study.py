@@ -28,6 +28,12 @@ system, whose in-flight count fills up over the first seconds like a ramp.
 The static fleet is sized for the peak: the smallest fixed fleet, from the planner's
 peak-minute estimate upwards, that reaches the attainment target.
 
+The `oracle` row is the hindsight lower bound (`autoscale_oracle.py`, whose schedule this
+replays when its JSON is for the same slice): the fewest replicas each minute, known in
+advance from fixed fleets' replays, such that the requests within the SLO reach the
+target, each replica started a cold start before the minute that needs it. No policy
+that reads only the past can do better by much; the ≤ 0.7 × target is measured against it.
+
 Attainment, two ways (they differ; both are reported):
   requests — the fraction of requests with TTFT <= 2 s and TPOT <= 100 ms (a failed
              request misses);
