@@ -28,6 +28,12 @@ system, whose in-flight count fills up over the first seconds like a ramp.
 The static fleet is sized for the peak: the smallest fixed fleet, from the planner's
 peak-minute estimate upwards, that reaches the attainment target.
 
+The `oracle` row is the hindsight lower bound (`autoscale_oracle.py`, whose schedule this
+replays when its JSON is for the same slice): the fewest replicas each minute, known in
+advance from fixed fleets' replays, such that the requests within the SLO reach the
+target, each replica started a cold start before the minute that needs it. No policy
+that reads only the past can do better by much; the ≤ 0.7 × target is measured against it.
+
 Attainment, two ways (they differ; both are reported):
   requests — the fraction of requests with TTFT <= 2 s and TPOT <= 100 ms (a failed
              request misses);
@@ -40,6 +46,8 @@ cost at the catalog's H100 price.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import math
 import os
 import sys
@@ -47,6 +55,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from gpufleet.autoscale.decision import ScalingDecision
+from gpufleet.autoscale.signals import FleetSignals
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.perf_serving import max_serving_concurrency_within_slo, predict_serving
 from gpufleet.routing import make_policy as make_routing_policy
@@ -115,13 +125,17 @@ def policy_params(
     return {"target_ongoing_requests": 0.7 * capacity}  # ray_serve
 
 
-def attainment(result: SimResult) -> dict[str, float]:
-    reqs = result.requests
-    good = sum(
-        1 for r in reqs
-        if r.ok and r.ttft_s is not None and r.ttft_s <= TTFT_SLO_S
+def within_slo(r: Any) -> bool:
+    """One request met the SLO (a failed one did not)."""
+    return bool(
+        r.ok and r.ttft_s is not None and r.ttft_s <= TTFT_SLO_S
         and (r.tpot_s is None or r.tpot_s <= TPOT_SLO_S)
     )  # fmt: skip
+
+
+def attainment(result: SimResult) -> dict[str, float]:
+    reqs = result.requests
+    good = sum(1 for r in reqs if within_slo(r))
     windows: dict[int, tuple[list[float], list[float]]] = {}
     for r in reqs:
         ttfts, tpots = windows.setdefault(int(r.arrival_s // WINDOW_S), ([], []))
@@ -135,10 +149,38 @@ def attainment(result: SimResult) -> dict[str, float]:
     return {"requests": good / len(reqs), "windows": ok_windows / len(windows)}
 
 
+@dataclasses.dataclass(slots=True)
+class ScheduledFleet:
+    """Replicas by minute, known in advance: a replica starts a cold start before the
+    first minute that needs it and drains when neither this minute nor any starting
+    within a cold start needs it."""
+
+    need_by_minute: dict[int, int]
+    cold_start_s: float
+    minute_s: float = WINDOW_S
+    name: str = "oracle"
+
+    def desired(self, now_s: float) -> int:
+        first = int(now_s // self.minute_s)
+        last = int((now_s + self.cold_start_s) // self.minute_s)
+        return max(self.need_by_minute.get(k, 0) for k in range(first, last + 1))
+
+    def decide(self, now_s: float, signals: FleetSignals) -> ScalingDecision:
+        want = max(1, self.desired(now_s))
+        return ScalingDecision(want, "schedule", self.name, now_s, signals.current_replicas)
+
+
 def run_one(job: dict[str, Any]) -> dict[str, Any]:
-    """One fleet (a policy, or a static size) over the study's requests."""
+    """One fleet (a policy, a static size, or the hindsight schedule) over the study's
+    requests."""
     sc: Scenario = job["scenario"]
-    result = FleetSimulator(build_config(sc), build_requests(sc),
+    config = build_config(sc)
+    if job.get("schedule") is not None and config.autoscale is not None:
+        oracle = ScheduledFleet(job["schedule"], COLD_START_S)
+        config = dataclasses.replace(
+            config, autoscale=dataclasses.replace(config.autoscale, policy=oracle)
+        )
+    result = FleetSimulator(config, build_requests(sc),
                             make_routing_policy(sc.routing, seed=sc.seed)).run()  # fmt: skip
     s = summarize(result)
     att = attainment(result)
@@ -192,6 +234,22 @@ def arrival_profile(args: argparse.Namespace) -> tuple[float, float, float, int,
     start = [n for k, n in per_min.items() if k * WINDOW_S < COLD_START_S + WINDOW_S]
     return (max(full) / WINDOW_S, max(start) / WINDOW_S, len(records) / span_s, mean_in,
             mean_out)  # fmt: skip
+
+
+def oracle_schedule(args: argparse.Namespace) -> dict[int, int] | None:
+    """The hindsight schedule `autoscale_oracle.py` found for this slice of the trace
+    (None: not found, or found for another slice)."""
+    path = args.oracle
+    if path is None or not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    setup = data.get("setup", {})
+    if (setup.get("copies"), setup.get("start_s"), setup.get("duration_s")) != (
+        args.copies, args.start_s, args.duration_s,
+    ):  # fmt: skip
+        print(f"{path}: another slice of the trace; no oracle row", file=sys.stderr)
+        return None
+    return {int(k): int(n) for k, n in data["need_by_minute"].items()}
 
 
 def run_jobs(jobs: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
@@ -275,6 +333,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_study")
+    ap.add_argument("--oracle", type=Path, default=RESULTS / "autoscale_oracle.json",
+                    help="the hindsight schedule (autoscale_oracle.py) to replay as a row")  # fmt: skip
     args = ap.parse_args()
     peak_rps, start_rps, mean_rps, mean_in, mean_out = arrival_profile(args)
     capacity = slo_capacity(mean_in, mean_out)
@@ -302,6 +362,12 @@ def main() -> None:
         params = policy_params(policy, capacity, unloaded_latency(mean_in, mean_out))
         sc = sc.with_field("autoscale_params", tuple(params.items()))
         jobs.append({"name": policy, "scenario": sc})
+    schedule = oracle_schedule(args)
+    if schedule is not None:
+        sc = jobs[0]["scenario"] if jobs else base.with_field("autoscale", "default")
+        first = ScheduledFleet(schedule, COLD_START_S).desired(0.0)
+        sc = sc.with_field("replicas", max(1, first)).with_field("max_replicas", 4 * n_static)
+        jobs.append({"name": "oracle", "scenario": sc, "schedule": schedule})
     rows = run_jobs(jobs, args.workers)
     table = markdown(rows, static)
     png = args.out.with_suffix(".png")

@@ -99,5 +99,7 @@ async def test_step_load_scales_out_and_back_in_without_failures(tmp_path: Path)
     assert failed == [], failed[:3]
     assert peak_ready >= 2, changes
     assert any(d.delta > 0 for d in changes) and any(d.delta < 0 for d in changes)
-    assert all(abs(d.delta) == 1 for d in changes if d.delta < 0)  # one at a time
+    # Several may go at once (`scale_in_many`), never below the minimum, and their drains
+    # wait for the requests they hold.
+    assert all(d.desired_replicas >= 1 for d in changes if d.delta < 0)
     assert cut == 0

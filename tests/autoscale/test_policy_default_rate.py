@@ -165,3 +165,22 @@ def test_a_window_over_the_slo_while_replicas_start_does_not_lower_the_capacity(
         cap.add(float(t), signals(6, 40, admitted, tpot_p99_s=0.2, requests=500))
     lowered = cap.estimate_rps()
     assert lowered is not None and lowered < 7.5
+
+
+def test_a_measured_capacity_is_not_cut_to_the_batch_a_queueing_replica_runs() -> None:
+    # Measured within the SLO: 18 in flight per replica (as above). Then every replica
+    # keeps 2 requests waiting with 6 running (behind long prefills, within the SLO):
+    # its batch is no capacity — sizing by it (6) asked for 80 × 1.1 / 6 = 15 replicas.
+    kw = {"tpot_p90_slo_s": 0.1, "slo_attainment": 0.99, "tpot_unloaded_s": 0.02}
+    p = policy(**kw)
+    admitted = 0
+    for t in range(0, 200):
+        admitted += 10
+        p.decide(float(t), signals(4, 80, admitted, tpot_p99_s=0.15, requests=600))
+    for t in range(200, 230):
+        admitted += 10
+        s = signals(5, 80, admitted, tpot_p99_s=0.09, requests=600)
+        s = replace(s, replicas=tuple(replace(r, running=6, waiting=2) for r in s.replicas))
+        d = p.decide(float(t), s)
+    assert p.capacity >= 18, d.reason
+    assert d.desired_replicas <= 6, d.reason

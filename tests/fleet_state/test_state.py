@@ -115,7 +115,7 @@ def test_signals_snapshot_round_trips_through_the_admin_apis_json() -> None:
         "time_s", "queue_depth", "queue_depth_by_model", "in_flight_total",
         "replicas_by_state", "window_s", "ttft_s", "tpot_s", "streamed_requests_in_window",
         "replicas", "latency_by_model", "admitted_total", "admitted_in_window",
-        "admitted_total_by_model", "admitted_in_window_by_model",
+        "admitted_total_by_model", "admitted_in_window_by_model", "tokens_per_request",
     }  # fmt: skip
     assert set(raw["ttft_s"]) == {"p50", "p90", "p99"}
     assert GatewaySignals.from_json(raw) == snap

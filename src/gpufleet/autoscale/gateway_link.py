@@ -190,4 +190,5 @@ def fleet_signals(
         cold_start_s=cold_start_s,
         admitted_total=gateway.admitted_total,
         latency_requests=gateway.streamed_requests_in_window,
+        tokens_per_request=gateway.tokens_per_request,
     )

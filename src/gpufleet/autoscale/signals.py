@@ -55,6 +55,9 @@ class FleetSignals:
     # Requests whose latency the window holds (None: not reported): a tail over a few
     # requests says little.
     latency_requests: int | None = None
+    # Mean prompt + output tokens of the requests finished over the window (None: not
+    # counted): the work a request brings, which changes with the mix.
+    tokens_per_request: float | None = None
 
     def in_state(self, state: ReplicaState) -> tuple[ReplicaSignals, ...]:
         return tuple(r for r in self.replicas if r.state == state)

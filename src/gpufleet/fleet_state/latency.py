@@ -37,6 +37,13 @@ class RecentWindow:
     def count(self) -> int:
         return len(self.samples)
 
+    def mean(self, now_s: float) -> float | None:
+        """The mean over the window (None: empty)."""
+        cutoff = now_s - self.window_s
+        while self.samples and self.samples[0][0] < cutoff:
+            self.samples.popleft()
+        return sum(v for _, v in self.samples) / len(self.samples) if self.samples else None
+
 
 class LatencyWindows:
     """TTFT and TPOT over the same recent window: the fleet's, and each model's (a model
@@ -48,12 +55,23 @@ class LatencyWindows:
         self.window_s = window_s
         self.ttft = RecentWindow(window_s)
         self.tpot = RecentWindow(window_s)
+        # Prompt + output tokens of each finished request that reported them: the work a
+        # request brings, whose mix a rate in requests per second does not see.
+        self.tokens = RecentWindow(window_s)
         self.by_model: dict[str, tuple[RecentWindow, RecentWindow]] = {}
 
     def observe(
-        self, now_s: float, ttft_s: float | None, tpot_s: float | None, model: str | None = None
+        self,
+        now_s: float,
+        ttft_s: float | None,
+        tpot_s: float | None,
+        model: str | None = None,
+        tokens: int | None = None,
     ) -> None:
-        """One finished request: TTFT when it streamed a token, TPOT when it had > 1."""
+        """One finished request: TTFT when it streamed a token, TPOT when it had > 1, its
+        prompt + output tokens where known (the fleet's window only)."""
+        if tokens is not None:
+            self.tokens.add(now_s, float(tokens))
         windows = [(self.ttft, self.tpot)]
         pair = self._model_pair(model) if model is not None else None
         if pair is not None:
@@ -75,6 +93,7 @@ class LatencyWindows:
         return {
             "ttft": list(self.ttft.samples),
             "tpot": list(self.tpot.samples),
+            "tokens": list(self.tokens.samples),
             "by_model": {
                 m: [list(t.samples), list(p.samples)] for m, (t, p) in self.by_model.items()
             },
@@ -88,6 +107,8 @@ class LatencyWindows:
             pair = self._model_pair(str(model))
             if pair is not None:
                 targets.append((*pair, ttft, tpot))
+        for t, v in raw.get("tokens") or ():
+            self.tokens.add(float(t), float(v))
         for ttft_window, tpot_window, ttft_samples, tpot_samples in targets:
             for t, v in ttft_samples:
                 ttft_window.add(float(t), float(v))

@@ -145,6 +145,9 @@ class GatewaySignals:
     admitted_in_window: int = 0
     admitted_total_by_model: Mapping[str, int] = field(default_factory=dict)
     admitted_in_window_by_model: Mapping[str, int] = field(default_factory=dict)
+    # Mean prompt + output tokens of the requests finished over the window (None: not
+    # counted, or a model's view of a fleet serving several: the count is the fleet's).
+    tokens_per_request: float | None = None
 
     @property
     def arrival_rate_rps(self) -> float | None:
@@ -181,6 +184,9 @@ class GatewaySignals:
             admitted_in_window=self.admitted_in_window_by_model.get(model, 0),
             admitted_total_by_model=_only(self.admitted_total_by_model, model),
             admitted_in_window_by_model=_only(self.admitted_in_window_by_model, model),
+            tokens_per_request=(
+                self.tokens_per_request if set(self.latency_by_model) <= {model} else None
+            ),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -200,6 +206,7 @@ class GatewaySignals:
             "admitted_in_window": self.admitted_in_window,
             "admitted_total_by_model": dict(self.admitted_total_by_model),
             "admitted_in_window_by_model": dict(self.admitted_in_window_by_model),
+            "tokens_per_request": self.tokens_per_request,
         }
 
     @classmethod
@@ -226,6 +233,7 @@ class GatewaySignals:
             admitted_in_window=int(raw.get("admitted_in_window") or 0),
             admitted_total_by_model=_counts(raw.get("admitted_total_by_model")),
             admitted_in_window_by_model=_counts(raw.get("admitted_in_window_by_model")),
+            tokens_per_request=_opt_float(raw.get("tokens_per_request")),
         )
 
 
@@ -307,6 +315,7 @@ def _latency_fields(latency: LatencyWindows, now_s: float) -> dict[str, Any]:
         "ttft_s": LatencyPercentiles.of(latency.ttft, now_s),
         "tpot_s": LatencyPercentiles.of(latency.tpot, now_s),
         "streamed_requests_in_window": latency.ttft.count(),
+        "tokens_per_request": latency.tokens.mean(now_s),
         "latency_by_model": {
             model: ModelLatency(
                 LatencyPercentiles.of(ttft, now_s), LatencyPercentiles.of(tpot, now_s), ttft.count()

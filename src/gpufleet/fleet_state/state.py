@@ -255,9 +255,14 @@ class FleetState(Generic[R]):
         policy.on_finished(info, replica, ok)
 
     def observe_latency(
-        self, now_s: float, ttft_s: float | None, tpot_s: float | None, model: str | None = None
+        self,
+        now_s: float,
+        ttft_s: float | None,
+        tpot_s: float | None,
+        model: str | None = None,
+        tokens: int | None = None,
     ) -> None:
-        self.latency.observe(now_s, ttft_s, tpot_s, model)
+        self.latency.observe(now_s, ttft_s, tpot_s, model, tokens)
 
     # -- scraped engine metrics -----------------------------------------------------------
     def apply_scrape(self, replica: R, scraped: ScrapedMetrics, now_s: float) -> bool:

@@ -182,7 +182,8 @@ class SimFleet:
             replica.live_ids.discard(ereq.request_id)
             replica.account(now)
             self.fleet.finished(live.info, view, live.policy, True, res.first_token_s is not None)
-            self.fleet.observe_latency(now, res.ttft_s, res.tpot_s, live.info.model)
+            tokens = ereq.num_prompt_tokens + ereq.num_output_tokens
+            self.fleet.observe_latency(now, res.ttft_s, res.tpot_s, live.info.model, tokens)
             self.clients.client_done(live.req.index)
         engine = replica.engine
         sched = engine.scheduler

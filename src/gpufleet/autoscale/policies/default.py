@@ -14,11 +14,12 @@
   is removed before it has been.
 - Replicas already starting count as capacity arriving at their expected ready time, so a
   burst does not start a second wave of replicas while the first is still loading.
-- Scale in one replica at a time, and only when N−1 replicas would have stayed below the
-  saturation thresholds at the recent peak (demand and KV, over at least a cold start: the
-  demand the next cold start may bring back) and within the latency SLOs (p90 scaled by
-  N/(N−1)), the N replicas were not saturated at all during that window, the forecast agrees, the check has held for a
-  stabilization window, and no replica is starting.
+- Scale in only when N−1 replicas would have stayed below the saturation thresholds at
+  the recent peak (demand and KV, over at least a cold start: the demand the next cold
+  start may bring back) and within the latency SLOs (p90 scaled by N/(N−1)), the N
+  replicas were not saturated at all during that window, the forecast agrees, the check
+  has held for a stabilization window, and no replica is starting; then remove as many
+  as the same check (N−k) lets go at once.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from gpufleet.autoscale.decision import (
 )
 from gpufleet.autoscale.forecast import LinearTrend, WindowMax
 from gpufleet.autoscale.little import LittleDemand
+from gpufleet.autoscale.policies.scale_in import PeakLoad, n_minus_k_fits
 from gpufleet.autoscale.signals import FleetSignals, ReplicaSignals
 from gpufleet.errors import UserError
 
@@ -67,6 +69,11 @@ class DefaultPolicy:
     slo_attainment: float = 0.9
     # Measure the capacity within the SLO on the fleet (`SloCapacity`), when SLOs are set.
     measure_capacity: bool = True
+    # Measure it as a token rate (prompt + output tokens per second) where the gateway
+    # counts tokens (`SloCapacity.in_tokens`). Off: on the Azure trace it held fewer
+    # requests for more GPU-hours (a decode token costs a replica more than a prompt
+    # token, which an unweighted sum does not see).
+    capacity_in_tokens: bool = False
     # One request alone on a replica (the planner's): where its latency starts to queue from.
     ttft_unloaded_s: float | None = None
     tpot_unloaded_s: float | None = None
@@ -80,6 +87,9 @@ class DefaultPolicy:
     peak_window_s: float = 60.0
     scale_in_stabilization_s: float = 30.0  # the N−1 check must hold this long
     scale_in_cooldown_s: float = 30.0  # after any change, before removing a replica
+    # Remove as many replicas at once as the N−k check lets go (else one a stabilization
+    # window and a cooldown: after the Azure trace's peak, 3–6 too many for minutes).
+    scale_in_many: bool = True
     # Lower the capacity only after this many observations (over peak_window_s) of a
     # replica queueing requests below it: one snapshot can catch a request between its
     # arrival and the next engine step.
@@ -124,6 +134,7 @@ class DefaultPolicy:
         self._slo_capacity.quantile = self.slo_attainment
         self._slo_capacity.ttft_unloaded_s = self.ttft_unloaded_s
         self._slo_capacity.tpot_unloaded_s = self.tpot_unloaded_s
+        self._slo_capacity.in_tokens = self.capacity_in_tokens
         self._windows(self.cold_start_s)
 
     def _windows(self, cold_start_s: float) -> None:
@@ -146,7 +157,11 @@ class DefaultPolicy:
         cap = self.capacity_per_replica
         measured = self.measured_capacity()
         if measured is not None:  # what the replicas hold within the SLO, measured
-            cap = max(1, min(cap, math.floor(measured)))
+            # It also bounds the batch: a replica queueing behind long prefills runs fewer
+            # sequences at once than it holds within the SLO, and its batch is no capacity.
+            # It also bounds the batch: a replica queueing behind long prefills runs fewer
+            # sequences at once than it holds within the SLO, and its batch is no capacity.
+            return max(1, min(cap, math.floor(measured)))
         seen = [n for _, n in self._saturated_running]
         if len(seen) >= self.learn_min_observations:
             cap = min(cap, max(seen))
@@ -167,8 +182,10 @@ class DefaultPolicy:
         if measured is not None and cap == max(1, math.floor(measured)):
             q = "p99" if self.slo_attainment >= 0.99 else "p90"
             rps = self._slo_capacity.estimate_rps() or 0.0
+            work = self._slo_capacity.estimate_work()
+            per = f" ({work[0]:.0f} {work[1]})" if work and work[1] != "req/s" else ""
             return (
-                f" [measured: {rps:.2f} req/s within the SLO at {q} × "
+                f" [measured: {rps:.2f} req/s{per} within the SLO at {q} × "
                 f"{measured / rps if rps else 0.0:.1f} s in the system; "
                 f"configured {self.capacity_per_replica}]"
             )
@@ -247,7 +264,10 @@ class DefaultPolicy:
             # the step by what the saturated replicas actually run, not by one replica per
             # cold start; replicas already starting still count.
             batched = [r.running for r in queueing if r.running > 0]
-            effective = max(batched) if batched else cap
+            measured = self.measured_capacity() is not None
+            # Measured within the SLO, the capacity already says what a replica holds (a
+            # batch cut short by long prefills is not less of it): one more replica.
+            effective = cap if measured or not batched else max(batched)
             by_observed = math.ceil(expected * (1.0 + self.headroom_fraction) / effective)
             floor = current if len(signals.starting) > late else current + 1
             desired = max(floor, by_observed + late)
@@ -380,7 +400,7 @@ class DefaultPolicy:
             self._n1_ok_since_s = None
             ago = now_s - self._last_saturated_s
             return current, f"{head}; keep: saturated {ago:.0f} s ago (< {peak_s:g} s)"
-        fits, check = self.n_minus_1_fits(now_s, signals, cap, cold_start_s)
+        fits, check = self.n_minus_k_fits(now_s, signals, cap, cold_start_s, 1)
         if not fits:
             self._n1_ok_since_s = None
             return current, f"{head}; keep: {check}"
@@ -399,47 +419,31 @@ class DefaultPolicy:
                 f"{head}; {check}, cooldown {since_change:.0f}/{self.scale_in_cooldown_s:g} s",
             )
         self._n1_ok_since_s = None
-        return current - 1, f"{head}; scale in one: {check}, held {held_s:.0f} s"
-
-    def _latency_over_slo(self, signals: FleetSignals, load_factor: float) -> str:
-        """Which SLO the fleet's p90 latency would miss with each replica holding
-        `load_factor` times its load, taking latency as proportional to a replica's load
-        (a bound for TPOT: a decode step's time is a fixed weight read plus a part that
-        grows with the batch). The replicas' measured capacity, where the planner's is off;
-        the warm headroom applies to it as to demand."""
-        out = []
-        for name, slo, window in (
-            ("TTFT", self.ttft_p90_slo_s, signals.ttft_s),
-            ("TPOT", self.tpot_p90_slo_s, signals.tpot_s),
-        ):
-            if slo is not None and window is not None and window.p90_s * load_factor > slo:
-                out.append(f"{name} p90 {window.p90_s * load_factor:.3g} s > SLO {slo:g} s")
-        return "miss " + " and ".join(out) if out else ""
+        k = 1  # and as many more as the same check lets go (`scale_in_many`)
+        while self.scale_in_many and k + 1 < len(signals.ready):
+            more, why = self.n_minus_k_fits(now_s, signals, cap, cold_start_s, k + 1)
+            if not more:
+                break
+            k, check = k + 1, why
+        return current - k, f"{head}; scale in {k}: {check}, held {held_s:.0f} s"
 
     def n_minus_1_fits(
         self, now_s: float, signals: FleetSignals, cap: int, cold_start_s: float
     ) -> tuple[bool, str]:
         """Would N−1 ready replicas have stayed below the saturation thresholds at the peak?"""
-        n1 = len(signals.ready) - 1
-        peak_kv = self._peak_kv_total.peak()
+        return self.n_minus_k_fits(now_s, signals, cap, cold_start_s, 1)
+
+    def n_minus_k_fits(
+        self, now_s: float, signals: FleetSignals, cap: int, cold_start_s: float, k: int
+    ) -> tuple[bool, str]:
+        """Would N−k ready replicas have held the recent peak (`scale_in.n_minus_k_fits`)?"""
         if self._little.known:
             worst = self.expected_demand(now_s, signals.demand, cold_start_s)
         else:
             forecast = self.forecast(now_s + cold_start_s) or 0.0
             worst = max(self._peak_demand.peak(), forecast)
-        if n1 == 0:
-            ok = worst == 0
-            return ok, f"N−1 = 0 {'fits' if ok else 'cannot hold'} peak demand {worst:.0f}"
-        need = worst * (1.0 + self.headroom_fraction)
-        kv_each = peak_kv / n1
-        if need > n1 * cap:
-            return False, f"N−1 = {n1} × {cap} < peak {worst:.0f} + {self.headroom_fraction:.0%}"
-        if kv_each >= self.kv_usage_threshold:
-            return False, f"N−1 = {n1} would hold KV {kv_each:.0%} ≥ {self.kv_usage_threshold:.0%}"
-        over = self._latency_over_slo(signals, (n1 + 1) / n1 * (1.0 + self.headroom_fraction))
-        if over:
-            return False, f"N−1 = {n1} would {over}"
-        return True, (
-            f"N−1 = {n1} holds peak {worst:.0f} + {self.headroom_fraction:.0%} ≤ {n1 * cap} "
-            f"and KV {kv_each:.0%} < {self.kv_usage_threshold:.0%} over {self.peak_s(cold_start_s):g} s"
+        peak = PeakLoad(worst, self._peak_kv_total.peak(), self.peak_s(cold_start_s))
+        slos_s = (self.ttft_p90_slo_s, self.tpot_p90_slo_s)
+        return n_minus_k_fits(
+            signals, k, peak, cap, self.headroom_fraction, self.kv_usage_threshold, slos_s
         )

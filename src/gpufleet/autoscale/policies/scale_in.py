@@ -1,0 +1,68 @@
+"""The default policy's scale-in check: would N−k ready replicas have held the recent peak?
+Pure: values in, a verdict and its reason out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpufleet.autoscale.signals import FleetSignals
+
+
+def latency_over_slo(
+    signals: FleetSignals, load_factor: float, ttft_slo_s: float | None, tpot_slo_s: float | None
+) -> str:
+    """Which SLO the fleet's p90 latency would miss with each replica holding
+    `load_factor` times its load, taking latency as proportional to a replica's load (a
+    bound for TPOT: a decode step's time is a fixed weight read plus a part that grows
+    with the batch). The replicas' measured capacity, where the planner's is off; the warm
+    headroom applies to it as to demand."""
+    out = []
+    for name, slo, window in (
+        ("TTFT", ttft_slo_s, signals.ttft_s),
+        ("TPOT", tpot_slo_s, signals.tpot_s),
+    ):
+        if slo is not None and window is not None and window.p90_s * load_factor > slo:
+            out.append(f"{name} p90 {window.p90_s * load_factor:.3g} s > SLO {slo:g} s")
+    return "miss " + " and ".join(out) if out else ""
+
+
+@dataclass(frozen=True, slots=True)
+class PeakLoad:
+    """What N−k replicas must hold: the demand to size for (in flight), the peak of the
+    ready replicas' summed KV fractions, over `span_s`."""
+
+    demand: float
+    kv_total: float
+    span_s: float
+
+
+def n_minus_k_fits(
+    signals: FleetSignals,
+    k: int,
+    peak: PeakLoad,
+    cap: int,
+    headroom: float,
+    kv_threshold: float,
+    slos_s: tuple[float | None, float | None],
+) -> tuple[bool, str]:
+    """Would N−k ready replicas have stayed below the saturation thresholds at the peak
+    (and within the latency SLOs, latency scaled by N/(N−k))?"""
+    n_ready = len(signals.ready)
+    n1 = n_ready - k
+    worst = peak.demand
+    if n1 <= 0:
+        ok = worst == 0
+        return ok, f"N−{k} = 0 {'fits' if ok else 'cannot hold'} peak demand {worst:.0f}"
+    need = worst * (1.0 + headroom)
+    kv_each = peak.kv_total / n1
+    if need > n1 * cap:
+        return False, f"N−{k} = {n1} × {cap} < peak {worst:.0f} + {headroom:.0%}"
+    if kv_each >= kv_threshold:
+        return False, f"N−{k} = {n1} would hold KV {kv_each:.0%} ≥ {kv_threshold:.0%}"
+    over = latency_over_slo(signals, n_ready / n1 * (1.0 + headroom), *slos_s)
+    if over:
+        return False, f"N−{k} = {n1} would {over}"
+    return True, (
+        f"N−{k} = {n1} holds peak {worst:.0f} + {headroom:.0%} ≤ {n1 * cap} "
+        f"and KV {kv_each:.0%} < {kv_threshold:.0%} over {peak.span_s:g} s"
+    )
