@@ -72,7 +72,7 @@ from gpufleet.workload import RatePhase, sim_requests, synthetic_shapes
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from live_client import cpu_s, loop_lag
 from live_probes import FleetProbe, measure_overhead
-from record import RESULTS, write_result
+from record import RAW, RESULTS, write_result
 
 # At time scale 3 (the demo's); `phases()` keeps each replica's utilization at another
 # scale (rates x 3 / scale) and stretches the phases to keep enough requests.
@@ -159,7 +159,9 @@ async def client_process(run: Any, model: str, plan: tuple[RatePhase, ...], seed
     return proc, float(line.split()[1])
 
 
-async def live_once(cfg: FleetConfig, plan: tuple[RatePhase, ...], seed: int) -> dict[str, Any]:
+async def live_once(
+    cfg: FleetConfig, plan: tuple[RatePhase, ...], seed: int, raw: Path | None = None
+) -> dict[str, Any]:
     clock = time.monotonic
     load_at_start = os.getloadavg()[0]
     async with fleet_up(cfg, port=0) as run:
@@ -180,6 +182,8 @@ async def live_once(cfg: FleetConfig, plan: tuple[RatePhase, ...], seed: int) ->
             if await client.wait() != 0:
                 raise RuntimeError(f"the load generator failed ({client.returncode})")
             got = json.loads(log_path.read_text())
+            if raw is not None:  # every request, for pairing with the simulator's (`--raw`)
+                raw.write_text(json.dumps(got["results"]))
         probe.stop.set()
         await sampling
         cpu = {"gateway": cpu_s() - cpu0, "replicas": probe.added().get("cpu_s", 0.0),
@@ -195,7 +199,7 @@ async def live_once(cfg: FleetConfig, plan: tuple[RatePhase, ...], seed: int) ->
     points = [(r.sent_s, r.ttft_s, r.tpot_s) for r in results if r.ok]
     out = figures(plan, points, len(results), changes, cut)
     ttft_split = {"client_ms": out["ttft_mean_ms"], "client_n": len(points), **probe.ttft_ms()}
-    return {**out, "cold_start_s": cold_start_s,
+    return {**out, "engine_tokens": probe.tokens(), "cold_start_s": cold_start_s,
             "initial_cold_start_s": initial_cold_start_s, "request_overhead_s": overhead_s,
             "ttft_mean_by_layer": ttft_split, "cpu_s_during_traffic": cpu,
             "event_loop_lag_p50_p99_ms_by_phase": {"gateway": lag_ms,
@@ -211,6 +215,7 @@ def sim_once(
     cold_start_s: float,
     overhead_s: float,
     phase_s: float = 0.0,
+    raw: Path | None = None,
 ) -> dict[str, Any]:
     sc = Scenario(
         model=cfg.replicas.model, gpu=cfg.replicas.gpu, tp=cfg.replicas.tp,
@@ -230,7 +235,15 @@ def sim_once(
     changes = [(d.now_s, d.current_replicas, d.desired_replicas, d.reason)
                for d in result.scaling_changes]  # fmt: skip
     cut = s["failures"].get("drain_deadline", 0)
-    return {**figures(plan, points, s["requests"], changes, cut), "cold_start_s": cold_start_s,
+    tokens = {"prompt_tokens": s["total_input_tokens"],
+              "prefix_queries_tokens": s["prefix_cache_queries_tokens"],
+              "prefix_hit_rate": s["prefix_cache_hit_rate"]}  # fmt: skip
+    if raw is not None:  # every request, for pairing with the live runs' (`--raw`)
+        rows = [(r.arrival_s, r.ttft_s, r.tpot_s, r.replica_id, r.input_tokens, r.prefix_hit_tokens)
+                for r in result.requests]  # fmt: skip
+        raw.write_text(json.dumps(rows))
+    return {**figures(plan, points, s["requests"], changes, cut), "engine_tokens": tokens,
+            "cold_start_s": cold_start_s,
             "request_overhead_s": overhead_s, "tick_phase_s": phase_s}  # fmt: skip
 
 
@@ -295,12 +308,15 @@ def markdown(cmp: dict[str, Any], sim: dict[str, Any], nominal: dict[str, Any]) 
 
 def where_ttft_goes(live: list[dict[str, Any]], sim: dict[str, Any]) -> str:
     """Per live run: the machine's load, and each layer's mean TTFT over every request
-    beside the simulator's, each process's CPU, and how late each event loop woke."""
+    beside the simulator's, each process's CPU, how late each event loop woke, and the
+    prompt tokens the engines looked up in their prefix caches and the share they held."""
     sim_ms = sum(r["ttft_mean_ms"] for r in sim["runs"]) / len(sim["runs"])
-    lines = [f"\nWhere TTFT goes (mean over every request, ms; the simulator: {sim_ms:.0f}):\n",
+    lines = [f"\nWhere TTFT goes (mean over every request, ms; the simulator: {sim_ms:.0f}; "
+             f"its engines' prompt tokens and prefix hits: {_tokens(sim['runs'][0])}):\n",
              "| live run | load 1m start → end | cold start s | client | gateway | replica "
-             "| engine | CPU s gateway / replicas / client | loop lag p99 ms, burst: gateway / client |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+             "| engine | CPU s gateway / replicas / client | loop lag p99 ms, burst: gateway / client "
+             "| prompt tokens, prefix hits |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for i, r in enumerate(live, 1):
         if "ttft_mean_by_layer" not in r:
             continue  # a run of an earlier version of this benchmark
@@ -311,8 +327,16 @@ def where_ttft_goes(live: list[dict[str, Any]], sim: dict[str, Any]) -> str:
         lines.append(f"| {i} | {load} | {r['cold_start_s']:.1f} | {t['client_ms']:.0f} "
                      f"| {t['gateway_ms']:.0f} | {t['replica_ms']:.0f} | {t['engine_ms']:.0f} "
                      f"| {cpu['gateway']:.1f} / {cpu['replicas']:.1f} / {cpu['client']:.1f} "
-                     f"| {lag['gateway']:.0f} / {lag['client']:.0f} |")  # fmt: skip
+                     f"| {lag['gateway']:.0f} / {lag['client']:.0f} | {_tokens(r)} |")  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _tokens(run: dict[str, Any]) -> str:
+    """A run's prompt tokens looked up in the prefix caches, and the share they held."""
+    t = run.get("engine_tokens")
+    if t is None:
+        return "–"  # a run of an earlier version of this benchmark
+    return f"{t['prefix_queries_tokens'] / 1000:.0f} k, {t['prefix_hit_rate']:.1%}"
 
 
 def main() -> None:
@@ -325,21 +349,28 @@ def main() -> None:
     ap.add_argument("--min-replicas", type=int, default=MIN_REPLICAS)
     ap.add_argument("--max-replicas", type=int, default=MAX_REPLICAS)
     ap.add_argument("--out", type=Path, default=RESULTS / "sim_vs_live")
+    ap.add_argument("--raw", action="store_true",
+                    help=f"write every request of each run under {RAW / 'sim_vs_live'}/")  # fmt: skip
     ap.add_argument("--live-from", type=Path, default=None,
                     help="reuse the live runs of an earlier result JSON (simulate again only)")  # fmt: skip
     args = ap.parse_args()
     cfg = fleet_config(args.policy, args.time_scale, args.min_replicas, args.max_replicas)
     plan = phases(args.time_scale, args.stretch)
     live = json.loads(args.live_from.read_text())["live"] if args.live_from else []
+    raw_dir = RAW / "sim_vs_live" if args.raw else None
+    if raw_dir is not None:
+        raw_dir.mkdir(parents=True, exist_ok=True)
     for i in range(0 if args.live_from else args.repeats):
         print(f"live run {i + 1}/{args.repeats} …", file=sys.stderr)
+        raw = raw_dir / f"live{i + 1}.json" if raw_dir is not None else None
         with contextlib.suppress(KeyboardInterrupt):
-            live.append(asyncio.run(live_once(cfg, plan, args.seed)))
+            live.append(asyncio.run(live_once(cfg, plan, args.seed, raw)))
         print(json.dumps(live[-1]), file=sys.stderr)
     cold = [r["cold_start_s"] for r in live if r["cold_start_s"] is not None]
     cold_start_s = sum(cold) / len(cold) if cold else STARTUP_S
     overhead_s = sum(r.get("request_overhead_s", 0.0) for r in live) / len(live)
-    sim = sim_mean([sim_once(cfg, plan, args.seed, args.time_scale, cold_start_s, overhead_s, ph)
+    sim = sim_mean([sim_once(cfg, plan, args.seed, args.time_scale, cold_start_s, overhead_s, ph,
+                             raw_dir / f"sim{ph:.1f}.json" if raw_dir is not None else None)
                     for ph in PHASES_S])  # fmt: skip
     # Beside it, the simulator told only what the fleet config says (nothing measured).
     nominal = sim_mean([sim_once(cfg, plan, args.seed, args.time_scale, STARTUP_S, 0.0, ph)
