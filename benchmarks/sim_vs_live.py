@@ -62,12 +62,13 @@ from gpufleet.fleet.demo import demo_fleet_data
 from gpufleet.fleet.run import fleet_up
 from gpufleet.fleet.traffic import RequestResult, demo_workload
 from gpufleet.routing import make_policy as make_routing_policy
+from gpufleet.routing.prefix import ROUTING_BLOCK_BYTES, prompt_text
 from gpufleet.routing.types import ReplicaState
 from gpufleet.sim.report import summarize
 from gpufleet.sim.scenario import Scenario, build_config
 from gpufleet.sim.simulator import FleetSimulator
 from gpufleet.stats import percentiles
-from gpufleet.workload import RatePhase, sim_requests, synthetic_shapes
+from gpufleet.workload import RatePhase, sim_requests, synthetic_shapes, text_conversations
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from live_client import cpu_s, loop_lag
@@ -207,6 +208,20 @@ async def live_once(
             "load_average_1m": [load_at_start, os.getloadavg()[0]], "cpus": os.cpu_count()}  # fmt: skip
 
 
+def block_tokens(plan: tuple[RatePhase, ...], seed: int) -> int:
+    """The prompt tokens in one of the live gateway's routing blocks for this workload's
+    text: the gateway hashes `ROUTING_BLOCK_BYTES` of the rendered prompt per block, the
+    simulator as many tokens (64 by default: English at ~4 bytes a token). The replicas'
+    words are ~6.7 bytes a token, so live a ~512-token prompt is 13 blocks where 64-token
+    blocks made it 8, and prefix_aware's costs (misses, shares, the depth where prompts
+    branch), counted in blocks, weighed differently: measured from the very text sent."""
+    convs = list(text_conversations(synthetic_shapes(demo_workload(plan, seed))))
+    tokens = sum(c.turns[0].input_tokens for c in convs)
+    text_bytes = sum(len(prompt_text({"messages": [{"role": "user", "content": c.turns[0].text}]},
+                                     "/v1/chat/completions").encode()) for c in convs)  # fmt: skip
+    return max(1, round(ROUTING_BLOCK_BYTES * tokens / max(1, text_bytes)))
+
+
 def sim_once(
     cfg: FleetConfig,
     plan: tuple[RatePhase, ...],
@@ -229,7 +244,8 @@ def sim_once(
     )  # fmt: skip
     requests = sim_requests(synthetic_shapes(demo_workload(plan, seed)))
     routing = make_routing_policy(sc.routing, seed=seed)
-    result = FleetSimulator(build_config(sc), requests, routing).run()
+    config = dataclasses.replace(build_config(sc), routing_block_tokens=block_tokens(plan, seed))
+    result = FleetSimulator(config, requests, routing).run()
     s = summarize(result)
     points = [(r.arrival_s, r.ttft_s, r.tpot_s) for r in result.requests if r.ok]
     changes = [(d.now_s, d.current_replicas, d.desired_replicas, d.reason)
