@@ -2,7 +2,7 @@
 in real time and through `gpufleet sim` on a virtual clock (issue 12).
 
     python benchmarks/sim_vs_live.py [--repeats 3] [--seed 0] [--time-scale 6] [--stretch 1.5]
-        [--policy default] [--out benchmarks/results/sim_vs_live]
+        [--policy default] [--out benchmarks/results/sim_vs_live] [--raw]
 
 The fleet: simulated Llama-3.1-8B replicas on h100-sxm with an 8-sequence batch, time
 slowed `--time-scale`× (so a few requests/s saturate a replica on this small machine),
@@ -20,7 +20,10 @@ shared one event loop, which on a 2-core machine woke 0.3-0.8 s late at p99 and 
 -41..-53 % between the simulator and "live" TTFT that no fleet has. Simulated: the very
 same request shapes and arrival times, the same layout (its step times slowed by the same
 factor), the same policy objects with the same parameters (`capacity_per_replica` as `up`
-derives it), the same gateway settings. The simulator's cold start is what a live replica
+derives it), the same gateway settings, and the prompts hashed into routing blocks of as
+many tokens as the live gateway's 256-byte blocks hold of this very text (`block_tokens`:
+the replicas' words are ~6.7 bytes a token, not the ~4 of English the simulator assumes,
+and prefix_aware counts its costs in blocks). The simulator's cold start is what a live replica
 really takes from spawn to ready on this machine (process start and imports,
 `--startup-s`, the actuator's health poll), measured in each live run: it is part of the
 real behaviour, not a fitted knob.
@@ -36,7 +39,12 @@ a 3-minute run), enough on 2 cores while other jobs leave one free (load average
 on a busier machine a larger scale (the rates follow: x 3 / scale) makes the machine's CPU
 a smaller share of each step, and the simulator uses the same scale.
 
-    python benchmarks/sim_vs_live.py --repeats 3    # the committed result; ~12 min
+    python benchmarks/sim_vs_live.py --repeats 3    # the committed result; ~17 min
+
+`--raw` writes every request of each live run and of each simulated tick phase to
+benchmarks/results/raw/sim_vs_live/ (git ignores it): with one seed the requests are the
+same, so the n-th request sent is the simulator's n-th arrival, and a divergence shows at
+the request where it starts.
 
 Agreement: TTFT and TPOT p50/p90/p99 within 10 % of the live runs' mean, scale-outs and
 scale-ins within ±1, the same requests cut (0). The live side repeats `--repeats` times
