@@ -20,10 +20,11 @@ shared one event loop, which on a 2-core machine woke 0.3-0.8 s late at p99 and 
 -41..-53 % between the simulator and "live" TTFT that no fleet has. Simulated: the very
 same request shapes and arrival times, the same layout (its step times slowed by the same
 factor), the same policy objects with the same parameters (`capacity_per_replica` as `up`
-derives it), the same gateway settings, and the prompts hashed into routing blocks of as
-many tokens as the live gateway's 256-byte blocks hold of this very text (`block_tokens`:
-the replicas' words are ~6.7 bytes a token, not the ~4 of English the simulator assumes,
-and prefix_aware counts its costs in blocks). The simulator's cold start is what a live replica
+derives it), the same gateway settings, and the router given each prompt's prefix hashes
+as the live gateway computes them from the very text sent (`GatewayHashes`; the
+simulator's own, from token counts, come in blocks of as many tokens as 256 bytes of this
+text hold, `block_tokens`: the replicas' words are ~6.7 bytes a token, not the ~4 of
+English the simulator assumes, and prefix_aware counts its costs in blocks). The simulator's cold start is what a live replica
 really takes from spawn to ready on this machine (process start and imports,
 `--startup-s`, the actuator's health poll), measured in each live run: it is part of the
 real behaviour, not a fitted knob.
@@ -62,6 +63,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +72,9 @@ from gpufleet.fleet.demo import demo_fleet_data
 from gpufleet.fleet.run import fleet_up
 from gpufleet.fleet.traffic import RequestResult, demo_workload
 from gpufleet.routing import make_policy as make_routing_policy
-from gpufleet.routing.prefix import ROUTING_BLOCK_BYTES, prompt_text
-from gpufleet.routing.types import ReplicaState
+from gpufleet.routing.prefix import ROUTING_BLOCK_BYTES, prompt_text, request_prefix_hashes
+from gpufleet.routing.prefix_aware import PrefixAware
+from gpufleet.routing.types import ReplicaState, ReplicaView, RequestInfo, RoutingPolicy
 from gpufleet.sim.report import summarize
 from gpufleet.sim.scenario import Scenario, build_config
 from gpufleet.sim.simulator import FleetSimulator
@@ -230,6 +233,35 @@ def block_tokens(plan: tuple[RatePhase, ...], seed: int) -> int:
     return max(1, round(ROUTING_BLOCK_BYTES * tokens / max(1, text_bytes)))
 
 
+class GatewayHashes(PrefixAware):
+    """prefix_aware as the live gateway runs it, given each request's prefix hashes as the
+    gateway computes them (`request_prefix_hashes` of the very text sent) in place of the
+    simulator's, which it derives from token counts: bytes and tokens do not align (in
+    one of seed 0's six prefix groups the 13th 256-byte block reaches into the user's own
+    text, while 13 blocks of 38 tokens stay in the system prompt), and the policy's choice
+    of a new replica in the burst sits on such margins. The simulator names request i
+    `sim-i`."""
+
+    def __init__(self, hashes: list[tuple[int, ...]], seed: int) -> None:
+        super().__init__(seed=seed)
+        self._hashes = {f"sim-{i}": h for i, h in enumerate(hashes)}
+
+    def choose(self, request: RequestInfo, replicas: Sequence[ReplicaView]) -> ReplicaView | None:
+        hashes = self._hashes.get(request.request_id)
+        if hashes is not None:
+            request = dataclasses.replace(request, prefix_hashes=hashes)
+        return super().choose(request, replicas)
+
+
+def routing_policy(name: str, plan: tuple[RatePhase, ...], seed: int) -> RoutingPolicy:
+    if name != "prefix_aware":
+        return make_routing_policy(name, seed=seed)
+    convs = text_conversations(synthetic_shapes(demo_workload(plan, seed)))
+    return GatewayHashes([request_prefix_hashes({"messages": [{"role": "user", "content":
+                                                 c.turns[0].text}]}, "/v1/chat/completions")
+                          for c in convs], seed)  # fmt: skip
+
+
 def sim_once(
     cfg: FleetConfig,
     plan: tuple[RatePhase, ...],
@@ -251,7 +283,7 @@ def sim_once(
         tick_phase_s=phase_s, scrape_phase_s=(phase_s + 0.5) % 1.0,
     )  # fmt: skip
     requests = sim_requests(synthetic_shapes(demo_workload(plan, seed)))
-    routing = make_routing_policy(sc.routing, seed=seed)
+    routing = routing_policy(sc.routing, plan, seed)
     config = dataclasses.replace(build_config(sc), routing_block_tokens=block_tokens(plan, seed))
     result = FleetSimulator(config, requests, routing).run()
     s = summarize(result)
