@@ -248,9 +248,9 @@ class GatewayHashes(PrefixAware):
 
     def choose(self, request: RequestInfo, replicas: Sequence[ReplicaView]) -> ReplicaView | None:
         hashes = self._hashes.get(request.request_id)
-        if hashes is not None:
-            request = dataclasses.replace(request, prefix_hashes=hashes)
-        return super().choose(request, replicas)
+        if hashes is None:  # loud, rather than routing on the simulator's hashes unseen
+            raise KeyError(f"no gateway hashes for {request.request_id!r} (named sim-i?)")
+        return super().choose(dataclasses.replace(request, prefix_hashes=hashes), replicas)
 
 
 def routing_policy(name: str, plan: tuple[RatePhase, ...], seed: int) -> RoutingPolicy:
