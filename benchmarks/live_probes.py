@@ -30,6 +30,10 @@ _TOTALS = {
     "vllm:request_prefill_time_seconds_count": "engine_ttft_n",
     "gpufleet_gateway_time_to_first_token_seconds_sum": "gateway_ttft_s",
     "gpufleet_gateway_time_to_first_token_seconds_count": "gateway_ttft_n",
+    # What the engines were given: prompt tokens, and how many of them the prefix cache held.
+    "vllm:prompt_tokens_total": "prompt_tokens",
+    "vllm:prefix_cache_queries_total": "prefix_queries_tokens",
+    "vllm:prefix_cache_hits_total": "prefix_hits_tokens",
 }
 _TIMEOUT = aiohttp.ClientTimeout(total=5)
 
@@ -116,6 +120,14 @@ class FleetProbe:
             out[f"{name}_ms"] = 1000 * added.get(f"{name}_ttft_s", 0.0) / max(1.0, n)
             out[f"{name}_n"] = n
         return out
+
+    def tokens(self) -> dict[str, float]:
+        """Prompt tokens the engines prefilled or found cached, and the prefix cache's
+        hit rate (hit tokens / queried tokens): routing and caching, live."""
+        added = self.added()
+        queries = added.get("prefix_queries_tokens", 0.0)
+        return {"prompt_tokens": added.get("prompt_tokens", 0.0), "prefix_queries_tokens": queries,
+                "prefix_hit_rate": added.get("prefix_hits_tokens", 0.0) / max(1.0, queries)}  # fmt: skip
 
 
 async def measure_overhead(run: Any, model: str, seed: int, n: int = 20) -> float:

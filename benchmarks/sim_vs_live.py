@@ -2,7 +2,7 @@
 in real time and through `gpufleet sim` on a virtual clock (issue 12).
 
     python benchmarks/sim_vs_live.py [--repeats 3] [--seed 0] [--time-scale 6] [--stretch 1.5]
-        [--policy default] [--out benchmarks/results/sim_vs_live]
+        [--policy default] [--out benchmarks/results/sim_vs_live] [--raw]
 
 The fleet: simulated Llama-3.1-8B replicas on h100-sxm with an 8-sequence batch, time
 slowed `--time-scale`× (so a few requests/s saturate a replica on this small machine),
@@ -20,7 +20,11 @@ shared one event loop, which on a 2-core machine woke 0.3-0.8 s late at p99 and 
 -41..-53 % between the simulator and "live" TTFT that no fleet has. Simulated: the very
 same request shapes and arrival times, the same layout (its step times slowed by the same
 factor), the same policy objects with the same parameters (`capacity_per_replica` as `up`
-derives it), the same gateway settings. The simulator's cold start is what a live replica
+derives it), the same gateway settings, and the router given each prompt's prefix hashes
+as the live gateway computes them from the very text sent (`GatewayHashes`; the
+simulator's own, from token counts, come in blocks of as many tokens as 256 bytes of this
+text hold, `block_tokens`: the replicas' words are ~6.7 bytes a token, not the ~4 of
+English the simulator assumes, and prefix_aware counts its costs in blocks). The simulator's cold start is what a live replica
 really takes from spawn to ready on this machine (process start and imports,
 `--startup-s`, the actuator's health poll), measured in each live run: it is part of the
 real behaviour, not a fitted knob.
@@ -36,7 +40,12 @@ a 3-minute run), enough on 2 cores while other jobs leave one free (load average
 on a busier machine a larger scale (the rates follow: x 3 / scale) makes the machine's CPU
 a smaller share of each step, and the simulator uses the same scale.
 
-    python benchmarks/sim_vs_live.py --repeats 3    # the committed result; ~12 min
+    python benchmarks/sim_vs_live.py --repeats 3    # the committed result; ~17 min
+
+`--raw` writes every request of each live run and of each simulated tick phase to
+benchmarks/results/raw/sim_vs_live/ (git ignores it): with one seed the requests are the
+same, so the n-th request sent is the simulator's n-th arrival, and a divergence shows at
+the request where it starts.
 
 Agreement: TTFT and TPOT p50/p90/p99 within 10 % of the live runs' mean, scale-outs and
 scale-ins within ±1, the same requests cut (0). The live side repeats `--repeats` times
@@ -54,6 +63,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,17 +72,19 @@ from gpufleet.fleet.demo import demo_fleet_data
 from gpufleet.fleet.run import fleet_up
 from gpufleet.fleet.traffic import RequestResult, demo_workload
 from gpufleet.routing import make_policy as make_routing_policy
-from gpufleet.routing.types import ReplicaState
+from gpufleet.routing.prefix import ROUTING_BLOCK_BYTES, prompt_text, request_prefix_hashes
+from gpufleet.routing.prefix_aware import PrefixAware
+from gpufleet.routing.types import ReplicaState, ReplicaView, RequestInfo, RoutingPolicy
 from gpufleet.sim.report import summarize
 from gpufleet.sim.scenario import Scenario, build_config
 from gpufleet.sim.simulator import FleetSimulator
 from gpufleet.stats import percentiles
-from gpufleet.workload import RatePhase, sim_requests, synthetic_shapes
+from gpufleet.workload import RatePhase, sim_requests, synthetic_shapes, text_conversations
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from live_client import cpu_s, loop_lag
 from live_probes import FleetProbe, measure_overhead
-from record import RESULTS, write_result
+from record import RAW, RESULTS, write_result
 
 # At time scale 3 (the demo's); `phases()` keeps each replica's utilization at another
 # scale (rates x 3 / scale) and stretches the phases to keep enough requests.
@@ -159,7 +171,9 @@ async def client_process(run: Any, model: str, plan: tuple[RatePhase, ...], seed
     return proc, float(line.split()[1])
 
 
-async def live_once(cfg: FleetConfig, plan: tuple[RatePhase, ...], seed: int) -> dict[str, Any]:
+async def live_once(
+    cfg: FleetConfig, plan: tuple[RatePhase, ...], seed: int, raw: Path | None = None
+) -> dict[str, Any]:
     clock = time.monotonic
     load_at_start = os.getloadavg()[0]
     async with fleet_up(cfg, port=0) as run:
@@ -180,6 +194,8 @@ async def live_once(cfg: FleetConfig, plan: tuple[RatePhase, ...], seed: int) ->
             if await client.wait() != 0:
                 raise RuntimeError(f"the load generator failed ({client.returncode})")
             got = json.loads(log_path.read_text())
+            if raw is not None:  # every request, for pairing with the simulator's (`--raw`)
+                raw.write_text(json.dumps(got["results"]))
         probe.stop.set()
         await sampling
         cpu = {"gateway": cpu_s() - cpu0, "replicas": probe.added().get("cpu_s", 0.0),
@@ -195,12 +211,55 @@ async def live_once(cfg: FleetConfig, plan: tuple[RatePhase, ...], seed: int) ->
     points = [(r.sent_s, r.ttft_s, r.tpot_s) for r in results if r.ok]
     out = figures(plan, points, len(results), changes, cut)
     ttft_split = {"client_ms": out["ttft_mean_ms"], "client_n": len(points), **probe.ttft_ms()}
-    return {**out, "cold_start_s": cold_start_s,
+    return {**out, "engine_tokens": probe.tokens(), "cold_start_s": cold_start_s,
             "initial_cold_start_s": initial_cold_start_s, "request_overhead_s": overhead_s,
             "ttft_mean_by_layer": ttft_split, "cpu_s_during_traffic": cpu,
             "event_loop_lag_p50_p99_ms_by_phase": {"gateway": lag_ms,
                                                     "client": got["event_loop_lag_p50_p99_ms_by_phase"]},
             "load_average_1m": [load_at_start, os.getloadavg()[0]], "cpus": os.cpu_count()}  # fmt: skip
+
+
+def block_tokens(plan: tuple[RatePhase, ...], seed: int) -> int:
+    """The prompt tokens in one of the live gateway's routing blocks for this workload's
+    text: the gateway hashes `ROUTING_BLOCK_BYTES` of the rendered prompt per block, the
+    simulator as many tokens (64 by default: English at ~4 bytes a token). The replicas'
+    words are ~6.7 bytes a token, so live a ~512-token prompt is 13 blocks where 64-token
+    blocks made it 8, and prefix_aware's costs (misses, shares, the depth where prompts
+    branch), counted in blocks, weighed differently: measured from the very text sent."""
+    convs = list(text_conversations(synthetic_shapes(demo_workload(plan, seed))))
+    tokens = sum(c.turns[0].input_tokens for c in convs)
+    text_bytes = sum(len(prompt_text({"messages": [{"role": "user", "content": c.turns[0].text}]},
+                                     "/v1/chat/completions").encode()) for c in convs)  # fmt: skip
+    return max(1, round(ROUTING_BLOCK_BYTES * tokens / max(1, text_bytes)))
+
+
+class GatewayHashes(PrefixAware):
+    """prefix_aware as the live gateway runs it, given each request's prefix hashes as the
+    gateway computes them (`request_prefix_hashes` of the very text sent) in place of the
+    simulator's, which it derives from token counts: bytes and tokens do not align (in
+    one of seed 0's six prefix groups the 13th 256-byte block reaches into the user's own
+    text, while 13 blocks of 38 tokens stay in the system prompt), and the policy's choice
+    of a new replica in the burst sits on such margins. The simulator names request i
+    `sim-i`."""
+
+    def __init__(self, hashes: list[tuple[int, ...]], seed: int) -> None:
+        super().__init__(seed=seed)
+        self._hashes = {f"sim-{i}": h for i, h in enumerate(hashes)}
+
+    def choose(self, request: RequestInfo, replicas: Sequence[ReplicaView]) -> ReplicaView | None:
+        hashes = self._hashes.get(request.request_id)
+        if hashes is None:  # loud, rather than routing on the simulator's hashes unseen
+            raise KeyError(f"no gateway hashes for {request.request_id!r} (named sim-i?)")
+        return super().choose(dataclasses.replace(request, prefix_hashes=hashes), replicas)
+
+
+def routing_policy(name: str, plan: tuple[RatePhase, ...], seed: int) -> RoutingPolicy:
+    if name != "prefix_aware":
+        return make_routing_policy(name, seed=seed)
+    convs = text_conversations(synthetic_shapes(demo_workload(plan, seed)))
+    return GatewayHashes([request_prefix_hashes({"messages": [{"role": "user", "content":
+                                                 c.turns[0].text}]}, "/v1/chat/completions")
+                          for c in convs], seed)  # fmt: skip
 
 
 def sim_once(
@@ -211,6 +270,7 @@ def sim_once(
     cold_start_s: float,
     overhead_s: float,
     phase_s: float = 0.0,
+    raw: Path | None = None,
 ) -> dict[str, Any]:
     sc = Scenario(
         model=cfg.replicas.model, gpu=cfg.replicas.gpu, tp=cfg.replicas.tp,
@@ -223,14 +283,23 @@ def sim_once(
         tick_phase_s=phase_s, scrape_phase_s=(phase_s + 0.5) % 1.0,
     )  # fmt: skip
     requests = sim_requests(synthetic_shapes(demo_workload(plan, seed)))
-    routing = make_routing_policy(sc.routing, seed=seed)
-    result = FleetSimulator(build_config(sc), requests, routing).run()
+    routing = routing_policy(sc.routing, plan, seed)
+    config = dataclasses.replace(build_config(sc), routing_block_tokens=block_tokens(plan, seed))
+    result = FleetSimulator(config, requests, routing).run()
     s = summarize(result)
     points = [(r.arrival_s, r.ttft_s, r.tpot_s) for r in result.requests if r.ok]
     changes = [(d.now_s, d.current_replicas, d.desired_replicas, d.reason)
                for d in result.scaling_changes]  # fmt: skip
     cut = s["failures"].get("drain_deadline", 0)
-    return {**figures(plan, points, s["requests"], changes, cut), "cold_start_s": cold_start_s,
+    tokens = {"prompt_tokens": s["total_input_tokens"],
+              "prefix_queries_tokens": s["prefix_cache_queries_tokens"],
+              "prefix_hit_rate": s["prefix_cache_hit_rate"]}  # fmt: skip
+    if raw is not None:  # every request, for pairing with the live runs' (`--raw`)
+        rows = [(r.arrival_s, r.ttft_s, r.tpot_s, r.replica_id, r.input_tokens, r.prefix_hit_tokens)
+                for r in result.requests]  # fmt: skip
+        raw.write_text(json.dumps(rows))
+    return {**figures(plan, points, s["requests"], changes, cut), "engine_tokens": tokens,
+            "cold_start_s": cold_start_s,
             "request_overhead_s": overhead_s, "tick_phase_s": phase_s}  # fmt: skip
 
 
@@ -295,12 +364,15 @@ def markdown(cmp: dict[str, Any], sim: dict[str, Any], nominal: dict[str, Any]) 
 
 def where_ttft_goes(live: list[dict[str, Any]], sim: dict[str, Any]) -> str:
     """Per live run: the machine's load, and each layer's mean TTFT over every request
-    beside the simulator's, each process's CPU, and how late each event loop woke."""
+    beside the simulator's, each process's CPU, how late each event loop woke, and the
+    prompt tokens the engines looked up in their prefix caches and the share they held."""
     sim_ms = sum(r["ttft_mean_ms"] for r in sim["runs"]) / len(sim["runs"])
-    lines = [f"\nWhere TTFT goes (mean over every request, ms; the simulator: {sim_ms:.0f}):\n",
+    lines = [f"\nWhere TTFT goes (mean over every request, ms; the simulator: {sim_ms:.0f}; "
+             f"its engines' prompt tokens and prefix hits: {_tokens(sim['runs'][0])}):\n",
              "| live run | load 1m start → end | cold start s | client | gateway | replica "
-             "| engine | CPU s gateway / replicas / client | loop lag p99 ms, burst: gateway / client |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+             "| engine | CPU s gateway / replicas / client | loop lag p99 ms, burst: gateway / client "
+             "| prompt tokens, prefix hits |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for i, r in enumerate(live, 1):
         if "ttft_mean_by_layer" not in r:
             continue  # a run of an earlier version of this benchmark
@@ -311,8 +383,16 @@ def where_ttft_goes(live: list[dict[str, Any]], sim: dict[str, Any]) -> str:
         lines.append(f"| {i} | {load} | {r['cold_start_s']:.1f} | {t['client_ms']:.0f} "
                      f"| {t['gateway_ms']:.0f} | {t['replica_ms']:.0f} | {t['engine_ms']:.0f} "
                      f"| {cpu['gateway']:.1f} / {cpu['replicas']:.1f} / {cpu['client']:.1f} "
-                     f"| {lag['gateway']:.0f} / {lag['client']:.0f} |")  # fmt: skip
+                     f"| {lag['gateway']:.0f} / {lag['client']:.0f} | {_tokens(r)} |")  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _tokens(run: dict[str, Any]) -> str:
+    """A run's prompt tokens looked up in the prefix caches, and the share they held."""
+    t = run.get("engine_tokens")
+    if t is None:
+        return "–"  # a run of an earlier version of this benchmark
+    return f"{t['prefix_queries_tokens'] / 1000:.0f} k, {t['prefix_hit_rate']:.1%}"
 
 
 def main() -> None:
@@ -325,21 +405,28 @@ def main() -> None:
     ap.add_argument("--min-replicas", type=int, default=MIN_REPLICAS)
     ap.add_argument("--max-replicas", type=int, default=MAX_REPLICAS)
     ap.add_argument("--out", type=Path, default=RESULTS / "sim_vs_live")
+    ap.add_argument("--raw", action="store_true",
+                    help=f"write every request of each run under {RAW / 'sim_vs_live'}/")  # fmt: skip
     ap.add_argument("--live-from", type=Path, default=None,
                     help="reuse the live runs of an earlier result JSON (simulate again only)")  # fmt: skip
     args = ap.parse_args()
     cfg = fleet_config(args.policy, args.time_scale, args.min_replicas, args.max_replicas)
     plan = phases(args.time_scale, args.stretch)
     live = json.loads(args.live_from.read_text())["live"] if args.live_from else []
+    raw_dir = RAW / "sim_vs_live" if args.raw else None
+    if raw_dir is not None:
+        raw_dir.mkdir(parents=True, exist_ok=True)
     for i in range(0 if args.live_from else args.repeats):
         print(f"live run {i + 1}/{args.repeats} …", file=sys.stderr)
+        raw = raw_dir / f"live{i + 1}.json" if raw_dir is not None else None
         with contextlib.suppress(KeyboardInterrupt):
-            live.append(asyncio.run(live_once(cfg, plan, args.seed)))
+            live.append(asyncio.run(live_once(cfg, plan, args.seed, raw)))
         print(json.dumps(live[-1]), file=sys.stderr)
     cold = [r["cold_start_s"] for r in live if r["cold_start_s"] is not None]
     cold_start_s = sum(cold) / len(cold) if cold else STARTUP_S
     overhead_s = sum(r.get("request_overhead_s", 0.0) for r in live) / len(live)
-    sim = sim_mean([sim_once(cfg, plan, args.seed, args.time_scale, cold_start_s, overhead_s, ph)
+    sim = sim_mean([sim_once(cfg, plan, args.seed, args.time_scale, cold_start_s, overhead_s, ph,
+                             raw_dir / f"sim{ph:.1f}.json" if raw_dir is not None else None)
                     for ph in PHASES_S])  # fmt: skip
     # Beside it, the simulator told only what the fleet config says (nothing measured).
     nominal = sim_mean([sim_once(cfg, plan, args.seed, args.time_scale, STARTUP_S, 0.0, ph)

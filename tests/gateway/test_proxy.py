@@ -196,6 +196,28 @@ async def test_retry_before_first_byte_on_5xx(
     )
 
 
+async def test_requests_routed_to_ready_replicas_count_as_admitted(
+    stubs: list[StubBackend], make_gateway: GatewayFactory
+) -> None:
+    """The autoscaler's arrival rate counts every request the gateway admits, the ones
+    routed straight to a ready replica too (only the queue's admissions were counted, so
+    `gpufleet up` sized on no arrivals while the simulator, which admits every request
+    through the fleet core, sized by Little's law); a retried request counts once."""
+    gw = await make_gateway([s.url for s in stubs], health={"eject_after_failures": 100})
+    stubs[0].fail_status = 500
+    async with aiohttp.ClientSession() as session:
+        for stream in (False, True, False):
+            body = {"model": "stub-model", "messages": MSG, "stream": stream}
+            async with session.post(gw.url + "/v1/chat/completions", json=body) as resp:
+                assert resp.status == 200
+                await resp.read()
+    assert len(stubs[0].received) >= 1  # a retry did happen
+    signals = gw.signals()
+    assert signals.admitted_total == 3
+    assert signals.admitted_total_by_model == {"stub-model": 3}
+    assert signals.admitted_in_window == 3
+
+
 async def test_all_replicas_failing_returns_last_error(
     stubs: list[StubBackend], make_gateway: GatewayFactory
 ) -> None:

@@ -175,6 +175,10 @@ class Proxy:
         while True:
             chosen: Replica | Refusal | None
             chosen = choose_ready(self.fleet, ctx.info, ctx.policy, ctx.tenant.pool, tried)
+            if chosen is not None and attempts == 0:
+                # Routed without the queue: admitted all the same (the queue's admission
+                # counts the others). The autoscaler's arrival rate, as the simulator's.
+                self.fleet.arrivals.add(time.monotonic(), ctx.info.model)
             if chosen is None:  # none eligible now: wait in the queue (or give up)
                 chosen = await choose_replica(self.fleet, ctx.info, ctx.policy, ctx.tenant.pool,
                                               deadline_s, self.changes, tried)  # fmt: skip
