@@ -71,6 +71,8 @@ class BlockPool:
 
     def _find(self, h: int) -> Run | None:
         """The run holding hash h, if it is cached."""
+        # hash_runs.RunIndex.find, written out here: delegating to a shared helper costs
+        # 4-9 % of the Mooncake hour's CPU (measured back to back).
         run = self._runs.get(h)
         if run is not None:
             return run
