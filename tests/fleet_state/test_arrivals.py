@@ -49,3 +49,16 @@ def test_workers_admissions_add_up() -> None:
     assert merged.replica("a").state is ReplicaState.READY  # type: ignore[union-attr]
     empty = build_signals(10.0, [], {}, LatencyWindows(60.0))
     assert empty.admitted_total == 0 and empty.arrival_rate_rps == 0.0
+
+
+def test_a_retry_admitted_again_is_not_a_new_arrival() -> None:
+    # The live gateway's retries and resumed streams, and the simulator's retries, go
+    # through `admit` again: one request, one arrival (the autoscaler's rate).
+    f = fleet(signals_window_s=60.0)
+    queued = f.admit("m", None, 0.0, 30.0)  # first try, no replica yet: counted
+    f.leave_queue(queued)  # type: ignore[arg-type]
+    assert not isinstance(f.admit("m", None, 1.0, 30.0, first_try=False), list)  # queued retry
+    ready(f, "a")
+    assert isinstance(f.admit("m", None, 2.0, 30.0, first_try=False), list)  # routed retry
+    f.arrived(3.0, "m")  # the gateway's hot path: routed on its first try without `admit`
+    assert f.signals(3.0).admitted_total == 2

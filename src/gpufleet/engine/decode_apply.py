@@ -26,22 +26,18 @@ if TYPE_CHECKING:
 
 
 def apply_decode_run(engine: Engine, run: DecodeRun, num_steps: int) -> DecodeRunOutcome:
-    """Perform the first `num_steps` steps of `run` (validated by `Engine.run_decode`)."""
-    if not run.calls and not run.step_group:
-        return apply_one_stage(engine, run, num_steps)
+    """Perform the first `num_steps` steps of `run`, a run of pipeline stages (validated
+    by `Engine.run_decode`, which hands one-stage runs to `apply_one_stage`)."""
+    assert run.calls or run.step_group, "a one-stage run: apply_one_stage"
     bs = engine.config.block_size
     groups = run.groups
-    if run.calls or run.step_group:
-        calls = [c for c in run.calls if c.step < num_steps]
-        emitted = [0] * len(groups)
-        for g in run.step_group[:num_steps]:
-            emitted[g] += 1
-        scheduled = [0] * len(groups)
-        for call in calls:
-            scheduled[call.group] += 1
-    else:
-        calls = []
-        emitted = scheduled = [num_steps]
+    calls = [c for c in run.calls if c.step < num_steps]
+    emitted = [0] * len(groups)
+    for g in run.step_group[:num_steps]:
+        emitted[g] += 1
+    scheduled = [0] * len(groups)
+    for call in calls:
+        scheduled[call.group] += 1
     generated = 0
     for g, group in enumerate(groups):
         out, steps = emitted[g], scheduled[g]

@@ -25,10 +25,14 @@ class RecentWindow:
     def add(self, now_s: float, value: float) -> None:
         self.samples.append((now_s, value))
 
-    def percentiles(self, now_s: float, qs: tuple[float, ...]) -> dict[str, float | None]:
+    def _trim(self, now_s: float) -> None:
+        """Drop the samples older than the window."""
         cutoff = now_s - self.window_s
         while self.samples and self.samples[0][0] < cutoff:
             self.samples.popleft()
+
+    def percentiles(self, now_s: float, qs: tuple[float, ...]) -> dict[str, float | None]:
+        self._trim(now_s)
         keys = [f"p{round(q * 100)}" for q in qs]
         got = percentiles([v for _, v in self.samples], [q * 100.0 for q in qs])
         values: list[float | None] = [*got] if got is not None else [None] * len(qs)
@@ -39,9 +43,7 @@ class RecentWindow:
 
     def mean(self, now_s: float) -> float | None:
         """The mean over the window (None: empty)."""
-        cutoff = now_s - self.window_s
-        while self.samples and self.samples[0][0] < cutoff:
-            self.samples.popleft()
+        self._trim(now_s)
         return sum(v for _, v in self.samples) / len(self.samples) if self.samples else None
 
 

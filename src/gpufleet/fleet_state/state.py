@@ -124,9 +124,12 @@ class FleetState(Generic[R]):
         deadline_s: float,
         ticket: QueueTicket | None = None,
         adapter: str | None = None,
+        first_try: bool = True,
     ) -> Sequence[R] | QueueTicket | Refusal:
         """The replicas a request may go to now; else a ticket to wait with (the same one
         when `ticket` is passed and still waits); else why it is refused (404, 503).
+        Admitted on its `first_try`, the request counts as an arrival (`arrived`); a retry
+        or a resumed stream admitted again does not.
         For a LoRA `adapter` (of base model `model`): the replicas that hold it or may
         load it; 503 when every replica of the model refuses to load it."""
         if ticket is not None:
@@ -145,8 +148,8 @@ class FleetState(Generic[R]):
         if candidates:
             if ticket is not None:
                 self.queue.leave(ticket)
-            else:
-                self.arrivals.add(now_s, model)
+            elif first_try:
+                self.arrived(now_s, model)
             return candidates
         refusal: Refusal | None = None
         if not self.model_known(model):
@@ -169,8 +172,15 @@ class FleetState(Generic[R]):
         if ticket is None:
             ticket = QueueTicket(model, pool, deadline_s, adapter)
             self.queue.join(ticket)
-            self.arrivals.add(now_s, model)
+            if first_try:
+                self.arrived(now_s, model)
         return ticket
+
+    def arrived(self, now_s: float, model: str) -> None:
+        """A request admitted on its first try: the arrival rate the autoscaler sizes by
+        counts it once, whether it was routed at once (the gateway's hot path, which does
+        not call `admit`) or waited in the queue."""
+        self.arrivals.add(now_s, model)
 
     def candidates(
         self, info: RequestInfo, pool: str | None, exclude: Sequence[R] = ()

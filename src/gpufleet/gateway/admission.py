@@ -42,9 +42,10 @@ async def wait_for_replicas(
     changes: TableChanges,
     clock: Callable[[], float] = time.monotonic,
     adapter: str | None = None,
+    first_try: bool = True,
 ) -> Sequence[R] | Refusal:
     """Eligible replicas, waiting in the bounded queue while there are none (scale from 0)."""
-    admitted = fleet.admit(model, pool, clock(), deadline_s, adapter=adapter)
+    admitted = fleet.admit(model, pool, clock(), deadline_s, adapter=adapter, first_try=first_try)
     if not isinstance(admitted, QueueTicket):
         return admitted
     ticket = admitted
@@ -86,6 +87,7 @@ async def choose_replica(
     changes: TableChanges,
     tried: Sequence[R] = (),
     clock: Callable[[], float] = time.monotonic,
+    first_try: bool = True,
 ) -> R | Refusal | None:
     """The replica for this try of a request (None: every ready replica already failed it).
 
@@ -98,7 +100,7 @@ async def choose_replica(
     if tried and fleet.candidates(info, pool):
         return None
     waited = await wait_for_replicas(fleet, info.model, pool, deadline_s, changes, clock,
-                                     info.adapter)  # fmt: skip
+                                     info.adapter, first_try)  # fmt: skip
     if isinstance(waited, Refusal):
         return waited
     candidates = [r for r in waited if r not in tried] or list(waited)

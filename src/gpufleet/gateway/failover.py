@@ -98,7 +98,7 @@ class Failover:
                 return chosen
         deadline_s = time.monotonic() + fleet.queue.limits(ctx.info.model).timeout_s
         waited = await choose_replica(fleet, ctx.info, ctx.policy, pool, deadline_s,
-                                      self.proxy.changes)  # fmt: skip
+                                      self.proxy.changes, first_try=False)  # fmt: skip
         return None if waited is None or isinstance(waited, Refusal) else waited
 
     async def _attempt(

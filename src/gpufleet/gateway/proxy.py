@@ -176,12 +176,11 @@ class Proxy:
             chosen: Replica | Refusal | None
             chosen = choose_ready(self.fleet, ctx.info, ctx.policy, ctx.tenant.pool, tried)
             if chosen is not None and attempts == 0:
-                # Routed without the queue: admitted all the same (the queue's admission
-                # counts the others). The autoscaler's arrival rate, as the simulator's.
-                self.fleet.arrivals.add(time.monotonic(), ctx.info.model)
+                self.fleet.arrived(time.monotonic(), ctx.info.model)  # (`admit` counts the rest)
             if chosen is None:  # none eligible now: wait in the queue (or give up)
                 chosen = await choose_replica(self.fleet, ctx.info, ctx.policy, ctx.tenant.pool,
-                                              deadline_s, self.changes, tried)  # fmt: skip
+                                              deadline_s, self.changes, tried,
+                                              first_try=attempts == 0)  # fmt: skip
                 if chosen is None:
                     break  # every ready replica already failed this request
                 if isinstance(chosen, Refusal):

@@ -40,6 +40,8 @@ class DecodeParts:
     hbm_bytes_s: float
     # +1: every decode step's attention is memory-bound, -1: compute-bound, 0: either
     bound: int = field(init=False, default=0)
+    # one layer class without window or MoE (dense models): `_ends_one_class`
+    one_class: bool = field(init=False, default=False)
     # one layer class without window or MoE, attention bound one way, one tail term: the
     # lean Python path of `decode_run_ends_s`
     lean: bool = field(init=False, default=False)
@@ -53,8 +55,9 @@ class DecodeParts:
         bound = _bound(self)
         object.__setattr__(self, "bound", bound)
         layers = self.layers
-        lean = len(layers) == 1 and layers[0][2] is None and layers[0][3] is None
-        object.__setattr__(self, "lean", lean and bound != 0 and len(self.tail_s) == 1)
+        one_class = len(layers) == 1 and layers[0][2] is None and layers[0][3] is None
+        object.__setattr__(self, "one_class", one_class)
+        object.__setattr__(self, "lean", one_class and bound != 0 and len(self.tail_s) == 1)
 
 
 def decode_run_times_s(
@@ -110,8 +113,7 @@ def decode_run_ends_s(
         result: list[float] = ends.tolist()
         del result[0]
         return result
-    layers = parts.layers
-    if len(layers) != 1 or layers[0][2] is not None or layers[0][3] is not None:
+    if not parts.one_class:
         out = []
         t = start_s
         for step_s in decode_run_times_s(parts, num_decode, context_tokens, num_steps):
@@ -167,10 +169,7 @@ def decode_run_ends_lean(
     it replaces: count * layer_s, + the tail, + the overhead, then added to the clock);
     long runs with numpy, element by element."""
     count, gemm_s, _, _ = parts.layers[0]
-    if parts.bound > 0:
-        per_pair, rate = parts.kv_bytes_per_token_layer, parts.hbm_bytes_s
-    else:
-        per_pair, rate = parts.decode_pair_flops, parts.attn_flops_s
+    per_pair, rate = _bound_side(parts)
     (tail_s,) = parts.tail_s
     overhead_s = parts.overhead_s
     x: npt.NDArray[np.float64]
@@ -227,10 +226,7 @@ def _step_times_by_context(parts: DecodeParts, stop: int) -> npt.NDArray[np.floa
         return held[0]
     size = max(stop, 2 * len(held[0]) if held else 4096)
     count, gemm_s, _, _ = parts.layers[0]
-    if parts.bound > 0:
-        per_pair, rate = parts.kv_bytes_per_token_layer, parts.hbm_bytes_s
-    else:
-        per_pair, rate = parts.decode_pair_flops, parts.attn_flops_s
+    per_pair, rate = _bound_side(parts)
     x: npt.NDArray[np.float64] = np.arange(size, dtype=np.int64) * per_pair  # type: ignore[assignment]
     x /= rate
     x += gemm_s
@@ -239,6 +235,14 @@ def _step_times_by_context(parts: DecodeParts, stop: int) -> npt.NDArray[np.floa
     x += parts.overhead_s
     held[:] = [x]
     return x
+
+
+def _bound_side(parts: DecodeParts) -> tuple[float, float]:
+    """(per decode pair, per second) of the side attention is bound by at every step of a
+    lean model: KV bytes and HBM bandwidth, or FLOPs and attention throughput."""
+    if parts.bound > 0:
+        return parts.kv_bytes_per_token_layer, parts.hbm_bytes_s
+    return parts.decode_pair_flops, parts.attn_flops_s
 
 
 def _times_np(parts: DecodeParts, n: int, context_tokens: int, num_steps: int) -> list[float]:

@@ -82,11 +82,18 @@ class SimGateway:
             return
         self.retries += 1
         deadline_s = live.result.arrival_s + fleet.queue.limits(live.info.model).timeout_s
-        self._admit(live, deadline_s, self.clock())
+        self._admit(live, deadline_s, self.clock(), first_try=False)
 
-    def _admit(self, live: LiveRequest, deadline_s: float, now: float) -> None:
+    def _admit(
+        self, live: LiveRequest, deadline_s: float, now: float, first_try: bool = True
+    ) -> None:
         admitted = self.fleet.admit(
-            live.info.model, live.pool, now, deadline_s, adapter=live.info.adapter
+            live.info.model,
+            live.pool,
+            now,
+            deadline_s,
+            adapter=live.info.adapter,
+            first_try=first_try,
         )
         if isinstance(admitted, QueueTicket):
             self._waiting[admitted] = live

@@ -159,8 +159,6 @@ class DefaultPolicy:
         if measured is not None:  # what the replicas hold within the SLO, measured
             # It also bounds the batch: a replica queueing behind long prefills runs fewer
             # sequences at once than it holds within the SLO, and its batch is no capacity.
-            # It also bounds the batch: a replica queueing behind long prefills runs fewer
-            # sequences at once than it holds within the SLO, and its batch is no capacity.
             return max(1, min(cap, math.floor(measured)))
         seen = [n for _, n in self._saturated_running]
         if len(seen) >= self.learn_min_observations:
