@@ -49,10 +49,6 @@ class KVCacheManager:
         """What `usage` will be once `more_blocks` more blocks are handed out."""
         return 1.0 - (self.pool.num_free - more_blocks) / self.pool.num_blocks
 
-    def num_blocks_of(self, request_id: str) -> int:
-        """How many blocks a request holds."""
-        return self._num_cached.get(request_id, 0) + self._tail.get(request_id, 0)
-
     def get_computed_blocks(self, req: EngineRequest, *, peek: bool = False) -> Blocks:
         """Cached blocks of the request's longest cached prefix, never covering its last
         token (that one must be computed to produce the next token). Changes nothing but
@@ -99,11 +95,6 @@ class KVCacheManager:
             runs += more
             self._chain[rid] = (len(hashes), runs)
         return runs
-
-    def num_new_blocks(self, req: EngineRequest, num_tokens: int) -> int:
-        """Blocks a running request needs to hold `num_tokens` tokens in all."""
-        rid = req.request_id
-        return -(-num_tokens // self.block_size) - self._num_cached[rid] - self._tail[rid]
 
     def allocate_slots(
         self,

@@ -189,14 +189,7 @@ class GatewayMetrics:
         _bump(self._resume_failures, model if model.isascii() else _label(model))
 
     def observe_stream(
-        self,
-        model: str,
-        tenant: str,
-        ttft_s: float,
-        e2e_s: float,
-        chunks: int,
-        now_s: float,
-        prompt_tokens: int | None = None,
+        self, model: str, tenant: str, ttft_s: float, e2e_s: float, chunks: int, now_s: float
     ) -> None:
         ttft, tpot, _, e2e = self.latency(model, tenant)
         ttft.observe(ttft_s)
@@ -205,8 +198,9 @@ class GatewayMetrics:
         if chunks > 1:
             tpot_s = (e2e_s - ttft_s) / (chunks - 1)
             tpot.observe(tpot_s)
-        tokens = None if not prompt_tokens else prompt_tokens + chunks
-        self.windows.observe(now_s, ttft_s, tpot_s, model, tokens)
+        # (no token count: the gateway does not tokenize prompts, so `tokens_per_request`
+        # stays unknown live and a token-rate capacity falls back to requests)
+        self.windows.observe(now_s, ttft_s, tpot_s, model)
 
     # -- exposition (prometheus_client calls this on every /metrics read) ----------------
     def collect(self) -> Iterator[Any]:

@@ -372,6 +372,5 @@ class Proxy:
         elif ctx.ttft_s is not None:
             # Events minus the [DONE] marker approximate the tokens streamed.
             self.metrics.observe_stream(ctx.model, ctx.tenant.name, ctx.ttft_s,
-                                        now_s - ctx.t0_s, max(1, ctx.events - 1), now_s,
-                                        ctx.info.prompt_tokens)  # fmt: skip
+                                        now_s - ctx.t0_s, max(1, ctx.events - 1), now_s)  # fmt: skip
         await ctx.out.end()
