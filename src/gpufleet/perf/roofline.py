@@ -37,12 +37,7 @@ from typing import Protocol
 
 from gpufleet.perf.calibration import Calibration, default_calibration
 from gpufleet.perf.comm import CUSTOM_ALL_REDUCE_MAX_BYTES, AllReduceCurve, send_recv_s
-from gpufleet.perf.decode_run import (
-    DecodeParts,
-    decode_run_ends_lean,
-    decode_run_ends_s,
-    decode_run_times_s,
-)
+from gpufleet.perf.decode_run import DecodeParts, decode_run_ends_s, decode_run_times_s
 from gpufleet.perf.expert_routing import expert_routing
 from gpufleet.perf.layer_costs import compute_dtype, layer_classes
 from gpufleet.perf.step_time import StepBatch
@@ -336,9 +331,6 @@ class RooflineStepTimeModel:
     ) -> list[float]:
         """When each step of a decode run ends (see `perf.step_time.decode_step_ends_fn`)."""
         parts = self._decode_parts.get(num_decode) or self._decode_parts_for(num_decode)
-        if parts.lean:  # (the engine's hot path)
-            return decode_run_ends_lean(parts, num_decode, context_tokens, num_steps, start_s,
-                                        extra_s)  # fmt: skip
         return decode_run_ends_s(parts, num_decode, context_tokens, num_steps, start_s, extra_s)
 
     def _decode_parts_for(self, n: int) -> DecodeParts:
