@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from heapq import heappush
 from typing import Any
 
 from gpufleet.autoscale.controller import scale_in_order
@@ -140,9 +139,7 @@ class SimFleet:
                 self.events.push(self.clock.now_s + BLOCKED_RETRY_S, RETRY, replica)
             return
         replica.stepping = True
-        events = self.events  # (events.push, inlined: the bulk of all events)
-        events.seq += 1
-        heappush(events.heap, (advance.due_s, STEP_DONE, events.seq, (replica, advance)))
+        self.events.push(advance.due_s, STEP_DONE, (replica, advance))
 
     def on_wake(self, replica: SimReplica) -> None:
         if replica.stopped_at_s is None:
@@ -185,9 +182,7 @@ class SimFleet:
             tokens = ereq.num_prompt_tokens + ereq.num_output_tokens
             self.fleet.observe_latency(now, res.ttft_s, res.tpot_s, live.info.model, tokens)
             self.clients.client_done(live.req.index)
-        engine = replica.engine
-        sched = engine.scheduler
-        if sched.running or sched.waiting or engine.in_flight:  # (engine.has_work, inlined)
+        if replica.engine.has_work:
             self.step(replica)
         else:
             replica.stepping = False
