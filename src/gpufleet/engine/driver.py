@@ -32,7 +32,7 @@ import heapq
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-from gpufleet.engine.decode_run import DecodeRun, plan_decode_run
+from gpufleet.engine.decode_run import DecodeRun
 from gpufleet.engine.engine import Engine
 from gpufleet.engine.lora import LoraAdapter
 from gpufleet.engine.outputs import DecodeRunOutcome, StepOutcome
@@ -91,7 +91,7 @@ class EngineDriver:
     def begin_advance(self) -> Advance | None:
         """Start the next iteration, or a run of plain decode iterations (applied lazily);
         deliver `end(advance)` at `advance.due_s`. None: nothing ran (as `begin`)."""
-        run = plan_decode_run(self.engine, None, None)  # (Engine.plan_decode_run, one call less)
+        run = self.engine.plan_decode_run()
         if run is not None:
             self._advance = Advance(run.step_end_s[-1], None, run)
             return self._advance
