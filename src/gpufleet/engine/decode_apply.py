@@ -112,14 +112,8 @@ def apply_one_stage(engine: Engine, run: DecodeRun, n: int) -> DecodeRunOutcome:
     if whole and run.finishes:
         max_len = engine.config.max_model_len
         for r in members:
-            out = r.num_output_tokens  # (finish_reason's tests, inlined: most go on)
-            if (
-                out >= r.max_tokens
-                or len(r.all_token_ids) >= max_len
-                or (r.stop_after_tokens is not None and out >= r.stop_after_tokens)
-            ):
-                reason = finish_reason(r, max_len)
-                assert reason is not None
+            reason = finish_reason(r, max_len)
+            if reason is not None:
                 sched.finish(r, reason, now_s)
                 finished.append(r)
         running = RequestStatus.RUNNING

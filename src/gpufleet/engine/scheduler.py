@@ -250,15 +250,8 @@ class Scheduler:
                 req.first_token_s = now
                 self.prompt_tokens += req.num_prompt_tokens
             emitted.append(req)
-            out = req.num_output_tokens  # (finish_reason's tests, inlined: most go on)
-            stop = req.stop_after_tokens
-            if (
-                out >= req.max_tokens
-                or len(tokens) >= max_len
-                or (stop is not None and out >= stop)
-            ):
-                reason = finish_reason(req, max_len)
-                assert reason is not None
+            reason = finish_reason(req, max_len)
+            if reason is not None:
                 self.finish(req, reason, now)
                 finished.append(req)
         self.generation_tokens += len(emitted)

@@ -78,11 +78,11 @@ class LatencyWindows:
         pair = self._model_pair(model) if model is not None else None
         if pair is not None:
             windows.append(pair)
-        for ttft, tpot in windows:  # (RecentWindow.add, inlined: every request ends here)
+        for ttft, tpot in windows:
             if ttft_s is not None:
-                ttft.samples.append((now_s, ttft_s))
+                ttft.add(now_s, ttft_s)
             if tpot_s is not None:
-                tpot.samples.append((now_s, tpot_s))
+                tpot.add(now_s, tpot_s)
 
     def _model_pair(self, model: str) -> tuple[RecentWindow, RecentWindow] | None:
         pair = self.by_model.get(model)
