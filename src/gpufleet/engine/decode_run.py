@@ -212,7 +212,7 @@ def _admission_stays_blocked(engine: Engine) -> bool:
     head = _first_admissible(engine)
     if head is None:
         return True  # every waiting request's adapter is over max_loras until a finish
-    free = kv.pool.num_free  # (kv.num_free_blocks, one call less)
+    free = kv.num_free_blocks
     num_tokens = len(head.all_token_ids)
     if free >= -(-num_tokens // bs) + -(-cap // bs):
         # Admissible now whatever its cached prefix: the blocks it needs (at most its
@@ -273,7 +273,7 @@ def _plan_one_stage(
     group = _make_group(engine, list(running), in_flight=False)
     if group is None:
         return None
-    free = engine.kv.pool.num_free  # (kv.num_free_blocks, one call less)
+    free = engine.kv.num_free_blocks
     steps = min(group.finish_after, _steps_until_blocks_run_out(group, free))
     if max_steps is not None:
         steps = min(steps, max_steps)

@@ -243,7 +243,7 @@ class Engine:
             raise ValueError(f"num_steps must be in 1..{run.num_steps}, got {n}")
         if run.calls or run.step_group:
             outcome = apply_decode_run(self, run, n)
-        else:  # (one stage: the simulator's hot path, one call less)
+        else:  # one stage (no pipeline calls): the lean apply
             outcome = apply_one_stage(self, run, n)
         self.version += 1
         return outcome
