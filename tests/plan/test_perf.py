@@ -10,6 +10,7 @@ import pytest
 from gpufleet.perf.comm import MIB, AllReduceCurve
 from gpufleet.perf.roofline import RooflineStepTimeModel
 from gpufleet.perf.step_time import LinearStepTimeModel, StepBatch, StepTimeModel
+from gpufleet.plan.closed_loop import batch_wait_iterations
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.perf_serving import (
     SchedulerShape,
@@ -183,6 +184,37 @@ def test_first_wave_of_a_finite_benchmark_adds_queueing() -> None:
     bench = predict_closed_loop(LINEAR, 2000, 100, 32, requests_per_client=4)
     assert bench.ttft_s > steady.ttft_s
     assert bench.tpot_s == steady.tpot_s
+
+
+def test_batch_waiting_holds_prompts_for_its_timeout_at_low_load() -> None:
+    # TRT-LLM's batch_wait_timeout_iters: with 4 clients the held prompts never reach the
+    # token threshold (0.9 x 16384), so each waits about the whole 20-iteration window.
+    plain = predict_closed_loop(LINEAR, 1024, 1024, 4, SchedulerShape(max_num_batched_tokens=16384))
+    held = predict_closed_loop(
+        LINEAR,
+        1024,
+        1024,
+        4,
+        SchedulerShape(max_num_batched_tokens=16384, batch_wait_iterations=20,
+                       batch_wait_tokens=int(0.9 * 16384)),
+    )  # fmt: skip
+    assert held.ttft_s - plain.ttft_s == pytest.approx(20 * held.tpot_s, rel=0.1)
+    assert held.tpot_s == pytest.approx(plain.tpot_s, rel=0.02)
+    # A threshold one prompt reaches releases it at once: no wait.
+    low = SchedulerShape(batch_wait_iterations=20, batch_wait_tokens=1000)
+    assert predict_closed_loop(LINEAR, 1024, 1024, 4, low).ttft_s == pytest.approx(
+        predict_closed_loop(LINEAR, 1024, 1024, 4).ttft_s, rel=1e-3
+    )
+
+
+def test_batch_wait_window_closes_early_when_prompts_arrive_fast() -> None:
+    # The window ends at the timeout, or once enough prompts (with the decodes) reach the
+    # threshold; prompts that join a window wait less than the one that opened it.
+    assert batch_wait_iterations(20, 0, 1024, 8, 0.0) == 20.0
+    assert batch_wait_iterations(20, 0, 1024, 8, 1.0) == pytest.approx(20 * 11 / 21)
+    # 3 prompts reach 3000 tokens beside 8 decodes: the window lasts 2 arrivals.
+    assert batch_wait_iterations(20, 3000, 1024, 8, 0.5) == pytest.approx(4 * 2 / 3)
+    assert batch_wait_iterations(20, 1000, 1024, 8, 0.5) == 0.0
 
 
 def test_bad_arguments_are_rejected() -> None:

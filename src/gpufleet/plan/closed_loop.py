@@ -58,6 +58,12 @@ class SchedulerShape:
     # Iterations already formed when a request arrives (overlap scheduling: 1): it waits
     # for the running one to end and for these before its prefill starts.
     iterations_ahead: int = 0
+    # Batch waiting (TRT-LLM's batch_wait_timeout_iters / batch_wait_max_tokens_ratio, both
+    # off by default): while decodes run, new prompts are held until this many iterations
+    # have passed since the first of them was held, or until the held prompts plus the
+    # decodes reach batch_wait_tokens scheduled tokens (0: no token threshold).
+    batch_wait_iterations: int = 0
+    batch_wait_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +125,8 @@ def predict_closed_loop(
                 mixed_prefill=sched.mixed_prefill,
                 max_output_tokens_per_s=sched.max_output_tokens_per_s / stages,
                 iterations_ahead=sched.iterations_ahead,
+                batch_wait_iterations=sched.batch_wait_iterations,
+                batch_wait_tokens=sched.batch_wait_tokens,
             ),
             ttft_overhead_s=ttft_overhead_s,
             queue_scale=queue_scale,
@@ -237,6 +245,14 @@ def predict_closed_loop(
         wait_s = queue_scale * ahead * work_per_prompt_s
         # The running iteration's rest (half of one on average) and those already formed.
         ahead_s = (0.5 + sched.iterations_ahead) * new_tpot
+        if sched.batch_wait_iterations and n_dec >= 1.0 and osl > 1:
+            ahead_s += new_tpot * batch_wait_iterations(
+                sched.batch_wait_iterations,
+                sched.batch_wait_tokens,
+                isl,
+                n,
+                rate * new_tpot,
+            )
         new_ttft = ttft_overhead_s + ahead_s + wait_s + own_s
         new_rate = running / (new_ttft + (osl - 1) * new_tpot)
         if new_rate > rate_cap:
@@ -278,6 +294,32 @@ def predict_closed_loop(
         prefill_share=prefill_share,
         prefill_s=alone_s,
     )
+
+
+def batch_wait_iterations(
+    timeout_iterations: int,
+    threshold_tokens: int,
+    input_tokens: int,
+    num_decode: int,
+    arrivals_per_iteration: float,
+) -> float:
+    """Mean iterations a prompt is held by batch waiting (TRT-LLM's PyExecutor
+    `_waiting_requests`): a window opens when a prompt is held and closes, releasing every
+    prompt held in it, after `timeout_iterations` or as soon as the held prompts' tokens
+    plus the running decodes reach `threshold_tokens` (0: no threshold). Prompts arrive
+    at `arrivals_per_iteration` (a closed loop well below saturation: evenly over the
+    window), so the first waits the whole window, the last almost none."""
+    window = float(timeout_iterations)
+    lam = max(0.0, arrivals_per_iteration)
+    if threshold_tokens > 0:
+        # Prompts needed (the first included) to reach the threshold beside the decodes.
+        needed = max(1, math.ceil((threshold_tokens - num_decode) / input_tokens))
+        if needed <= 1:
+            return 0.0
+        if lam > 0.0:
+            window = min(window, (needed - 1) / lam)
+    arrived = lam * window  # prompts that join the first during its window
+    return window * (1.0 + arrived / 2.0) / (1.0 + arrived)
 
 
 @dataclass(frozen=True, slots=True)

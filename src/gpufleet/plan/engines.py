@@ -60,6 +60,10 @@ class EngineRules:
     # schedule, TRT-LLM's overlap scheduler: both on by default; vLLM's async scheduling is
     # opt-in): a request that arrives during iteration i waits for i+1 as well.
     overlap_scheduling: bool = False
+    # TRT-LLM's batch waiting (batch_wait_timeout_iters, batch_wait_max_tokens_ratio of
+    # max_num_tokens): off by default, set by some launch recipes (see closed_loop).
+    batch_wait_iters: int = 0
+    batch_wait_max_tokens_ratio: float = 0.0
 
     def admission_tokens(self, input_tokens: int, output_tokens: int) -> float:
         """KV tokens one running request counts against the cache, on average over its

@@ -29,6 +29,7 @@ from gpufleet.specs.gpus import GpuSpec, load_gpu
 from gpufleet.specs.models import ModelSpec
 from gpufleet.specs.quant import BF16, QuantScheme
 from gpufleet.validation.engine_loop import EngineLoopResult, simulate_closed_loop
+from gpufleet.validation.recipes import recipe_rules, requests_per_client
 from gpufleet.validation.rows import (
     QUANT_MODES,
     MeasuredRow,
@@ -154,7 +155,9 @@ def model_row(
     gpu = load_gpu(row.system)
     how = row_layout(row, model, gpu)
     layout = how.layout
-    rules = engine_rules(row.backend, gpu, tp=layout.tp, pp=layout.pp, dp=layout.dp)
+    rules = recipe_rules(
+        row, engine_rules(row.backend, gpu, tp=layout.tp, pp=layout.pp, dp=layout.dp)
+    )
     step = RooflineStepTimeModel(
         model,
         gpu,
@@ -179,10 +182,12 @@ def model_row(
             mixed_prefill=rules.mixed_prefill,
             max_output_tokens_per_s=b.frontend_tokens_per_s,
             iterations_ahead=1 if rules.overlap_scheduling else 0,
+            batch_wait_iterations=rules.batch_wait_iters,
+            batch_wait_tokens=int(rules.batch_wait_max_tokens_ratio * rules.max_num_batched_tokens),
         ),
         ttft_overhead_s=b.ttft_overhead_s,
         queue_scale=FIXED_LENGTH_QUEUE_SCALE,
-        requests_per_client=b.benchmark_requests_per_client,
+        requests_per_client=requests_per_client(row) or b.benchmark_requests_per_client,
     )
     return RowPrediction(
         row=row, ttft_s=serving.ttft_s, tpot_s=serving.tpot_s, serving=serving, note=how.note
@@ -211,7 +216,7 @@ def _engine_row(
         mixed_prefill=rules.mixed_prefill,
         think_s=b.ttft_overhead_s,
     )
-    k = max(1.0, b.benchmark_requests_per_client)
+    k = max(1.0, requests_per_client(row) or b.benchmark_requests_per_client)
     ttft_s = b.ttft_overhead_s + sim.ttft_s + (sim.first_wave_ttft_s - sim.ttft_s) / k
     tpot_s = sim.tpot_s
     rate = clients / (ttft_s + (row.osl - 1) * tpot_s)
@@ -238,7 +243,7 @@ def _kv_limited_running(
     cache (under the engine's memory rule) holds fewer requests under its admission rule.
     A KV cache that holds no request is a UserError naming the shortfall."""
     seq = row.isl + row.osl
-    key = (model, gpu.name, layout, rules.name, row.isl, row.osl)
+    key = (model, gpu.name, layout, rules, row.isl, row.osl)
     if key not in _KV_CACHE:
         mem = memory_breakdown(model, gpu, layout, seq, engine=rules.name)
         footprint = rules.admission_tokens(row.isl, row.osl)
@@ -255,7 +260,7 @@ def _kv_limited_running(
     return _KV_CACHE[key]
 
 
-_KV_CACHE: dict[tuple[ModelSpec, str, Layout, str, int, int], int] = {}
+_KV_CACHE: dict[tuple[ModelSpec, str, Layout, EngineRules, int, int], int] = {}
 
 
 def predict_row(

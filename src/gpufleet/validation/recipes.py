@@ -1,0 +1,83 @@
+"""The launch recipes behind measured rows: engine options their campaigns set away from
+the engines' defaults, as the recipes publish them.
+
+The shared CSV's rows whose ids start with a date (`2026_04_06_llama_3_1_70b_h200_sxm_
+trtllm_fp8_agg_1024x1024_c16_tp4_...`) or `dsr1_h200_...` are the InferenceMAX grid (ISL x
+OSL in 1k/1k, 1k/8k, 8k/1k, concurrency 4-256). Its benchmark scripts
+(`benchmarks/<model>_<precision>_h200[_trt]_slurm.sh`) run `benchmark_serving.py
+--num-prompts $((CONC * 10)) --max-concurrency $CONC --request-rate inf --ignore-eos`
+(every client sends 10 requests, all starting at once) against servers launched with:
+
+* TRT-LLM, Llama-3.1-70B: `--max_num_tokens 16384`; for ISL = OSL = 1024 with TP < 8
+  also `batch_wait_max_tokens_ratio: 0.9, batch_wait_timeout_iters: 20` ("will improve
+  the performance, by default they are all zeros").
+* TRT-LLM, DeepSeek-R1: `--max_num_tokens $(( (CONC + ISL + 64 + 63) / 64 * 64 ))`.
+* vLLM, Llama-3.1-70B: `async-scheduling: true` (the next iteration is scheduled while
+  this one runs, as SGLang and TRT-LLM do by default), `max-num-batched-tokens: 8192`,
+  `--max-num-seqs $CONC`.
+* SGLang, DeepSeek-R1: `--chunked-prefill-size 32768 --max-prefill-tokens 32768`,
+  `--max-running-requests` and `--cuda-graph-max-bs` 512 for 1k/1k, 256 otherwise.
+
+Everything else (the aiconfigurator campaigns' rows) runs the engines' defaults, with the
+benchmark's requests per client a fitted constant (`BackendCalibration`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from gpufleet.plan.engines import EngineRules
+from gpufleet.validation.rows import MeasuredRow
+
+# The InferenceMAX scripts' --num-prompts $((CONC * 10)).
+INFERENCEMAX_REQUESTS_PER_CLIENT = 10.0
+_INFERENCEMAX_ID = re.compile(r"^(\d{4}_\d\d_\d\d_|dsr1_)")
+_CONCURRENCY = re.compile(r"_c(\d+)_")
+
+
+def is_inferencemax(row: MeasuredRow) -> bool:
+    return bool(_INFERENCEMAX_ID.match(row.id))
+
+
+def requests_per_client(row: MeasuredRow) -> float | None:
+    """Requests each client sends in the row's benchmark, when its recipe says."""
+    return INFERENCEMAX_REQUESTS_PER_CLIENT if is_inferencemax(row) else None
+
+
+def recipe_rules(row: MeasuredRow, rules: EngineRules) -> EngineRules:
+    """The engine's rules as the row's launch recipe changed them (unchanged otherwise)."""
+    if not is_inferencemax(row):
+        return rules
+    model = row.model_path.lower()
+    if rules.name == "vllm":
+        return dataclasses.replace(
+            rules, overlap_scheduling=True, max_num_batched_tokens=8192, max_num_seqs=_conc(row)
+        )
+    if rules.name == "sglang":
+        running = 512 if row.isl == 1024 and row.osl == 1024 else 256
+        return dataclasses.replace(
+            rules,
+            max_num_batched_tokens=32768,
+            max_num_seqs=running,
+            cuda_graph_max_batch=running,
+        )
+    if rules.name != "trtllm":
+        return rules
+    if "llama" in model:
+        rules = dataclasses.replace(rules, max_num_batched_tokens=16384)
+        if row.isl == 1024 and row.osl == 1024 and row.tp < 8:
+            rules = dataclasses.replace(
+                rules, batch_wait_iters=20, batch_wait_max_tokens_ratio=0.9
+            )
+        return rules
+    if "deepseek" in model:
+        budget = (_conc(row) + row.isl + 64 + 63) // 64 * 64
+        return dataclasses.replace(rules, max_num_batched_tokens=budget)
+    return rules
+
+
+def _conc(row: MeasuredRow) -> int:
+    """The recipe's CONC: all clients of the row (its id's `_c<N>_`)."""
+    found = _CONCURRENCY.search(row.id)
+    return int(found.group(1)) if found else row.batch_size * max(1, row.attention_dp)

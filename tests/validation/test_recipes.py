@@ -1,0 +1,62 @@
+"""The launch recipes behind measured rows (validation.recipes)."""
+
+from __future__ import annotations
+
+from gpufleet.plan.engines import engine_rules
+from gpufleet.specs.gpus import load_gpu
+from gpufleet.validation.measured import MeasuredRow, model_row
+from gpufleet.validation.recipes import recipe_rules, requests_per_client
+
+H200 = load_gpu("h200_sxm")
+
+
+def _row(**kw: object) -> MeasuredRow:
+    base: dict[str, object] = dict(
+        id="2026_04_06_llama_3_1_70b_h200_sxm_trtllm_fp8_agg_1024x1024_c4_tp2_ep1_1",
+        backend="trtllm", model_path="meta-llama/Llama-3.1-70B", system="h200_sxm",
+        gemm_quant="fp8", moe_quant="", isl=1024, osl=1024, batch_size=4, tp=2, pp=1,
+        attention_dp=1, moe_tp=2, moe_ep=1, ttft_s=0.34, tpot_s=0.012,
+    )  # fmt: skip
+    base.update(kw)
+    return MeasuredRow(**base)  # type: ignore[arg-type]
+
+
+def test_inferencemax_trtllm_llama_1k1k_below_tp8_waits_for_batches() -> None:
+    trt = engine_rules("trtllm", H200, tp=2)
+    rules = recipe_rules(_row(), trt)
+    assert (rules.batch_wait_iters, rules.batch_wait_max_tokens_ratio) == (20, 0.9)
+    assert rules.max_num_batched_tokens == 16384
+    # Not at TP 8, not for 1k/8k, not for the aiconfigurator campaigns' rows.
+    assert recipe_rules(_row(tp=8), trt).batch_wait_iters == 0
+    assert recipe_rules(_row(osl=8192), trt).batch_wait_iters == 0
+    assert recipe_rules(_row(id="meta_llama_x_h100_sxm_trtllm_agg_1024x1024_c4"), trt) == trt
+
+
+def test_batch_wait_shows_in_the_row_prediction() -> None:
+    # The recipe's 20-iteration hold is most of this row's TTFT (measured 340 ms).
+    held = model_row(_row())
+    free = model_row(_row(id="aiconfigurator_style_row"))
+    assert held.ttft_s - free.ttft_s > 15 * held.tpot_s
+
+
+def test_recipe_rows_send_ten_requests_per_client() -> None:
+    assert requests_per_client(_row()) == 10.0
+    assert requests_per_client(_row(id="dsr1_h200_trtllm_fp8_agg_1024x1024_c4_cfg181")) == 10.0
+    assert requests_per_client(_row(id="meta_llama_x_h100_sxm_trtllm_agg_1024x128_c8")) is None
+
+
+def test_trtllm_deepseek_recipe_sizes_the_token_budget_by_concurrency() -> None:
+    row = _row(
+        id="2026_04_06_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x1024_c64_tp8_ep8_1",
+        model_path="deepseek-ai/DeepSeek-R1",
+    )
+    rules = recipe_rules(row, engine_rules("trtllm", H200, tp=8))
+    assert rules.max_num_batched_tokens == (64 + 1024 + 127) // 64 * 64
+    assert rules.batch_wait_iters == 0
+
+
+def test_vllm_and_sglang_recipes() -> None:
+    v = recipe_rules(_row(backend="vllm", id="2026_04_06_llama_3_1_70b_h200_sxm_vllm_fp8_agg_1024x1024_c16_tp4_ep1_1"), engine_rules("vllm", H200))  # fmt: skip
+    assert v.overlap_scheduling and v.max_num_seqs == 16
+    s = recipe_rules(_row(backend="sglang", osl=8192, id="dsr1_h200_sglang_fp8_agg_1024x8192_c4_cfg81"), engine_rules("sglang", H200, tp=8))  # fmt: skip
+    assert s.max_num_batched_tokens == 32768 and s.max_num_seqs == 256
