@@ -11,6 +11,9 @@ Per group it reports:
 * spread: TTFT median APE left once the group's bias is removed — the row-to-row shape a
   per-group constant cannot fix (its overall median is the "oracle" figure);
 * TPOT median APE;
+* low-load gap: median measured - predicted TTFT over the group's rows with at most
+  LOW_LOAD_CLIENTS clients per rank (what the model misses when nothing queues: a fixed
+  first-token cost); the same over all dense and over all MoE rows heads the table;
 * osl_slope: within each (isl, concurrency) cell measured at two or more output lengths,
   the least-squares slope of measured TTFT against E2E/c = osl x TPOT / c (one request's
   decode time over the clients: the interval between completions). The closed loop says
@@ -42,6 +45,7 @@ from gpufleet.validation.measured import (
     default_csv,
     predict_rows,
     read_rows,
+    resolve_model,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -50,6 +54,9 @@ from record import RESULTS, write_result
 # A cell's slope is only read when its output lengths spread E2E/c this much (relative):
 # below it the slope is noise over a near-constant x.
 MIN_X_SPREAD = 0.5
+# Rows with at most this many clients per rank are "low load": little queueing, so what
+# the model misses there is a fixed first-token cost.
+LOW_LOAD_CLIENTS = 8
 
 
 def osl_slope(points: Iterable[tuple[float, float]]) -> float | None:
@@ -95,6 +102,14 @@ def _ape(log_err: float) -> float:
     return abs(math.exp(log_err) - 1.0) * 100.0
 
 
+def low_load_gap_ms(preds: Iterable[RowPrediction]) -> float | None:
+    """Median measured - predicted TTFT (ms) over the low-load rows, or None without any."""
+    gaps = [
+        (p.row.ttft_s - p.ttft_s) * 1e3 for p in preds if p.serving.concurrency <= LOW_LOAD_CLIENTS
+    ]
+    return round(statistics.median(gaps), 1) if gaps else None
+
+
 def summarize_group(preds: Sequence[RowPrediction]) -> dict[str, Any]:
     ttft = [_log_err(p.ttft_s, p.row.ttft_s) for p in preds]
     tpot = [_log_err(p.tpot_s, p.row.tpot_s) for p in preds]
@@ -108,6 +123,7 @@ def summarize_group(preds: Sequence[RowPrediction]) -> dict[str, Any]:
         "tpot_median_ape_pct": round(statistics.median(_ape(e) for e in tpot), 1),
         "osl_slope": round(statistics.median(slopes), 2) if slopes else None,
         "osl_cells": len(slopes),
+        "low_load_gap_ms": low_load_gap_ms(preds),
     }
 
 
@@ -123,12 +139,18 @@ def run(csv_path: Path, configs_dir: Path | None = None) -> tuple[dict[str, Any]
     label_of = {id(p): k for k, ps in groups.items() for p in ps}
     all_ttft = [_log_err(p.ttft_s, p.row.ttft_s) for p in preds]
     oracle = [e - bias[label_of[id(p)]] for p, e in zip(preds, all_ttft, strict=True)]
+    moe = {p.row.model_path: resolve_model(p.row.model_path, configs_dir).moe is not None
+           for p in preds}  # fmt: skip
     report: dict[str, Any] = {
         "csv": str(csv_path),
         "rows_modelled": len(preds),
         "rows_unmodelled": len(skipped),
         "ttft_median_ape_pct": round(statistics.median(_ape(e) for e in all_ttft), 1),
         "ttft_oracle_group_bias_ape_pct": round(statistics.median(_ape(e) for e in oracle), 1),
+        "low_load_gap_ms": {
+            kind: low_load_gap_ms(p for p in preds if moe[p.row.model_path] == is_moe)
+            for kind, is_moe in (("dense", False), ("moe", True))
+        },
         "per_group": per_group,
     }
     lines = [
@@ -151,17 +173,26 @@ def markdown(report: dict[str, Any]) -> str:
         f"{report['rows_modelled']} rows; with each group's bias removed (the best a constant "
         f"per group could do) {report['ttft_oracle_group_bias_ape_pct']:.1f} %.",
         "",
+        f"Low-load TTFT gap (measured - predicted, median over rows with <= {LOW_LOAD_CLIENTS} "
+        f"clients per rank): dense models {_ms(report['low_load_gap_ms']['dense'])}, MoE "
+        f"models {_ms(report['low_load_gap_ms']['moe'])}.",
+        "",
         "| group (backend version model GPU layout) | rows | TTFT APE % | bias (log) "
-        "| spread APE % | TPOT APE % | osl slope (cells) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| spread APE % | TPOT APE % | osl slope (cells) | low-load gap ms |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, s in sorted(report["per_group"].items(), key=lambda kv: -kv[1]["rows"]):
         slope = "–" if s["osl_slope"] is None else f"{s['osl_slope']:.2f} ({s['osl_cells']})"
         out.append(
             f"| {name} | {s['rows']} | {s['ttft_median_ape_pct']:.1f} | {s['ttft_bias_log']:+.2f}"
-            f" | {s['ttft_spread_ape_pct']:.1f} | {s['tpot_median_ape_pct']:.1f} | {slope} |"
+            f" | {s['ttft_spread_ape_pct']:.1f} | {s['tpot_median_ape_pct']:.1f} | {slope}"
+            f" | {_ms(s['low_load_gap_ms'])} |"
         )
     return "\n".join(out)
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:+.0f} ms"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

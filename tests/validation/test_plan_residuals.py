@@ -62,3 +62,12 @@ def test_groups_are_campaigns_with_their_bias_and_spread(residuals: ModuleType) 
         assert s["osl_slope"] is None or s["osl_cells"] >= 1
     assert report["ttft_oracle_group_bias_ape_pct"] >= 0
     assert "| group (backend version model GPU layout) |" in residuals.markdown(report)
+
+
+def test_low_load_gap_is_what_the_model_misses_with_few_clients(residuals: ModuleType) -> None:
+    report, _ = residuals.run(SAMPLE, CONFIGS)
+    gaps = [s["low_load_gap_ms"] for s in report["per_group"].values()]
+    assert any(g is not None for g in gaps)
+    assert set(report["low_load_gap_ms"]) == {"dense", "moe"}
+    assert report["low_load_gap_ms"]["moe"] is None  # the sample holds only Llama rows
+    assert residuals.low_load_gap_ms([]) is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpufleet.plan.engines import engine_rules
 from gpufleet.specs.gpus import load_gpu
 from gpufleet.validation.measured import MeasuredRow, model_row
-from gpufleet.validation.recipes import recipe_rules, requests_per_client
+from gpufleet.validation.recipes import is_inferencemax, recipe_rules
 
 H200 = load_gpu("h200_sxm")
 
@@ -34,15 +34,15 @@ def test_inferencemax_trtllm_llama_1k1k_below_tp8_waits_for_batches() -> None:
 
 def test_batch_wait_shows_in_the_row_prediction() -> None:
     # The recipe's 20-iteration hold is most of this row's TTFT (measured 340 ms).
-    held = model_row(_row())
-    free = model_row(_row(id="aiconfigurator_style_row"))
+    held = model_row(_row(), recipes=True)
+    free = model_row(_row())  # the engine's defaults: no batch waiting
     assert held.ttft_s - free.ttft_s > 15 * held.tpot_s
 
 
-def test_recipe_rows_send_ten_requests_per_client() -> None:
-    assert requests_per_client(_row()) == 10.0
-    assert requests_per_client(_row(id="dsr1_h200_trtllm_fp8_agg_1024x1024_c4_cfg181")) == 10.0
-    assert requests_per_client(_row(id="meta_llama_x_h100_sxm_trtllm_agg_1024x128_c8")) is None
+def test_inferencemax_rows_are_told_by_their_ids() -> None:
+    assert is_inferencemax(_row())
+    assert is_inferencemax(_row(id="dsr1_h200_trtllm_fp8_agg_1024x1024_c4_cfg181"))
+    assert not is_inferencemax(_row(id="meta_llama_x_h100_sxm_trtllm_agg_1024x128_c8"))
 
 
 def test_trtllm_deepseek_recipe_sizes_the_token_budget_by_concurrency() -> None:

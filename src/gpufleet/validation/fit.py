@@ -31,8 +31,8 @@ from gpufleet.perf.calibration import (
 from gpufleet.validation.measured import default_csv, predict_row, read_rows
 
 
-def _errors(cal: Calibration, row: Any) -> tuple[float, float] | None:
-    pred = predict_row(row, cal)
+def _errors(cal: Calibration, row: Any, recipes: bool = False) -> tuple[float, float] | None:
+    pred = predict_row(row, cal, recipes=recipes)
     if pred is None:
         return None
     return abs(math.log(pred.ttft_s / row.ttft_s)), abs(math.log(pred.tpot_s / row.tpot_s))
@@ -75,12 +75,15 @@ def _inside_bounds(cal: Calibration) -> Calibration:
     return cal
 
 
-def fit(rows: Sequence[Any], start: Calibration, rounds: int = 3) -> Calibration:
+def fit(
+    rows: Sequence[Any], start: Calibration, rounds: int = 3, *, recipes: bool = False
+) -> Calibration:
     """Coordinate search: each constant in turn, multiplicative steps that shrink, never
     past its physical bounds (`perf.calibration.BOUNDS`). A backend's own constants only
-    move its rows' predictions, so only those are recomputed when one changes."""
+    move its rows' predictions, so only those are recomputed when one changes. recipes:
+    predict the rows as their launch recipes ran them (`validation.recipes`)."""
     cal = _inside_bounds(start)
-    errors = [_errors(cal, r) for r in rows]
+    errors = [_errors(cal, r, recipes) for r in rows]
     best = _combine(errors)
     knobs: list[tuple[str, str | None]] = [(k, None) for k in SCALAR_CONSTANTS]
     backends = sorted({r.backend for r in rows} & set(cal.backends))
@@ -104,7 +107,7 @@ def fit(rows: Sequence[Any], start: Calibration, rounds: int = 3) -> Calibration
                     trial = _replace(cal, key, cand, backend)
                     trial_errors = list(errors)
                     for i in idx:
-                        trial_errors[i] = _errors(trial, rows[i])
+                        trial_errors[i] = _errors(trial, rows[i], recipes)
                     s = _combine(trial_errors)
                     if s < best - 1e-6:
                         cal, best, errors, improved = trial, s, trial_errors, True

@@ -29,7 +29,7 @@ from gpufleet.specs.gpus import GpuSpec, load_gpu
 from gpufleet.specs.models import ModelSpec
 from gpufleet.specs.quant import BF16, QuantScheme
 from gpufleet.validation.engine_loop import EngineLoopResult, simulate_closed_loop
-from gpufleet.validation.recipes import recipe_rules, requests_per_client
+from gpufleet.validation.recipes import recipe_rules
 from gpufleet.validation.rows import (
     QUANT_MODES,
     MeasuredRow,
@@ -145,19 +145,22 @@ def model_row(
     configs_dir: Path | None = None,
     *,
     engine: bool = False,
+    recipes: bool = False,
 ) -> RowPrediction:
     """Predict one row; raises UserError (with the reason) when the row cannot be modelled.
 
     engine: play the closed loop out on `gpufleet.engine` (engine_loop) instead of the
-    analytic mean-value solver; the same step-time model and constants either way."""
+    analytic mean-value solver; the same step-time model and constants either way.
+    recipes: run the engine as the row's launch recipe set it (`validation.recipes`), not
+    with its defaults."""
     cal = cal or default_calibration()
     model = resolve_model(row.model_path, configs_dir)
     gpu = load_gpu(row.system)
     how = row_layout(row, model, gpu)
     layout = how.layout
-    rules = recipe_rules(
-        row, engine_rules(row.backend, gpu, tp=layout.tp, pp=layout.pp, dp=layout.dp)
-    )
+    rules = engine_rules(row.backend, gpu, tp=layout.tp, pp=layout.pp, dp=layout.dp)
+    if recipes:
+        rules = recipe_rules(row, rules)
     step = RooflineStepTimeModel(
         model,
         gpu,
@@ -187,7 +190,7 @@ def model_row(
         ),
         ttft_overhead_s=b.ttft_overhead_s,
         queue_scale=FIXED_LENGTH_QUEUE_SCALE,
-        requests_per_client=requests_per_client(row) or b.benchmark_requests_per_client,
+        requests_per_client=b.benchmark_requests_per_client,
     )
     return RowPrediction(
         row=row, ttft_s=serving.ttft_s, tpot_s=serving.tpot_s, serving=serving, note=how.note
@@ -216,7 +219,7 @@ def _engine_row(
         mixed_prefill=rules.mixed_prefill,
         think_s=b.ttft_overhead_s,
     )
-    k = max(1.0, requests_per_client(row) or b.benchmark_requests_per_client)
+    k = max(1.0, b.benchmark_requests_per_client)
     ttft_s = b.ttft_overhead_s + sim.ttft_s + (sim.first_wave_ttft_s - sim.ttft_s) / k
     tpot_s = sim.tpot_s
     rate = clients / (ttft_s + (row.osl - 1) * tpot_s)
@@ -264,11 +267,15 @@ _KV_CACHE: dict[tuple[ModelSpec, str, Layout, EngineRules, int, int], int] = {}
 
 
 def predict_row(
-    row: MeasuredRow, cal: Calibration | None = None, *, engine: bool = False
+    row: MeasuredRow,
+    cal: Calibration | None = None,
+    *,
+    engine: bool = False,
+    recipes: bool = False,
 ) -> RowPrediction | None:
     """Like model_row, but None for a row that cannot be modelled."""
     try:
-        return model_row(row, cal, engine=engine)
+        return model_row(row, cal, engine=engine, recipes=recipes)
     except UserError:
         return None
 
@@ -279,13 +286,14 @@ def predict_rows(
     configs_dir: Path | None = None,
     *,
     engine: bool = False,
+    recipes: bool = False,
 ) -> tuple[list[RowPrediction], list[tuple[MeasuredRow, str]]]:
     """Predictions for the rows it can model, and (row, reason) for those it cannot."""
     done: list[RowPrediction] = []
     skipped: list[tuple[MeasuredRow, str]] = []
     for row in rows:
         try:
-            done.append(model_row(row, cal, configs_dir, engine=engine))
+            done.append(model_row(row, cal, configs_dir, engine=engine, recipes=recipes))
         except UserError as e:
             skipped.append((row, str(e)))
     return done, skipped

@@ -18,8 +18,22 @@ OSL in 1k/1k, 1k/8k, 8k/1k, concurrency 4-256). Its benchmark scripts
 * SGLang, DeepSeek-R1: `--chunked-prefill-size 32768 --max-prefill-tokens 32768`,
   `--max-running-requests` and `--cuda-graph-max-bs` 512 for 1k/1k, 256 otherwise.
 
-Everything else (the aiconfigurator campaigns' rows) runs the engines' defaults, with the
-benchmark's requests per client a fitted constant (`BackendCalibration`).
+Everything else (the aiconfigurator campaigns' rows) runs the engines' defaults.
+
+Off by default (`model_row(..., recipes=True)`, `plan_accuracy.py --recipes`): with the
+recipes and the constants refitted, in-sample TTFT improves (18.0 -> 17.4 %, TRT-LLM
+Llama-3.1-70B 29 -> 10 %), but leave-one-model-out rises to 21.9 % (target 20): the
+batch wait explains the dense TRT-LLM rows' first-token excess that TRT-LLM's single
+`ttft_overhead_s` absorbed, the dense rows then pull that constant down (0.15 -> 0.08 s
+with Qwen3 held out) and the held-out MoE model loses the compensation. Low-load rows
+show why: the model misses 13-27 ms of first-token time on dense models and 110-360 ms
+on MoE models in all three engines (`benchmarks/plan_residuals.py`), a cost the model
+does not have yet.
+
+The scripts' 10 requests per client are not imposed: every row keeps its backend's fitted
+first-wave weight (`BackendCalibration.benchmark_requests_per_client`, 6-12). Pinning the
+InferenceMAX rows to 10 left in-sample TTFT as it was and moved leave-one-model-out from
+18.6 % to 22.5 %: the fitted weight also absorbs first-token time the model lacks.
 """
 
 from __future__ import annotations
@@ -30,19 +44,12 @@ import re
 from gpufleet.plan.engines import EngineRules
 from gpufleet.validation.rows import MeasuredRow
 
-# The InferenceMAX scripts' --num-prompts $((CONC * 10)).
-INFERENCEMAX_REQUESTS_PER_CLIENT = 10.0
 _INFERENCEMAX_ID = re.compile(r"^(\d{4}_\d\d_\d\d_|dsr1_)")
 _CONCURRENCY = re.compile(r"_c(\d+)_")
 
 
 def is_inferencemax(row: MeasuredRow) -> bool:
     return bool(_INFERENCEMAX_ID.match(row.id))
-
-
-def requests_per_client(row: MeasuredRow) -> float | None:
-    """Requests each client sends in the row's benchmark, when its recipe says."""
-    return INFERENCEMAX_REQUESTS_PER_CLIENT if is_inferencemax(row) else None
 
 
 def recipe_rules(row: MeasuredRow, rules: EngineRules) -> EngineRules:
@@ -67,9 +74,7 @@ def recipe_rules(row: MeasuredRow, rules: EngineRules) -> EngineRules:
     if "llama" in model:
         rules = dataclasses.replace(rules, max_num_batched_tokens=16384)
         if row.isl == 1024 and row.osl == 1024 and row.tp < 8:
-            rules = dataclasses.replace(
-                rules, batch_wait_iters=20, batch_wait_max_tokens_ratio=0.9
-            )
+            rules = dataclasses.replace(rules, batch_wait_iters=20, batch_wait_max_tokens_ratio=0.9)
         return rules
     if "deepseek" in model:
         budget = (_conc(row) + row.isl + 64 + 63) // 64 * 64
