@@ -17,8 +17,8 @@ iterations) instead of the analytic solver, and reports the analytic scores besi
 
 --recipes runs each row's engine as its campaign's launch recipe set it (validation.recipes:
 the InferenceMAX scripts' batch waiting, token budgets, async scheduling) instead of the
-engine's defaults, refitting the constants on that first; off by default (see the recipes
-module for why: it helps in-sample, and leave-one-model-out misses its target with it).
+engine's defaults, refitting the constants on that first (the held-out refits still start
+from the shipped constants); off by default, see the recipes module for why.
 
 Guard against over-fitting: it also refits the calibration with each model (architecture)
 left out and scores that model's rows with constants that never saw it (leave-one-model-out;
