@@ -215,6 +215,8 @@ class Clients:
 
     def fail(self, live: LiveRequest, error: str) -> None:
         live.result.error = error
+        if live.req.after is not None:  # a turn that failed before its engine: the
+            self._turn_tokens.pop(live.req.after, None)  # history it would resend is done
         self.results.append(live.result)
         if live.tenant is not None:
             live.tenant.limits.release()
@@ -225,7 +227,7 @@ class Clients:
         turn (or, after a failure, none: every later turn is counted as not sent), or in
         a closed loop the next request."""
         now = self.clock.now_s
-        nxt = self._followers.get(index)
+        nxt = self._followers.pop(index, None)  # (each request ends once: let it go)
         while nxt is not None:
             if ok:
                 self.events.push(now, ARRIVAL, nxt)
@@ -241,7 +243,7 @@ class Clients:
                     error="previous_turn_failed",
                 )
             )
-            nxt = self._followers.get(nxt)
+            nxt = self._followers.pop(nxt, None)
         if self.config.closed_loop_clients and self._next_request < len(self.requests):
             self.events.push(now, ARRIVAL, self._next_request)
             self._next_request += 1
