@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,7 +114,7 @@ class LengthSampler:
         # rng.randint(low, high) is low + rng._randbelow(high - low + 1) (CPython's
         # randrange with step 1): called directly, the same draws at a third of the cost
         # (tests/workload check they agree).
-        self._below = getattr(rng, "_randbelow", None)
+        self._below: Callable[[int], int] | None = getattr(rng, "_randbelow", None)
         self._width = self.high - self.low + 1
 
     def draw(self) -> int:
