@@ -313,10 +313,15 @@ def test_a_failed_turn_ends_its_session_and_the_rest_is_counted() -> None:
     reqs = synthetic_requests(
         sessions=10, turns=5, rate=2.0, input_tokens=150, output_tokens=60, seed=1
     )
-    s = summarize(run(config(engine=engine, replicas=2), reqs))
+    cfg = config(engine=engine, replicas=2)
+    sim = FleetSimulator(cfg, reqs, make_policy("round_robin", seed=cfg.seed))
+    s = summarize(sim.run())
     # Turn 4 (3 x 210 + 150 + 60 tokens) is past max_model_len: refused; turn 5 not sent.
     assert s["failures"] == {"context_length_exceeded": 10, "previous_turn_failed": 10}
     assert s["completed"] == 30 and s["requests"] == 50
+    # Nothing of a session is held once it ended: not the tokens turn 3 left for the
+    # refused turn 4 to resend, nor who follows whom.
+    assert sim.clients._turn_tokens == {} and sim.clients._followers == {}
 
 
 class ScriptedScaling:

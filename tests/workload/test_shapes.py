@@ -15,6 +15,7 @@ from gpufleet.sim.scenario import Scenario, build_requests
 from gpufleet.sim.scenario import workload_spec as sim_spec
 from gpufleet.tokenizer import Tokenizer, block_hashes
 from gpufleet.workload import (
+    KIND_UNIQUE,
     Conversation,
     LengthSampler,
     SimRequest,
@@ -26,6 +27,7 @@ from gpufleet.workload import (
     text_conversations,
     trace_shapes,
 )
+from gpufleet.workload.segments import named_key
 
 
 def texts(spec: WorkloadSpec) -> list[Conversation]:
@@ -53,6 +55,25 @@ def test_range_ratio_zero_is_exact_and_bounds_are_vllms() -> None:
     assert min(xs) == 80 and max(xs) == 120
     with pytest.raises(ValueError):
         LengthSampler(10, 1.0, random.Random(0))
+
+
+def test_lengths_are_the_draws_of_randint() -> None:
+    """The sampler skips randint's argument checks; its lengths stay randint's exactly
+    (the workloads of every seed so far depend on it)."""
+    for mean, ratio in ((100, 0.2), (600, 0.9), (3, 0.5), (1 << 20, 0.99)):
+        sampler = LengthSampler(mean, ratio, random.Random(7))
+        ref = random.Random(7)
+        want = [ref.randint(sampler.low, sampler.high) for _ in range(500)]
+        assert [sampler.draw() for _ in range(500)] == want
+
+
+def test_session_turns_keep_their_named_keys() -> None:
+    """A session's turns are keyed as named_key("session", seed, i, k) always was."""
+    spec = WorkloadSpec(3, input_tokens=50, output_tokens=5, sessions=True, turns=2, seed=4)
+    for shape in synthetic_shapes(spec):
+        for k, turn in enumerate(shape.turns):
+            ((key, _),) = turn.segments
+            assert key == named_key(KIND_UNIQUE, "session", 4, shape.id, k)
 
 
 def test_prefix_groups_share_exactly_their_prefix() -> None:

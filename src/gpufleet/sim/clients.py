@@ -66,6 +66,9 @@ class Clients:
         self._engine_hasher = SegmentHasher(eng.block_size) if eng.enable_prefix_caching else None
         self._routing_hasher = SegmentHasher(config.routing_block_tokens)
         self._max_model_len = config.max_model_len  # (over the replica groups: once)
+        self._closed_loop = bool(config.closed_loop_clients)
+        self._model = config.model
+        self._seed_base = config.seed * 1_000_003  # engine seeds: base + request index
         self.live: dict[str, LiveRequest] = {}  # sent and not ended, by request id
         self.results: list[RequestResult] = []
         self.arrivals_left = len(self.requests)
@@ -107,28 +110,30 @@ class Clients:
     def on_arrival(self, index: int) -> None:
         req = self.requests[index]
         now = self.clock.now_s
-        if req.after is None and not self.config.closed_loop_clients:
+        if req.after is None and not self._closed_loop:
             self._feed_next()  # (it came from the feed: queue the one after it)
         self.arrivals_left -= 1
         input_tokens = req.input_tokens  # (a sum over its segments: counted once, kept here)
         result = RequestResult(index=index, arrival_s=now, input_tokens=input_tokens,
                                output_tokens=0)  # fmt: skip
-        tenant = self.tenants.of(index) if self.tenants is not None else None
+        tenants = self.tenants
+        tenant = tenants.of(index) if tenants is not None else None
         hashes: tuple[int, ...] = ()
         if self.needs_prefix:
             hashes = RunTuple.of(self._routing_hasher.chain(req.segments))
         info = RequestInfo(
             request_id=f"sim-{index}",
-            model=self.config.model,
+            model=self._model,
             prompt_tokens=0,  # the live gateway does not tokenize either
             tenant=tenant.name if tenant is not None else None,
             session_key=req.session_key,
             prefix_hashes=hashes,
             adapter=req.adapter,
         )
-        policy = tenant.policy if tenant is not None else self.policy
-        live = LiveRequest(req, info, result, policy)
-        if tenant is not None:
+        if tenant is None:
+            live = LiveRequest(req, info, result, self.policy)
+        else:
+            live = LiveRequest(req, info, result, tenant.policy)
             result.tenant = tenant.name
             if tenant.limits.admit(now):  # over its rate or concurrency: the gateway's 429
                 self.fail(live, "rate_limited")
@@ -153,7 +158,7 @@ class Clients:
             live.info.request_id,
             tokens,
             req.output_tokens,
-            seed=self.config.seed * 1_000_003 + req.index,
+            seed=self._seed_base + req.index,
             prompt_block_hashes=hashes,
             arrival_s=now_s,
         )
@@ -210,6 +215,8 @@ class Clients:
 
     def fail(self, live: LiveRequest, error: str) -> None:
         live.result.error = error
+        if live.req.after is not None:  # a turn that failed before its engine: the
+            self._turn_tokens.pop(live.req.after, None)  # history it would resend is done
         self.results.append(live.result)
         if live.tenant is not None:
             live.tenant.limits.release()
@@ -220,7 +227,7 @@ class Clients:
         turn (or, after a failure, none: every later turn is counted as not sent), or in
         a closed loop the next request."""
         now = self.clock.now_s
-        nxt = self._followers.get(index)
+        nxt = self._followers.pop(index, None)  # (each request ends once: let it go)
         while nxt is not None:
             if ok:
                 self.events.push(now, ARRIVAL, nxt)
@@ -236,7 +243,7 @@ class Clients:
                     error="previous_turn_failed",
                 )
             )
-            nxt = self._followers.get(nxt)
+            nxt = self._followers.pop(nxt, None)
         if self.config.closed_loop_clients and self._next_request < len(self.requests):
             self.events.push(now, ARRIVAL, self._next_request)
             self._next_request += 1

@@ -18,7 +18,7 @@ from typing import Any
 from gpufleet.autoscale.controller import scale_in_order
 from gpufleet.autoscale.decision import ScalingDecision
 from gpufleet.autoscale.gateway_link import fleet_signals
-from gpufleet.engine import BLOCKED_RETRY_S, Advance, StepOutcome
+from gpufleet.engine import BLOCKED_RETRY_S, Advance, EngineRequest, StepOutcome
 from gpufleet.engine.lora import LoraAdapter
 from gpufleet.fleet_state import FleetReplica, FleetState
 from gpufleet.routing.types import ReplicaState, RequestInfo
@@ -62,6 +62,7 @@ class SimFleet:
         self.fleet_size: list[tuple[float, int, int]] = []  # (t, ready, total)
         self._cold_starts_s: deque[float] = deque(maxlen=8)
         self._next_replica = 0
+        self._jump = config.jump_decode_runs
 
     # -- requests on engines ------------------------------------------------------------
     def dispatch(self, live: LiveRequest, view: FleetReplica) -> None:
@@ -96,15 +97,16 @@ class SimFleet:
             return  # its replica failed or was cut meanwhile (the request was answered)
         now = self.clock.now_s
         ereq = self.clients.engine_request(live, now)
-        ereq.lora = self._adapter_on(replica, live.info, now)
         live.engine_req = ereq
         advance = replica.advance
         due_s = advance.due_s if advance is not None else 0.0
-        if ereq.lora is not None and self.fleet.adapter_missing(live.info, replica.view):
-            # The fleet core's rule, as the live proxy asks it: load it there first
-            # (vLLM /v1/load_lora_adapter), then send the request.
-            replica.driver.add_lora(ereq.lora, now)
-            self.fleet.adapter_registered(replica.view, ereq.lora.name)
+        if live.info.adapter is not None:
+            ereq.lora = lora = self._adapter_on(replica, live.info, now)
+            if self.fleet.adapter_missing(live.info, replica.view):
+                # The fleet core's rule, as the live proxy asks it: load it there first
+                # (vLLM /v1/load_lora_adapter), then send the request.
+                replica.driver.add_lora(lora, now)
+                self.fleet.adapter_registered(replica.view, lora.name)
         replica.driver.submit(ereq, now)
         if advance is not None and advance.due_s != due_s:  # a run cut short: deliver sooner
             self.events.push(advance.due_s, STEP_DONE, (replica, advance))
@@ -112,12 +114,10 @@ class SimFleet:
             replica.stepping = True  # woken below, once this instant's arrivals are in
             self.events.push(now, WAKE, replica)
 
-    def _adapter_on(
-        self, replica: SimReplica, info: RequestInfo, now_s: float
-    ) -> LoraAdapter | None:
-        """The adapter a request runs with (the one its replica holds, or a new one)."""
-        if info.adapter is None:
-            return None
+    def _adapter_on(self, replica: SimReplica, info: RequestInfo, now_s: float) -> LoraAdapter:
+        """The adapter a request for one (`info.adapter`) runs with: the one its replica
+        holds, or a new one."""
+        assert info.adapter is not None
         slots = replica.engine.lora
         lora = self.config.lora
         if slots is None or lora is None:
@@ -127,7 +127,7 @@ class SimFleet:
 
     def step(self, replica: SimReplica) -> None:
         driver = replica.driver
-        if self.config.jump_decode_runs:
+        if self._jump:
             advance = driver.begin_advance()
         else:
             outcome = driver.begin()
@@ -162,32 +162,41 @@ class SimFleet:
         replica.advance = None
         outcome = replica.driver.end(advance)
         view = replica.view
-        live_map = self._live
         if type(outcome) is StepOutcome:  # (no request gets its first token in a run)
+            live_map = self._live
             for ereq in outcome.emitted:
-                live = live_map.get(ereq.request_id)
-                if live is None:
+                # Each produced one token now, and an output count never falls: a first
+                # token is a count of 1 (checked before looking the request up).
+                if ereq.num_output_tokens != 1:
                     continue
-                if live.result.first_token_s is None:
+                live = live_map.get(ereq.request_id)
+                if live is not None and live.result.first_token_s is None:
                     live.result.first_token_s = now
                     self.fleet.first_token(live.info, view, live.policy)
-        for ereq in outcome.finished:
-            live = live_map.pop(ereq.request_id, None)
-            if live is None:
-                continue
-            res = self.clients.finish(live, ereq, now)
-            replica.live_ids.discard(ereq.request_id)
-            replica.account(now)
-            self.fleet.finished(live.info, view, live.policy, True, res.first_token_s is not None)
-            tokens = ereq.num_prompt_tokens + ereq.num_output_tokens
-            self.fleet.observe_latency(now, res.ttft_s, res.tpot_s, live.info.model, tokens)
-            self.clients.client_done(live.req.index)
+        if outcome.finished:
+            self._finished(replica, outcome.finished, now)
         if replica.engine.has_work:
             self.step(replica)
         else:
             replica.stepping = False
             if replica.state is ReplicaState.DRAINING and view.in_flight == 0:
                 self.stop(replica)
+
+    def _finished(self, replica: SimReplica, finished: list[EngineRequest], now: float) -> None:
+        """Requests whose last token went out at `now`: their clients get their results."""
+        live_map, clients, fleet, view = self._live, self.clients, self.fleet, replica.view
+        for ereq in finished:
+            live = live_map.pop(ereq.request_id, None)
+            if live is None:
+                continue
+            res = clients.finish(live, ereq, now)
+            replica.live_ids.discard(ereq.request_id)
+            replica.account(now)
+            first_s = res.first_token_s
+            fleet.finished(live.info, view, live.policy, True, first_s is not None)
+            tokens = ereq.num_prompt_tokens + ereq.num_output_tokens
+            fleet.observe_latency(now, res.ttft_s, res.tpot_s, live.info.model, tokens)
+            clients.client_done(live.req.index)
 
     def on_scrape(self) -> None:
         """The gateway reads every ready or draining replica's /metrics."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from operator import itemgetter
 
 from gpufleet.workload.prompts import PromptFactory
 from gpufleet.workload.segments import KIND_ANSWER, Segments, segment_key
@@ -31,6 +32,9 @@ def text_conversations(
         yield Conversation(shape.id, turns, shape.arrival_s, shape.prefix_group, shape.adapter)
 
 
+_tokens_of = itemgetter(1)  # a segment's tokens
+
+
 @dataclass(frozen=True, slots=True)
 class SimRequest:
     """One request the simulator replays (a session's turn is one request)."""
@@ -47,7 +51,7 @@ class SimRequest:
 
     @property
     def input_tokens(self) -> int:
-        return sum(n for _, n in self.segments)
+        return sum(map(_tokens_of, self.segments))
 
 
 def sim_requests(shapes: Iterable[ConversationShape]) -> list[SimRequest]:

@@ -45,8 +45,14 @@ def segment_kind(key: int) -> int:
 def named_key(kind: int, *parts: int | str) -> int:
     """The key of a segment named by several parts (e.g. 'suffix', seed, request index):
     48 bits of a stable digest, so distinct names practically never share a key."""
-    digest = hashlib.blake2b(":".join(map(str, parts)).encode(), digest_size=6).digest()
-    return segment_key(kind, int.from_bytes(digest, "big"))
+    return key_of_name(kind, ":".join(map(str, parts)))
+
+
+def key_of_name(kind: int, name: str) -> int:
+    """`named_key` of the parts that `name` joins with ':' (a caller making many keys
+    of one pattern formats them itself)."""
+    digest = hashlib.blake2b(name.encode(), digest_size=6).digest()
+    return (kind << _KIND_SHIFT) | int.from_bytes(digest, "big")
 
 
 class SegmentHasher:

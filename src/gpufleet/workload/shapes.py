@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from gpufleet.workload.segments import (
     KIND_TRACE_BLOCK,
     KIND_UNIQUE,
     Segments,
+    key_of_name,
     named_key,
     segment_key,
 )
@@ -110,10 +111,17 @@ class LengthSampler:
         self.low = max(1, math.floor(mean_tokens * (1 - range_ratio)))
         self.high = max(self.low, math.ceil(mean_tokens * (1 + range_ratio)))
         self._rng = rng
+        # rng.randint(low, high) is low + rng._randbelow(high - low + 1) (CPython's
+        # randrange with step 1): called directly, the same draws at a third of the cost
+        # (tests/workload check they agree).
+        self._below: Callable[[int], int] | None = getattr(rng, "_randbelow", None)
+        self._width = self.high - self.low + 1
 
     def draw(self) -> int:
         if self.low == self.high:
             return self.low
+        if self._below is not None:
+            return self.low + self._below(self._width)
         return self._rng.randint(self.low, self.high)
 
 
@@ -154,10 +162,12 @@ def synthetic_shapes(spec: WorkloadSpec) -> Iterator[ConversationShape]:
         if spec.duration_s is not None and t >= spec.duration_s:
             return
         if spec.sessions:
-            turns = tuple(
-                TurnShape(own("session", seed, i, k), outs.draw()) for k in range(spec.turns)
-            )
-            yield ConversationShape(i, t, turns, session_key=f"session-{i}")
+            turns = []
+            for k in range(spec.turns):  # (own("session", seed, i, k), formatted at once)
+                n = ins.draw() if ins is not None else 0
+                text = ((key_of_name(KIND_UNIQUE, f"session:{seed}:{i}:{k}"), n),) if n else ()
+                turns.append(TurnShape(text, outs.draw()))
+            yield ConversationShape(i, t, tuple(turns), session_key=f"session-{i}")
             continue
         group = None
         head: Segments = ()
