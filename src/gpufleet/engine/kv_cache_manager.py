@@ -222,10 +222,10 @@ class KVCacheManager:
         if total:
             pool.allocate(total)
         register, held = pool.register, self._held
-        for rid, k, first, stop, runs in changes:  # in order: tails, then registration
+        for rid, k, first, stop, chain in changes:  # in order: tails, then registration
             tail[rid] += k - (stop - first)
-            if runs is not None:
-                register(runs, held[rid])
+            if chain is not None:
+                register(chain, held[rid])
                 num_cached[rid] = stop
         return True
 
