@@ -23,9 +23,11 @@ VECTOR_MIN_STEPS = 36
 LEAN_VECTOR_MIN_STEPS = 56
 # Lean batches up to this size read their step times from a table by summed context (at
 # most this many times max_model_len floats each): a run of TABLE_MIN_STEPS or more costs a
-# slice
+# slice. A power of two's table takes 7 passes to build, another size's 9: those are built
+# only up to TABLE_MAX_ODD_CONTEXT (long contexts see too few runs per entry to pay).
 TABLE_MAX_BATCH = 8
 TABLE_MIN_STEPS = 10
+TABLE_MAX_ODD_CONTEXT = 1 << 15
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,8 +177,12 @@ def decode_run_ends_lean(
     (tail_s,) = parts.tail_s
     overhead_s = parts.overhead_s
     x: npt.NDArray[np.float64]
-    if n <= TABLE_MAX_BATCH and num_steps >= TABLE_MIN_STEPS:
-        stop = context_tokens + n * num_steps
+    stop = context_tokens + n * num_steps
+    if (
+        n <= TABLE_MAX_BATCH
+        and num_steps >= TABLE_MIN_STEPS
+        and (not n & (n - 1) or stop <= TABLE_MAX_ODD_CONTEXT)
+    ):
         x = _step_times_by_context(parts, n, stop)[context_tokens:stop:n].copy()
         if extra_s is not None:
             x += extra_s
@@ -206,7 +212,6 @@ def decode_run_ends_lean(
     out: list[float] = []
     keep = out.append
     t = start_s
-    stop = context_tokens + n * num_steps
     if extra_s is None:
         for ctx in range(context_tokens, stop, n):
             t += count * (gemm_s + n * (ctx / n) * per_pair / rate) + tail_s + overhead_s
