@@ -113,9 +113,11 @@ def test_lean_decode_run_ends_match_the_general_loop(bound: str) -> None:
                         kv_bytes, 3.35e12)  # fmt: skip
     assert parts.lean and parts.bound == (1 if bound == "memory" else -1)
     rng = random.Random(bound)
-    for steps in (1, 7, 55, 56, 57, 400, 5000):  # (n <= 8, a power of two: the table)
-        for n in (1, 2, 3, 4, 8, 64, 97, 256):
-            context = n * rng.randrange(0, 100_000) + rng.randrange(n)
+    for steps in (1, 7, 9, 10, 55, 56, 57, 400, 5000):  # (n <= 8 from 10 steps: the table)
+        for n in (1, 2, 3, 4, 5, 8, 9, 64, 97, 256):
+            # (short contexts too: batches of other sizes than powers of two read a table
+            # only up to TABLE_MAX_ODD_CONTEXT)
+            context = n * rng.randrange(0, 3000 if steps % 2 == 0 else 100_000) + rng.randrange(n)
             for start, extra in ((0.0, None), (1234.5678, 2.5e-4)):
                 lean = decode_run_ends_lean(parts, n, context, steps, start, extra)
                 assert lean == _ends_one_class(parts, n, context, steps, start, extra)

@@ -311,9 +311,11 @@ class BlockPool:
             end = h + n
             last, m = held[-1] if held else (None, 0)
             if last is not None and last + m == h:  # (a decode's blocks: the usual case)
-                own = runs.get(h - 1)  # the run holding h - 1 (this request holds it)
-                if own is None:
-                    own = runs[starts[bisect_right(starts, h - 1) - 1]]
+                # the run holding h - 1 (this request holds it): usually one that starts at
+                # `last` (a decode's run, grown here), else found by its start
+                own = runs.get(last)
+                if own is None or own.start + own.size != h:
+                    own = runs.get(h - 1) or runs[starts[bisect_right(starts, h - 1) - 1]]
                 if (
                     own.refs == 1
                     and own.start + own.size == h

@@ -167,60 +167,65 @@ class KVCacheManager:
         tokens generated), in bulk: False (nothing changed) when the result could differ,
         i.e. when a hash the run registers is also cached at a block it evicts, or twice.
 
-        Member m needs a block at step k when (computed[m] + k) % bs == 0, so every bs
-        steps the same members ask in the same order: by that phase, then running order.
+        A member needs a block at each step k where computed + k is a multiple of the block
+        size: as blocks are anonymous, only their number (taken from the free queue at
+        once) and each member's count matter. Each member's full blocks are registered
+        after them all, in running order (none of their hashes is touched in between).
         """
         bs = self.block_size
-        n = len(members)
-        full_cycles, part = divmod(num_steps, bs)
-        if part:
-            phase = [-c % bs for c in computed]
-            total = full_cycles * n + len([p for p in phase if p < part])
-        else:
-            phase, total = [], full_cycles * n
         pool = self.pool
-        # (member, first, stop, runs of its hashes there) for members filling blocks
-        filled: list[tuple[EngineRequest, int, int, Runs]] = []
-        num_cached = self._num_cached
-        if self.enable_caching:
-            fresh: list[int] = []  # their hashes, in that order
+        tail = self._tail
+        total = 0
+        if not self.enable_caching:
             for r, c in zip(members, computed, strict=True):
-                first, stop = num_cached[r.request_id], (c + num_steps) // bs
-                if stop > first:
-                    hashes = r.block_hashes
-                    if len(hashes) < stop:  # (its tokens up to `stop` blocks are known)
-                        hashes += r.next_block_hashes(bs, stop)
-                    new = hashes[first:stop]
-                    fresh += new
-                    h, k = new[0], stop - first
-                    # (an answer's blocks hash as consecutive ints: one run)
-                    if k == 1 or new == list(range(h, h + k)):
-                        filled.append((r, first, stop, [(h, k)]))
-                    else:
-                        filled.append((r, first, stop, chain_runs(new)))
-            if fresh and (
-                len(set(fresh)) < len(fresh)
-                # (hashes the run evicts are cached ones: then some of these are cached)
-                or not pool.hashes_of_next_free(total).isdisjoint(fresh)
-            ):
-                return False
+                k = -c // bs - -(c + num_steps) // bs  # blocks it gets: ceil(end/bs) - ceil(c/bs)
+                if k > 0:
+                    tail[r.request_id] += k
+                    total += k
+            if total:
+                pool.allocate(total)
+            return True
+        num_cached = self._num_cached
+        # (rid, blocks it gets, first and stop of its blocks filled, their hashes' runs)
+        changes: list[tuple[str, int, int, int, Runs | None]] = []
+        fresh: list[int] = []  # the hashes registered, in that order
+        for r, c in zip(members, computed, strict=True):
+            end = c + num_steps
+            k = -c // bs - -end // bs
+            total += k
+            rid = r.request_id
+            first, stop = num_cached[rid], end // bs
+            if stop <= first:
+                if k:
+                    changes.append((rid, k, first, first, None))
+                continue
+            hashes = r.block_hashes
+            if len(hashes) < stop:  # (its tokens up to `stop` blocks are known)
+                hashes += r.next_block_hashes(bs, stop)
+            new = hashes[first:stop]
+            fresh += new
+            h = new[0]
+            # (an answer's blocks hash as consecutive ints: one run)
+            runs = (
+                [(h, stop - first)]
+                if new[-1] - h == stop - first - 1
+                and (stop - first < 3 or new == list(range(h, h + stop - first)))
+                else chain_runs(new)
+            )
+            changes.append((rid, k, first, stop, runs))
+        if fresh and (
+            len(set(fresh)) < len(fresh)
+            # (hashes the run evicts are cached ones: then some of these are cached)
+            or not pool.hashes_of_next_free(total).isdisjoint(fresh)
+        ):
+            return False
         if total:
             pool.allocate(total)
-            tail = self._tail
-            if n == 1:
-                tail[members[0].request_id] += total
-            else:
-                if not phase:
-                    phase = [-c % bs for c in computed]
-                order = sorted(range(n), key=phase.__getitem__)
-                for q in range(min(n, total)):  # (the q-th to ask gets every n-th block)
-                    tail[members[order[q]].request_id] += len(range(q, total, n))
-        if filled:  # register every member's new full blocks, in order
-            register, held, tail = pool.register, self._held, self._tail
-            for r, first, stop, runs in filled:
-                rid = r.request_id
-                register(runs, held[rid])
-                tail[rid] -= stop - first
+        register, held = pool.register, self._held
+        for rid, k, first, stop, chain in changes:  # in order: tails, then registration
+            tail[rid] += k - (stop - first)
+            if chain is not None:
+                register(chain, held[rid])
                 num_cached[rid] = stop
         return True
 

@@ -21,9 +21,13 @@ import numpy.typing as npt
 # a dense model whose attention is bound one way at every step: numpy pays from ~56 steps).
 VECTOR_MIN_STEPS = 36
 LEAN_VECTOR_MIN_STEPS = 56
-# Lean batches of a power-of-two size up to this read their step times from a table by
-# summed context (at most this many times max_model_len floats each): a run costs a slice
+# Lean batches up to this size read their step times from a table by summed context (at
+# most this many times max_model_len floats each): a run of TABLE_MIN_STEPS or more costs a
+# slice. A power of two's table takes 7 passes to build, another size's 9: those are built
+# only up to TABLE_MAX_ODD_CONTEXT (long contexts see too few runs per entry to pay).
 TABLE_MAX_BATCH = 8
+TABLE_MIN_STEPS = 10
+TABLE_MAX_ODD_CONTEXT = 1 << 15
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +49,10 @@ class DecodeParts:
     # one layer class without window or MoE, attention bound one way, one tail term: the
     # lean Python path of `decode_run_ends_s`
     lean: bool = field(init=False, default=False)
-    # lean, small batches of a power-of-two size: each step's time by summed context, for
-    # the contexts seen so far (`_step_times_by_context`; a cache of the very floats)
-    step_times: list[npt.NDArray[np.float64]] = field(
-        init=False, default_factory=list, compare=False, repr=False
+    # lean, small batches: batch size -> each step's time by summed context, for the
+    # contexts seen so far (`_step_times_by_context`; a cache of the very floats)
+    step_times: dict[int, npt.NDArray[np.float64]] = field(
+        init=False, default_factory=dict, compare=False, repr=False
     )
 
     def __post_init__(self) -> None:
@@ -173,9 +177,13 @@ def decode_run_ends_lean(
     (tail_s,) = parts.tail_s
     overhead_s = parts.overhead_s
     x: npt.NDArray[np.float64]
-    if num_steps >= LEAN_VECTOR_MIN_STEPS and n <= TABLE_MAX_BATCH and not n & (n - 1):
-        stop = context_tokens + n * num_steps
-        x = _step_times_by_context(parts, stop)[context_tokens:stop:n].copy()
+    stop = context_tokens + n * num_steps
+    if (
+        n <= TABLE_MAX_BATCH
+        and num_steps >= TABLE_MIN_STEPS
+        and (not n & (n - 1) or stop <= TABLE_MAX_ODD_CONTEXT)
+    ):
+        x = _step_times_by_context(parts, n, stop)[context_tokens:stop:n].copy()
         if extra_s is not None:
             x += extra_s
         x[0] += start_s  # (the clock's first addition; the rest accumulate in order)
@@ -204,7 +212,6 @@ def decode_run_ends_lean(
     out: list[float] = []
     keep = out.append
     t = start_s
-    stop = context_tokens + n * num_steps
     if extra_s is None:
         for ctx in range(context_tokens, stop, n):
             t += count * (gemm_s + n * (ctx / n) * per_pair / rate) + tail_s + overhead_s
@@ -216,24 +223,31 @@ def decode_run_ends_lean(
     return out
 
 
-def _step_times_by_context(parts: DecodeParts, stop: int) -> npt.NDArray[np.float64]:
-    """A lean power-of-two batch's step time for every summed context below `stop` (at
-    least): `decode_run_ends_lean`'s element operations on contexts 0, 1, 2, ..., grown
-    by doubling. With n a power of two, n * (ctx / n) is ctx, so the time depends on the
-    summed context alone and a run reads every n-th entry."""
-    held = parts.step_times
-    if held and len(held[0]) >= stop:
-        return held[0]
-    size = max(stop, 2 * len(held[0]) if held else 4096)
+def _step_times_by_context(parts: DecodeParts, n: int, stop: int) -> npt.NDArray[np.float64]:
+    """A lean batch of `n`'s step time for every summed context below `stop` (at least):
+    `decode_run_ends_lean`'s element operations on contexts 0, 1, 2, ..., grown by
+    doubling (with n fixed the time depends on the summed context alone), so a run reads
+    every n-th entry."""
+    held = parts.step_times.get(n)
+    if held is not None and len(held) >= stop:
+        return held
+    size = max(stop, 2 * len(held) if held is not None else 4096)
     count, gemm_s, _, _ = parts.layers[0]
     per_pair, rate = _bound_side(parts)
-    x: npt.NDArray[np.float64] = np.arange(size, dtype=np.int64) * per_pair  # type: ignore[assignment]
+    contexts = np.arange(size, dtype=np.int64)
+    x: npt.NDArray[np.float64]
+    if n & (n - 1):
+        x = contexts / n
+        x *= n
+        x *= per_pair
+    else:  # n * (ctx / n) is ctx itself for a power of two (exact halvings)
+        x = contexts * per_pair  # type: ignore[assignment]
     x /= rate
     x += gemm_s
     x *= count
     x += parts.tail_s[0]
     x += parts.overhead_s
-    held[:] = [x]
+    parts.step_times[n] = x
     return x
 
 
