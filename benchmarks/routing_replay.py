@@ -263,6 +263,11 @@ def run_source(source: str, args: argparse.Namespace) -> dict[str, Any]:
                     "held_elsewhere_vs_pooled_engine": (
                         report.held_elsewhere_rate / pooled_engine if pooled_engine else 0.0
                     ),
+                    # Hits lost because the chosen replica's own LRU evicted what it had
+                    # cached (nobody held it any more), in the same units.
+                    "evicted_here_vs_pooled_engine": (
+                        report.evicted_here_rate / pooled_engine if pooled_engine else 0.0
+                    ),
                     "mean_ttft_s": report.mean_ttft_s,
                     "p99_ttft_s": report.ttft_quantile_s(0.99),
                     "max_mean_requests": report.max_mean_requests,
@@ -304,12 +309,13 @@ def markdown(results: Sequence[dict[str, Any]], args: argparse.Namespace) -> str
             f"{res['mean_prompt_tokens']:.0f} prompt tokens on average; one pooled LRU of "
             f"prompts would hit {res['pooled_hit_rate']:.3f}, one pooled engine (outputs "
             f"and running requests take room) {res['pooled_engine_hit_rate']:.3f}. Held "
-            "elsewhere: prompt tokens computed again that another replica held when the prefill started, over "
-            "the pooled engine's hits (what placement lost; the rest of a gap is eviction)",
+            "elsewhere: prompt tokens computed again that another replica held when the prefill "
+            "started, over the pooled engine's hits (what placement lost); evicted here: "
+            "past those, ones the chosen replica had cached itself (what its LRU lost)",
             "",
-            "| router | hit rate | vs pooled | vs pooled engine | held elsewhere | mean TTFT ms "
-            "| p99 TTFT ms | max/mean requests | max/mean prefill |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| router | hit rate | vs pooled | vs pooled engine | held elsewhere | evicted here "
+            "| mean TTFT ms | p99 TTFT ms | max/mean requests | max/mean prefill |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for r in res["rows"]:
             lo, hi = r["vs_pooled_range"]
@@ -317,6 +323,7 @@ def markdown(results: Sequence[dict[str, Any]], args: argparse.Namespace) -> str
             lines.append(
                 f"| {r['router']} | {r['hit_rate']:.3f} | {r['vs_pooled']:.3f}{spread} "
                 f"| {r['vs_pooled_engine']:.3f} | {r['held_elsewhere_vs_pooled_engine']:.3f} "
+                f"| {r['evicted_here_vs_pooled_engine']:.3f} "
                 f"| {r['mean_ttft_s'] * 1e3:.0f} | {r['p99_ttft_s'] * 1e3:.0f} "
                 f"| {r['max_mean_requests']:.3f} | {r['max_mean_prefill']:.3f} |"
             )

@@ -85,8 +85,30 @@ def test_cold_prompts_even_out_the_blocks_written_not_the_request_counts() -> No
 
     assert placements("new_blocks") == ["other"] * 4
     assert placements("cold_blocks") == ["other"] * 4  # prompts no replica holds: by blocks
-    assert placements("requests_and_cold_blocks") == ["other"] * 4  # by both
+    # By both: the blocks first, within balance_factor x the mean request count.
+    assert placements("requests_and_cold_blocks") == ["other", "other", "same", "other"]
     assert placements("requests").count("same") >= 1
+    assert PrefixAware().share == "requests_and_cold_blocks"  # the default evens churn
+
+
+def test_a_new_prompt_leaves_the_share_slack_to_the_hot_prefix_holder() -> None:
+    # r? holds a hot prefix: six requests, five of them hits, so it has written the fewest
+    # blocks; the other replica took one long new prompt. A new prompt loses nothing by
+    # moving: by churn alone it would go to the hot holder, which is ahead on requests
+    # (within the slack of the share bound, past balance_factor x mean). It goes to the
+    # replica behind, leaving that room to the holder's matches.
+    p = PrefixAware(seed=0, share="requests_and_cold_blocks")
+    rs = views(2)
+    hot = tuple(range(50))
+    for i in range(6):
+        holder = p.choose(request(i, prefix_hashes=hot), rs)
+        assert holder is not None
+        p.on_finished(request(i), holder, True)
+    other = next(r for r in rs if r is not holder)
+    long = p.choose(request(6, prefix_hashes=tuple(range(1000, 1200))), rs)
+    assert long is other
+    p.on_finished(request(6), long, True)
+    assert p.choose(request(7, prefix_hashes=tuple(range(2000, 2010))), rs) is other
 
 
 def test_share_signal_is_validated() -> None:

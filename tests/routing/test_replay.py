@@ -118,3 +118,17 @@ def test_hits_lost_to_placement_are_counted_apart_from_evictions() -> None:
     tiny = ReplicaTiming(cache_blocks=1)
     evicted = replay(make_policy("round_robin", seed=0), reqs, replicas=2, timing=tiny)
     assert evicted.hit_tokens == 0 and evicted.held_elsewhere_tokens == 16
+    assert evicted.evicted_here_tokens == 0  # r1 never had them: evicted from r0 only
+
+
+def test_hits_a_replica_lost_to_its_own_eviction_are_counted() -> None:
+    a, b = tuple(range(10)), tuple(range(100, 110))
+    # One replica with room for one prompt: b evicts all of a but its head, so a's second
+    # visit recomputes 8 blocks the replica itself held (the last block is always computed).
+    reqs = [ReplayRequest(0.0, a, 1), ReplayRequest(10.0, b, 1), ReplayRequest(20.0, a, 1)]
+    report = replay(make_policy("round_robin", seed=0), reqs, replicas=1,
+                    timing=ReplicaTiming(cache_blocks=12))  # fmt: skip
+    assert report.hit_tokens == 16
+    assert report.held_elsewhere_tokens == 0
+    assert report.evicted_here_tokens == 8 * 16
+    assert report.evicted_here_rate == pytest.approx(8 / 30)

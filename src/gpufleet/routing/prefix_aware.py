@@ -8,18 +8,19 @@ blocks of prefill:
     cost = prefill still pending on the replica + miss_weight x blocks it would not hit
            + share_weight x its share past the mean
 
-With `share="new_blocks"` the last term keeps the blocks written into each replica's
-cache (its misses: the "churn") even, not just the request counts (`"cold_blocks"`: only
-for prompts no replica holds any of, the rest by request share): a prefix survives in an LRU cache for about capacity /
+The share term is by default (`share="requests_and_cold_blocks"`) the request share,
+plus, for prompts no allowed replica holds any of, the blocks they would write on top of
+the replica's churn past the mean: a prefix survives in an LRU cache for about capacity /
 churn, so even churn gives every replica the same horizon, as one pooled cache has.
-Measured in benchmarks/routing_replay.py it lifts Mooncake's synthetic trace (0.78x ->
-1.00x the pooled hits at offset 2000, half the TTFT) but costs the conversation slice
-(0.94x -> 0.90x), so the default stays `share="requests"` (the share term counts
-decisions ahead x the mean prompt length): docs/routing.md has the tables.
-`"requests_and_cold_blocks"` charges prompts no allowed replica holds any of both: the
-request share and the blocks written. With the stretched bounds below it lifts the 12
-synthetic instances from 0.996x to 0.998x one pooled engine (worst 0.988x -> 0.995x;
-system_prompts@0 1.001x), but one run's max/mean requests reaches 1.108: an option.
+Counting requests alone (`"requests"`) sends new prompts away from the holder of the
+hottest prefix, which takes mostly hits; the other replicas write more and evict sooner
+(system_prompts@1: prefill max/mean 1.20, 1.2% of the pooled engine's hits evicted on
+the chosen replica). Such a prompt loses nothing by moving, so it is held to
+balance_factor x the mean request count without the slack: the churn term alone put the
+new groups on the hot holder early and its matches then carried it past 1.10 (1.112 on
+system_prompts@0). benchmarks/results/routing_replay_seeds.md and docs/routing.md have
+the tables. `"new_blocks"` (churn for every prompt) and `"cold_blocks"` (churn only, for
+new prompts) even the churn further but break the 1.10 balance (up to 1.26 and 1.13).
 
 "Pending" is this policy's own bookkeeping (added when it routes, removed on the first
 token or the finish), so a replica with a long prefill queue loses a request whose match
@@ -110,7 +111,7 @@ class PrefixAware(PolicyBase):
         load: str = "in_flight",
         miss_weight: float = 16.0,
         share_weight: float = 1.0,
-        share: str = "requests",
+        share: str = "requests_and_cold_blocks",
         match_headroom: float = 0.5,
         keep_history: bool = True,
     ) -> None:
@@ -197,6 +198,15 @@ class PrefixAware(PolicyBase):
             uncached = [len(hashes) - matches[rid] for rid in ids]
             cold = not any(matches[ids[i]] for i in allowed)
             if self.share == "requests_and_cold_blocks" and cold:
+                # Its churn term pulls new prompts to the replica writing the fewest
+                # blocks, usually the holder of the hottest prefix, which is ahead on
+                # requests and stays ahead (its matches ride the stretched bounds). A
+                # prompt that loses nothing by moving is held to the share bound itself,
+                # without the slack, so it does not use up the room those matches need.
+                strict = [
+                    i for i in allowed if recent[i] + 1.0 <= self.balance_factor * mean_recent
+                ]
+                allowed = strict or allowed
                 # The request share as usual, plus the blocks this prompt would write on
                 # top of the replica's churn past the mean (as "cold_blocks").
                 churn = [self._churn.get(r.replica_id, 0.0) for r in replicas]

@@ -151,6 +151,11 @@ class ReplayReport:
     # its prefill started: the hits lost to placement (a spill for load, a copy of a shared
     # prefix), as opposed to ones no replica held any more (evicted, or never seen).
     held_elsewhere_tokens: int = 0
+    # Prompt tokens past those that a replica computed again though it had cached them
+    # itself earlier (no replica held them when its prefill started): hits its own LRU
+    # evicted. What is neither is compulsory in the fleet (never cached, or evicted from
+    # another replica only).
+    evicted_here_tokens: int = 0
     ttft_s: list[float] = field(default_factory=list)
     busy_in_flight_s: dict[str, float] = field(default_factory=dict)  # integral of in-flight
     prefill_tokens_per_replica: dict[str, int] = field(default_factory=dict)  # uncached
@@ -166,6 +171,11 @@ class ReplayReport:
         """`held_elsewhere_tokens` over prompt tokens: the part of the hit rate that the same
         caches would have given with every request sent to its best holder."""
         return self.held_elsewhere_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def evicted_here_rate(self) -> float:
+        """`evicted_here_tokens` over prompt tokens."""
+        return self.evicted_here_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
     @property
     def max_mean_requests(self) -> float:
@@ -234,6 +244,9 @@ def replay(
     infos: dict[int, tuple[RequestInfo, ReplicaView]] = {}
     waiting: dict[int, tuple[str, int]] = {}  # request -> (replica, prompt tokens), queued
     leases: dict[int, CacheLease] = {}
+    # Every prompt block each replica has cached (for `evicted_here_tokens`; a replay is
+    # one benchmark run, so this grows with its distinct blocks).
+    seen: dict[str, set[int]] = {rid: set() for rid in by_id}
     last_t = 0.0
     seq = len(requests)
     while events:
@@ -274,9 +287,15 @@ def replay(
             # Never the prompt's last token: the engine computes it to sample from.
             limit = max(0, tokens - 1) // bs
             hit = cache.cached_prefix(hashes, limit)
-            if len(caches) > 1 and hit < min(limit, len(hashes)):
+            if hit < min(limit, len(hashes)):
                 best = max(c.cached_prefix(hashes, limit) for c in caches.values())
                 report.held_elsewhere_tokens += (best - hit) * bs
+                once = seen[rid]  # the blocks past every holder's that it had cached
+                k = best
+                while k < limit and k < len(hashes) and hashes[k] in once:
+                    k += 1
+                report.evicted_here_tokens += (k - best) * bs
+            seen[rid].update(hashes)
             total = tokens + req.output_tokens
             leases[idx] = cache.admit(hashes, hit, -(-total // bs), total // bs)
             report.peak_overflow_blocks = max(
