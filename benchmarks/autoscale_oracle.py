@@ -17,6 +17,12 @@ start needs them, to check it holds: the study's "oracle" row replays that sched
 future. A size a minute needs is taken from a fleet that was that size all along (its
 backlog from earlier minutes included), so the bound is tight only where needs change
 slowly; the replay measures what it actually holds.
+
+Beside it, the causal bound (`causal_needs`): each minute sized by the needs above of the
+minute last complete when its replicas had to start, times 1 + a margin; the cheapest
+margin whose requests within the SLO (as the sweep's fixed fleets served each minute)
+reach the target is what the study's `causal` row replays. A policy that reads only the
+past cannot know even that much (it measures the capacity as it goes).
 """
 
 from __future__ import annotations

@@ -33,6 +33,10 @@ replays when its JSON is for the same slice): the fewest replicas each minute, k
 advance from fixed fleets' replays, such that the requests within the SLO reach the
 target, each replica started a cold start before the minute that needs it. No policy
 that reads only the past can do better by much; the ≤ 0.7 × target is measured against it.
+The `causal` row replays the oracle script's causal bound: each minute sized by the needs
+of the minutes already complete when its replicas had to start, plus the smallest margin
+that holds the target on the sweep (`autoscale_oracle.causal_needs`): what a policy that
+knew every past minute's need exactly, but not the future, would spend.
 
 Attainment, two ways (they differ; both are reported):
   requests — the fraction of requests with TTFT <= 2 s and TPOT <= 100 ms (a failed
