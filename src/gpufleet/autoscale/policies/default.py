@@ -38,6 +38,7 @@ from gpufleet.autoscale.decision import (
 )
 from gpufleet.autoscale.forecast import LinearTrend, WindowMax
 from gpufleet.autoscale.little import LittleDemand
+from gpufleet.autoscale.policies.saturation import saturation_reasons
 from gpufleet.autoscale.policies.scale_in import PeakLoad, n_minus_k_fits
 from gpufleet.autoscale.signals import FleetSignals, ReplicaSignals
 from gpufleet.errors import UserError
@@ -349,34 +350,13 @@ class DefaultPolicy:
         return queueing
 
     def _saturation(self, signals: FleetSignals, queueing: list[ReplicaSignals]) -> str:
-        ready = signals.ready
-        reasons = []
         queued = signals.queue_depth > 0 and (
             self._queue_streak >= self.waiting_ticks or not signals.ready
         )
         waiting = sum(r.waiting for r in queueing) + (signals.queue_depth if queued else 0)
-        if waiting > 0:
-            reasons.append(f"{waiting} waiting")
-        if ready:
-            kv_mean = sum(r.kv_usage for r in ready) / len(ready)
-            if kv_mean >= self.kv_usage_threshold:
-                reasons.append(f"KV {kv_mean:.0%} ≥ {self.kv_usage_threshold:.0%}")
-        if (
-            self.ttft_p90_slo_s is not None
-            and signals.ttft_s is not None
-            and signals.ttft_s.p90_s > self.ttft_p90_slo_s
-        ):
-            reasons.append(f"TTFT p90 {signals.ttft_s.p90_s:.2f} s > SLO {self.ttft_p90_slo_s:g} s")
-        if (
-            self.tpot_p90_slo_s is not None
-            and signals.tpot_s is not None
-            and signals.tpot_s.p90_s > self.tpot_p90_slo_s
-        ):
-            reasons.append(
-                f"TPOT p90 {signals.tpot_s.p90_s * 1000:.0f} ms > SLO "
-                f"{self.tpot_p90_slo_s * 1000:g} ms"
-            )
-        return ", ".join(reasons)
+        return saturation_reasons(
+            signals, waiting, self.kv_usage_threshold, self.ttft_p90_slo_s, self.tpot_p90_slo_s
+        )
 
     def _learn_capacity(self, now_s: float) -> None:
         # A replica that keeps queueing requests while running fewer than we assumed is
