@@ -33,6 +33,10 @@ replays when its JSON is for the same slice): the fewest replicas each minute, k
 advance from fixed fleets' replays, such that the requests within the SLO reach the
 target, each replica started a cold start before the minute that needs it. No policy
 that reads only the past can do better by much; the ≤ 0.7 × target is measured against it.
+The `causal` row replays the oracle script's causal bound: each minute sized by the needs
+of the minutes already complete when its replicas had to start, plus the smallest margin
+that holds the target on the sweep (`autoscale_oracle.causal_needs`): what a policy that
+knew every past minute's need exactly, but not the future, would spend.
 
 Attainment, two ways (they differ; both are reported):
   requests — the fraction of requests with TTFT <= 2 s and TPOT <= 100 ms (a failed
@@ -176,7 +180,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     sc: Scenario = job["scenario"]
     config = build_config(sc)
     if job.get("schedule") is not None and config.autoscale is not None:
-        oracle = ScheduledFleet(job["schedule"], COLD_START_S)
+        oracle = ScheduledFleet(job["schedule"], COLD_START_S, name=job["name"])
         config = dataclasses.replace(
             config, autoscale=dataclasses.replace(config.autoscale, policy=oracle)
         )
@@ -236,20 +240,26 @@ def arrival_profile(args: argparse.Namespace) -> tuple[float, float, float, int,
             mean_out)  # fmt: skip
 
 
-def oracle_schedule(args: argparse.Namespace) -> dict[int, int] | None:
-    """The hindsight schedule `autoscale_oracle.py` found for this slice of the trace
-    (None: not found, or found for another slice)."""
+def oracle_schedules(args: argparse.Namespace) -> dict[str, dict[int, int]]:
+    """The schedules `autoscale_oracle.py` found for this slice of the trace, by row name:
+    `oracle` (hindsight) and `causal` (its causal bound: the needs of minutes already seen
+    when a replica must start, with the margin that holds the target); none when not
+    found, or found for another slice."""
     path = args.oracle
     if path is None or not path.exists():
-        return None
+        return {}
     data = json.loads(path.read_text())
     setup = data.get("setup", {})
     if (setup.get("copies"), setup.get("start_s"), setup.get("duration_s")) != (
         args.copies, args.start_s, args.duration_s,
     ):  # fmt: skip
         print(f"{path}: another slice of the trace; no oracle row", file=sys.stderr)
-        return None
-    return {int(k): int(n) for k, n in data["need_by_minute"].items()}
+        return {}
+    out = {"oracle": {int(k): int(n) for k, n in data["need_by_minute"].items()}}
+    causal = data.get("causal", {}).get("need_by_minute")
+    if causal:
+        out["causal"] = {int(k): int(n) for k, n in causal.items()}
+    return out
 
 
 def run_jobs(jobs: list[dict[str, Any]], workers: int) -> list[dict[str, Any]]:
@@ -362,12 +372,11 @@ def main() -> None:
         params = policy_params(policy, capacity, unloaded_latency(mean_in, mean_out))
         sc = sc.with_field("autoscale_params", tuple(params.items()))
         jobs.append({"name": policy, "scenario": sc})
-    schedule = oracle_schedule(args)
-    if schedule is not None:
+    for name, schedule in oracle_schedules(args).items():
         sc = jobs[0]["scenario"] if jobs else base.with_field("autoscale", "default")
         first = ScheduledFleet(schedule, COLD_START_S).desired(0.0)
         sc = sc.with_field("replicas", max(1, first)).with_field("max_replicas", 4 * n_static)
-        jobs.append({"name": "oracle", "scenario": sc, "schedule": schedule})
+        jobs.append({"name": name, "scenario": sc, "schedule": schedule})
     rows = run_jobs(jobs, args.workers)
     table = markdown(rows, static)
     png = args.out.with_suffix(".png")

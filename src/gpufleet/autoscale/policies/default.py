@@ -8,8 +8,9 @@
   would exceed what the fleet can batch. Idle batch slots are cheap; a cold start is not.
 - That demand, where the gateway counts admissions: the time in the system × the arrival
   rate's peak over the last cold start (Little's law; a trend carried a cold start ahead
-  mostly extrapolates noise, and overshot every step ~2×); else a least-squares in-flight
-  trend. With SLOs set, what a replica holds is measured on the fleet (`SloCapacity`: the
+  mostly extrapolates noise, and overshot every step ~2×), and no less than the demand
+  now while the capacity is a batch size (both lag a steep ramp); else a least-squares
+  in-flight trend. With SLOs set, what a replica holds is measured on the fleet (`SloCapacity`: the
   rate it serves within the SLO, as a queue), not taken from the planner, and no replica
   is removed before it has been.
 - Replicas already starting count as capacity arriving at their expected ready time, so a
@@ -37,6 +38,7 @@ from gpufleet.autoscale.decision import (
 )
 from gpufleet.autoscale.forecast import LinearTrend, WindowMax
 from gpufleet.autoscale.little import LittleDemand
+from gpufleet.autoscale.policies.saturation import saturation_reasons
 from gpufleet.autoscale.policies.scale_in import PeakLoad, n_minus_k_fits
 from gpufleet.autoscale.signals import FleetSignals, ReplicaSignals
 from gpufleet.errors import UserError
@@ -194,10 +196,20 @@ class DefaultPolicy:
     def expected_demand(self, now_s: float, demand: int, cold_start_s: float) -> float:
         """Requests in flight to size for one cold start ahead: Little's law where the
         gateway counts admissions (`LittleDemand`; the demand now until a rate's span has
-        been seen), else the steeper in-flight trend, or the demand now."""
+        been seen, and at least the demand now while the capacity is a batch, not
+        measured), else the steeper in-flight trend, or the demand now."""
         if self._little.known:
             peak = self._little.peak_in_flight()
-            return float(demand) if peak is None else peak
+            if peak is None:
+                return float(demand)
+            if self.measured_capacity() is None:
+                # A capacity in requests in flight (a batch) is held against the demand
+                # now too: the rate's span and the time in the system both lag a steep
+                # ramp, and a backlog is in flight that no rate shows. (A measured
+                # capacity is a rate × the same time: sized by rates, the demand now is
+                # the rate now, which its recent peak already covers.)
+                return max(peak, float(demand))
+            return peak
         forecast = self.forecast(now_s + cold_start_s)
         return max(float(demand), forecast if forecast is not None else 0.0)
 
@@ -338,34 +350,13 @@ class DefaultPolicy:
         return queueing
 
     def _saturation(self, signals: FleetSignals, queueing: list[ReplicaSignals]) -> str:
-        ready = signals.ready
-        reasons = []
         queued = signals.queue_depth > 0 and (
             self._queue_streak >= self.waiting_ticks or not signals.ready
         )
         waiting = sum(r.waiting for r in queueing) + (signals.queue_depth if queued else 0)
-        if waiting > 0:
-            reasons.append(f"{waiting} waiting")
-        if ready:
-            kv_mean = sum(r.kv_usage for r in ready) / len(ready)
-            if kv_mean >= self.kv_usage_threshold:
-                reasons.append(f"KV {kv_mean:.0%} ≥ {self.kv_usage_threshold:.0%}")
-        if (
-            self.ttft_p90_slo_s is not None
-            and signals.ttft_s is not None
-            and signals.ttft_s.p90_s > self.ttft_p90_slo_s
-        ):
-            reasons.append(f"TTFT p90 {signals.ttft_s.p90_s:.2f} s > SLO {self.ttft_p90_slo_s:g} s")
-        if (
-            self.tpot_p90_slo_s is not None
-            and signals.tpot_s is not None
-            and signals.tpot_s.p90_s > self.tpot_p90_slo_s
-        ):
-            reasons.append(
-                f"TPOT p90 {signals.tpot_s.p90_s * 1000:.0f} ms > SLO "
-                f"{self.tpot_p90_slo_s * 1000:g} ms"
-            )
-        return ", ".join(reasons)
+        return saturation_reasons(
+            signals, waiting, self.kv_usage_threshold, self.ttft_p90_slo_s, self.tpot_p90_slo_s
+        )
 
     def _learn_capacity(self, now_s: float) -> None:
         # A replica that keeps queueing requests while running fewer than we assumed is
