@@ -159,7 +159,7 @@ def _make_group(
     flights = int(in_flight)
     for r in members:  # (one pass per run over the batch: kept free of calls)
         c = r.num_computed_tokens
-        n_tokens = len(r.all_token_ids)
+        n_tokens = r.num_prompt_tokens + r.num_output_tokens
         if c != n_tokens - lag or r.in_flight != flights or r.first_token_s is None:
             return None
         keep(c)
@@ -213,7 +213,7 @@ def _admission_stays_blocked(engine: Engine) -> bool:
     if head is None:
         return True  # every waiting request's adapter is over max_loras until a finish
     free = kv.num_free_blocks
-    num_tokens = len(head.all_token_ids)
+    num_tokens = head.num_prompt_tokens + head.num_output_tokens
     if free >= -(-num_tokens // bs) + -(-cap // bs):
         # Admissible now whatever its cached prefix: the blocks it needs (at most its
         # uncached tokens' or a chunk's) plus the cached ones it would take off the free

@@ -56,20 +56,20 @@ class KVCacheManager:
         if not self.enable_caching:
             return NO_BLOCKS
         bs = self.block_size
-        tokens = req.all_token_ids
-        max_blocks = (len(tokens) - 1) // bs
+        num_tokens = req.num_prompt_tokens + req.num_output_tokens
+        max_blocks = (num_tokens - 1) // bs
         if req.request_id not in self._chain and req.prompt_runs is None:
             # (runs not known: found as far as the cached prefix goes, not further)
             hashes = req.block_hashes
             if len(hashes) < max_blocks:
                 if peek:
-                    hashes = hashes + req.next_block_hashes(bs, len(tokens) // bs)
+                    hashes = hashes + req.next_block_hashes(bs, num_tokens // bs)
                 else:
                     req.extend_block_hashes(bs)
             return self.pool.cached_prefix_of(hashes, max_blocks)
         if len(req.block_hashes) < max_blocks:
             if peek:
-                more = chain_runs(req.next_block_hashes(bs, len(tokens) // bs))
+                more = chain_runs(req.next_block_hashes(bs, num_tokens // bs))
                 return self.pool.cached_prefix(self._runs_of(req) + more, max_blocks)
             req.extend_block_hashes(bs)
         return self.pool.cached_prefix(self._runs_of(req), max_blocks)

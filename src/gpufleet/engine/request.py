@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from itertools import repeat
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -113,13 +112,15 @@ class EngineRequest:
         prompt_block_hashes: list[int] | None = None,
         arrival_s: float | None = None,
         lora: LoraAdapter | None = None,
+        copy: bool = True,
     ):
         if not prompt_token_ids:
             raise ValueError("prompt_token_ids must not be empty")
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         self.request_id = request_id
-        self.all_token_ids: list[int] = list(prompt_token_ids)
+        # (copy=False: the caller hands the list over and never changes it again)
+        self.all_token_ids = list(prompt_token_ids) if copy else prompt_token_ids
         self.num_prompt_tokens = len(prompt_token_ids)
         self.max_tokens = max_tokens
         self.stop_after_tokens = stop_after_tokens
@@ -183,7 +184,7 @@ class EngineRequest:
         """Hash the full blocks of the known tokens (prompt and generated) not hashed yet, up
         to `max_blocks` in all, chained as `gpufleet.tokenizer.block_hashes` chains them."""
         hashes = self.block_hashes
-        stop = len(self.all_token_ids) // block_size
+        stop = self.num_tokens // block_size
         if max_blocks is not None and max_blocks < stop:
             stop = max_blocks
         if len(hashes) < stop:
@@ -192,7 +193,7 @@ class EngineRequest:
     def next_block_hashes(self, block_size: int, stop: int) -> list[int]:
         """The chained hashes of blocks len(block_hashes)..stop-1 (all full), not stored."""
         hashes = self.block_hashes
-        tokens = self.all_token_ids
+        tokens = self.all_token_ids  # (a counted request asks for its prompt blocks only)
         h = hashes[-1] if hashes else 0
         out: list[int] = []
         append = out.append
@@ -224,13 +225,8 @@ def generate_tokens_for(requests: list[EngineRequest], n: int) -> None:
     if n <= 0:
         return
     real: list[EngineRequest] = []
-    tail: list[int] = []
-    for r in requests:  # placeholders for counted answers, seeded ids for the others
-        if r.counted_output:
-            if not tail:
-                tail = [_FIRST_WORD_ID] * n  # (counted_tokens(n))
-            r.all_token_ids += tail
-        else:
+    for r in requests:  # (a counted answer is its count: nothing to store)
+        if not r.counted_output:
             real.append(r)
     if not real:
         return
@@ -253,17 +249,37 @@ class CountedOutputRequest(EngineRequest):
     placeholder word, and a block holding any of them hashes by (parent hash, seed,
     position) instead of by its token ids. Two answers' blocks are equal exactly when
     their prefixes and seeds are (as the seeded token ids would be), so the prefix cache
-    behaves the same, while the cost of an answer no longer grows with its tokens."""
+    behaves the same, while the cost of an answer no longer grows with its tokens.
 
-    __slots__ = ()
+    Its tokens are held virtually: the prompt list (never changed: with `copy=False` the
+    caller's own list) and `num_output_tokens` placeholders after it, so decoding grows
+    no list; `all_token_ids` builds the whole list when asked (the same values)."""
+
+    __slots__ = ("prompt_token_ids",)
     counted_output = True
+
+    @property  # type: ignore[override]
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + counted_tokens(self.num_output_tokens)
+
+    @all_token_ids.setter
+    def all_token_ids(self, prompt: list[int]) -> None:
+        # (only `__init__` sets it, to the prompt: generated tokens are counted)
+        self.prompt_token_ids = prompt
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prompt_tokens + self.num_output_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return counted_tokens(self.num_output_tokens)
 
     def next_token_id(self) -> int:
         return _FIRST_WORD_ID
 
     def generate_tokens(self, n: int) -> None:
-        if n > 0:
-            self.all_token_ids.extend(repeat(_FIRST_WORD_ID, n))
+        pass  # (`num_output_tokens` counts them; the engine advances it)
 
     def next_block_hashes(self, block_size: int, stop: int) -> list[int]:
         # Blocks before `first_answer` hold prompt tokens only; block j from there on

@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from gpufleet.engine.kv_cache_manager import KVCacheManager
 from gpufleet.engine.lora import AdapterSlots
 from gpufleet.engine.outputs import EngineConfig, StepOutcome
-from gpufleet.engine.request import EngineRequest, FinishReason, RequestStatus, counted_tokens
+from gpufleet.engine.request import EngineRequest, FinishReason, RequestStatus
 from gpufleet.perf.step_time import StepBatch
 
-_COUNTED_TOKEN = counted_tokens(1)[0]  # what a `CountedOutputRequest` generates
 
 
 @dataclass(slots=True)
@@ -113,7 +112,7 @@ class Scheduler:
         while i < len(running) and budget > 0:
             req = running[i]
             computed = req.num_computed_tokens
-            n = len(req.all_token_ids) - computed
+            n = req.num_prompt_tokens + req.num_output_tokens - computed
             if n <= 0:  # its last step is still in flight (pipeline parallel)
                 i += 1
                 continue
@@ -164,7 +163,7 @@ class Scheduler:
                     continue
                 hit_blocks = kv.get_computed_blocks(req)
                 computed = len(hit_blocks) * kv.block_size
-                n = len(req.all_token_ids) - computed
+                n = req.num_prompt_tokens + req.num_output_tokens - computed
                 if n > budget:
                     n = budget
                 if threshold and n > threshold:
@@ -178,7 +177,7 @@ class Scheduler:
                     req.prefix_hit_recorded = True
                     req.num_prefix_hit_tokens = computed
                     if kv.enable_caching:
-                        self.prefix_queries_tokens += len(req.all_token_ids)
+                        self.prefix_queries_tokens += req.num_prompt_tokens + req.num_output_tokens
                         self.prefix_hits_tokens += computed
                 if req.first_scheduled_s is None:
                     req.first_scheduled_s = start_s
@@ -240,11 +239,13 @@ class Scheduler:
         running_status = RequestStatus.RUNNING
         for req, ends_at in entries:
             req.in_flight -= 1
-            tokens = req.all_token_ids
-            if req.status is not running_status or ends_at != len(tokens):
+            if (
+                req.status is not running_status
+                or ends_at != req.num_prompt_tokens + req.num_output_tokens
+            ):
                 continue  # aborted meanwhile, or a prefill chunk short of the last token
-            # (a counted answer's token is its placeholder: no call for it)
-            tokens.append(_COUNTED_TOKEN if req.counted_output else req.next_token_id())
+            if not req.counted_output:  # (a counted answer's tokens are its count)
+                req.all_token_ids.append(req.next_token_id())
             req.num_output_tokens += 1
             if req.first_token_s is None:
                 req.first_token_s = now
@@ -261,7 +262,7 @@ class Scheduler:
 
 def finish_reason(req: EngineRequest, max_model_len: int) -> FinishReason | None:
     """Why a request that just produced a token is done, or None if it goes on."""
-    if req.num_output_tokens >= req.max_tokens or len(req.all_token_ids) >= max_model_len:
+    if req.num_output_tokens >= req.max_tokens or req.num_prompt_tokens + req.num_output_tokens >= max_model_len:
         return FinishReason.LENGTH
     if req.stop_after_tokens is not None and req.num_output_tokens >= req.stop_after_tokens:
         return FinishReason.STOP

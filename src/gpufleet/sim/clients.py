@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpufleet.engine import EngineRequest
-from gpufleet.engine.request import CountedOutputRequest
+from gpufleet.engine.request import CountedOutputRequest, counted_tokens
 from gpufleet.fleet_state import FleetReplica, Refusal
 from gpufleet.hash_runs import RunTuple, cut_and_run_on, with_runs
 from gpufleet.routing.types import RequestInfo, RoutingPolicy
@@ -73,7 +73,7 @@ class Clients:
         self.results: list[RequestResult] = []
         self.arrivals_left = len(self.requests)
         self._next_request = 0  # closed loop: next request to hand a client
-        self._turn_tokens: dict[int, tuple[list[int], list[int]]] = {}
+        self._turn_tokens: dict[int, tuple[list[int], int, list[int]]] = {}
         # Open loop: (time, event sequence, index) of the first turns not queued yet.
         self._feed: Iterator[tuple[float, int, int]] = iter(())
         # Multi-turn sessions: request index -> the next turn, sent when it ends.
@@ -153,7 +153,8 @@ class Clients:
             live.prompt = self._engine_prompt(req, live.result.input_tokens)
         tokens, hashes = live.prompt
         live.result.attempts += 1
-        # Only the answer's length matters here: its token ids are never computed.
+        # Only the answer's length matters here: its token ids are never computed. (The
+        # prompt is handed over, not copied: nothing changes it, a retry resends it.)
         return CountedOutputRequest(
             live.info.request_id,
             tokens,
@@ -161,6 +162,7 @@ class Clients:
             seed=self._seed_base + req.index,
             prompt_block_hashes=hashes,
             arrival_s=now_s,
+            copy=False,
         )
 
     def _engine_prompt(
@@ -174,17 +176,19 @@ class Clients:
         if prev is None:
             hashes = hasher.hashes(req.segments) if hasher is not None else None
             return placeholder_token_ids(input_tokens), hashes
-        prev_tokens, prev_hashes = prev
-        tokens = prev_tokens + placeholder_token_ids(input_tokens - len(prev_tokens))
+        prev_prompt, prev_answer, prev_hashes = prev  # (the answer: counted tokens)
+        prev_len = len(prev_prompt) + prev_answer
+        tokens = prev_prompt + counted_tokens(prev_answer)
+        tokens += placeholder_token_ids(input_tokens - prev_len)
         if hasher is None:
             return tokens, None
         bs = hasher.block_tokens
-        k = min(len(prev_hashes), len(prev_tokens) // bs)
+        k = min(len(prev_hashes), prev_len // bs)
         parent = prev_hashes[k - 1] if k else 0
         # The blocks after the last one the previous turn hashed hold placeholders: only
         # the chain they continue and the previous turn's length tell them apart, so they
         # hash as consecutive ints from those (no per-block work).
-        base = hash((parent, _NEXT_TURN, len(prev_tokens)))
+        base = hash((parent, _NEXT_TURN, prev_len))
         return tokens, cut_and_run_on(prev_hashes, k, base, len(tokens) // bs - k)
 
     def finish(self, live: LiveRequest, ereq: EngineRequest, now_s: float) -> RequestResult:
@@ -199,7 +203,12 @@ class Clients:
             live.tenant.limits.release()
         if live.req.index in self._followers:  # the next turn resends these tokens
             hashes = with_runs(ereq.block_hashes, ereq.prompt_runs)  # (its runs found once)
-            self._turn_tokens[live.req.index] = (ereq.all_token_ids, hashes)
+            assert isinstance(ereq, CountedOutputRequest)  # (`engine_request` made it)
+            self._turn_tokens[live.req.index] = (
+                ereq.prompt_token_ids,
+                ereq.num_output_tokens,
+                hashes,
+            )
         return res
 
     def refused(self, live: LiveRequest, refusal: Refusal) -> None:
