@@ -258,7 +258,7 @@ class CountedOutputRequest(EngineRequest):
     __slots__ = ("prompt_token_ids",)
     counted_output = True
 
-    @property  # type: ignore[override]
+    @property
     def all_token_ids(self) -> list[int]:
         return self.prompt_token_ids + counted_tokens(self.num_output_tokens)
 

@@ -29,7 +29,6 @@ from gpufleet.engine.request import EngineRequest, FinishReason, RequestStatus
 from gpufleet.perf.step_time import StepBatch
 
 
-
 @dataclass(slots=True)
 class ScheduledWork:
     """The scheduler's half of a `ScheduledBatch` (the engine adds the times)."""
@@ -262,7 +261,10 @@ class Scheduler:
 
 def finish_reason(req: EngineRequest, max_model_len: int) -> FinishReason | None:
     """Why a request that just produced a token is done, or None if it goes on."""
-    if req.num_output_tokens >= req.max_tokens or req.num_prompt_tokens + req.num_output_tokens >= max_model_len:
+    if (
+        req.num_output_tokens >= req.max_tokens
+        or req.num_prompt_tokens + req.num_output_tokens >= max_model_len
+    ):
         return FinishReason.LENGTH
     if req.stop_after_tokens is not None and req.num_output_tokens >= req.stop_after_tokens:
         return FinishReason.STOP
