@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.engine import Engine, EngineConfig, EngineRequest
-from gpufleet.engine.request import CountedOutputRequest, counted_tokens, generate_tokens_for
+from gpufleet.engine.request import (
+    COUNTED_TOKEN,
+    CountedOutputRequest,
+    counted_tokens,
+    generate_tokens_for,
+    span_tokens,
+)
 from gpufleet.perf.step_time import LinearStepTimeModel
 from gpufleet.tokenizer import block_hashes
 
@@ -62,3 +68,29 @@ def test_an_engine_run_reads_the_same_tokens_and_hashes(jump: bool) -> None:
         assert r.prompt_token_ids is p and len(p) == r.num_prompt_tokens
         assert r.all_token_ids == p + counted_tokens(r.max_tokens)
         assert r.block_hashes[: len(p) // bs] == block_hashes(p, bs)
+
+
+def test_a_prompt_given_as_spans_reads_and_schedules_as_its_ids() -> None:
+    """`of_spans` (the simulator's prompts: placeholders and earlier answers) stands for the
+    very ids `span_tokens` builds: the same tokens, hashes and schedule through an engine."""
+    spans_of = [((0, 40),), ((0, 33), (COUNTED_TOKEN, 20), (0, 0), (0, 51)), ((9, 1),)]
+    ends = []
+    for as_spans in (False, True):
+        engine = Engine(EngineConfig(num_gpu_blocks=256, max_model_len=2048), MODEL, seed=2)
+        reqs = [
+            CountedOutputRequest.of_spans(f"r{i}", s, 25)
+            if as_spans
+            else CountedOutputRequest(f"r{i}", span_tokens(s), 25)
+            for i, s in enumerate(spans_of)
+        ]
+        for r in reqs:
+            engine.add(r)
+        while engine.has_work:
+            engine.step()
+        ends.append([(r.all_token_ids, r.block_hashes, r.finished_s) for r in reqs])
+        for r, s in zip(reqs, spans_of, strict=True):
+            assert r.num_prompt_tokens == len(span_tokens(s))
+            assert span_tokens(r.prompt_spans) == span_tokens(s)
+    assert ends[0] == ends[1]
+    with pytest.raises(ValueError):
+        CountedOutputRequest.of_spans("empty", ((0, 0),), 5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from itertools import groupby
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -219,6 +220,23 @@ def counted_tokens(n: int) -> list[int]:
     return [_FIRST_WORD_ID] * n
 
 
+COUNTED_TOKEN = _FIRST_WORD_ID  # (what `counted_tokens` repeats)
+# A prompt of repeated tokens as (token id, count) spans: the simulator's prompts are
+# placeholders and earlier answers, so they are a few spans, not thousands of ids.
+TokenSpans = tuple[tuple[int, int], ...]
+
+
+def span_tokens(spans: TokenSpans) -> list[int]:
+    """The token ids the spans stand for."""
+    out: list[int] = []
+    for token, count in spans:
+        out += [token] * count
+    return out
+
+
+_SPANS_PENDING = [_FIRST_WORD_ID]  # (`of_spans` replaces it at once; never changed)
+
+
 def generate_tokens_for(requests: list[EngineRequest], n: int) -> None:
     """`generate_tokens(n)` for each of `requests`, with one numpy pass when that is many
     tokens (a decode run of a whole batch)."""
@@ -255,8 +273,50 @@ class CountedOutputRequest(EngineRequest):
     caller's own list) and `num_output_tokens` placeholders after it, so decoding grows
     no list; `all_token_ids` builds the whole list when asked (the same values)."""
 
-    __slots__ = ("prompt_token_ids",)
+    __slots__ = ("_prompt",)
     counted_output = True
+    _prompt: list[int] | TokenSpans  # the prompt's ids, or its spans (`of_spans`)
+
+    @classmethod
+    def of_spans(
+        cls,
+        request_id: str,
+        spans: TokenSpans,
+        max_tokens: int,
+        *,
+        seed: int | None = None,
+        prompt_block_hashes: list[int] | None = None,
+        arrival_s: float | None = None,
+    ) -> CountedOutputRequest:
+        """A request whose prompt is `spans` (its ids are built only if read: the engine
+        reads the prompt's length and block hashes, given here, not its ids)."""
+        num_prompt_tokens = sum(count for _, count in spans if count > 0)
+        if not num_prompt_tokens:
+            raise ValueError("prompt_token_ids must not be empty")
+        req = cls(
+            request_id,
+            _SPANS_PENDING,
+            max_tokens,
+            seed=seed,
+            prompt_block_hashes=prompt_block_hashes,
+            arrival_s=arrival_s,
+            copy=False,
+        )
+        req._prompt = spans
+        req.num_prompt_tokens = num_prompt_tokens
+        return req
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        prompt = self._prompt
+        return prompt if isinstance(prompt, list) else span_tokens(prompt)
+
+    @property
+    def prompt_spans(self) -> TokenSpans:
+        prompt = self._prompt
+        if isinstance(prompt, tuple):
+            return prompt
+        return tuple((token, len(list(same))) for token, same in groupby(prompt))
 
     @property
     def all_token_ids(self) -> list[int]:
@@ -265,7 +325,7 @@ class CountedOutputRequest(EngineRequest):
     @all_token_ids.setter
     def all_token_ids(self, prompt: list[int]) -> None:
         # (only `__init__` sets it, to the prompt: generated tokens are counted)
-        self.prompt_token_ids = prompt
+        self._prompt = prompt
 
     @property
     def num_tokens(self) -> int:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpufleet.engine import EngineRequest
-from gpufleet.engine.request import CountedOutputRequest, counted_tokens
+from gpufleet.engine.request import COUNTED_TOKEN, CountedOutputRequest, TokenSpans
 from gpufleet.fleet_state import FleetReplica, Refusal
 from gpufleet.hash_runs import RunTuple, cut_and_run_on, with_runs
 from gpufleet.routing.types import RequestInfo, RoutingPolicy
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from gpufleet.sim.tenants import SimTenant, SimTenants
 
 _NEXT_TURN = -0x7E27  # tags the blocks a session's next turn adds, in their hashes
+_PLACEHOLDER = placeholder_token_ids(1)[0]  # the token of a prompt's own (new) text
 
 
 @dataclass(slots=True)
@@ -36,7 +37,7 @@ class LiveRequest:
     replica: SimReplica | None = None
     engine_req: EngineRequest | None = None
     tried: tuple[FleetReplica, ...] = ()  # replicas that failed it before its first token
-    prompt: tuple[list[int], list[int] | None] | None = None  # kept for a retry
+    prompt: tuple[TokenSpans, list[int] | None] | None = None  # kept for a retry
 
     @property
     def pool(self) -> str | None:
@@ -73,7 +74,7 @@ class Clients:
         self.results: list[RequestResult] = []
         self.arrivals_left = len(self.requests)
         self._next_request = 0  # closed loop: next request to hand a client
-        self._turn_tokens: dict[int, tuple[list[int], int, list[int]]] = {}
+        self._turn_tokens: dict[int, tuple[TokenSpans, int, int, list[int]]] = {}
         # Open loop: (time, event sequence, index) of the first turns not queued yet.
         self._feed: Iterator[tuple[float, int, int]] = iter(())
         # Multi-turn sessions: request index -> the next turn, sent when it ends.
@@ -151,37 +152,36 @@ class Clients:
         req = live.req
         if live.prompt is None:  # built once: a retry sends the same prompt
             live.prompt = self._engine_prompt(req, live.result.input_tokens)
-        tokens, hashes = live.prompt
+        spans, hashes = live.prompt
         live.result.attempts += 1
-        # Only the answer's length matters here: its token ids are never computed. (The
-        # prompt is handed over, not copied: nothing changes it, a retry resends it.)
-        return CountedOutputRequest(
+        # Only the answer's length matters here: its token ids are never computed, nor
+        # the prompt's (its spans stand for them; a retry resends the same).
+        return CountedOutputRequest.of_spans(
             live.info.request_id,
-            tokens,
+            spans,
             req.output_tokens,
             seed=self._seed_base + req.index,
             prompt_block_hashes=hashes,
             arrival_s=now_s,
-            copy=False,
         )
 
     def _engine_prompt(
         self, req: SimRequest, input_tokens: int
-    ) -> tuple[list[int], list[int] | None]:
-        """Token ids and engine block hashes of a prompt. A session's next turn starts with
+    ) -> tuple[TokenSpans, list[int] | None]:
+        """Token ids (as spans) and engine block hashes of a prompt. A session's next turn starts with
         the previous turn's own tokens (its prompt and the answer the engine generated), so
         the engine finds the answer's cached blocks as a live replica would."""
         prev = self._turn_tokens.pop(req.after, None) if req.after is not None else None
         hasher = self._engine_hasher
         if prev is None:
             hashes = hasher.hashes(req.segments) if hasher is not None else None
-            return placeholder_token_ids(input_tokens), hashes
-        prev_prompt, prev_answer, prev_hashes = prev  # (the answer: counted tokens)
-        prev_len = len(prev_prompt) + prev_answer
-        tokens = prev_prompt + counted_tokens(prev_answer)
-        tokens += placeholder_token_ids(input_tokens - prev_len)
+            return ((_PLACEHOLDER, input_tokens),), hashes
+        prev_spans, prev_prompt_len, prev_answer, prev_hashes = prev  # (answer: counted)
+        prev_len = prev_prompt_len + prev_answer
+        more = max(0, input_tokens - prev_len)
+        spans = (*prev_spans, (COUNTED_TOKEN, prev_answer), (_PLACEHOLDER, more))
         if hasher is None:
-            return tokens, None
+            return spans, None
         bs = hasher.block_tokens
         k = min(len(prev_hashes), prev_len // bs)
         parent = prev_hashes[k - 1] if k else 0
@@ -189,7 +189,7 @@ class Clients:
         # the chain they continue and the previous turn's length tell them apart, so they
         # hash as consecutive ints from those (no per-block work).
         base = hash((parent, _NEXT_TURN, prev_len))
-        return tokens, cut_and_run_on(prev_hashes, k, base, len(tokens) // bs - k)
+        return spans, cut_and_run_on(prev_hashes, k, base, (prev_len + more) // bs - k)
 
     def finish(self, live: LiveRequest, ereq: EngineRequest, now_s: float) -> RequestResult:
         """The request's last token reached its client (it left `live` already)."""
@@ -205,7 +205,8 @@ class Clients:
             hashes = with_runs(ereq.block_hashes, ereq.prompt_runs)  # (its runs found once)
             assert isinstance(ereq, CountedOutputRequest)  # (`engine_request` made it)
             self._turn_tokens[live.req.index] = (
-                ereq.prompt_token_ids,
+                ereq.prompt_spans,
+                ereq.num_prompt_tokens,
                 ereq.num_output_tokens,
                 hashes,
             )
