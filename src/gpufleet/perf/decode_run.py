@@ -192,17 +192,7 @@ def decode_run_ends_lean(
         return ends
     if num_steps >= LEAN_VECTOR_MIN_STEPS:  # the same operations on arrays, in place
         contexts = np.arange(context_tokens, context_tokens + n * num_steps, n, dtype=np.int64)
-        if n & (n - 1):
-            x = contexts / n
-            x *= n
-            x *= per_pair
-        else:  # n * (ctx / n) is ctx itself for a power of two (exact halvings)
-            x = contexts * per_pair  # type: ignore[assignment]
-        x /= rate
-        x += gemm_s
-        x *= count
-        x += tail_s
-        x += overhead_s
+        x = _lean_step_times(parts, n, contexts)
         if extra_s is not None:
             x += extra_s
         x[0] += start_s  # (the clock's first addition; the rest accumulate in order)
@@ -232,9 +222,18 @@ def _step_times_by_context(parts: DecodeParts, n: int, stop: int) -> npt.NDArray
     if held is not None and len(held) >= stop:
         return held
     size = max(stop, 2 * len(held) if held is not None else 4096)
+    x = _lean_step_times(parts, n, np.arange(size, dtype=np.int64))
+    parts.step_times[n] = x
+    return x
+
+
+def _lean_step_times(
+    parts: DecodeParts, n: int, contexts: npt.NDArray[np.int64]
+) -> npt.NDArray[np.float64]:
+    """A lean batch of `n`'s step time at each summed context: `decode_run_ends_lean`'s
+    loop expression, element by element in the same order (bit-identical to it)."""
     count, gemm_s, _, _ = parts.layers[0]
     per_pair, rate = _bound_side(parts)
-    contexts = np.arange(size, dtype=np.int64)
     x: npt.NDArray[np.float64]
     if n & (n - 1):
         x = contexts / n
@@ -247,7 +246,6 @@ def _step_times_by_context(parts: DecodeParts, n: int, stop: int) -> npt.NDArray
     x *= count
     x += parts.tail_s[0]
     x += parts.overhead_s
-    parts.step_times[n] = x
     return x
 
 
