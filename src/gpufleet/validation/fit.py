@@ -52,6 +52,11 @@ def _score(cal: Calibration, rows: Sequence[Any]) -> float:
     return _combine([_errors(cal, r) for r in rows])
 
 
+def objective(cal: Calibration, rows: Sequence[Any], *, recipes: bool = False) -> float:
+    """What `fit` minimises, for `cal` on `rows` (lower is better)."""
+    return _combine([_errors(cal, r, recipes) for r in rows])
+
+
 def _replace(cal: Calibration, key: str, value: float, backend: str | None) -> Calibration:
     changes: dict[str, Any] = {key: value}
     if backend is None:
@@ -75,6 +80,15 @@ def _inside_bounds(cal: Calibration) -> Calibration:
     return cal
 
 
+# One sweep of shrinking multiplicative steps; rounds past three repeat it, so a start far
+# from the optimum (a prior) gets more passes with large steps after the small ones.
+SWEEP: tuple[float, ...] = (1.5, 1.2, 1.07)
+
+
+def _steps(rounds: int) -> list[float]:
+    return [SWEEP[i % len(SWEEP)] for i in range(rounds)]
+
+
 def fit(
     rows: Sequence[Any], start: Calibration, rounds: int = 3, *, recipes: bool = False
 ) -> Calibration:
@@ -90,7 +104,7 @@ def fit(
     for b in backends:
         knobs += [(k, b) for k in BACKEND_CONSTANTS]
     by_backend = {b: [i for i, r in enumerate(rows) if r.backend == b] for b in backends}
-    for step in [1.5, 1.2, 1.07][:rounds]:
+    for step in _steps(rounds):
         for key, backend in knobs:
             idx = range(len(rows)) if backend is None else by_backend[backend]
             improved = True
