@@ -71,3 +71,22 @@ def test_in_sample_from_prior_uses_the_same_start(
     summary, cal = accuracy.in_sample_from_prior(_rows(), CONFIGS, rounds=1)
     assert summary["rows"] == len(_rows())
     assert starts == [prior_calibration()] and cal == prior_calibration()
+
+
+def test_rounds_past_one_sweep_repeat_the_shrinking_steps() -> None:
+    from gpufleet.validation.fit import SWEEP, _steps
+
+    assert _steps(2) == list(SWEEP[:2])
+    assert _steps(7) == [*SWEEP, *SWEEP, SWEEP[0]]
+
+
+def test_calibration_refit_from_the_prior_writes_loadable_constants(tmp_path: Path) -> None:
+    import yaml
+
+    from gpufleet.perf.calibration import calibration_from_dict
+    from gpufleet.validation.fit import main as calibration_main
+
+    out = tmp_path / "cal.yaml"
+    assert calibration_main([str(SAMPLE), "--out", str(out), "--rounds", "1", "--from-prior"]) == 0
+    cal = calibration_from_dict(yaml.safe_load(out.read_text()))
+    assert cal != prior_calibration()  # the search moved it

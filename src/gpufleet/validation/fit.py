@@ -27,6 +27,7 @@ from gpufleet.perf.calibration import (
     Calibration,
     calibration_to_dict,
     default_calibration,
+    prior_calibration,
 )
 from gpufleet.validation.measured import default_csv, predict_row, read_rows
 
@@ -99,10 +100,14 @@ def fit(
     cal = _inside_bounds(start)
     errors = [_errors(cal, r, recipes) for r in rows]
     best = _combine(errors)
-    knobs: list[tuple[str, str | None]] = [(k, None) for k in SCALAR_CONSTANTS]
+    # Each engine's own constants first, then the shared ones: from a far start (a prior),
+    # shared efficiencies moved first absorb engine-specific offsets (they ran to their
+    # bounds) and a coordinate search cannot walk them back.
+    knobs: list[tuple[str, str | None]] = []
     backends = sorted({r.backend for r in rows} & set(cal.backends))
     for b in backends:
         knobs += [(k, b) for k in BACKEND_CONSTANTS]
+    knobs += [(k, None) for k in SCALAR_CONSTANTS]
     by_backend = {b: [i for i, r in enumerate(rows) if r.backend == b] for b in backends}
     for step in _steps(rounds):
         for key, backend in knobs:
@@ -142,7 +147,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=Path(__file__).parents[1] / "perf" / "data" / "calibration.yaml",
         help="where to write the constants (default: the shipped calibration.yaml)",
     )
-    parser.add_argument("--rounds", type=int, default=3, help="coordinate-search rounds (1-3)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="coordinate-search rounds (past 3 the sweep repeats)"
+    )
+    parser.add_argument(
+        "--from-prior",
+        action="store_true",
+        help="start from perf.calibration.prior_calibration() instead of the shipped constants",
+    )
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         args.csv = args.csv or default_csv()
@@ -150,7 +162,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    cal = fit(rows, default_calibration(), rounds=args.rounds)
+    cal = fit(
+        rows, prior_calibration() if args.from_prior else default_calibration(), rounds=args.rounds
+    )
     header = (
         "# Fitted by `python -m gpufleet.validation.fit` on "
         f"{args.csv.name} ({len(rows)} rows). Few, physical constants: see calibration.py.\n"
