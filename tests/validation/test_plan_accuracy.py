@@ -58,6 +58,10 @@ def test_benchmark_reports_errors_per_group_and_names_unmodelled_rows(tmp_path: 
     logo = report["leave_one_gpu_out"]  # held out by GPU: h100 rows scored by h200's fit
     assert logo["overall"]["rows"] == 8 and set(logo["per_group"]) == {"h100_sxm", "h200_sxm"}
     assert "| **leave-one-GPU-out** |" in proc.stdout
+    # Beside them, the same search from the same prior on all rows (comparable in-sample).
+    assert report["in_sample_from_prior"]["overall"]["rows"] == 8
+    assert set(report["fit_objective"]) == {"shipped", "from_prior"}
+    assert "| in-sample, fitted from the prior |" in proc.stdout
     assert "| in-sample |" in proc.stdout and "| leave-one-model-out |" in proc.stdout
     assert "| **overall** |" in proc.stdout
     assert "row-on-unknown-gpu" in proc.stdout

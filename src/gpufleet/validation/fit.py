@@ -27,6 +27,7 @@ from gpufleet.perf.calibration import (
     Calibration,
     calibration_to_dict,
     default_calibration,
+    prior_calibration,
 )
 from gpufleet.validation.measured import default_csv, predict_row, read_rows
 
@@ -52,6 +53,11 @@ def _score(cal: Calibration, rows: Sequence[Any]) -> float:
     return _combine([_errors(cal, r) for r in rows])
 
 
+def objective(cal: Calibration, rows: Sequence[Any], *, recipes: bool = False) -> float:
+    """What `fit` minimises, for `cal` on `rows` (lower is better)."""
+    return _combine([_errors(cal, r, recipes) for r in rows])
+
+
 def _replace(cal: Calibration, key: str, value: float, backend: str | None) -> Calibration:
     changes: dict[str, Any] = {key: value}
     if backend is None:
@@ -75,6 +81,15 @@ def _inside_bounds(cal: Calibration) -> Calibration:
     return cal
 
 
+# One sweep of shrinking multiplicative steps; rounds past three repeat it, so a start far
+# from the optimum (a prior) gets more passes with large steps after the small ones.
+SWEEP: tuple[float, ...] = (1.5, 1.2, 1.07)
+
+
+def _steps(rounds: int) -> list[float]:
+    return [SWEEP[i % len(SWEEP)] for i in range(rounds)]
+
+
 def fit(
     rows: Sequence[Any], start: Calibration, rounds: int = 3, *, recipes: bool = False
 ) -> Calibration:
@@ -85,12 +100,16 @@ def fit(
     cal = _inside_bounds(start)
     errors = [_errors(cal, r, recipes) for r in rows]
     best = _combine(errors)
-    knobs: list[tuple[str, str | None]] = [(k, None) for k in SCALAR_CONSTANTS]
+    # Each engine's own constants first, then the shared ones: from a far start (a prior),
+    # shared efficiencies moved first absorb engine-specific offsets (they ran to their
+    # bounds) and a coordinate search cannot walk them back.
+    knobs: list[tuple[str, str | None]] = []
     backends = sorted({r.backend for r in rows} & set(cal.backends))
     for b in backends:
         knobs += [(k, b) for k in BACKEND_CONSTANTS]
+    knobs += [(k, None) for k in SCALAR_CONSTANTS]
     by_backend = {b: [i for i, r in enumerate(rows) if r.backend == b] for b in backends}
-    for step in [1.5, 1.2, 1.07][:rounds]:
+    for step in _steps(rounds):
         for key, backend in knobs:
             idx = range(len(rows)) if backend is None else by_backend[backend]
             improved = True
@@ -128,7 +147,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=Path(__file__).parents[1] / "perf" / "data" / "calibration.yaml",
         help="where to write the constants (default: the shipped calibration.yaml)",
     )
-    parser.add_argument("--rounds", type=int, default=3, help="coordinate-search rounds (1-3)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="coordinate-search rounds (past 3 the sweep repeats)"
+    )
+    parser.add_argument(
+        "--from-prior",
+        action="store_true",
+        help="start from perf.calibration.prior_calibration() instead of the shipped constants",
+    )
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         args.csv = args.csv or default_csv()
@@ -136,7 +162,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    cal = fit(rows, default_calibration(), rounds=args.rounds)
+    cal = fit(
+        rows, prior_calibration() if args.from_prior else default_calibration(), rounds=args.rounds
+    )
     header = (
         "# Fitted by `python -m gpufleet.validation.fit` on "
         f"{args.csv.name} ({len(rows)} rows). Few, physical constants: see calibration.py.\n"
