@@ -3,8 +3,6 @@ never from the shipped constants (fitted on all rows, the held-out ones included
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -15,18 +13,13 @@ import pytest
 from gpufleet.perf.calibration import Calibration, prior_calibration
 from gpufleet.validation.measured import read_rows
 
-ROOT = Path(__file__).resolve().parents[2]
-CONFIGS = ROOT / "src" / "gpufleet" / "specs" / "data" / "models"
-SAMPLE = Path(__file__).parent / "data" / "measured_serving_sample.csv"
+from .helpers import CONFIGS, SAMPLE, benchmark_module
 
 
 @pytest.fixture(scope="module")
 def accuracy() -> Iterator[ModuleType]:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        yield importlib.import_module("plan_accuracy")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    with benchmark_module("plan_accuracy") as module:
+        yield module
 
 
 @pytest.fixture

@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from gpufleet.validation.measured import MeasuredRow
 
-ROOT = Path(__file__).resolve().parents[2]
-CONFIGS = ROOT / "src" / "gpufleet" / "specs" / "data" / "models"
-SAMPLE = Path(__file__).parent / "data" / "measured_serving_sample.csv"
+from .helpers import CONFIGS, SAMPLE, benchmark_module
 
 
 @pytest.fixture(scope="module")
 def residuals() -> Iterator[ModuleType]:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        yield importlib.import_module("plan_residuals")
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    with benchmark_module("plan_residuals") as module:
+        yield module
 
 
 def _row(osl: int, c: int, ttft_s: float, tpot_s: float = 0.01) -> MeasuredRow:
