@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpufleet.errors import UserError
@@ -10,7 +12,8 @@ from gpufleet.plan.capacity import (
     concurrent_sequences,
     replica_capacity,
 )
-from gpufleet.plan.perf_serving import scheduler_for
+from gpufleet.plan.engines import engine_rules
+from gpufleet.plan.perf_serving import scheduler_for, shape_of
 from gpufleet.specs.gpus import load_gpu
 
 LLAMA = "meta-llama/Llama-3.1-8B"
@@ -66,3 +69,18 @@ def test_replica_capacity_is_bounded_by_kv_for_long_requests() -> None:
     # Twice the GPUs (tp 2) hold more KV, so more of those requests run at once.
     tp2 = replica_capacity(LLAMA, "h100-sxm", tp=2, max_num_seqs=1024, tokens_per_request=32_000)
     assert tp2.sequences > cap.sequences
+
+
+def test_the_planner_and_the_accuracy_harness_read_batch_waiting_from_the_rules() -> None:
+    # One translation of an engine's rules into the solver's shape: a recipe's TRT-LLM
+    # batch waiting (20 iterations, 0.9 of the token budget) reaches it whoever builds it.
+    rules = dataclasses.replace(
+        engine_rules("trtllm", load_gpu("h200_sxm"), tp=2),
+        batch_wait_iters=20,
+        batch_wait_max_tokens_ratio=0.9,
+    )
+    shape = shape_of(rules, max_running=64, max_output_tokens_per_s=1e5)
+    assert shape.batch_wait_iterations == 20
+    assert shape.batch_wait_tokens == int(0.9 * rules.max_num_batched_tokens)
+    assert shape_of(rules, max_running=64, max_output_tokens_per_s=1e5,
+                    max_num_batched_tokens=1000).batch_wait_tokens == 900  # fmt: skip

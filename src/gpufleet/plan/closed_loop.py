@@ -23,6 +23,7 @@ calls: cheap enough for the planner's whole search to stay well under a second).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -119,14 +120,10 @@ def predict_closed_loop(
             input_tokens,
             output_tokens,
             per_batch,
-            SchedulerShape(
-                max_num_batched_tokens=sched.max_num_batched_tokens,
+            dataclasses.replace(  # one micro-batch's share of the running slots and front end
+                sched,
                 max_running=max(1, math.ceil(sched.max_running / stages)),
-                mixed_prefill=sched.mixed_prefill,
                 max_output_tokens_per_s=sched.max_output_tokens_per_s / stages,
-                iterations_ahead=sched.iterations_ahead,
-                batch_wait_iterations=sched.batch_wait_iterations,
-                batch_wait_tokens=sched.batch_wait_tokens,
             ),
             ttft_overhead_s=ttft_overhead_s,
             queue_scale=queue_scale,

@@ -16,7 +16,7 @@ from gpufleet.plan.closed_loop import (
     max_concurrency_within_slo,
     predict_closed_loop,
 )
-from gpufleet.plan.engines import engine_rules
+from gpufleet.plan.engines import EngineRules, engine_rules
 from gpufleet.specs.gpus import GpuSpec
 from gpufleet.specs.models import ModelSpec
 
@@ -83,12 +83,33 @@ def scheduler_for(
                 fix="use a layout with more KV cache per GPU (more GPUs, fp8 KV, shorter requests)",
             )
         running = min(running, fits)
+    return shape_of(
+        rules,
+        max_running=running,
+        max_output_tokens_per_s=cal.frontend_tokens_per_s,
+        max_num_batched_tokens=budget,
+    )
+
+
+def shape_of(
+    rules: EngineRules,
+    *,
+    max_running: int,
+    max_output_tokens_per_s: float,
+    max_num_batched_tokens: int | None = None,
+) -> SchedulerShape:
+    """The closed-loop solver's view of an engine's scheduling rules: its token budget
+    (`rules`' unless given), `max_running` at once, chunk interleaving, overlap scheduling
+    and batch waiting (its threshold a fraction of the budget, as TRT-LLM sets it)."""
+    budget = max_num_batched_tokens or rules.max_num_batched_tokens
     return SchedulerShape(
         max_num_batched_tokens=budget,
-        max_running=running,
+        max_running=max_running,
         mixed_prefill=rules.mixed_prefill,
-        max_output_tokens_per_s=cal.frontend_tokens_per_s,
+        max_output_tokens_per_s=max_output_tokens_per_s,
         iterations_ahead=1 if rules.overlap_scheduling else 0,
+        batch_wait_iterations=rules.batch_wait_iters,
+        batch_wait_tokens=int(rules.batch_wait_max_tokens_ratio * budget),
     )
 
 

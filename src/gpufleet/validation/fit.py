@@ -49,10 +49,6 @@ def _combine(errors: Sequence[tuple[float, float] | None]) -> float:
     return statistics.median(e[0] for e in got) / 0.2 + statistics.median(e[1] for e in got) / 0.1
 
 
-def _score(cal: Calibration, rows: Sequence[Any]) -> float:
-    return _combine([_errors(cal, r) for r in rows])
-
-
 def objective(cal: Calibration, rows: Sequence[Any], *, recipes: bool = False) -> float:
     """What `fit` minimises, for `cal` on `rows` (lower is better)."""
     return _combine([_errors(cal, r, recipes) for r in rows])
@@ -170,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.csv.name} ({len(rows)} rows). Few, physical constants: see calibration.py.\n"
     )
     args.out.write_text(header + yaml.safe_dump(calibration_to_dict(cal), sort_keys=False))
-    print(f"wrote {args.out}: score {_score(cal, rows):.4f}")
+    print(f"wrote {args.out}: score {objective(cal, rows):.4f}")
     return 0
 
 

@@ -18,13 +18,13 @@ from gpufleet.perf.calibration import BackendCalibration, Calibration, default_c
 from gpufleet.perf.roofline import RooflineStepTimeModel
 from gpufleet.plan.closed_loop import (
     FIXED_LENGTH_QUEUE_SCALE,
-    SchedulerShape,
     ServingPrediction,
     predict_closed_loop,
 )
 from gpufleet.plan.engines import EngineRules, engine_rules
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.memory import memory_breakdown
+from gpufleet.plan.perf_serving import shape_of
 from gpufleet.specs.gpus import GpuSpec, load_gpu
 from gpufleet.specs.models import ModelSpec
 from gpufleet.specs.quant import BF16, QuantScheme
@@ -179,15 +179,7 @@ def model_row(
         row.isl,
         row.osl,
         how.clients_per_rank,
-        SchedulerShape(
-            max_num_batched_tokens=rules.max_num_batched_tokens,
-            max_running=max_running,
-            mixed_prefill=rules.mixed_prefill,
-            max_output_tokens_per_s=b.frontend_tokens_per_s,
-            iterations_ahead=1 if rules.overlap_scheduling else 0,
-            batch_wait_iterations=rules.batch_wait_iters,
-            batch_wait_tokens=int(rules.batch_wait_max_tokens_ratio * rules.max_num_batched_tokens),
-        ),
+        shape_of(rules, max_running=max_running, max_output_tokens_per_s=b.frontend_tokens_per_s),
         ttft_overhead_s=b.ttft_overhead_s,
         queue_scale=FIXED_LENGTH_QUEUE_SCALE,
         requests_per_client=b.benchmark_requests_per_client,
