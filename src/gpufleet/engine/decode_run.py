@@ -213,7 +213,7 @@ def _admission_stays_blocked(engine: Engine) -> bool:
     if head is None:
         return True  # every waiting request's adapter is over max_loras until a finish
     free = kv.num_free_blocks
-    num_tokens = head.num_prompt_tokens + head.num_output_tokens
+    num_tokens = head.num_tokens
     if free >= -(-num_tokens // bs) + -(-cap // bs):
         # Admissible now whatever its cached prefix: the blocks it needs (at most its
         # uncached tokens' or a chunk's) plus the cached ones it would take off the free

@@ -56,7 +56,7 @@ class KVCacheManager:
         if not self.enable_caching:
             return NO_BLOCKS
         bs = self.block_size
-        num_tokens = req.num_prompt_tokens + req.num_output_tokens
+        num_tokens = req.num_tokens
         max_blocks = (num_tokens - 1) // bs
         if req.request_id not in self._chain and req.prompt_runs is None:
             # (runs not known: found as far as the cached prefix goes, not further)

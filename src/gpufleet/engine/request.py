@@ -148,6 +148,8 @@ class EngineRequest:
 
     @property
     def num_tokens(self) -> int:
+        """Prompt + generated tokens (the engine keeps `num_prompt_tokens +
+        num_output_tokens` equal to it, and reads that sum in its hottest loops)."""
         return len(self.all_token_ids)
 
     @property

@@ -111,6 +111,7 @@ class Scheduler:
         while i < len(running) and budget > 0:
             req = running[i]
             computed = req.num_computed_tokens
+            # (`num_tokens` written out: every running request, every step)
             n = req.num_prompt_tokens + req.num_output_tokens - computed
             if n <= 0:  # its last step is still in flight (pipeline parallel)
                 i += 1
@@ -162,7 +163,7 @@ class Scheduler:
                     continue
                 hit_blocks = kv.get_computed_blocks(req)
                 computed = len(hit_blocks) * kv.block_size
-                n = req.num_prompt_tokens + req.num_output_tokens - computed
+                n = req.num_tokens - computed
                 if n > budget:
                     n = budget
                 if threshold and n > threshold:
@@ -176,7 +177,7 @@ class Scheduler:
                     req.prefix_hit_recorded = True
                     req.num_prefix_hit_tokens = computed
                     if kv.enable_caching:
-                        self.prefix_queries_tokens += req.num_prompt_tokens + req.num_output_tokens
+                        self.prefix_queries_tokens += req.num_tokens
                         self.prefix_hits_tokens += computed
                 if req.first_scheduled_s is None:
                     req.first_scheduled_s = start_s
@@ -261,10 +262,7 @@ class Scheduler:
 
 def finish_reason(req: EngineRequest, max_model_len: int) -> FinishReason | None:
     """Why a request that just produced a token is done, or None if it goes on."""
-    if (
-        req.num_output_tokens >= req.max_tokens
-        or req.num_prompt_tokens + req.num_output_tokens >= max_model_len
-    ):
+    if req.num_output_tokens >= req.max_tokens or req.num_tokens >= max_model_len:
         return FinishReason.LENGTH
     if req.stop_after_tokens is not None and req.num_output_tokens >= req.stop_after_tokens:
         return FinishReason.STOP

@@ -194,7 +194,7 @@ class SimFleet:
             replica.account(now)
             first_s = res.first_token_s
             fleet.finished(live.info, view, live.policy, True, first_s is not None)
-            tokens = ereq.num_prompt_tokens + ereq.num_output_tokens
+            tokens = ereq.num_tokens
             fleet.observe_latency(now, res.ttft_s, res.tpot_s, live.info.model, tokens)
             clients.client_done(live.req.index)
 
