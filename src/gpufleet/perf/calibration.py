@@ -72,6 +72,14 @@ class Calibration:
     # Zipf exponent of routed experts' popularity (0: uniform routing): how much fewer
     # distinct experts a batch reads than uniform routing says (perf.expert_routing).
     routing_skew: float = 0.0
+    # GPU time of one kernel beyond its bytes / bandwidth, inside a CUDA graph: the ramp and
+    # tail of a memory-bound kernel that fills the GPU only between its first and last
+    # waves, plus the in-graph launch gap. Paid per GEMM / attention kernel of every layer
+    # (`layer_costs.LayerClass.kernels`), so it grows with the layers a model has, not per
+    # step: what sets a small model's step at high TP. Source: the H200 GEMV measurements
+    # (h200_rates.csv, M=1) take 28 µs + bytes / 4.4 TB/s, the 28 µs including PyTorch's
+    # launch from the CPU, which a CUDA graph removes.
+    kernel_fixed_s: float = 5e-6
     backends: Mapping[str, BackendCalibration] = field(
         default_factory=lambda: MappingProxyType({"default": BackendCalibration()})
     )
@@ -83,7 +91,7 @@ class Calibration:
 
 
 SCALAR_CONSTANTS: Final = ("gemm_efficiency", "attention_efficiency", "memory_efficiency",
-                           "allreduce_latency_s", "routing_skew")  # fmt: skip
+                           "allreduce_latency_s", "routing_skew", "kernel_fixed_s")  # fmt: skip
 BACKEND_CONSTANTS: Final = tuple(f.name for f in dataclasses.fields(BackendCalibration))
 
 # What is physically plausible for each constant (low, high). The kernel measurements on
@@ -95,6 +103,7 @@ BOUNDS: Final[Mapping[str, tuple[float, float]]] = MappingProxyType({
     "memory_efficiency": (0.6, 0.95),
     "allreduce_latency_s": (2e-6, 40e-6),
     "routing_skew": (0.0, 1.5),
+    "kernel_fixed_s": (0.5e-6, 30e-6),
     "step_overhead_s": (0.0, 0.02),
     "seq_overhead_s": (0.0, 200e-6),
     "eager_layer_overhead_s": (0.0, 300e-6),
@@ -187,5 +196,8 @@ def prior_calibration() -> Calibration:
         allreduce_latency_s=10e-6,
         # Uniform routing (the load balancing MoE training aims for): no skew assumed.
         routing_skew=0.0,
+        # In-graph launch gap (~2 µs) plus a memory-bound kernel's ramp and tail (a few µs):
+        # ~5 µs; the H200 measurements' 28 µs intercept includes the CPU launch (the bound).
+        kernel_fixed_s=5e-6,
         backends=MappingProxyType(backends),
     )

@@ -34,6 +34,12 @@ class LayerClass:
     weight_bytes: float  # per GPU: attention projections + dense MLP / shared / router
     gemm_s_per_token: float  # per GPU, at the achieved tensor rate of each module's path
     is_moe: bool
+    # GEMM and attention kernels one layer launches (each pays `kernel_fixed_s`): the
+    # attention projections (fused QKV and O; MLA's low-rank Q and KV projections two
+    # more), attention itself, and the dense MLP's gate-up and down, or an MoE layer's
+    # router and shared expert's two (the routed experts' kernels are the backend's
+    # moe_layer_overhead_s).
+    kernels: int = 0
 
 
 _CACHE: dict[tuple[object, ...], tuple[LayerClass, ...]] = {}
@@ -76,7 +82,11 @@ def _layer_classes(
         first = ids[0]
         attn = model.attention_params(first) / tp
         if is_moe:
-            mlp = model.shared_expert_params() / moe_tp
+            # Shared experts run like the dense MLP they are, on the attention ranks'
+            # tokens, sharded over attention TP (replicated under attention DP), not over
+            # the routed experts' moe_tp (TRT-LLM's shared_tp_size, vLLM's and SGLang's
+            # shared-expert MLPs).
+            mlp = model.shared_expert_params() / tp
             router = float(model.router_params())
         else:
             mlp = model.mlp_params(first) / tp
@@ -95,6 +105,8 @@ def _layer_classes(
                 + 2.0 * mlp / mlp_rate
                 + 2.0 * router / bf16_rate,
                 is_moe=is_moe,
+                kernels=(5 if model.attention_kind == "mla" else 3)
+                + (1 + (2 if model.shared_expert_params() else 0) if is_moe else 2),
             )
         )
     return tuple(out)

@@ -18,7 +18,8 @@ Per layer, on one GPU of the group:
   latent, absorbed).
 * Communication: TP all-reduces of the hidden states (two per layer): the engines' own
   NVLink kernels for small messages, else the measured NCCL bandwidth-vs-size curve; EP
-  dispatch and combine all-to-alls per MoE layer, the share to peers inside the NVLink
+  dispatch and combine all-to-alls per MoE layer under attention DP (under attention TP
+  every GPU already holds every token and the TP all-reduce is the combine), the share to peers inside the NVLink
   domain at NVLink speed and the rest over the NIC (a GB200 / GB300 NVL72 rack is one
   72-GPU domain); PP send/recv between stages.
 * lm_head for the sequences that sample; per-iteration engine overhead (scheduler,
@@ -139,6 +140,8 @@ class RooflineStepTimeModel:
         self._classes = layer_classes(
             model, gpu, sch, tp=tp, moe_tp=moe_tp, gemm_efficiency=cal.gemm_efficiency
         )
+        # Per class: the fixed GPU time of its kernels, beside the roofline's bytes and FLOPs.
+        self._fixed_s = tuple(cls.kernels * cal.kernel_fixed_s for cls in self._classes)
         self._hbm_bytes_s = gpu.hbm_gbps * 1e9 * cal.memory_efficiency
         self._attn_flops_s = gpu.tflops("bf16") * 1e12 * cal.attention_efficiency
         h = model.hidden_size
@@ -242,9 +245,10 @@ class RooflineStepTimeModel:
         attn_flops_s = self._attn_flops_s
         kv_bytes_layer = self._kv_bytes_per_token_layer
         total = 0.0
-        for cls in self._classes:
-            gemm_s = _soft_max(
-                tokens * cls.gemm_s_per_token, (cls.weight_bytes + act_io) / hbm_bytes_s
+        for cls, fixed_s in zip(self._classes, self._fixed_s, strict=True):
+            gemm_s = (
+                _soft_max(tokens * cls.gemm_s_per_token, (cls.weight_bytes + act_io) / hbm_bytes_s)
+                + fixed_s
             )
             window = cls.window
             if window is None:
@@ -295,8 +299,15 @@ class RooflineStepTimeModel:
 
     def _exchange_s(self, tokens: int) -> float:
         """One MoE layer's token exchange between the GPUs holding experts."""
+        if self._ep > 1 and self._dp == 1:
+            # Attention TP leaves every token on every GPU of the group: each EP rank runs
+            # its own experts on them and the layer's TP all-reduce (`_allreduce_s`) sums
+            # the ranks' outputs. No dispatch; the combine is that all-reduce (vLLM,
+            # SGLang and TRT-LLM all run EP without attention DP this way).
+            return 0.0
         if self._ep > 1:
-            # Dispatch and combine: each GPU sends its tokens' k copies out and back.
+            # Attention DP: each rank holds only its own tokens. Dispatch and combine:
+            # each GPU sends its tokens' k copies out and back.
             local = tokens / self._tp
             return 2.0 * self._a2a_s(local * self._top_k * self._h * ACT_BYTES)
         if self._dp > 1:
@@ -338,9 +349,10 @@ class RooflineStepTimeModel:
         moe_s = self._moe_s(n) if self._num_experts else 0.0
         act_io = n * self._act_io_bytes_per_token
         layers = []
-        for cls in self._classes:
-            gemm_s = _soft_max(
-                n * cls.gemm_s_per_token, (cls.weight_bytes + act_io) / self._hbm_bytes_s
+        for cls, fixed_s in zip(self._classes, self._fixed_s, strict=True):
+            gemm_s = (
+                _soft_max(n * cls.gemm_s_per_token, (cls.weight_bytes + act_io) / self._hbm_bytes_s)
+                + fixed_s
             )
             layers.append((cls.count, gemm_s, moe_s if cls.is_moe else None, cls.window))
         tail = [self._allreduce_s(n)] if self._allreduces_per_layer else []
