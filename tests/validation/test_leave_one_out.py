@@ -83,3 +83,20 @@ def test_calibration_refit_from_the_prior_writes_loadable_constants(tmp_path: Pa
     assert calibration_main([str(SAMPLE), "--out", str(out), "--rounds", "1", "--from-prior"]) == 0
     cal = calibration_from_dict(yaml.safe_load(out.read_text()))
     assert cal != prior_calibration()  # the search moved it
+
+
+def test_fit_holds_the_measured_constants_at_their_prior() -> None:
+    """Constants with a measured source (GEMM / copy efficiency, all-reduce latency, the
+    per-kernel fixed time) are not fitted: from any start they come back to the prior's
+    values and stay there; only the others move."""
+    import dataclasses
+
+    from gpufleet.perf.calibration import SCALAR_CONSTANTS
+    from gpufleet.validation.fit import FITTED_SCALARS, fit
+
+    prior = prior_calibration()
+    frozen = [k for k in SCALAR_CONSTANTS if k not in FITTED_SCALARS]
+    assert {"gemm_efficiency", "memory_efficiency", "kernel_fixed_s"} <= set(frozen)
+    start = dataclasses.replace(prior, gemm_efficiency=0.5, memory_efficiency=0.7)
+    got = fit(_rows(), start, rounds=1)
+    assert all(getattr(got, k) == getattr(prior, k) for k in frozen)
