@@ -19,9 +19,12 @@ Per layer, on one GPU of the group:
 * Communication: TP all-reduces of the hidden states (two per layer): the engines' own
   NVLink kernels for small messages, else the measured NCCL bandwidth-vs-size curve; EP
   dispatch and combine all-to-alls per MoE layer under attention DP (under attention TP
-  every GPU already holds every token and the TP all-reduce is the combine), the share to peers inside the NVLink
-  domain at NVLink speed and the rest over the NIC (a GB200 / GB300 NVL72 rack is one
-  72-GPU domain); PP send/recv between stages.
+  every GPU already holds every token and the TP all-reduce is the combine), the share
+  to peers inside the NVLink domain at NVLink speed and the rest over the NIC (a GB200 /
+  GB300 NVL72 rack is one 72-GPU domain); PP send/recv between stages.
+* A fixed GPU time per kernel (`kernel_fixed_s`: ramp, tail and in-graph launch gap) for
+  each GEMM and attention kernel of every layer: with the weights split 8 ways a small
+  model's GEMVs are a few MB and this, not bandwidth, sets much of the step.
 * lm_head for the sequences that sample; per-iteration engine overhead (scheduler,
   sampler) plus a per-sequence part; iterations the engine does not replay from a CUDA
   graph (prefill, or decode batches above the captured sizes) pay the kernel launches of
