@@ -57,11 +57,16 @@ def test_all_to_all_over_the_network_costs_more_than_over_nvlink() -> None:
     assert _exchange_ms("b200", node) == pytest.approx(_exchange_ms("gb200", node), rel=0.3)
 
 
-def test_experts_tp_sharded_exchange_nothing_and_ep_pays_an_all_to_all() -> None:
+def test_only_ep_under_dp_attention_pays_an_all_to_all() -> None:
+    # Attention TP leaves every token on every GPU: TP-sharded or EP experts alike need
+    # no dispatch, and the layer's TP all-reduce is the combine. DP attention splits the
+    # tokens over ranks: EP then dispatches and combines them.
     tp = Layout(tp=8, weight_dtype="fp8", kv_dtype="bf16")
     ep = Layout(tp=8, ep=8, weight_dtype="fp8", kv_dtype="bf16")
+    dp_ep = Layout(tp=1, dp=8, ep=8, weight_dtype="fp8", kv_dtype="bf16")
     assert _exchange_ms("h200", tp) == 0.0
-    assert _exchange_ms("h200", ep) > 0.0
+    assert _exchange_ms("h200", ep) == 0.0
+    assert _exchange_ms("h200", dp_ep) > 0.0
     p = plan(PlanRequest(model=DEEPSEEK, gpu=load_gpu("h200"), rps=1))
     ep_step = [d for d in p.decisions if d.step == "ep"]
     assert len(ep_step) == 1 and "tok/s per GPU" in ep_step[0].reason

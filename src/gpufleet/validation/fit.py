@@ -87,6 +87,7 @@ def _inside_bounds(cal: Calibration) -> Calibration:
 # when frozen, benchmarks/results/plan_accuracy.md).
 FITTED_SCALARS: tuple[str, ...] = ("attention_efficiency", "routing_skew")
 
+
 def _at_prior_where_frozen(cal: Calibration) -> Calibration:
     """The shared constants the fit does not tune, at their prior (physical) values."""
     prior = prior_calibration()
