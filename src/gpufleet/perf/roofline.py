@@ -144,7 +144,7 @@ class RooflineStepTimeModel:
             model, gpu, sch, tp=tp, moe_tp=moe_tp, gemm_efficiency=cal.gemm_efficiency
         )
         # Per class: the fixed GPU time of its kernels, beside the roofline's bytes and FLOPs.
-        self._fixed_s = tuple(cls.kernels * cal.kernel_fixed_s for cls in self._classes)
+        self._classes_fixed_s = tuple((c, c.kernels * cal.kernel_fixed_s) for c in self._classes)
         self._hbm_bytes_s = gpu.hbm_gbps * 1e9 * cal.memory_efficiency
         self._attn_flops_s = gpu.tflops("bf16") * 1e12 * cal.attention_efficiency
         h = model.hidden_size
@@ -248,7 +248,7 @@ class RooflineStepTimeModel:
         attn_flops_s = self._attn_flops_s
         kv_bytes_layer = self._kv_bytes_per_token_layer
         total = 0.0
-        for cls, fixed_s in zip(self._classes, self._fixed_s, strict=True):
+        for cls, fixed_s in self._classes_fixed_s:
             gemm_s = (
                 _soft_max(tokens * cls.gemm_s_per_token, (cls.weight_bytes + act_io) / hbm_bytes_s)
                 + fixed_s
@@ -352,7 +352,7 @@ class RooflineStepTimeModel:
         moe_s = self._moe_s(n) if self._num_experts else 0.0
         act_io = n * self._act_io_bytes_per_token
         layers = []
-        for cls, fixed_s in zip(self._classes, self._fixed_s, strict=True):
+        for cls, fixed_s in self._classes_fixed_s:
             gemm_s = (
                 _soft_max(n * cls.gemm_s_per_token, (cls.weight_bytes + act_io) / self._hbm_bytes_s)
                 + fixed_s
