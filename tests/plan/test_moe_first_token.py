@@ -6,7 +6,12 @@ import dataclasses
 
 import pytest
 
-from gpufleet.perf.calibration import BOUNDS, default_calibration, prior_calibration
+from gpufleet.perf.calibration import (
+    BOUNDS,
+    Calibration,
+    default_calibration,
+    prior_calibration,
+)
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.perf_serving import predict_serving
 from gpufleet.specs.catalog import load_model
@@ -33,7 +38,14 @@ def test_first_token_overhead_adds_the_moe_part_to_moe_models_only() -> None:
 def test_moe_first_token_time_lengthens_moe_ttft_in_every_engine(backend: str) -> None:
     def ttft_s(model: object, extra_s: float) -> float:
         return predict_serving(
-            model, H200, LAYOUT, 1024, 256, 4, backend=backend, calibration=_cal(extra_s)  # type: ignore[arg-type]
+            model,
+            H200,
+            LAYOUT,
+            1024,
+            256,
+            4,
+            backend=backend,
+            calibration=_cal(extra_s),  # type: ignore[arg-type]
         ).ttft_s
 
     # Outside the GPU's iterations: the request's TTFT grows by it (a little less, as the
@@ -43,7 +55,11 @@ def test_moe_first_token_time_lengthens_moe_ttft_in_every_engine(backend: str) -
     assert ttft_s(LLAMA_70B, 0.2) == ttft_s(LLAMA_70B, 0.0)
 
 
-def test_prior_assumes_no_moe_first_token_time_and_bounds_hold_it() -> None:
-    assert prior_calibration().moe_first_token_s == 0.0
+def test_prior_moe_first_token_time_is_its_bounds_midpoint() -> None:
+    """No engine documents it: the prior is the geometric midpoint of its bounds, and the
+    dataclass default (for calibrations written before it existed) adds nothing."""
     low, high = BOUNDS["moe_first_token_s"]
-    assert low == 0.0 < high
+    assert prior_calibration().moe_first_token_s == pytest.approx((low * high) ** 0.5)
+    assert Calibration().first_token_overhead_s("vllm", is_moe=True) == (
+        Calibration().first_token_overhead_s("vllm", is_moe=False)
+    )

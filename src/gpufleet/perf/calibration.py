@@ -108,7 +108,7 @@ BOUNDS: Final[Mapping[str, tuple[float, float]]] = MappingProxyType({
     "memory_efficiency": (0.6, 0.95),
     "allreduce_latency_s": (2e-6, 40e-6),
     "routing_skew": (0.0, 1.5),
-    "moe_first_token_s": (0.0, 0.5),
+    "moe_first_token_s": (0.002, 0.5),
     "step_overhead_s": (0.0, 0.02),
     "seq_overhead_s": (0.0, 200e-6),
     "eager_layer_overhead_s": (0.0, 300e-6),
@@ -201,7 +201,8 @@ def prior_calibration() -> Calibration:
         allreduce_latency_s=10e-6,
         # Uniform routing (the load balancing MoE training aims for): no skew assumed.
         routing_skew=0.0,
-        # No MoE-specific first-token cost assumed: the engines document none.
-        moe_first_token_s=0.0,
+        # No documented figure (the engines document no MoE-specific first-token cost): the
+        # geometric midpoint of its bounds (~32 ms).
+        moe_first_token_s=_geometric_midpoint("moe_first_token_s"),
         backends=MappingProxyType(backends),
     )
