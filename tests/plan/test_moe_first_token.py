@@ -55,11 +55,12 @@ def test_moe_first_token_time_lengthens_moe_ttft_in_every_engine(backend: str) -
     assert ttft_s(LLAMA_70B, 0.2) == ttft_s(LLAMA_70B, 0.0)
 
 
-def test_prior_moe_first_token_time_is_its_bounds_midpoint() -> None:
-    """No engine documents it: the prior is the geometric midpoint of its bounds, and the
-    dataclass default (for calibrations written before it existed) adds nothing."""
+def test_prior_assumes_no_moe_first_token_time_and_bounds_hold_it() -> None:
+    """No engine documents it: the prior adds nothing, as does the dataclass default (for
+    calibrations written before it existed)."""
+    assert prior_calibration().moe_first_token_s == 0.0
     low, high = BOUNDS["moe_first_token_s"]
-    assert prior_calibration().moe_first_token_s == pytest.approx((low * high) ** 0.5)
+    assert low == 0.0 < high
     assert Calibration().first_token_overhead_s("vllm", is_moe=True) == (
         Calibration().first_token_overhead_s("vllm", is_moe=False)
     )
