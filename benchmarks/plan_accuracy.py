@@ -2,6 +2,7 @@
 
     python benchmarks/plan_accuracy.py [CSV] [--model-configs DIR] [--json FILE] [--no-lomo]
                                        [--no-logo] [--refit-rounds N] [--engine] [--recipes]
+                                       [--fold TEXT ...] [--no-prior-fit]
 
 Predicts every row of a measured-serving CSV (default:
 $GPUFLEET_SHARED/validation/measured_serving_dev.csv; any CSV with the same columns works) by
@@ -27,6 +28,8 @@ Those refits start from `perf.calibration.prior_calibration()` (physics, the eng
 documentation, the bounds; never the rows), not from the shipped constants, which were fitted
 on all rows and would leak the held-out ones; beside them, an in-sample fit from the same
 prior by the same search (--refit-rounds, default 3) shows what only the rows change.
+While iterating, --fold TEXT (repeatable) refits only the held-out groups whose name
+contains TEXT and --no-prior-fit skips the in-sample refit from the prior.
 The table ends with issue 14's targets: in-sample TTFT / TPOT median <= 12 / 6 %,
 leave-one-model-out <= 20 / 10 %, leave-one-GPU-out reported against the same.
 """
@@ -103,8 +106,10 @@ def leave_one_out(
     engine: bool = False,
     rounds: int = 3,
     recipes: bool = False,
+    folds: Sequence[str] = (),
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Refit without each group's rows; score that group with constants fitted on the rest.
+    folds: only the groups whose name contains one of these (all when empty).
 
     Every refit starts from `prior_calibration()`, never from the shipped constants: those
     were fitted on all rows, the held-out group's included, and a local search started at
@@ -119,7 +124,7 @@ def leave_one_out(
     for name, held in sorted((_group_name(k, g), g) for k, g in groups.items()):
         held_ids = {id(r) for r in held}
         rest = [r for r in rows if id(r) not in held_ids]
-        if not rest:
+        if not rest or (folds and not any(f in name for f in folds)):
             continue
         cal = fit(rest, prior_calibration(), rounds=rounds, recipes=recipes)
         preds, _ = predict_rows(held, cal, configs_dir, engine=engine, recipes=recipes)
@@ -156,6 +161,7 @@ def leave_one_model_out(
     engine: bool = False,
     rounds: int = 3,
     recipes: bool = False,
+    folds: Sequence[str] = (),
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Models are held out by architecture, so that checkpoints of one architecture
     (DeepSeek-V3 / R1, Llama-3.1-8B-Instruct / its FP8 copy) leave together."""
@@ -166,6 +172,7 @@ def leave_one_model_out(
         engine=engine,
         rounds=rounds,
         recipes=recipes,
+        folds=folds,
     )
 
 
@@ -176,11 +183,13 @@ def leave_one_gpu_out(
     engine: bool = False,
     rounds: int = 3,
     recipes: bool = False,
+    folds: Sequence[str] = (),
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Each GPU kind's rows scored with constants fitted on the other GPUs' rows."""
     return leave_one_out(
-        rows, configs_dir, lambda r: r.system, engine=engine, rounds=rounds, recipes=recipes
-    )
+        rows, configs_dir, lambda r: r.system, engine=engine, rounds=rounds, recipes=recipes,
+        folds=folds,
+    )  # fmt: skip
 
 
 def _arch_key(row: MeasuredRow, configs_dir: Path | None) -> tuple[Any, ...]:
@@ -338,6 +347,8 @@ def run(
     logo: bool = True,
     refit_rounds: int = 3,
     recipes: bool = False,
+    folds: Sequence[str] = (),
+    in_sample_prior: bool = True,
 ) -> dict[str, Any]:
     rows = read_rows(csv_path)
     cal = default_calibration()
@@ -377,7 +388,9 @@ def run(
     report["model_speed"] = model_speed()
     modelled = [p.row for p in preds]
     report["fit_objective"] = {"shipped": round(objective(cal, modelled, recipes=recipes), 4)}
-    if (lomo or logo) and preds:
+    if folds:
+        report["folds"] = list(folds)
+    if (lomo or logo) and preds and in_sample_prior:
         overall, prior_fit = in_sample_from_prior(
             modelled, configs_dir, engine=engine, rounds=refit_rounds, recipes=recipes
         )
@@ -387,13 +400,15 @@ def run(
         )
     if lomo and preds:
         overall, per_group = leave_one_model_out(
-            modelled, configs_dir, engine=engine, rounds=refit_rounds, recipes=recipes
-        )
+            modelled, configs_dir, engine=engine, rounds=refit_rounds, recipes=recipes,
+            folds=folds,
+        )  # fmt: skip
         report["leave_one_model_out"] = {"overall": overall, "per_group": per_group}
     if logo and len({r.system for r in modelled}) > 1:
         overall, per_group = leave_one_gpu_out(
-            modelled, configs_dir, engine=engine, rounds=refit_rounds, recipes=recipes
-        )
+            modelled, configs_dir, engine=engine, rounds=refit_rounds, recipes=recipes,
+            folds=folds,
+        )  # fmt: skip
         report["leave_one_gpu_out"] = {"overall": overall, "per_group": per_group}
     return report
 
@@ -420,6 +435,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         "repeats)",
     )
     parser.add_argument(
+        "--fold",
+        dest="folds",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="while iterating: refit only the held-out groups whose name contains TEXT "
+        "(repeatable; the leave-one-out overall then covers those groups only)",
+    )
+    parser.add_argument(
+        "--no-prior-fit",
+        action="store_true",
+        help="while iterating: skip the in-sample refit from the prior",
+    )
+    parser.add_argument(
         "--engine",
         action="store_true",
         help="play each row's closed loop out on gpufleet.engine instead of the analytic solver",
@@ -438,6 +467,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = run(
             args.csv, args.model_configs, lomo=not args.no_lomo, engine=args.engine,
             logo=not args.no_logo, refit_rounds=args.refit_rounds, recipes=args.recipes,
+            folds=args.folds, in_sample_prior=not args.no_prior_fit,
         )  # fmt: skip
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

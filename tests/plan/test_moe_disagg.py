@@ -125,3 +125,25 @@ def test_disaggregation_off_plans_none() -> None:
     p = plan(req)
     assert p.disaggregated is None and p.recommended == "aggregated"
     assert all(d.step != "disagg" for d in p.decisions)
+
+
+def test_disaggregated_pools_pay_a_moe_models_first_token_time(monkeypatch) -> None:
+    # The disaggregated search priced a prompt with the engine's ttft_overhead_s only,
+    # while the aggregated prediction it is compared with adds MoE models'
+    # moe_first_token_s: the verdict leaned toward disaggregation for MoE models.
+    import gpufleet.plan.search as search
+    from gpufleet.perf.calibration import default_calibration
+
+    seen: list[float] = []
+    real = search.plan_disaggregated
+
+    def spy(req, chosen, useful, ttft_overhead_s):  # type: ignore[no-untyped-def]
+        seen.append(ttft_overhead_s)
+        return real(req, chosen, useful, ttft_overhead_s)
+
+    monkeypatch.setattr(search, "plan_disaggregated", spy)
+    req = PlanRequest(model=DEEPSEEK, gpu=load_gpu("h200"), rps=20)
+    plan(req)
+    cal = default_calibration()
+    assert cal.moe_first_token_s > 0
+    assert seen == [cal.backend(req.engine).ttft_overhead_s + cal.moe_first_token_s]

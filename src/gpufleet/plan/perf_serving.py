@@ -174,7 +174,7 @@ def predict_serving(
         output_tokens,
         concurrency,
         sched,
-        ttft_overhead_s=cal.backend(backend).ttft_overhead_s,
+        ttft_overhead_s=cal.first_token_overhead_s(backend, model.moe is not None),
         queue_scale=FIXED_LENGTH_QUEUE_SCALE,
     )
 
@@ -209,6 +209,6 @@ def max_serving_concurrency_within_slo(
         tpot_slo_s=tpot_slo_s,
         scheduler=sched,
         max_concurrency=sched.max_running,
-        ttft_overhead_s=cal.backend(backend).ttft_overhead_s,
+        ttft_overhead_s=cal.first_token_overhead_s(backend, model.moe is not None),
         queue_scale=FIXED_LENGTH_QUEUE_SCALE,
     )

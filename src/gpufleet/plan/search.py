@@ -114,7 +114,10 @@ def _disaggregated(
     if req.disaggregation == "off":
         return None
     useful = [c for c in evaluated if search.useful(c)]
-    ttft_overhead_s = default_calibration().backend(req.engine).ttft_overhead_s
+    # The same first-token time the aggregated prediction pays (MoE models' included).
+    ttft_overhead_s = default_calibration().first_token_overhead_s(
+        req.engine, req.model.moe is not None
+    )
     found = plan_disaggregated(req, chosen, useful, ttft_overhead_s)
     if found is None:
         search.note("disagg", "prefill / decode pools", False,

@@ -171,16 +171,19 @@ def model_row(
         cuda_graph_max_batch=rules.cuda_graph_max_batch,
     )
     b = cal.backend(row.backend)
+    first_token_s = cal.first_token_overhead_s(row.backend, model.moe is not None)
     max_running = _kv_limited_running(model, gpu, layout, rules, row)
     if engine:
-        return _engine_row(row, step, b, rules, max_running, how.clients_per_rank, how.note)
+        return _engine_row(
+            row, step, b, rules, max_running, how.clients_per_rank, how.note, first_token_s
+        )
     serving = predict_closed_loop(
         step,
         row.isl,
         row.osl,
         how.clients_per_rank,
         shape_of(rules, max_running=max_running, max_output_tokens_per_s=b.frontend_tokens_per_s),
-        ttft_overhead_s=b.ttft_overhead_s,
+        ttft_overhead_s=first_token_s,
         queue_scale=FIXED_LENGTH_QUEUE_SCALE,
         requests_per_client=b.benchmark_requests_per_client,
     )
@@ -197,6 +200,7 @@ def _engine_row(
     max_running: int,
     clients: int,
     note: str,
+    first_token_s: float,
 ) -> RowPrediction:
     """The row's closed loop on the engine. The per-request overhead outside the engine is
     the clients' think time and adds to TTFT; the benchmark's first wave (all clients at
@@ -209,10 +213,10 @@ def _engine_row(
         max_num_batched_tokens=rules.max_num_batched_tokens,
         max_running=max_running,
         mixed_prefill=rules.mixed_prefill,
-        think_s=b.ttft_overhead_s,
+        think_s=first_token_s,
     )
     k = max(1.0, b.benchmark_requests_per_client)
-    ttft_s = b.ttft_overhead_s + sim.ttft_s + (sim.first_wave_ttft_s - sim.ttft_s) / k
+    ttft_s = first_token_s + sim.ttft_s + (sim.first_wave_ttft_s - sim.ttft_s) / k
     tpot_s = sim.tpot_s
     rate = clients / (ttft_s + (row.osl - 1) * tpot_s)
     serving = ServingPrediction(

@@ -36,9 +36,10 @@ dense TRT-LLM rows' excess that TRT-LLM's single `ttft_overhead_s` absorbed, so 
 Qwen3 the refit pulls that constant from 0.15 to 0.08 s and Qwen3's TRT-LLM rows go from
 13 to 23 %. Low-load rows (<= 8 clients) show the gap: measured TTFT less the model's GPU
 part (own prefill and the iterations ahead) is 13-27 ms on dense models and 110-360 ms on
-MoE models, in all three engines and both harnesses; a first-token cost the model does
-not have yet (it does not stall other requests' decodes: their TPOT barely moves with the
-output length).
+MoE models, in all three engines and both harnesses; a first-token cost that does not
+stall other requests' decodes (their TPOT barely moves with the output length), now
+`Calibration.moe_first_token_s` (one constant for all engines, outside the GPU's
+iterations). These figures predate it.
 
 The scripts' 10 requests per client are not imposed: every row keeps its backend's fitted
 first-wave weight (`BackendCalibration.benchmark_requests_per_client`, 6-12). With the
