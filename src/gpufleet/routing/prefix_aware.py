@@ -75,7 +75,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from gpufleet.routing.base import PolicyBase, random_min
-from gpufleet.routing.load import in_flight, queue_depth_score
+from gpufleet.routing.load import in_flight, queue_depth_score, running_and_waiting
 from gpufleet.routing.prefix import DEFAULT_BYTES_PER_TOKEN, ROUTING_BLOCK_BYTES, blocks_for_tokens
 from gpufleet.routing.prefix_index import PrefixIndex
 from gpufleet.routing.types import ReplicaView, RequestInfo
@@ -114,6 +114,7 @@ class PrefixAware(PolicyBase):
         share: str = "requests_and_cold_blocks",
         match_headroom: float = 0.5,
         keep_history: bool = True,
+        idle_first: bool = True,
     ) -> None:
         super().__init__(seed=seed)
         if balance_factor < 1.0 or inflight_factor < 1.0:
@@ -128,6 +129,7 @@ class PrefixAware(PolicyBase):
             raise ValueError("match_headroom must be >= 0")
         self.match_headroom = match_headroom
         self.keep_history = keep_history
+        self.idle_first = idle_first
         self.share = share
         self._churn: dict[str, float] = {}  # decayed new blocks placed per replica
         self.bytes_per_token = bytes_per_token
@@ -245,11 +247,26 @@ class PrefixAware(PolicyBase):
             # Estimated time to first token, in blocks of prefill: the queue ahead plus
             # this prompt's uncached part, a miss weighed extra for the work it adds.
             miss_weight = self.miss_weight
-            best = random_min(
-                self.rng,
-                allowed,
-                lambda i: (pending[i] + miss_weight * uncached[i] + over[i], loads[i], recent[i]),
-            )
+
+            def cost(i: int) -> tuple[float, float, float]:
+                return (pending[i] + miss_weight * uncached[i] + over[i], loads[i], recent[i])
+
+            best = random_min(self.rng, allowed, cost)
+            if self.idle_first and _queued(replicas[best]):
+                # The best guess waits in its engine's queue (a full batch: the wait is
+                # for a slot, which pending prefill does not count) while a replica with
+                # an empty queue and fewer requests than the mean idles (e.g. one just
+                # ready). A request that holds no history anywhere copies at most a
+                # shared prefix by moving: it goes to the idle one.
+                deep = max(matches[ids[i]] for i in allowed)
+                if deep == 0 or deep <= self.index.shared_depth(hashes, deep):
+                    idle = [
+                        i
+                        for i in allowed
+                        if loads[i] + 1.0 <= mean_load and _queue_empty(replicas[i])
+                    ]
+                    if idle:
+                        best = random_min(self.rng, idle, cost)
             work = uncached[best] + 1.0
             self._mean_prompt_blocks += (len(hashes) - self._mean_prompt_blocks) * (
                 1.0 - self.decay
@@ -317,3 +334,16 @@ class PrefixAware(PolicyBase):
         self._recent.pop(replica_id, None)
         self._pending.pop(replica_id, None)
         self._churn.pop(replica_id, None)
+
+
+def _queued(replica: ReplicaView) -> bool:
+    """Its engine reports requests waiting (corrected for what was sent since)."""
+    counts = running_and_waiting(replica)
+    return counts is not None and counts[1] > 0
+
+
+def _queue_empty(replica: ReplicaView) -> bool:
+    """Its engine reports no request waiting: a new one starts at once (unknown without
+    a scrape, so False: the prefill bookkeeping alone decides then)."""
+    counts = running_and_waiting(replica)
+    return counts is not None and counts[1] == 0
