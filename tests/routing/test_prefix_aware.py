@@ -341,21 +341,3 @@ def test_a_replica_with_an_empty_queue_takes_new_conversations_from_queued_holde
         off.on_first_token(request(i), holder)
     assert off.choose(request(5, prefix_hashes=(*system, 950)), rs) in rs[:2]
 
-
-def test_a_cold_prompt_starts_where_no_prefill_is_queued_before_evening_churn() -> None:
-    # r0 wrote 100 blocks (its prefill done); r1 wrote 3 and that prefill is still pending.
-    # A cold prompt gains nothing from a cache: by churn alone it would queue behind r1's
-    # prefill; it starts at once on r0, and churn decides among replicas equally idle.
-    def place(cold_idle: bool) -> str:
-        p = PrefixAware(seed=0, cold_idle=cold_idle)
-        rs = views(2)
-        long = p.choose(request(0, prefix_hashes=tuple(range(1000, 1100))), [rs[0]])
-        assert long is rs[0]
-        p.on_first_token(request(0), long)
-        p.choose(request(1, prefix_hashes=(1, 2)), [rs[1]])  # still prefilling
-        chosen = p.choose(request(2, prefix_hashes=(3, 4)), rs)
-        assert chosen is not None
-        return chosen.replica_id
-
-    assert place(cold_idle=True) == "r0"
-    assert place(cold_idle=False) == "r1"

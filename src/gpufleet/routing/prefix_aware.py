@@ -126,7 +126,6 @@ class PrefixAware(PolicyBase):
         match_headroom: float = 0.5,
         keep_history: bool = True,
         idle_first: bool = True,
-        cold_idle: bool = False,
     ) -> None:
         super().__init__(seed=seed)
         if balance_factor < 1.0 or inflight_factor < 1.0:
@@ -142,7 +141,6 @@ class PrefixAware(PolicyBase):
         self.match_headroom = match_headroom
         self.keep_history = keep_history
         self.idle_first = idle_first
-        self.cold_idle = cold_idle
         self.share = share
         self._churn: dict[str, float] = {}  # decayed new blocks placed per replica
         self.bytes_per_token = bytes_per_token
@@ -222,10 +220,6 @@ class PrefixAware(PolicyBase):
                     i for i in allowed if recent[i] + 1.0 <= self.balance_factor * mean_recent
                 ]
                 allowed = strict or allowed
-                if self.cold_idle:
-                    # EXPERIMENT: a cold prompt starts at once where no prefill is queued
-                    idle = [i for i in allowed if pending[i] == 0.0]
-                    allowed = idle or allowed
                 # The request share as usual, plus the blocks this prompt would write on
                 # top of the replica's churn past the mean (as "cold_blocks").
                 churn = [self._churn.get(r.replica_id, 0.0) for r in replicas]
