@@ -341,3 +341,16 @@ def test_a_replica_with_an_empty_queue_takes_new_conversations_from_queued_holde
         off.on_first_token(request(i), holder)
     assert off.choose(request(5, prefix_hashes=(*system, 950)), rs) in rs[:2]
 
+
+@pytest.mark.parametrize("idle_first", [True, False])
+def test_a_request_without_hashes_also_leaves_a_queued_engine_for_an_idle_one(
+    idle_first: bool,
+) -> None:
+    p = PrefixAware(seed=0, idle_first=idle_first)
+    rs = views(2, [4, 0])
+    p.choose(request(0), [rs[1]])  # r1: one prefill of ours pending, one recent decision
+    rs[1].in_flight = 1
+    rs[0].stats = stats(running=4, waiting=3, at_scrape=4)  # a full batch and a queue
+    rs[1].stats = stats(running=0, waiting=0, at_scrape=0)
+    # By pending prefill and share r0 looks free; its engine says it queues.
+    assert p.choose(request(1), rs) is (rs[1] if idle_first else rs[0])

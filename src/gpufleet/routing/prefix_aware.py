@@ -83,7 +83,7 @@ they evict.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from gpufleet.routing.base import PolicyBase, random_min
 from gpufleet.routing.load import in_flight, queue_depth_score, running_and_waiting
@@ -271,21 +271,19 @@ class PrefixAware(PolicyBase):
                 # shared prefix by moving: it goes to the idle one.
                 deep = max(matches[ids[i]] for i in allowed)
                 if deep == 0 or deep <= self.index.shared_depth(hashes, deep):
-                    idle = [
-                        i
-                        for i in allowed
-                        if loads[i] + 1.0 <= mean_load and _queue_empty(replicas[i])
-                    ]
-                    if idle:
-                        best = random_min(self.rng, idle, cost)
+                    best = self._idle_instead(best, allowed, replicas, loads, mean_load, cost)
             work = uncached[best] + 1.0
             self._mean_prompt_blocks += (len(hashes) - self._mean_prompt_blocks) * (
                 1.0 - self.decay
             )
         else:
-            best = random_min(
-                self.rng, allowed, lambda i: (pending[i] + over[i], loads[i], recent[i])
-            )
+
+            def plain_cost(i: int) -> tuple[float, float, float]:
+                return (pending[i] + over[i], loads[i], recent[i])
+
+            best = random_min(self.rng, allowed, plain_cost)
+            if self.idle_first and _queued(replicas[best]):  # nothing to match: as cold
+                best = self._idle_instead(best, allowed, replicas, loads, mean_load, plain_cost)
             work = 1.0
         chosen = replicas[best]
         if hashes:
@@ -293,6 +291,20 @@ class PrefixAware(PolicyBase):
         self._record_decision(chosen.replica_id, work)
         self._add_pending(request.request_id, chosen.replica_id, work)
         return chosen
+
+    def _idle_instead(
+        self,
+        best: int,
+        allowed: list[int],
+        replicas: Sequence[ReplicaView],
+        loads: list[float],
+        mean_load: float,
+        cost: Callable[[int], tuple[float, float, float]],
+    ) -> int:
+        """The best (by `cost`) allowed replica whose engine reports an empty queue and that
+        runs fewer requests than the mean; `best` when there is none."""
+        idle = [i for i in allowed if loads[i] + 1.0 <= mean_load and _queue_empty(replicas[i])]
+        return random_min(self.rng, idle, cost) if idle else best
 
     def _record_decision(self, replica_id: str, new_blocks: float) -> None:
         decay = self.decay
