@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """prefix_aware's `idle_first` in the simulator: new replicas during a burst (issue 13).
 
-    .venv/bin/python benchmarks/routing_idle_first.py [--seeds 2]
+    .venv/bin/python benchmarks/routing_idle_first.py [--seeds 2] [--steady]
 
 Two replicas of Llama-3.1-8B (16-sequence batches) take 3 req/s, then 14 for 40 s, then 3
 again; the queue_depth autoscaler adds replicas (5 s cold start, 2..6). Prompts are
@@ -10,7 +10,9 @@ history), answers 300. With `idle_first` off, pending prefill (blocks, not the w
 batch slot) kept new conversations on the queued holders of their prefix while a new
 replica idled; on, they go to a replica whose engine reports an empty queue and fewer
 requests than the mean. Reports TTFT and, per replica, when it was ready and when it got
-its first request (the policy's choices, read off the simulator's clock).
+its first request (the policy's choices, read off the simulator's clock). `--steady`
+adds what it costs where nothing scales: 4 replicas at a steady 10 req/s, 1,200 prompts of
+3,000 ± 50 % tokens behind 40 shared 2,000-token prefixes (prefix hit rate, TTFT).
 
 Writes benchmarks/results/routing_idle_first.json and .md.
 """
@@ -85,12 +87,30 @@ def run(seed: int, idle_first: bool) -> dict[str, Any]:
     }
 
 
+def steady(seed: int, idle_first: bool) -> dict[str, Any]:
+    sc = Scenario(rate=10.0, num_requests=1200, input_tokens=3000, output_tokens=300,
+                  range_ratio=0.5, prefix_groups=40, prefix_tokens=2000, max_num_seqs=16,
+                  replicas=4, routing="prefix_aware", seed=seed)  # fmt: skip
+    policy = make_policy("prefix_aware", seed=seed, idle_first=idle_first)
+    s = summarize(FleetSimulator(build_config(sc), build_requests(sc), policy).run())
+    queries = sum(r["prefix_queries_tokens"] for r in s["replicas"])
+    hits = sum(r["prefix_hits_tokens"] for r in s["replicas"])
+    return {
+        "seed": seed,
+        "idle_first": idle_first,
+        "hit_rate": hits / queries if queries else 0.0,
+        "ttft_ms": {k: s["ttft_ms"][k] for k in ("mean", "p50", "p99")},
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--steady", action="store_true", help="add the steady-state table")
     ap.add_argument("--out", type=Path, default=RESULTS / "routing_idle_first")
     args = ap.parse_args()
     rows = [run(seed, on) for seed in range(args.seeds) for on in (False, True)]
+    flat = [steady(s, on) for s in range(args.seeds) for on in (False, True)] if args.steady else []
     lines = [
         "| seed | idle_first | mean TTFT ms | p50 TTFT ms | p99 TTFT ms | new replicas: "
         "first request after ready, s (max) | requests per replica |",
@@ -104,9 +124,24 @@ def main() -> None:
             f"{t['p50']:.0f} | {t['p99']:.0f} | {max(waits, default=0.0):.2f} | "
             f"{' '.join(str(v) for v in r['requests'].values())} |"
         )
+    if flat:
+        lines += [
+            "",
+            "Steady (no scaling):",
+            "",
+            "| seed | idle_first | prefix hit rate | mean TTFT ms | p50 TTFT ms | p99 TTFT ms |",
+            "| ---: | --- | ---: | ---: | ---: | ---: |",
+        ]
+        for r in flat:
+            t = r["ttft_ms"]
+            lines.append(
+                f"| {r['seed']} | {'on' if r['idle_first'] else 'off'} | {r['hit_rate']:.4f} | "
+                f"{t['mean']:.0f} | {t['p50']:.0f} | {t['p99']:.0f} |"
+            )
     table = "\n".join(lines)
     print(table)
-    write_result(args.out, {"args": {"seeds": args.seeds}, "results": rows}, table)
+    data = {"args": {"seeds": args.seeds, "steady": args.steady}, "results": rows, "steady": flat}
+    write_result(args.out, data, table)
 
 
 if __name__ == "__main__":
