@@ -12,7 +12,7 @@ from gpufleet.routing.replay import (
     replay,
 )
 
-from .helpers import hot_prefix_workload, request, views
+from .helpers import hot_prefix_workload, request, stats, views
 
 P = tuple(range(100, 120))  # a 20-block prefix
 
@@ -309,3 +309,48 @@ def test_replay_is_deterministic() -> None:
     a, _ = _hot_run("prefix_aware")
     b, _ = _hot_run("prefix_aware")
     assert a.requests_per_replica == b.requests_per_replica and a.ttft_s == b.ttft_s
+
+
+def test_a_replica_with_an_empty_queue_takes_new_conversations_from_queued_holders() -> None:
+    # r0 and r1 hold a system prompt and their engines queue (full batches); r2 was just
+    # ready: idle, empty queue. Pending prefill counts blocks, not the wait for a batch
+    # slot, so the match alone kept every new conversation on the queued holders.
+    p = PrefixAware(seed=0)
+    rs = views(3)
+    system = tuple(range(100, 140))
+    for i, holder in enumerate(rs[:2]):
+        p.choose(request(i, prefix_hashes=(*system, 900 + i)), [holder])
+        p.on_first_token(request(i), holder)
+    for r in rs[:2]:
+        r.in_flight = 20
+        r.stats = stats(running=16, waiting=4, at_scrape=20)
+    rs[2].stats = stats()
+    new = p.choose(request(5, prefix_hashes=(*system, 950)), rs)
+    assert new is rs[2]
+    # A conversation whose own history one of them holds stays there (moving would
+    # recompute it), and without a scrape nothing is known of slots: the match decides.
+    history = (*system, 900, 901, 902)
+    assert p.choose(request(6, prefix_hashes=(*history, 7)), rs) is rs[0]
+    rs[2].stats = None
+    assert p.choose(request(7, prefix_hashes=(*system, 951)), rs) in rs[:2]
+    # Off: the old rule.
+    rs[2].stats = stats()
+    off = PrefixAware(seed=0, idle_first=False)
+    for i, holder in enumerate(rs[:2]):
+        off.choose(request(i, prefix_hashes=(*system, 900 + i)), [holder])
+        off.on_first_token(request(i), holder)
+    assert off.choose(request(5, prefix_hashes=(*system, 950)), rs) in rs[:2]
+
+
+@pytest.mark.parametrize("idle_first", [True, False])
+def test_a_request_without_hashes_also_leaves_a_queued_engine_for_an_idle_one(
+    idle_first: bool,
+) -> None:
+    p = PrefixAware(seed=0, idle_first=idle_first)
+    rs = views(2, [4, 0])
+    p.choose(request(0), [rs[1]])  # r1: one prefill of ours pending, one recent decision
+    rs[1].in_flight = 1
+    rs[0].stats = stats(running=4, waiting=3, at_scrape=4)  # a full batch and a queue
+    rs[1].stats = stats(running=0, waiting=0, at_scrape=0)
+    # By pending prefill and share r0 looks free; its engine says it queues.
+    assert p.choose(request(1), rs) is (rs[1] if idle_first else rs[0])

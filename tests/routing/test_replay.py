@@ -132,3 +132,12 @@ def test_hits_a_replica_lost_to_its_own_eviction_are_counted() -> None:
     assert report.held_elsewhere_tokens == 0
     assert report.evicted_here_tokens == 8 * 16
     assert report.evicted_here_rate == pytest.approx(8 / 30)
+
+
+def test_ttft_is_reported_per_request_by_its_index() -> None:
+    # Two prompts queue on one replica: the second waits for the first's prefill.
+    timing = ReplicaTiming(cache_blocks=100, prefill_base_s=0.0, prefill_s_per_token=0.001)
+    reqs = [ReplayRequest(0.0, (1, 2, 3, 4), 8), ReplayRequest(0.0, (5, 6), 8)]
+    report = replay(make_policy("round_robin", seed=0), reqs, replicas=1, timing=timing)
+    assert report.ttft_s_by_request == pytest.approx({0: 0.064, 1: 0.096})
+    assert sorted(report.ttft_s) == sorted(report.ttft_s_by_request.values())

@@ -23,17 +23,12 @@ def requests_since_scrape(replica: ReplicaView) -> int:
     return in_flight(replica) - replica.stats.in_flight_at_scrape
 
 
-def queue_depth_score(
-    replica: ReplicaView,
-    *,
-    waiting_weight: float = WAITING_WEIGHT,
-    kv_full_as_requests: float = KV_FULL_AS_REQUESTS,
-) -> float:
-    """Engine-reported running + waiting + KV pressure, corrected by what this gateway sent
-    or saw finish since the scrape. Without a scrape, the gateway's in-flight count."""
+def running_and_waiting(replica: ReplicaView) -> tuple[int, int] | None:
+    """The engine's running and waiting requests at its last scrape, corrected by what this
+    gateway sent or saw finish since; None without a scrape."""
     stats = replica.stats
     if stats is None:
-        return float(in_flight(replica))
+        return None
     delta = requests_since_scrape(replica)
     running = stats.num_running
     waiting = stats.num_waiting
@@ -50,4 +45,19 @@ def queue_depth_score(
         refill = min(waiting, gone)
         waiting -= refill
         running += refill
-    return running + waiting_weight * waiting + kv_full_as_requests * stats.kv_cache_usage
+    return running, waiting
+
+
+def queue_depth_score(
+    replica: ReplicaView,
+    *,
+    waiting_weight: float = WAITING_WEIGHT,
+    kv_full_as_requests: float = KV_FULL_AS_REQUESTS,
+) -> float:
+    """Engine-reported running + waiting + KV pressure, corrected by what this gateway sent
+    or saw finish since the scrape. Without a scrape, the gateway's in-flight count."""
+    counts = running_and_waiting(replica)
+    if counts is None or replica.stats is None:
+        return float(in_flight(replica))
+    running, waiting = counts
+    return running + waiting_weight * waiting + kv_full_as_requests * replica.stats.kv_cache_usage

@@ -157,6 +157,7 @@ class ReplayReport:
     # another replica only).
     evicted_here_tokens: int = 0
     ttft_s: list[float] = field(default_factory=list)
+    ttft_s_by_request: dict[int, float] = field(default_factory=dict)  # by input index
     busy_in_flight_s: dict[str, float] = field(default_factory=dict)  # integral of in-flight
     prefill_tokens_per_replica: dict[str, int] = field(default_factory=dict)  # uncached
     peak_overflow_blocks: int = 0  # KV held past capacity on the worst replica
@@ -309,6 +310,7 @@ def replay(
             done = start + timing.prefill_base_s + miss_tokens * timing.prefill_s_per_token
             prefill_free_at[rid] = done
             report.ttft_s.append(done - req.arrival_s)
+            report.ttft_s_by_request[idx] = done - req.arrival_s
             seq += 1
             heapq.heappush(events, (done, _FIRST_TOKEN, seq, idx))
             seq += 1
