@@ -221,12 +221,15 @@ class KVCacheManager:
             return False
         if total:
             pool.allocate(total)
-        register, held = pool.register, self._held
+        held = self._held
+        filled: list[tuple[Runs, Held]] = []
         for rid, k, first, stop, chain in changes:  # in order: tails, then registration
             tail[rid] += k - (stop - first)
             if chain is not None:
-                register(chain, held[rid])
+                filled.append((chain, held[rid]))
                 num_cached[rid] = stop
+        if filled:
+            pool.register_each(filled)
         return True
 
     def free(self, req: EngineRequest) -> None:
