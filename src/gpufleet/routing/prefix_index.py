@@ -267,8 +267,11 @@ class PrefixIndex:
                 part.count -= 1
                 if not part.count:
                     spans.drop(part)
-                    if branching:
-                        branching.difference_update(range(a, b))
+                    if branching:  # (walking the smaller of the two)
+                        if b - a > len(branching):
+                            branching.difference_update([x for x in branching if a <= x < b])
+                        else:
+                            branching.difference_update(range(a, b))
 
     def _evict(self, replica_id: str) -> None:
         lru = self._lru.get(replica_id)
