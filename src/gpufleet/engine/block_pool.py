@@ -361,36 +361,6 @@ class BlockPool:
                 held.append((h, b - h))
                 h = b
 
-    def register_each(self, filled: list[tuple[Runs, Held]]) -> None:
-        """`register(chain, held)` for each pair in order (a decode run's members), with
-        `register`'s usual case written out: one run that grows the run its request alone
-        holds, none of its hashes cached."""
-        starts, runs, singles = self._starts, self._runs, self._singles
-        register = self.register
-        for chain, held in filled:
-            if not starts or len(chain) != 1 or not held:  # (`register` decides)
-                register(chain, held)
-                continue
-            h, n = chain[0]
-            last, m = held[-1]
-            own = runs.get(last) if last is not None and last + m == h else None
-            if own is None or own.refs != 1 or own.start + own.size != h or h in runs:
-                register(chain, held)
-                continue
-            end = h + n
-            if n > 1:  # (`_first_cached(h, end) == end` written out)
-                j = bisect_right(starts, h)
-                if (j < len(starts) and starts[j] < end) or (
-                    singles and self._first_single(h, end) < end
-                ):
-                    register(chain, held)
-                    continue
-            if own.size == 1:
-                self._resize(own, 1 + n)
-            else:
-                own.size += n
-            held[-1] = (last, m + n)
-
     def _register_singles(self, chain: Runs, held: Held) -> bool:
         """`register` in bulk for a chain of unrelated hashes none of which is cached (a
         live replica's), while no run holds 2 or more; False (nothing done) otherwise."""

@@ -221,15 +221,12 @@ class KVCacheManager:
             return False
         if total:
             pool.allocate(total)
-        held = self._held
-        filled: list[tuple[Runs, Held]] = []
+        register, held = pool.register, self._held
         for rid, k, first, stop, chain in changes:  # in order: tails, then registration
             tail[rid] += k - (stop - first)
             if chain is not None:
-                filled.append((chain, held[rid]))
+                register(chain, held[rid])
                 num_cached[rid] = stop
-        if filled:
-            pool.register_each(filled)
         return True
 
     def free(self, req: EngineRequest) -> None:
