@@ -327,16 +327,31 @@ class BlockPool:
                     held[-1] = (last, m + n)
                     continue
             while h < end:
-                run = self._find(h)
+                # (`_find(h)`, `_first_cached(h, end)` and `_find(h - 1)` written out: one
+                # bisection serves the three, as h starts no run when none holds it)
+                run = runs.get(h)
+                i = 0
+                if run is None:
+                    i = bisect_right(starts, h)
+                    if i:
+                        run = runs[starts[i - 1]]
+                        if h >= run.start + run.size:
+                            run = None
                 if run is not None:  # cached elsewhere: this block holds nothing
                     b = min(end, run.start + run.size)
                     append_held(held, None, b - h)
                     h = b
                     continue
-                b = self._first_cached(h, end)
+                b = starts[i] if i < len(starts) and starts[i] < end else end
+                if b - h > 1:
+                    b = self._first_single(h, b)
                 last, m = held[-1] if held else (None, 0)
                 if last is not None and last + m == h:  # (a decode's blocks, usually)
-                    run = self._find(h - 1)
+                    run = runs.get(h - 1)
+                    if run is None and i:
+                        run = runs[starts[i - 1]]
+                        if h - 1 >= run.start + run.size:
+                            run = None
                     if run is not None and run.refs == 1 and run.start + run.size == h:
                         self._resize(run, run.size + b - h)  # (only it holds the run)
                         held[-1] = (last, m + b - h)

@@ -200,6 +200,15 @@ class KVCacheManager:
                     changes.append((rid, k, first, first, None))
                 continue
             hashes = r.block_hashes
+            # A counted answer's blocks past its prompt hash as base + j once the base is
+            # known (`CountedOutputRequest.next_block_hashes`): one run, no list to check.
+            base = r._answer_base if first >= r.num_prompt_tokens // bs else None
+            if base is not None:
+                if len(hashes) < stop:
+                    hashes += range(base + len(hashes), base + stop)
+                fresh += range(base + first, base + stop)
+                changes.append((rid, k, first, stop, [(base + first, stop - first)]))
+                continue
             if len(hashes) < stop:  # (its tokens up to `stop` blocks are known)
                 hashes += r.next_block_hashes(bs, stop)
             new = hashes[first:stop]

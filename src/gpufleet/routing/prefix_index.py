@@ -19,6 +19,7 @@ replica holds as runs with their number of holders and the first block seen afte
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable, Sequence
 from itertools import compress
@@ -39,6 +40,35 @@ class _Seg:
         self.size = size
 
 
+class _Segs(RunIndex[_Seg]):
+    """A replica's runs, with the lookup every routing decision makes for every replica."""
+
+    __slots__ = ()
+
+    def leading(self, runs: Runs) -> int:
+        """How many leading blocks of the chain `runs` it holds."""
+        # (`find` written out: this runs for every replica at every decision)
+        segs, starts = self._runs, self._starts
+        total = 0
+        for h, n in runs:
+            end = h + n
+            while h < end:
+                seg = segs.get(h)
+                if seg is None:
+                    i = bisect_right(starts, h) - 1
+                    if i < 0:
+                        return total
+                    seg = segs[starts[i]]
+                b = seg.start + seg.size
+                if b <= h:
+                    return total
+                if b > end:
+                    b = end
+                total += b - h
+                h = b
+        return total
+
+
 class _Lru:
     """One replica's blocks: its runs, and the queue of them least recent first (an entry
     whose run was touched again since is empty, or has moved on: size 0)."""
@@ -46,24 +76,13 @@ class _Lru:
     __slots__ = ("held", "index", "order")
 
     def __init__(self) -> None:
-        self.index: RunIndex[_Seg] = RunIndex()
+        self.index = _Segs()
         self.order: deque[_Seg] = deque()
         self.held = 0
 
     def leading(self, runs: Runs) -> int:
         """How many leading blocks of the chain `runs` it holds."""
-        find = self.index.find
-        total = 0
-        for h, n in runs:
-            end = h + n
-            while h < end:
-                seg = find(h)
-                if seg is None:
-                    return total
-                b = min(end, seg.start + seg.size)
-                total += b - h
-                h = b
-        return total
+        return self.index.leading(runs)
 
     def touch(self, runs: Runs) -> Runs:
         """Make the chain `runs` the most recent, last block first; the parts it did not
@@ -248,8 +267,11 @@ class PrefixIndex:
                 part.count -= 1
                 if not part.count:
                     spans.drop(part)
-                    if branching:
-                        branching.difference_update(range(a, b))
+                    if branching:  # (walking the smaller of the two)
+                        if b - a > len(branching):
+                            branching.difference_update([x for x in branching if a <= x < b])
+                        else:
+                            branching.difference_update(range(a, b))
 
     def _evict(self, replica_id: str) -> None:
         lru = self._lru.get(replica_id)
@@ -276,10 +298,11 @@ class PrefixIndex:
         if not hashes:
             return out
         runs = self._runs(hashes)
+        lrus = self._lru
         for rid in out:
-            lru = self._lru.get(rid)
+            lru = lrus.get(rid)
             if lru is not None:
-                out[rid] = lru.leading(runs)
+                out[rid] = lru.index.leading(runs)
         return out
 
     def remove_replica(self, replica_id: str) -> None:
