@@ -60,7 +60,7 @@ A request that holds no history anywhere (cold, or a match no deeper than a shar
 prefix) leaves a best guess whose engine reports requests waiting for a replica whose
 engine reports none and that runs fewer requests than the mean (`idle_first`): pending
 prefill counts blocks, not the wait for a batch slot, so a queue of short, well-matched
-turns looked cheap while a replica just made ready idled (10-18 s in a burst). It needs a
+turns looked cheap while a replica just made ready idled. It needs a
 scrape (without one nothing is known of slots): judged by our own pending prefill instead,
 the same move copied system prompts everywhere in the replay (system_prompts@1 0.993x ->
 0.949x pooled). In the simulator (benchmarks/routing_idle_first.py: a burst, 2 -> 6
