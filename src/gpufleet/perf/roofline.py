@@ -172,7 +172,9 @@ class RooflineStepTimeModel:
             gpu.tflops(compute_dtype(exp_fmt, gpu)) * 1e12 * cal.gemm_efficiency
             * b.moe_gemm_efficiency
         )  # fmt: skip
-        self._moe_hbm_bytes_s = self._hbm_bytes_s * b.moe_efficiency
+        # Expert reads at the backend's share of the dense kernels' bandwidth, never past
+        # HBM peak (an efficiency product above 1 is no physical kernel).
+        self._moe_hbm_bytes_s = min(gpu.hbm_gbps * 1e9, self._hbm_bytes_s * b.moe_efficiency)
 
         # Attention per layer per GPU.
         heads = max(1, model.num_attention_heads // tp)
