@@ -138,7 +138,7 @@ Knob = tuple[str, str | None]
 # many of the engine's models it serves, not by how many rows its largest or most
 # anomalous campaign has (the grouping is the rows' provenance, never their values).
 LOSSES: tuple[str, ...] = ("median", "grouped")
-DEFAULT_LOSS = "grouped"
+DEFAULT_LOSS = "median"
 
 
 @dataclasses.dataclass
