@@ -1,9 +1,10 @@
 """Refit the step-time model's constants on measured serving rows.
 
 `python -m gpufleet.validation.fit [CSV]` (default: the measured-serving CSV found by
-`gpufleet.validation.measured.default_csv()`) runs a coordinate search minimising the
-median absolute log-errors of TTFT and TPOT, each scaled by its accuracy target, and
-writes `gpufleet/perf/data/calibration.yaml`.
+`gpufleet.validation.measured.default_csv()`) runs a log-space coordinate search (from
+the start and from the middle of the bounds, see `fit`) minimising the median absolute
+log-errors of TTFT and TPOT, each scaled by its accuracy target (`--loss grouped`: per
+campaign, averaged), and writes `gpufleet/perf/data/calibration.yaml`.
 """
 
 from __future__ import annotations
