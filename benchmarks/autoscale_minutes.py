@@ -1,0 +1,66 @@
+"""Where a scaling policy loses its SLO in the autoscaling study, minute by minute: the
+requests out of SLO, the TPOT / TTFT percentiles of each failing minute, and the policy's
+decisions (with their reasons) in a window of the replay. A diagnostic beside
+`autoscale_study.py`, on the same scenario.
+
+    GPUFLEET_SHARED=/work/shared python benchmarks/autoscale_minutes.py [--policy default]
+        [--static 12] [--from-s 2300] [--to-s 2850] [--copies 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import autoscale_study as study
+from gpufleet.routing import make_policy as make_routing_policy
+from gpufleet.sim.scenario import build_config, build_requests
+from gpufleet.sim.simulator import FleetSimulator
+from gpufleet.stats import percentile
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--policy", default="default")
+    ap.add_argument("--static", type=int, default=12, help="the static fleet's size (bounds)")
+    ap.add_argument("--copies", type=int, default=10)
+    ap.add_argument("--from-s", type=float, default=0.0, help="decisions shown from here")
+    ap.add_argument("--to-s", type=float, default=math.inf, help="... to here")
+    ap.add_argument("--min-out-share", type=float, default=0.01, help="minutes shown")
+    args = ap.parse_args()
+    setup = argparse.Namespace(copies=args.copies, start_s=0.0, duration_s=None, seed=0)
+    peak_rps, start_rps, _, mean_in, mean_out = study.arrival_profile(setup)
+    capacity = study.slo_capacity(mean_in, mean_out)
+    params = study.policy_params(args.policy, capacity, study.unloaded_latency(mean_in, mean_out))
+    initial = max(1, math.ceil(args.static * start_rps / peak_rps))
+    sc = study.base_scenario(setup).with_field("autoscale", args.policy)
+    sc = sc.with_field("replicas", initial).with_field("min_replicas", 1)
+    sc = sc.with_field("max_replicas", 2 * args.static)
+    sc = sc.with_field("autoscale_params", tuple(params.items()))
+    result = FleetSimulator(
+        build_config(sc), build_requests(sc), make_routing_policy(sc.routing, seed=sc.seed)
+    ).run()
+    minutes: dict[int, tuple[list[bool], list[float], list[float]]] = {}
+    for r in result.requests:
+        ok, tpots, ttfts = minutes.setdefault(int(r.arrival_s // study.WINDOW_S), ([], [], []))
+        ok.append(study.within_slo(r))
+        if r.ok and r.tpot_s is not None:
+            tpots.append(r.tpot_s)
+        if r.ok and r.ttft_s is not None:
+            ttfts.append(r.ttft_s)
+    print("| minute | requests | out of SLO | TPOT p90 / p99 ms | TTFT p90 s |")
+    print("| --- | ---: | ---: | --- | ---: |")
+    for m, (ok, tpots, ttfts) in sorted(minutes.items()):
+        out = ok.count(False)
+        if out / len(ok) > args.min_out_share:
+            tp90, tp99 = percentile(tpots, 90) or 0.0, percentile(tpots, 99) or 0.0
+            print(f"| {m} | {len(ok)} | {out} | {tp90 * 1e3:.0f} / {tp99 * 1e3:.0f} "
+                  f"| {percentile(ttfts, 90) or 0.0:.2f} |")  # fmt: skip
+    print()
+    for d in result.scaling_changes:
+        if args.from_s <= d.now_s <= args.to_s:
+            print(f"{d.now_s:.0f} s: {d.current_replicas} -> {d.desired_replicas}: {d.reason}")
+
+
+if __name__ == "__main__":
+    main()
