@@ -5,18 +5,22 @@ decisions (with their reasons) in a window of the replay. A diagnostic beside
 
     GPUFLEET_SHARED=/work/shared python benchmarks/autoscale_minutes.py [--policy default]
         [--static 12] [--from-s 2300] [--to-s 2850] [--copies 10]
+        [--out benchmarks/results/autoscale_minutes]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
+from typing import Any
 
 import autoscale_study as study
 from gpufleet.routing import make_policy as make_routing_policy
 from gpufleet.sim.scenario import build_config, build_requests
 from gpufleet.sim.simulator import FleetSimulator
 from gpufleet.stats import percentile
+from record import RESULTS, write_result
 
 
 def main() -> None:
@@ -27,6 +31,7 @@ def main() -> None:
     ap.add_argument("--from-s", type=float, default=0.0, help="decisions shown from here")
     ap.add_argument("--to-s", type=float, default=math.inf, help="... to here")
     ap.add_argument("--min-out-share", type=float, default=0.01, help="minutes shown")
+    ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_minutes")
     args = ap.parse_args()
     setup = argparse.Namespace(copies=args.copies, start_s=0.0, duration_s=None, seed=0)
     peak_rps, start_rps, _, mean_in, mean_out = study.arrival_profile(setup)
@@ -48,18 +53,33 @@ def main() -> None:
             tpots.append(r.tpot_s)
         if r.ok and r.ttft_s is not None:
             ttfts.append(r.ttft_s)
-    print("| minute | requests | out of SLO | TPOT p90 / p99 ms | TTFT p90 s |")
-    print("| --- | ---: | ---: | --- | ---: |")
+    rows: list[dict[str, Any]] = []
     for m, (ok, tpots, ttfts) in sorted(minutes.items()):
         out = ok.count(False)
         if out / len(ok) > args.min_out_share:
-            tp90, tp99 = percentile(tpots, 90) or 0.0, percentile(tpots, 99) or 0.0
-            print(f"| {m} | {len(ok)} | {out} | {tp90 * 1e3:.0f} / {tp99 * 1e3:.0f} "
-                  f"| {percentile(ttfts, 90) or 0.0:.2f} |")  # fmt: skip
-    print()
-    for d in result.scaling_changes:
-        if args.from_s <= d.now_s <= args.to_s:
-            print(f"{d.now_s:.0f} s: {d.current_replicas} -> {d.desired_replicas}: {d.reason}")
+            rows.append({"minute": m, "requests": len(ok), "out_of_slo": out,
+                         "tpot_p90_ms": (percentile(tpots, 90) or 0.0) * 1e3,
+                         "tpot_p99_ms": (percentile(tpots, 99) or 0.0) * 1e3,
+                         "ttft_p90_s": percentile(ttfts, 90) or 0.0})  # fmt: skip
+    decisions = [
+        {"at_s": d.now_s, "from": d.current_replicas, "to": d.desired_replicas,
+         "reason": d.reason}
+        for d in result.scaling_changes
+        if args.from_s <= d.now_s <= args.to_s
+    ]  # fmt: skip
+    lines = ["| minute | requests | out of SLO | TPOT p90 / p99 ms | TTFT p90 s |",
+             "| --- | ---: | ---: | --- | ---: |"]  # fmt: skip
+    lines += [f"| {r['minute']} | {r['requests']} | {r['out_of_slo']} | "
+              f"{r['tpot_p90_ms']:.0f} / {r['tpot_p99_ms']:.0f} | {r['ttft_p90_s']:.2f} |"
+              for r in rows]  # fmt: skip
+    lines += ["", "| at s | replicas | reason |", "| ---: | --- | --- |"]
+    lines += [f"| {d['at_s']:.0f} | {d['from']} → {d['to']} | {d['reason']} |" for d in decisions]
+    table = "\n".join(lines)
+    data = {"setup": {"policy": args.policy, "static": args.static, "copies": args.copies,
+                      "from_s": args.from_s, "to_s": args.to_s if math.isfinite(args.to_s) else None},
+            "minutes": rows, "decisions": decisions}  # fmt: skip
+    write_result(args.out, data, table)
+    print(table)
 
 
 if __name__ == "__main__":
