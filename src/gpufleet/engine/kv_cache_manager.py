@@ -202,7 +202,7 @@ class KVCacheManager:
             hashes = r.block_hashes
             # A counted answer's blocks past its prompt hash as base + j once the base is
             # known (`CountedOutputRequest.next_block_hashes`): one run, no list to check.
-            base = r._answer_base if first >= r.num_prompt_tokens // bs else None
+            base = r.answer_base if first >= r.num_prompt_tokens // bs else None
             if base is not None:
                 if len(hashes) < stop:
                     hashes += range(base + len(hashes), base + stop)

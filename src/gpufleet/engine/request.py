@@ -76,9 +76,9 @@ class EngineRequest:
     """
 
     __slots__ = (
-        "_answer_base",
         "_rng",
         "all_token_ids",
+        "answer_base",
         "arrival_s",
         "block_hashes",
         "finish_reason",
@@ -131,7 +131,7 @@ class EngineRequest:
         # their runs of consecutive ints, when the maker knows them (`RunList`)
         self.prompt_runs = runs_known(prompt_block_hashes) if prompt_block_hashes else None
         self._rng = seed  # the engine fills in a seed if None
-        self._answer_base: int | None = None  # (a `CountedOutputRequest`'s, once known)
+        self.answer_base: int | None = None  # (a `CountedOutputRequest`'s, once known)
         self.arrival_s = arrival_s
         self.lora = lora  # the LoRA adapter it runs with (None: the base model)
         self.status = RequestStatus.WAITING
@@ -352,12 +352,12 @@ class CountedOutputRequest(EngineRequest):
         if start >= first_answer:  # (the usual case: the prompt is hashed, only answers)
             if stop <= start:
                 return []
-            base = self._answer_base
+            base = self.answer_base
             if base is None:  # (kept once seeded: the prompt's hashes do not change)
                 parent = hashes[first_answer - 1] if first_answer else 0
                 base = hash((parent, _ANSWER_BLOCK, self._rng or 0))
                 if self._rng is not None:
-                    self._answer_base = base
+                    self.answer_base = base
             return list(range(base + start, base + stop))
         out = super().next_block_hashes(block_size, min(stop, first_answer))
         if stop > first_answer:

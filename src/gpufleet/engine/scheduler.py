@@ -246,18 +246,11 @@ class Scheduler:
                 continue  # aborted meanwhile, or a prefill chunk short of the last token
             if not req.counted_output:  # (a counted answer's tokens are its count)
                 req.all_token_ids.append(req.next_token_id())
-            req.num_output_tokens = out = req.num_output_tokens + 1
+            req.num_output_tokens += 1
             if req.first_token_s is None:
                 req.first_token_s = now
                 self.prompt_tokens += req.num_prompt_tokens
             emitted.append(req)
-            stop = req.stop_after_tokens
-            if (  # (`finish_reason`'s tests first, written out: most tokens end nothing)
-                out < req.max_tokens
-                and req.num_prompt_tokens + out < max_len
-                and (stop is None or out < stop)
-            ):
-                continue
             reason = finish_reason(req, max_len)
             if reason is not None:
                 self.finish(req, reason, now)

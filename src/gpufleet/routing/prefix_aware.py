@@ -263,7 +263,7 @@ class PrefixAware(PolicyBase):
                 return (pending[i] + miss_weight * uncached[i] + over[i], loads[i], recent[i])
 
             best = random_min(self.rng, allowed, cost)
-            if self.idle_first and _queued(replicas[best]):
+            if self.idle_first and (_waiting(replicas[best]) or 0) > 0:
                 # The best guess waits in its engine's queue (a full batch: the wait is
                 # for a slot, which pending prefill does not count) while a replica with
                 # an empty queue and fewer requests than the mean idles (e.g. one just
@@ -282,7 +282,7 @@ class PrefixAware(PolicyBase):
                 return (pending[i] + over[i], loads[i], recent[i])
 
             best = random_min(self.rng, allowed, plain_cost)
-            if self.idle_first and _queued(replicas[best]):  # nothing to match: as cold
+            if self.idle_first and (_waiting(replicas[best]) or 0) > 0:  # nothing to match: as cold
                 best = self._idle_instead(best, allowed, replicas, loads, mean_load, plain_cost)
             work = 1.0
         chosen = replicas[best]
@@ -303,7 +303,7 @@ class PrefixAware(PolicyBase):
     ) -> int:
         """The best (by `cost`) allowed replica whose engine reports an empty queue and that
         runs fewer requests than the mean; `best` when there is none."""
-        idle = [i for i in allowed if loads[i] + 1.0 <= mean_load and _queue_empty(replicas[i])]
+        idle = [i for i in allowed if loads[i] + 1.0 <= mean_load and _waiting(replicas[i]) == 0]
         return random_min(self.rng, idle, cost) if idle else best
 
     def _record_decision(self, replica_id: str, new_blocks: float) -> None:
@@ -359,14 +359,9 @@ class PrefixAware(PolicyBase):
         self._churn.pop(replica_id, None)
 
 
-def _queued(replica: ReplicaView) -> bool:
-    """Its engine reports requests waiting (corrected for what was sent since)."""
+def _waiting(replica: ReplicaView) -> int | None:
+    """The requests its engine reports waiting (corrected for what was sent since); None
+    without a scrape, when nothing is known of its slots and the prefill bookkeeping alone
+    decides."""
     counts = running_and_waiting(replica)
-    return counts is not None and counts[1] > 0
-
-
-def _queue_empty(replica: ReplicaView) -> bool:
-    """Its engine reports no request waiting: a new one starts at once (unknown without
-    a scrape, so False: the prefill bookkeeping alone decides then)."""
-    counts = running_and_waiting(replica)
-    return counts is not None and counts[1] == 0
+    return None if counts is None else counts[1]

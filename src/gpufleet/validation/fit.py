@@ -151,9 +151,8 @@ class _Search:
     by_backend: dict[str, list[int]]
     groups: list[list[int]]
 
-    def errors(self, cal: Calibration, idx: Any = None) -> list[tuple[float, float] | None]:
-        idx = range(len(self.rows)) if idx is None else idx
-        return [_errors(cal, self.rows[i], self.recipes) for i in idx]
+    def errors(self, cal: Calibration) -> list[tuple[float, float] | None]:
+        return [_errors(cal, r, self.recipes) for r in self.rows]
 
     def score(self, errors: Sequence[tuple[float, float] | None]) -> float:
         if self.loss == "median":
@@ -171,6 +170,11 @@ class _Search:
 def _value(cal: Calibration, knob: Knob) -> float:
     key, backend = knob
     return float(getattr(cal if backend is None else cal.backend(backend), key))
+
+
+def _log_position(search: _Search, cal: Calibration) -> dict[Knob, float]:
+    """Where `cal` sits in the search's log coordinates, per fitted constant."""
+    return {k: _to_log(k[0], _value(cal, k)) for k in search.knobs}
 
 
 def _moved(cal: Calibration, changes: Sequence[tuple[Knob, float]]) -> Calibration:
@@ -203,7 +207,7 @@ def _descend(
         return False
 
     for step in steps:
-        before = {k: _to_log(k[0], _value(cal, k)) for k in search.knobs}
+        before = _log_position(search, cal)
         for knob in search.knobs:
             improved = True
             while improved:
@@ -222,7 +226,7 @@ def _descend(
                 cand = _from_log(knob[0], 2 * x - x0)
                 if abs(x - x0) > 1e-12 and cand != _value(cal, knob):
                     changes.append((knob, cand))
-            before = {k: _to_log(k[0], _value(cal, k)) for k in search.knobs}
+            before = _log_position(search, cal)
             if not changes or not attempt(changes):
                 break
     return cal, best
