@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from autoscale.helpers import even, fleet
 from gpufleet.autoscale.capacity import SloCapacity
 from gpufleet.autoscale.signals import FleetSignals, Percentiles
@@ -37,9 +39,10 @@ def test_a_capacity_in_tokens_follows_the_mix_one_in_requests_does_not() -> None
     new = SloCapacity(
         tpot_slo_s=0.1, quantile=0.99, smooth_s=60.0, tpot_unloaded_s=0.02, in_tokens=True
     )
-    # 1.5 × 5 req/s of 1,000 tokens = 7,500 tokens/s; at 3,000 tokens a request: 2.5 req/s.
-    assert run(new, heavy_tokens=3000.0, light_tokens=1000.0) == 2.5
-    assert new.estimate_work() == (7500.0, "tokens/s")
+    # 5 req/s of 1,000 tokens at 50 ms from 20 ms alone: × (1 − 0.2) / (1 − 0.4) = 6,667
+    # tokens/s; at 3,000 tokens a request: 2.22 req/s.
+    assert run(new, heavy_tokens=3000.0, light_tokens=1000.0) == pytest.approx(20 / 9)
+    assert new.estimate_work() == (pytest.approx(20000 / 3), "tokens/s")
     old = SloCapacity(tpot_slo_s=0.1, quantile=0.99, smooth_s=60.0, tpot_unloaded_s=0.02)
-    assert run(old, heavy_tokens=None, light_tokens=None) == 7.5  # no tokens: requests
-    assert old.estimate_work() == (7.5, "req/s")
+    assert run(old, heavy_tokens=None, light_tokens=None) == pytest.approx(20 / 3)  # requests
+    assert old.estimate_work() == (pytest.approx(20 / 3), "req/s")

@@ -17,7 +17,9 @@ the SLO's utilisation is ρ* = 1 − q0 / SLO, so the rate within the SLO is
 q0 is the lowest latency (at the SLO's quantile) seen over a long span: a tail's floor
 is the tail of the requests themselves (a p99 TTFT is the prefill of a p99 prompt), not
 one mean request alone, which the planner's unloaded latency (where given) is and q0
-never goes below. A q0 taken too low only makes μ* err towards λ (for a window within
+never goes below. Not so for TPOT, from below: a decode step's time does not depend on the
+request it serves, so TPOT's tail alone is the planner's unloaded TPOT, and a window within
+the SLO is read from there (`add`). A q0 taken too low only makes μ* err towards λ (for a window within
 the SLO: "at least the rate it served"); one too high (a fleet never seen at a light
 load) errs high, which the windows over the SLO then bound (over it μ* < λ always). Far below the knee q − q0 is small and noisy,
 so a window within the SLO only bounds μ* from below, at most 1.5 × the rate it saw; a
@@ -117,7 +119,15 @@ class SloCapacity:
             # over the SLO look like a collapse).
             seen = min(max(floor.low(), unloaded or 0.0), slo * 0.999)
             alone = min(unloaded, seen) if unloaded is not None else seen
-            lower_factors.append(_queue_factor(seen, q, slo))
+            # From below, TPOT starts from one request alone too: a decode step's time is
+            # the weights' read plus the batch's KV, whichever request it serves, so its
+            # tail alone is its mean alone, and what the lightest window showed above that
+            # was load already (prefill chunks sharing steps). Taken as q0, that floor read
+            # a window near it as an idle fleet (ρ ≈ 0) and bounded the rate at 1.5 × what
+            # it served: 11.1 req/s a replica on the Azure trace, where 8 replicas at 7.5
+            # each missed the TPOT SLO. TTFT's tail alone is the tail prompt's prefill: q0
+            # stays the floor seen.
+            lower_factors.append(_queue_factor(alone if name == "tpot" else seen, q, slo))
             upper_factors.append(_queue_factor(alone, q, slo))
             within = within and q <= slo
         if not lower_factors:

@@ -7,14 +7,16 @@ system (in flight / rate over the rate's span, its median over the peak window: 
 backlog that replicas already starting will clear inflates it for a while, and sizing
 for it would start more) times the rate's peak over that window (`ArrivalRate`: at a
 cold start's horizon a fitted trend mostly extrapolates noise, and a least-squares
-in-flight trend carried 120 s ahead overshot every arrival step ~2×). Pure.
+in-flight trend carried 120 s ahead overshot every arrival step ~2×). Whether the rate
+is rising (`rate_rising`: the slope of a line through the rate over the peak window) only
+holds a scale-in back: replicas removed on the way up come back a cold start late. Pure.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpufleet.autoscale.forecast import ArrivalRate, WindowMean, WindowMedian
+from gpufleet.autoscale.forecast import ArrivalRate, LinearTrend, WindowMean, WindowMedian
 from gpufleet.autoscale.signals import FleetSignals
 
 
@@ -24,10 +26,11 @@ class LittleDemand:
     _rate: ArrivalRate = field(default_factory=ArrivalRate)
     _in_flight: WindowMean = field(default_factory=WindowMean)  # over the rate's span
     _time_in_system: WindowMedian = field(default_factory=WindowMedian)
+    _rate_trend: LinearTrend = field(default_factory=LinearTrend)  # the rate over the peak window
 
     def windows(self, peak_s: float) -> None:
         """The peak window (at least a cold start): the rate's peak and the median time."""
-        self._rate.window_s = self._time_in_system.window_s = peak_s
+        self._rate.window_s = self._time_in_system.window_s = self._rate_trend.window_s = peak_s
         self._in_flight.window_s = self._rate.rate_s
 
     def add(self, now_s: float, signals: FleetSignals) -> None:
@@ -37,8 +40,16 @@ class LittleDemand:
         self._rate.add(now_s, float(signals.admitted_total))
         self._in_flight.add(now_s, float(signals.demand))
         rate, in_flight = self._rate.rate(), self._in_flight.mean()
+        if rate is not None:
+            self._rate_trend.add(now_s, rate)
         if rate and in_flight is not None:
             self._time_in_system.add(now_s, in_flight / rate)
+
+    def rate_rising(self, now_s: float) -> bool:
+        """The arrival rate's fitted line over the peak window slopes up (False: too few
+        samples to fit)."""
+        now, later = self._rate_trend.forecast(now_s), self._rate_trend.forecast(now_s + 1.0)
+        return now is not None and later is not None and later > now
 
     def time_in_system_s(self) -> float | None:
         return self._time_in_system.median()

@@ -29,7 +29,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from gpufleet.autoscale.capacity import SloCapacity
+from gpufleet.autoscale.capacity import SloCapacity, quantile_of
 from gpufleet.autoscale.decision import (
     ReplicaBounds,
     ScalingDecision,
@@ -389,6 +389,12 @@ class DefaultPolicy:
             self._n1_ok_since_s = None
             ago = now_s - self._last_saturated_s
             return current, f"{head}; keep: saturated {ago:.0f} s ago (< {peak_s:g} s)"
+        failing = self._failing_slo(signals)
+        if failing:
+            # The latency window already misses the SLO at its quantile (p99 for 99 % of
+            # requests) while its p90 may be within: N−k would only miss it more.
+            self._n1_ok_since_s = None
+            return current, f"{head}; keep: {failing}"
         fits, check = self.n_minus_k_fits(now_s, signals, cap, cold_start_s, 1)
         if not fits:
             self._n1_ok_since_s = None
@@ -401,6 +407,10 @@ class DefaultPolicy:
                 current,
                 f"{head}; {check}, held {held_s:.0f}/{self.scale_in_stabilization_s:g} s",
             )
+        if self._demand_rising(now_s):
+            # Replicas removed while the demand rises come back a cold start late; the
+            # check above stays held (a line through noise tilts up half the time).
+            return current, f"{head}; {check}, held {held_s:.0f} s; keep: demand rising"
         since_change = None if self._last_change_s is None else now_s - self._last_change_s
         if since_change is not None and since_change < self.scale_in_cooldown_s:
             return (
@@ -415,6 +425,27 @@ class DefaultPolicy:
                 break
             k, check = k + 1, why
         return current - k, f"{head}; scale in {k}: {check}, held {held_s:.0f} s"
+
+    def _failing_slo(self, signals: FleetSignals) -> str:
+        """Which SLO the latency window misses at the SLO's quantile, in words ('' if none)."""
+        out = []
+        for name, slo, window in (
+            ("TTFT", self.ttft_p90_slo_s, signals.ttft_s),
+            ("TPOT", self.tpot_p90_slo_s, signals.tpot_s),
+        ):
+            q = None if window is None else quantile_of(window, self.slo_attainment)
+            if slo is not None and q is not None and q > slo:
+                p = "p99" if self.slo_attainment >= 0.99 else "p90"
+                out.append(f"{name} {p} {q:.3g} s > SLO {slo:g} s")
+        return " and ".join(out)
+
+    def _demand_rising(self, now_s: float) -> bool:
+        """The demand a cold start ahead is above the demand now: the arrival rate's line
+        slopes up where the gateway counts admissions, else the in-flight one."""
+        if self._little.known:
+            return self._little.rate_rising(now_s)
+        later, now = self._trend.forecast(now_s + 1.0), self._trend.forecast(now_s)
+        return later is not None and now is not None and later > now
 
     def n_minus_1_fits(
         self, now_s: float, signals: FleetSignals, cap: int, cold_start_s: float
