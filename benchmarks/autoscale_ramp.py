@@ -2,7 +2,7 @@
 and burst, not only on the Azure trace it was studied on? (issue 12)
 
     python benchmarks/autoscale_ramp.py [--policies default,hpa,kpa,ray_serve,queue_depth]
-        [--workers 2] [--out benchmarks/results/autoscale_ramp]
+        [--workers 2] [--out benchmarks/results/autoscale_ramp] [--merge]
 
 Same model, layout, cold start, SLO, attainment and policy inputs as
 `autoscale_study.py`; Poisson arrivals at 8 req/s for 5 min, a ramp to 30 over 400 s,
@@ -55,6 +55,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_ramp")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the rows of --out's JSON for the policies not rerun")  # fmt: skip
     args = ap.parse_args()
     capacity = study.slo_capacity(MEAN_IN, MEAN_OUT)
     unloaded = study.unloaded_latency(MEAN_IN, MEAN_OUT)
@@ -71,12 +73,15 @@ def main() -> None:
         jobs.append({"name": policy, "scenario": sc.with_field("autoscale_params",
                                                                tuple(params.items()))})  # fmt: skip
     rows = study.run_jobs(jobs, args.workers)
+    kept = ""
+    if args.merge:
+        rows, kept = study.merge_rows(args.out.with_suffix(".json"), rows)
     table = markdown(rows)
     data = {"setup": {"model": study.MODEL, "gpu": study.GPU, "tp": study.TP,
                       "phases": [dataclasses.asdict(p) for p in PHASES],
                       "capacity_per_replica": capacity, "unloaded_ttft_tpot_s": unloaded},
             "rows": rows}  # fmt: skip
-    write_result(args.out, data, table)
+    write_result(args.out, data, table, note=f"rows kept from {kept}" if kept else "")
     print(table)
 
 

@@ -3,7 +3,7 @@ its SLO for the fewest GPU-hours? (issue 12)
 
     GPUFLEET_SHARED=/work/shared python benchmarks/autoscale_study.py [--copies 10]
         [--start-s 0] [--duration-s S] [--policies default,hpa,kpa,ray_serve,queue_depth]
-        [--static N] [--workers 2] [--out benchmarks/results/autoscale_study]
+        [--static N] [--workers 2] [--out benchmarks/results/autoscale_study] [--merge]
 
 The Azure LLM conversation trace (2023-11-16, 19,366 requests in 58 minutes, mean 1,155
 prompt and 211 output tokens), Llama-3.1-70B at TP=4 on H100 (bf16), 120 s cold starts,
@@ -290,6 +290,21 @@ def static_fleet(base: Scenario, start_n: int, workers: int) -> tuple[dict[str, 
         n = n - 1 if meets(tried[n]) else n + 1
 
 
+def merge_rows(previous: Path, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """The rows just run, and in their old places, a previous run's rows for the fleets not
+    rerun (`--merge`), with which commit and fleets those were ('' when none)."""
+    if not previous.exists():
+        return rows, ""
+    old = json.loads(previous.read_text())
+    new = {r["name"]: r for r in rows}
+    merged = [new.pop(r["name"], r) for r in old.get("rows", [])] + list(new.values())
+    kept = [r["name"] for r in merged if r not in rows]
+    if not kept:
+        return merged, ""
+    commit = str(old.get("meta", {}).get("commit", "?"))[:12]
+    return merged, f"commit {commit} ({', '.join(kept)})"
+
+
 def markdown(rows: list[dict[str, Any]], static: dict[str, Any]) -> str:
     head = ("| fleet | attainment (requests) | attainment (1-min windows) | GPU-hours | × static "
             "| cost $ | peak | scale-outs / -ins | TTFT p90 / p99 s | TPOT p90 / p99 ms | failed |\n"
@@ -345,6 +360,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_study")
     ap.add_argument("--oracle", type=Path, default=RESULTS / "autoscale_oracle.json",
                     help="the hindsight schedule (autoscale_oracle.py) to replay as a row")  # fmt: skip
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the rows of --out's JSON for the fleets not rerun (their "
+                         "commit is noted)")  # fmt: skip
     args = ap.parse_args()
     peak_rps, start_rps, mean_rps, mean_in, mean_out = arrival_profile(args)
     capacity = slo_capacity(mean_in, mean_out)
@@ -378,6 +396,10 @@ def main() -> None:
         sc = sc.with_field("replicas", max(1, first)).with_field("max_replicas", 4 * n_static)
         jobs.append({"name": name, "scenario": sc, "schedule": schedule})
     rows = run_jobs(jobs, args.workers)
+    note = ""
+    if args.merge:
+        rows, kept = merge_rows(args.out.with_suffix(".json"), rows)
+        note = f"; rows kept from {kept}" if kept else ""
     table = markdown(rows, static)
     png = args.out.with_suffix(".png")
     plot(rows, static, png)
@@ -392,7 +414,11 @@ def main() -> None:
             "fleet_timeline", "ttft_p90_by_minute_s")} for n, r in tried},
         "rows": rows,
     }  # fmt: skip
-    write_result(args.out, data, table, note=f"PNG: {png.name}")
+    if args.merge and not tried and args.out.with_suffix(".json").exists():
+        # --static skipped the search: the previous run's sizes tried still stand.
+        previous = json.loads(args.out.with_suffix(".json").read_text())
+        data["static_tried"] = previous.get("static_tried", {})
+    write_result(args.out, data, table, note=f"PNG: {png.name}{note}")
     print(table)
 
 
