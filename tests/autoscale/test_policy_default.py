@@ -118,16 +118,16 @@ def test_n_minus_1_check_uses_recent_peak_and_kv() -> None:
     p.decide(0.0, fleet(even(3, 15)))  # peak 15 in the window
     for t in range(1, 5):
         p.decide(float(t), fleet(even(3, 3)))
-    ok, why = p.n_minus_1_fits(5.0, fleet(even(3, 3)), 8, 10.0)
+    ok, why = p.n_minus_k_fits(5.0, fleet(even(3, 3)), 8, 10.0, 1)
     assert not ok and "peak 15" in why  # 15 × 1.1 = 16.5 > 2 × 8
     q = policy()
     q.decide(0.0, fleet(even(3, 14)))  # 14 × 1.1 = 15.4 ≤ 16
-    ok, why = q.n_minus_1_fits(1.0, fleet(even(3, 14)), 8, 10.0)
+    ok, why = q.n_minus_k_fits(1.0, fleet(even(3, 14)), 8, 10.0, 1)
     assert ok, why
     # KV: little demand, but the three replicas' KV would not fit in two below 90 %.
     k = policy()
     k.decide(0.0, fleet([(2, 0, 0.62)] * 3))  # 1.86 / 2 = 93 %
-    ok, why = k.n_minus_1_fits(1.0, fleet([(2, 0, 0.62)] * 3), 8, 10.0)
+    ok, why = k.n_minus_k_fits(1.0, fleet([(2, 0, 0.62)] * 3), 8, 10.0, 1)
     assert not ok and "KV 93%" in why
 
 

@@ -40,6 +40,11 @@ class LinearTrend(_Window):
         slope, mean_t, mean_v = fit
         return mean_v + slope * (at_s - mean_t)
 
+    def rising(self) -> bool:
+        """The fitted line slopes up (False with too few samples to fit)."""
+        fit = self._fit()
+        return fit is not None and fit[0] > 0
+
     def _fit(self) -> tuple[float, float, float] | None:
         n = len(self._samples)
         if n < 3:

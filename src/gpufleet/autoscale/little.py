@@ -45,11 +45,9 @@ class LittleDemand:
         if rate and in_flight is not None:
             self._time_in_system.add(now_s, in_flight / rate)
 
-    def rate_rising(self, now_s: float) -> bool:
-        """The arrival rate's fitted line over the peak window slopes up (False: too few
-        samples to fit)."""
-        now, later = self._rate_trend.forecast(now_s), self._rate_trend.forecast(now_s + 1.0)
-        return now is not None and later is not None and later > now
+    def rate_rising(self) -> bool:
+        """The arrival rate's line over the peak window slopes up."""
+        return self._rate_trend.rising()
 
     def time_in_system_s(self) -> float | None:
         return self._time_in_system.median()

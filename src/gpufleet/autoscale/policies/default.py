@@ -18,9 +18,12 @@
 - Scale in only when N−1 replicas would have stayed below the saturation thresholds at
   the recent peak (demand and KV, over at least a cold start: the demand the next cold
   start may bring back) and within the latency SLOs (p90 scaled by N/(N−1)), the N
-  replicas were not saturated at all during that window, the forecast agrees, the check
-  has held for a stabilization window, and no replica is starting; then remove as many
-  as the same check (N−k) lets go at once.
+  replicas were not saturated at all during that window, the window's latency is within
+  the SLOs at the attainment's quantile (p99 for 99 %: its p90 may hide the misses), the
+  forecast agrees and the demand is not rising (the arrival rate's line over a cold start
+  slopes up: replicas removed then come back a cold start late), the check has held for a
+  stabilization window, and no replica is starting; then remove as many as the same check
+  (N−k) lets go at once.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from gpufleet.autoscale.capacity import SloCapacity, quantile_of
+from gpufleet.autoscale.capacity import SloCapacity
 from gpufleet.autoscale.decision import (
     ReplicaBounds,
     ScalingDecision,
@@ -39,7 +42,7 @@ from gpufleet.autoscale.decision import (
 from gpufleet.autoscale.forecast import LinearTrend, WindowMax
 from gpufleet.autoscale.little import LittleDemand
 from gpufleet.autoscale.policies.saturation import saturation_reasons
-from gpufleet.autoscale.policies.scale_in import PeakLoad, n_minus_k_fits
+from gpufleet.autoscale.policies.scale_in import PeakLoad, n_minus_k_fits, slo_missed
 from gpufleet.autoscale.signals import FleetSignals, ReplicaSignals
 from gpufleet.errors import UserError
 
@@ -389,7 +392,7 @@ class DefaultPolicy:
             self._n1_ok_since_s = None
             ago = now_s - self._last_saturated_s
             return current, f"{head}; keep: saturated {ago:.0f} s ago (< {peak_s:g} s)"
-        failing = self._failing_slo(signals)
+        failing = slo_missed(signals, self.slo_attainment, self.ttft_p90_slo_s, self.tpot_p90_slo_s)
         if failing:
             # The latency window already misses the SLO at its quantile (p99 for 99 % of
             # requests) while its p90 may be within: N−k would only miss it more.
@@ -407,7 +410,7 @@ class DefaultPolicy:
                 current,
                 f"{head}; {check}, held {held_s:.0f}/{self.scale_in_stabilization_s:g} s",
             )
-        if self._demand_rising(now_s):
+        if self._demand_rising():
             # Replicas removed while the demand rises come back a cold start late; the
             # check above stays held (a line through noise tilts up half the time).
             return current, f"{head}; {check}, held {held_s:.0f} s; keep: demand rising"
@@ -426,32 +429,9 @@ class DefaultPolicy:
             k, check = k + 1, why
         return current - k, f"{head}; scale in {k}: {check}, held {held_s:.0f} s"
 
-    def _failing_slo(self, signals: FleetSignals) -> str:
-        """Which SLO the latency window misses at the SLO's quantile, in words ('' if none)."""
-        out = []
-        for name, slo, window in (
-            ("TTFT", self.ttft_p90_slo_s, signals.ttft_s),
-            ("TPOT", self.tpot_p90_slo_s, signals.tpot_s),
-        ):
-            q = None if window is None else quantile_of(window, self.slo_attainment)
-            if slo is not None and q is not None and q > slo:
-                p = "p99" if self.slo_attainment >= 0.99 else "p90"
-                out.append(f"{name} {p} {q:.3g} s > SLO {slo:g} s")
-        return " and ".join(out)
-
-    def _demand_rising(self, now_s: float) -> bool:
-        """The demand a cold start ahead is above the demand now: the arrival rate's line
-        slopes up where the gateway counts admissions, else the in-flight one."""
-        if self._little.known:
-            return self._little.rate_rising(now_s)
-        later, now = self._trend.forecast(now_s + 1.0), self._trend.forecast(now_s)
-        return later is not None and now is not None and later > now
-
-    def n_minus_1_fits(
-        self, now_s: float, signals: FleetSignals, cap: int, cold_start_s: float
-    ) -> tuple[bool, str]:
-        """Would N−1 ready replicas have stayed below the saturation thresholds at the peak?"""
-        return self.n_minus_k_fits(now_s, signals, cap, cold_start_s, 1)
+    def _demand_rising(self) -> bool:
+        """The arrival rate's line over a cold start slopes up (else the in-flight one's)."""
+        return self._little.rate_rising() if self._little.known else self._trend.rising()
 
     def n_minus_k_fits(
         self, now_s: float, signals: FleetSignals, cap: int, cold_start_s: float, k: int

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpufleet.autoscale.capacity import quantile_of
 from gpufleet.autoscale.signals import FleetSignals
 
 
@@ -24,6 +25,22 @@ def latency_over_slo(
         if slo is not None and window is not None and window.p90_s * load_factor > slo:
             out.append(f"{name} p90 {window.p90_s * load_factor:.3g} s > SLO {slo:g} s")
     return "miss " + " and ".join(out) if out else ""
+
+
+def slo_missed(
+    signals: FleetSignals, quantile: float, ttft_slo_s: float | None, tpot_slo_s: float | None
+) -> str:
+    """Which SLO the window's latency misses now at the SLO's quantile (p99 where 99 % of
+    requests must meet it: its p90 may be within), in words ('' if none)."""
+    out = []
+    for name, slo, window in (
+        ("TTFT", ttft_slo_s, signals.ttft_s),
+        ("TPOT", tpot_slo_s, signals.tpot_s),
+    ):
+        q = None if window is None else quantile_of(window, quantile)
+        if slo is not None and q is not None and q > slo:
+            out.append(f"{name} p{99 if quantile >= 0.99 else 90} {q:.3g} s > SLO {slo:g} s")
+    return " and ".join(out)
 
 
 @dataclass(frozen=True, slots=True)
