@@ -330,9 +330,10 @@ def plot(rows: list[dict[str, Any]], static: dict[str, Any], path: Path) -> None
     for r in [static, *rows]:
         ts, ns = zip(*r["fleet_timeline"], strict=True)
         top.step([t / 60 for t in ts], ns, where="post", label=r["name"], linewidth=1.5)
-        minutes = sorted(int(k) for k in r["ttft_p90_by_minute_s"])
-        bottom.plot([m + 0.5 for m in minutes],
-                    [r["ttft_p90_by_minute_s"][m] for m in minutes], marker=".",
+        # int keys as run, str keys as read back from JSON (`--merge`)
+        by_minute = {int(k): v for k, v in r["ttft_p90_by_minute_s"].items()}
+        minutes = sorted(by_minute)
+        bottom.plot([m + 0.5 for m in minutes], [by_minute[m] for m in minutes], marker=".",
                     label=r["name"])  # fmt: skip
     bottom.axhline(TTFT_SLO_S, color="red", linestyle="--", label="SLO: TTFT p90 2 s")
     bottom.set_yscale("log")

@@ -17,10 +17,9 @@
   burst does not start a second wave of replicas while the first is still loading.
 - Scale in only when N−1 replicas would have stayed below the saturation thresholds at
   the recent peak (demand and KV, over at least a cold start: the demand the next cold
-  start may bring back) and within the latency SLOs (p90 scaled by N/(N−1)), the N
-  replicas were not saturated at all during that window, the window's latency is within
-  the SLOs at the attainment's quantile (p99 for 99 %: its p90 may hide the misses), the
-  forecast agrees and the demand is not rising (the arrival rate's line over a cold start
+  start may bring back) and within the latency SLOs at the attainment's quantile (p99
+  for 99 %: its p90 may hide the misses; now, and scaled by N/(N−1)), the N replicas
+  were not saturated at all during that window, the forecast agrees and the demand is not rising (the arrival rate's line over a cold start
   slopes up: replicas removed then come back a cold start late), the check has held for a
   stabilization window, and no replica is starting; then remove as many as the same check
   (N−k) lets go at once.
@@ -42,7 +41,7 @@ from gpufleet.autoscale.decision import (
 from gpufleet.autoscale.forecast import LinearTrend, WindowMax
 from gpufleet.autoscale.little import LittleDemand
 from gpufleet.autoscale.policies.saturation import saturation_reasons
-from gpufleet.autoscale.policies.scale_in import PeakLoad, n_minus_k_fits, slo_missed
+from gpufleet.autoscale.policies.scale_in import PeakLoad, latency_over_slo, n_minus_k_fits
 from gpufleet.autoscale.signals import FleetSignals, ReplicaSignals
 from gpufleet.errors import UserError
 
@@ -392,7 +391,8 @@ class DefaultPolicy:
             self._n1_ok_since_s = None
             ago = now_s - self._last_saturated_s
             return current, f"{head}; keep: saturated {ago:.0f} s ago (< {peak_s:g} s)"
-        failing = slo_missed(signals, self.slo_attainment, self.ttft_p90_slo_s, self.tpot_p90_slo_s)
+        slos_s = (self.ttft_p90_slo_s, self.tpot_p90_slo_s)
+        failing = latency_over_slo(signals, 1.0, self.slo_attainment, *slos_s)
         if failing:
             # The latency window already misses the SLO at its quantile (p99 for 99 % of
             # requests) while its p90 may be within: N−k would only miss it more.
@@ -444,6 +444,5 @@ class DefaultPolicy:
             worst = max(self._peak_demand.peak(), forecast)
         peak = PeakLoad(worst, self._peak_kv_total.peak(), self.peak_s(cold_start_s))
         slos_s = (self.ttft_p90_slo_s, self.tpot_p90_slo_s)
-        return n_minus_k_fits(
-            signals, k, peak, cap, self.headroom_fraction, self.kv_usage_threshold, slos_s
-        )
+        return n_minus_k_fits(signals, k, peak, cap, self.headroom_fraction,
+                              self.kv_usage_threshold, slos_s, self.slo_attainment)  # fmt: skip

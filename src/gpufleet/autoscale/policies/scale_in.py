@@ -10,34 +10,24 @@ from gpufleet.autoscale.signals import FleetSignals
 
 
 def latency_over_slo(
-    signals: FleetSignals, load_factor: float, ttft_slo_s: float | None, tpot_slo_s: float | None
+    signals: FleetSignals,
+    load_factor: float,
+    quantile: float,
+    ttft_slo_s: float | None,
+    tpot_slo_s: float | None,
 ) -> str:
-    """Which SLO the fleet's p90 latency would miss with each replica holding
-    `load_factor` times its load, taking latency as proportional to a replica's load (a
-    bound for TPOT: a decode step's time is a fixed weight read plus a part that grows
-    with the batch). The replicas' measured capacity, where the planner's is off; the warm
-    headroom applies to it as to demand."""
+    """Which SLO the window's latency at the SLO's quantile (p99 where 99 % of requests
+    must meet it: its p90 may be within while 5 % miss) would miss with each replica
+    holding `load_factor` times its load (1: now), in words ('' if none), taking latency
+    as proportional to a replica's load (a bound for TPOT: a decode step's time is a
+    fixed weight read plus a part that grows with the batch). The replicas' measured
+    capacity, where the planner's is off; the warm headroom applies to it as to demand."""
     out = []
     for name, slo, window in (
         ("TTFT", ttft_slo_s, signals.ttft_s),
         ("TPOT", tpot_slo_s, signals.tpot_s),
     ):
-        if slo is not None and window is not None and window.p90_s * load_factor > slo:
-            out.append(f"{name} p90 {window.p90_s * load_factor:.3g} s > SLO {slo:g} s")
-    return "miss " + " and ".join(out) if out else ""
-
-
-def slo_missed(
-    signals: FleetSignals, quantile: float, ttft_slo_s: float | None, tpot_slo_s: float | None
-) -> str:
-    """Which SLO the window's latency misses now at the SLO's quantile (p99 where 99 % of
-    requests must meet it: its p90 may be within), in words ('' if none)."""
-    out = []
-    for name, slo, window in (
-        ("TTFT", ttft_slo_s, signals.ttft_s),
-        ("TPOT", tpot_slo_s, signals.tpot_s),
-    ):
-        q = None if window is None else quantile_of(window, quantile)
+        q = None if window is None else quantile_of(window, quantile) * load_factor
         if slo is not None and q is not None and q > slo:
             out.append(f"{name} p{99 if quantile >= 0.99 else 90} {q:.3g} s > SLO {slo:g} s")
     return " and ".join(out)
@@ -61,6 +51,7 @@ def n_minus_k_fits(
     headroom: float,
     kv_threshold: float,
     slos_s: tuple[float | None, float | None],
+    quantile: float = 0.9,
 ) -> tuple[bool, str]:
     """Would N−k ready replicas have stayed below the saturation thresholds at the peak
     (and within the latency SLOs, latency scaled by N/(N−k))?"""
@@ -76,9 +67,9 @@ def n_minus_k_fits(
         return False, f"N−{k} = {n1} × {cap} < peak {worst:.0f} + {headroom:.0%}"
     if kv_each >= kv_threshold:
         return False, f"N−{k} = {n1} would hold KV {kv_each:.0%} ≥ {kv_threshold:.0%}"
-    over = latency_over_slo(signals, n_ready / n1 * (1.0 + headroom), *slos_s)
+    over = latency_over_slo(signals, n_ready / n1 * (1.0 + headroom), quantile, *slos_s)
     if over:
-        return False, f"N−{k} = {n1} would {over}"
+        return False, f"N−{k} = {n1} would miss {over}"
     return True, (
         f"N−{k} = {n1} holds peak {worst:.0f} + {headroom:.0%} ≤ {n1 * cap} "
         f"and KV {kv_each:.0%} < {kv_threshold:.0%} over {peak.span_s:g} s"
