@@ -20,7 +20,8 @@ OSL in 1k/1k, 1k/8k, 8k/1k, concurrency 4-256). Its benchmark scripts
 
 Everything else (the aiconfigurator campaigns' rows) runs the engines' defaults.
 
-Off by default (`model_row(..., recipes=True)`, `plan_accuracy.py --recipes`). TTFT
+Off by default (`model_row(..., recipes=True)`, `plan_accuracy.py --recipes`), except the
+TRT-LLM Llama batch waiting, which every prediction models (`batch_wait_rules`). TTFT
 median APE in-sample / leave-one-model-out / leave-one-GPU-out on the shared CSV:
 
 * engines' defaults, shipped constants: 18.0 / 19.8 / 25.8 %;
