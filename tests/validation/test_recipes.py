@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpufleet.plan.engines import engine_rules
 from gpufleet.specs.gpus import load_gpu
 from gpufleet.validation.measured import MeasuredRow, model_row
-from gpufleet.validation.recipes import is_inferencemax, recipe_rules
+from gpufleet.validation.recipes import batch_wait_rules, is_inferencemax, recipe_rules
 
 H200 = load_gpu("h200_sxm")
 
@@ -35,8 +35,25 @@ def test_inferencemax_trtllm_llama_1k1k_below_tp8_waits_for_batches() -> None:
 def test_batch_wait_shows_in_the_row_prediction() -> None:
     # The recipe's 20-iteration hold is most of this row's TTFT (measured 340 ms).
     held = model_row(_row(), recipes=True)
-    free = model_row(_row())  # the engine's defaults: no batch waiting
+    free = model_row(_row(id=_AICONFIGURATOR_ID))  # the engine's defaults: no batch waiting
     assert held.ttft_s - free.ttft_s > 15 * held.tpot_s
+
+
+_AICONFIGURATOR_ID = "meta_llama_x_h200_sxm_trtllm_agg_1024x1024_c4_tp2_epnone_1"
+
+
+def test_batch_wait_is_modelled_without_the_other_recipes() -> None:
+    # The hold is what those rows' servers did to every prompt: predicted by default, with
+    # the engine's own token budget (the recipe's 16384 only under recipes=True).
+    rules = batch_wait_rules(_row(), engine_rules("trtllm", H200, tp=2))
+    assert (rules.batch_wait_iters, rules.max_num_batched_tokens) == (20, 8192)
+    default = model_row(_row())
+    assert default.ttft_s - model_row(_row(id=_AICONFIGURATOR_ID)).ttft_s > 15 * default.tpot_s
+    trt = engine_rules("trtllm", H200, tp=8)
+    for other in (_row(tp=8), _row(osl=8192), _row(id=_AICONFIGURATOR_ID)):
+        assert batch_wait_rules(other, trt) == trt
+    vllm = engine_rules("vllm", H200, tp=2)
+    assert batch_wait_rules(_row(backend="vllm"), vllm) == vllm
 
 
 def test_inferencemax_rows_are_told_by_their_ids() -> None:

@@ -29,7 +29,7 @@ from gpufleet.specs.gpus import GpuSpec, load_gpu
 from gpufleet.specs.models import ModelSpec
 from gpufleet.specs.quant import BF16, QuantScheme
 from gpufleet.validation.engine_loop import EngineLoopResult, simulate_closed_loop
-from gpufleet.validation.recipes import recipe_rules
+from gpufleet.validation.recipes import batch_wait_rules, recipe_rules
 from gpufleet.validation.rows import (
     QUANT_MODES,
     MeasuredRow,
@@ -159,8 +159,9 @@ def model_row(
     how = row_layout(row, model, gpu)
     layout = how.layout
     rules = engine_rules(row.backend, gpu, tp=layout.tp, pp=layout.pp, dp=layout.dp)
-    if recipes:
-        rules = recipe_rules(row, rules)
+    # The batch waiting a row's launch recipe set is always modelled (see batch_wait_rules);
+    # the recipes' other options only on request.
+    rules = recipe_rules(row, rules) if recipes else batch_wait_rules(row, rules)
     step = RooflineStepTimeModel(
         model,
         gpu,
