@@ -30,7 +30,7 @@ from gpufleet.perf.calibration import (
     default_calibration,
     prior_calibration,
 )
-from gpufleet.validation.measured import default_csv, predict_row, read_rows
+from gpufleet.validation.measured import default_csv, predict_row, read_rows, resolve_model
 
 
 def _errors(cal: Calibration, row: Any, recipes: bool = False) -> tuple[float, float] | None:
@@ -88,6 +88,21 @@ def _inside_bounds(cal: Calibration) -> Calibration:
 # when frozen, benchmarks/results/plan_accuracy.md). MoE models' first-token time has no
 # documented source either, so it is fitted (from 0, its prior).
 FITTED_SCALARS: tuple[str, ...] = ("attention_efficiency", "routing_skew", "moe_first_token_s")
+
+
+# Backend constants only MoE models' predictions depend on.
+MOE_BACKEND_CONSTANTS: tuple[str, ...] = (
+    "moe_layer_overhead_s",
+    "moe_efficiency",
+    "moe_gemm_efficiency",
+)
+
+
+def _is_moe(row: Any) -> bool:
+    try:
+        return resolve_model(row.model_path).moe is not None
+    except UserError:
+        return False
 
 
 def _at_prior_where_frozen(cal: Calibration) -> Calibration:
@@ -261,7 +276,16 @@ def fit(
     # shared efficiencies moved first absorb engine-specific offsets (they ran to their
     # bounds).
     backends = sorted({r.backend for r in rows} & set(cal.backends))
-    knobs: list[Knob] = [(k, b) for b in backends for k in BACKEND_CONSTANTS]
+    # An engine's MoE kernel constants move only where it served an MoE model: no row
+    # constrains them otherwise, and the midpoint restart would leave them wherever it set
+    # them, not at the kernel measurements' prior (a held-out MoE model then gets them).
+    moe_backends = {r.backend for r in rows if _is_moe(r)}
+    knobs: list[Knob] = [
+        (k, b)
+        for b in backends
+        for k in BACKEND_CONSTANTS
+        if b in moe_backends or k not in MOE_BACKEND_CONSTANTS
+    ]
     knobs += [(k, None) for k in FITTED_SCALARS]
     groups: dict[tuple[str, str], list[int]] = {}
     for i, r in enumerate(rows):
