@@ -89,3 +89,32 @@ def test_the_log_midpoint_lies_inside_the_bounds() -> None:
 
     for key, (lo, hi) in BOUNDS.items():
         assert lo < fit_module.log_midpoint(key) < hi
+
+
+def test_an_engine_s_moe_constants_stay_at_the_start_without_moe_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A dense-only engine's MoE kernel constants touch no row: the midpoint restart must
+    not carry them off to the middle of their bounds (a held-out MoE model would get
+    them). The search is stubbed so that the restart's result is the one kept."""
+    starts: list[Calibration] = []
+
+    def descend(search: Any, cal: Calibration, steps: Any) -> tuple[Calibration, float]:
+        starts.append(cal)
+        return cal, 1.0 if len(starts) % 2 else 0.0  # the second (midpoint) start wins
+
+    monkeypatch.setattr(fit_module, "_descend", descend)
+    start = prior_calibration()
+    rows = [
+        SimpleNamespace(backend="sglang", model_path="meta-llama/Llama-3.1-8B"),
+        SimpleNamespace(backend="vllm", model_path="meta-llama/Llama-3.1-8B"),
+        SimpleNamespace(backend="vllm", model_path="Qwen/Qwen3-235B-A22B"),
+    ]
+    got = fit_module.fit(rows, start)
+    for key in fit_module.MOE_BACKEND_CONSTANTS:
+        assert getattr(got.backend("sglang"), key) == getattr(start.backend("sglang"), key)
+        assert getattr(got.backend("vllm"), key) == pytest.approx(fit_module.log_midpoint(key))
+    # The dense-only engine's other constants still moved to the midpoint.
+    assert got.backend("sglang").step_overhead_s == pytest.approx(
+        fit_module.log_midpoint("step_overhead_s")
+    )
