@@ -118,3 +118,24 @@ def test_an_engine_s_moe_constants_stay_at_the_start_without_moe_rows(
     assert got.backend("sglang").step_overhead_s == pytest.approx(
         fit_module.log_midpoint("step_overhead_s")
     )
+
+
+def test_tpot_grouped_loss_lets_a_minority_campaign_set_a_constant(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under the overall median a campaign with a minority of the rows can sit wholly
+    above the median TPOT error and move nothing; "tpot_grouped" weighs each campaign's
+    TPOT median once (TTFT stays the overall median)."""
+
+    def errors(cal: Calibration, row: Any, recipes: bool) -> tuple[float, float]:
+        if row.model_path == "minority":
+            return 0.0, abs(math.log(cal.backend("sglang").step_overhead_s / 0.01))
+        return 0.0, 0.0
+
+    _use(monkeypatch, errors)
+    rows = _rows(("majority", 3), ("minority", 1))
+    start = prior_calibration()
+    median = fit_module.fit(rows, start, restarts=False)
+    assert median.backend("sglang").step_overhead_s == start.backend("sglang").step_overhead_s
+    grouped = fit_module.fit(rows, start, restarts=False, loss="tpot_grouped")
+    assert grouped.backend("sglang").step_overhead_s == pytest.approx(0.01, rel=0.05)
