@@ -139,3 +139,25 @@ def test_tpot_grouped_loss_lets_a_minority_campaign_set_a_constant(
     assert median.backend("sglang").step_overhead_s == start.backend("sglang").step_overhead_s
     grouped = fit_module.fit(rows, start, restarts=False, loss="tpot_grouped")
     assert grouped.backend("sglang").step_overhead_s == pytest.approx(0.01, rel=0.05)
+
+
+def test_engine_loss_lets_a_minority_engine_set_its_constants(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under the overall median an engine with a minority of the rows sets none of its
+    constants; the "engine" loss (the metrics per engine, averaged) lets it."""
+
+    def errors(cal: Calibration, row: Any, recipes: bool) -> tuple[float, float]:
+        if row.backend == "sglang":
+            return abs(math.log(cal.backend("sglang").ttft_overhead_s / 0.1)), 0.0
+        return 0.0, 0.0
+
+    _use(monkeypatch, errors)
+    rows = [SimpleNamespace(backend="sglang", model_path="m")] + [
+        SimpleNamespace(backend="trtllm", model_path="m") for _ in range(3)
+    ]
+    start = prior_calibration()
+    median = fit_module.fit(rows, start, restarts=False)
+    assert median.backend("sglang").ttft_overhead_s == start.backend("sglang").ttft_overhead_s
+    by_engine = fit_module.fit(rows, start, restarts=False, loss="engine")
+    assert by_engine.backend("sglang").ttft_overhead_s == pytest.approx(0.1, rel=0.05)

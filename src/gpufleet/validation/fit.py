@@ -156,7 +156,9 @@ Knob = tuple[str, str | None]
 # "tpot_grouped": TTFT as in "median", TPOT as in "grouped": under the overall median an
 # engine's MoE campaigns (a minority of its rows) can sit wholly above the median TPOT
 # error and then set none of its MoE constants, which a held-out MoE model inherits.
-LOSSES: tuple[str, ...] = ("median", "grouped", "tpot_grouped")
+# "engine": the acceptance metrics per engine, averaged: each engine's constants are set
+# by the median of its own rows (an engine with a minority of the rows no longer floats).
+LOSSES: tuple[str, ...] = ("median", "grouped", "tpot_grouped", "engine")
 DEFAULT_LOSS = "median"
 
 
@@ -168,6 +170,7 @@ class _Search:
     knobs: list[Knob]
     by_backend: dict[str, list[int]]
     groups: list[list[int]]
+    engines: list[list[int]]
 
     def errors(self, cal: Calibration) -> list[tuple[float, float] | None]:
         return [_errors(cal, r, self.recipes) for r in self.rows]
@@ -185,7 +188,8 @@ class _Search:
                 if any(errors[i] is not None for i in g)
             ]
             return statistics.median(e[0] for e in got) / 0.2 + statistics.fmean(tpot) / 0.1
-        scores = [_combine([errors[i] for i in g]) for g in self.groups]
+        groups = self.engines if self.loss == "engine" else self.groups
+        scores = [_combine([errors[i] for i in g]) for g in groups]
         finite = [s for s in scores if math.isfinite(s)]
         return statistics.fmean(finite) if finite else math.inf
 
@@ -300,6 +304,7 @@ def fit(
         if b in moe_backends or k not in MOE_BACKEND_CONSTANTS
     ]
     knobs += [(k, None) for k in FITTED_SCALARS]
+    engines = {r.backend for r in rows}
     groups: dict[tuple[str, str], list[int]] = {}
     for i, r in enumerate(rows):
         groups.setdefault((r.backend, r.model_path), []).append(i)
@@ -310,6 +315,7 @@ def fit(
         knobs=knobs,
         by_backend={b: [i for i, r in enumerate(rows) if r.backend == b] for b in backends},
         groups=list(groups.values()),
+        engines=[[i for i, r in enumerate(rows) if r.backend == b] for b in sorted(engines)],
     )
     starts = [cal, _midpoint_start(cal, knobs)] if restarts else [cal]
     results = [_descend(search, s, _steps(rounds)) for s in starts]
