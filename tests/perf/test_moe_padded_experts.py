@@ -4,6 +4,9 @@ the batch, so its TPOT barely moves with concurrency (the Qwen3-235B vLLM rows).
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
+from gpufleet.perf.calibration import BackendCalibration, Calibration
 from gpufleet.perf.roofline import RooflineStepTimeModel
 from gpufleet.perf.step_time import StepBatch
 from gpufleet.plan.engines import DEEPGEMM_BLOCK_ROWS, moe_padded_expert_rows
@@ -16,11 +19,15 @@ from gpufleet.specs.quant import FP8, FP8_BLOCK, QuantScheme, uniform_scheme
 QWEN = "Qwen/Qwen3-235B-A22B"
 
 
-def _decode_s(pad_rows: int, n: int, layout: Layout | None = None) -> float:
+def _decode_s(
+    pad_rows: int, n: int, layout: Layout | None = None, moe_gemm_efficiency: float = 0.9
+) -> float:
+    backend = BackendCalibration(moe_gemm_efficiency=moe_gemm_efficiency)
     model = RooflineStepTimeModel(
         load_model(QWEN),
         load_gpu("h200"),
         layout or Layout(tp=2, pp=1, weight_dtype="fp8", kv_dtype="fp8"),
+        calibration=Calibration(backends=MappingProxyType({"default": backend})),
         scheme=uniform_scheme(FP8_BLOCK),
         moe_padded_expert_rows=pad_rows,
     )
@@ -36,6 +43,14 @@ def test_padded_experts_make_small_batches_read_every_expert() -> None:
     assert padded_1 > 2.0 * routed_1
     assert padded_16 < 1.15 * padded_1
     assert padded_16 >= routed_16
+
+
+def test_padding_blocks_run_at_the_dense_gemm_rate() -> None:
+    # The padding is one dense fp8 GEMM block per expert (DeepGEMM), not the fused-MoE
+    # path whose prefill efficiency the engine's constant carries: a slow fused-MoE rate
+    # must not turn every decode step into 16k rows of slow compute.
+    slow, fast = _decode_s(128, 1, moe_gemm_efficiency=0.2), _decode_s(128, 1)
+    assert slow < 1.02 * fast
 
 
 def test_padded_experts_are_the_rank_s_own_under_ep() -> None:

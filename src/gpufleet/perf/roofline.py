@@ -180,6 +180,7 @@ class RooflineStepTimeModel:
             gpu.tflops(compute_dtype(exp_fmt, gpu)) * 1e12 * cal.gemm_efficiency
             * b.moe_gemm_efficiency
         )  # fmt: skip
+        self._pad_flops_s = gpu.tflops(compute_dtype(exp_fmt, gpu)) * 1e12 * cal.gemm_efficiency
         # Expert reads at the backend's share of the dense kernels' bandwidth, never past
         # HBM peak (an efficiency product above 1 is no physical kernel).
         self._moe_hbm_bytes_s = min(gpu.hbm_gbps * 1e9, self._hbm_bytes_s * b.moe_efficiency)
@@ -302,15 +303,18 @@ class RooflineStepTimeModel:
         # Token-expert pairs the busiest EP rank's experts receive; each of its moe_tp GPUs
         # computes its 1/moe_tp slice of every one (the per-assignment FLOPs are a slice).
         assignments = global_tokens * self._top_k * routing.busiest_assignment_share
+        flops_s = assignments * self._expert_flops_per_assignment / self._moe_flops_s
         if self._pad_rows:
-            # Every local expert gets a block of pad_rows rows, its tokens filling it first.
+            # Every local expert gets a block of pad_rows rows, its tokens filling it first:
+            # all of them are read, and the padding is multiplied as one dense fp8 GEMM per
+            # block (DeepGEMM) at the dense GEMMs' rate, not the fused-MoE path's.
             touched = float(self._local_experts)
-            rows = assignments + self._local_experts * (self._pad_rows - 1)
+            padding = self._local_experts * (self._pad_rows - 1)
+            flops_s += padding * self._expert_flops_per_assignment / self._pad_flops_s
         else:
             touched = routing.rank_distinct_experts(global_tokens)
-            rows = assignments
         expert_s = max(
-            rows * self._expert_flops_per_assignment / self._moe_flops_s,
+            flops_s,
             (touched * self._expert_bytes + assignments * self._h * ACT_BYTES * 2)
             / self._moe_hbm_bytes_s,
         )
