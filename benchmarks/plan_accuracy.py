@@ -48,7 +48,7 @@ from typing import Any
 from gpufleet.errors import UserError
 from gpufleet.perf.calibration import Calibration, default_calibration, prior_calibration
 from gpufleet.stats import percentile
-from gpufleet.validation.fit import fit, objective
+from gpufleet.validation.fit import DEFAULT_LOSS, LOSSES, fit, objective
 from gpufleet.validation.measured import (
     MeasuredRow,
     RowPrediction,
@@ -107,6 +107,7 @@ def leave_one_out(
     rounds: int = 3,
     recipes: bool = False,
     folds: Sequence[str] = (),
+    loss: str = DEFAULT_LOSS,
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Refit without each group's rows; score that group with constants fitted on the rest.
     folds: only the groups whose name contains one of these (all when empty).
@@ -126,7 +127,7 @@ def leave_one_out(
         rest = [r for r in rows if id(r) not in held_ids]
         if not rest or (folds and not any(f in name for f in folds)):
             continue
-        cal = fit(rest, prior_calibration(), rounds=rounds, recipes=recipes)
+        cal = fit(rest, prior_calibration(), rounds=rounds, recipes=recipes, loss=loss)
         preds, _ = predict_rows(held, cal, configs_dir, engine=engine, recipes=recipes)
         held_out_preds += preds
         per_group[name] = summarize(preds)
@@ -140,11 +141,12 @@ def in_sample_from_prior(
     engine: bool = False,
     rounds: int = 3,
     recipes: bool = False,
+    loss: str = DEFAULT_LOSS,
 ) -> tuple[dict[str, Any], Calibration]:
     """All rows scored with constants fitted on all rows by the held-out refits' own search
     from the same prior: the in-sample figure the held-out ones compare with (same start,
     same search, only the rows differ)."""
-    cal = fit(rows, prior_calibration(), rounds=rounds, recipes=recipes)
+    cal = fit(rows, prior_calibration(), rounds=rounds, recipes=recipes, loss=loss)
     preds, _ = predict_rows(rows, cal, configs_dir, engine=engine, recipes=recipes)
     return summarize(preds), cal
 
@@ -162,6 +164,7 @@ def leave_one_model_out(
     rounds: int = 3,
     recipes: bool = False,
     folds: Sequence[str] = (),
+    loss: str = DEFAULT_LOSS,
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Models are held out by architecture, so that checkpoints of one architecture
     (DeepSeek-V3 / R1, Llama-3.1-8B-Instruct / its FP8 copy) leave together."""
@@ -173,6 +176,7 @@ def leave_one_model_out(
         rounds=rounds,
         recipes=recipes,
         folds=folds,
+        loss=loss,
     )
 
 
@@ -184,11 +188,12 @@ def leave_one_gpu_out(
     rounds: int = 3,
     recipes: bool = False,
     folds: Sequence[str] = (),
+    loss: str = DEFAULT_LOSS,
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Each GPU kind's rows scored with constants fitted on the other GPUs' rows."""
     return leave_one_out(
         rows, configs_dir, lambda r: r.system, engine=engine, rounds=rounds, recipes=recipes,
-        folds=folds,
+        folds=folds, loss=loss,
     )  # fmt: skip
 
 
@@ -349,6 +354,7 @@ def run(
     recipes: bool = False,
     folds: Sequence[str] = (),
     in_sample_prior: bool = True,
+    loss: str = DEFAULT_LOSS,
 ) -> dict[str, Any]:
     rows = read_rows(csv_path)
     cal = default_calibration()
@@ -390,10 +396,13 @@ def run(
     report["fit_objective"] = {"shipped": round(objective(cal, modelled, recipes=recipes), 4)}
     if folds:
         report["folds"] = list(folds)
+    if loss != DEFAULT_LOSS:
+        report["refit_loss"] = loss
     if (lomo or logo) and preds and in_sample_prior:
         overall, prior_fit = in_sample_from_prior(
-            modelled, configs_dir, engine=engine, rounds=refit_rounds, recipes=recipes
-        )
+            modelled, configs_dir, engine=engine, rounds=refit_rounds, recipes=recipes,
+            loss=loss,
+        )  # fmt: skip
         report["in_sample_from_prior"] = {"overall": overall}
         report["fit_objective"]["from_prior"] = round(
             objective(prior_fit, modelled, recipes=recipes), 4
@@ -401,13 +410,13 @@ def run(
     if lomo and preds:
         overall, per_group = leave_one_model_out(
             modelled, configs_dir, engine=engine, rounds=refit_rounds, recipes=recipes,
-            folds=folds,
+            folds=folds, loss=loss,
         )  # fmt: skip
         report["leave_one_model_out"] = {"overall": overall, "per_group": per_group}
     if logo and len({r.system for r in modelled}) > 1:
         overall, per_group = leave_one_gpu_out(
             modelled, configs_dir, engine=engine, rounds=refit_rounds, recipes=recipes,
-            folds=folds,
+            folds=folds, loss=loss,
         )  # fmt: skip
         report["leave_one_gpu_out"] = {"overall": overall, "per_group": per_group}
     return report
@@ -449,6 +458,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="while iterating: skip the in-sample refit from the prior",
     )
     parser.add_argument(
+        "--loss", choices=LOSSES, default=DEFAULT_LOSS, help="the refits' loss (validation.fit)"
+    )
+    parser.add_argument(
         "--engine",
         action="store_true",
         help="play each row's closed loop out on gpufleet.engine instead of the analytic solver",
@@ -467,7 +479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = run(
             args.csv, args.model_configs, lomo=not args.no_lomo, engine=args.engine,
             logo=not args.no_logo, refit_rounds=args.refit_rounds, recipes=args.recipes,
-            folds=args.folds, in_sample_prior=not args.no_prior_fit,
+            folds=args.folds, in_sample_prior=not args.no_prior_fit, loss=args.loss,
         )  # fmt: skip
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -89,3 +89,75 @@ def test_the_log_midpoint_lies_inside_the_bounds() -> None:
 
     for key, (lo, hi) in BOUNDS.items():
         assert lo < fit_module.log_midpoint(key) < hi
+
+
+def test_an_engine_s_moe_constants_stay_at_the_start_without_moe_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A dense-only engine's MoE kernel constants touch no row: the midpoint restart must
+    not carry them off to the middle of their bounds (a held-out MoE model would get
+    them). The search is stubbed so that the restart's result is the one kept."""
+    starts: list[Calibration] = []
+
+    def descend(search: Any, cal: Calibration, steps: Any) -> tuple[Calibration, float]:
+        starts.append(cal)
+        return cal, 1.0 if len(starts) % 2 else 0.0  # the second (midpoint) start wins
+
+    monkeypatch.setattr(fit_module, "_descend", descend)
+    start = prior_calibration()
+    rows = [
+        SimpleNamespace(backend="sglang", model_path="meta-llama/Llama-3.1-8B"),
+        SimpleNamespace(backend="vllm", model_path="meta-llama/Llama-3.1-8B"),
+        SimpleNamespace(backend="vllm", model_path="Qwen/Qwen3-235B-A22B"),
+    ]
+    got = fit_module.fit(rows, start)
+    for key in fit_module.MOE_BACKEND_CONSTANTS:
+        assert getattr(got.backend("sglang"), key) == getattr(start.backend("sglang"), key)
+        assert getattr(got.backend("vllm"), key) == pytest.approx(fit_module.log_midpoint(key))
+    # The dense-only engine's other constants still moved to the midpoint.
+    assert got.backend("sglang").step_overhead_s == pytest.approx(
+        fit_module.log_midpoint("step_overhead_s")
+    )
+
+
+def test_tpot_grouped_loss_lets_a_minority_campaign_set_a_constant(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under the overall median a campaign with a minority of the rows can sit wholly
+    above the median TPOT error and move nothing; "tpot_grouped" weighs each campaign's
+    TPOT median once (TTFT stays the overall median)."""
+
+    def errors(cal: Calibration, row: Any, recipes: bool) -> tuple[float, float]:
+        if row.model_path == "minority":
+            return 0.0, abs(math.log(cal.backend("sglang").step_overhead_s / 0.01))
+        return 0.0, 0.0
+
+    _use(monkeypatch, errors)
+    rows = _rows(("majority", 3), ("minority", 1))
+    start = prior_calibration()
+    median = fit_module.fit(rows, start, restarts=False)
+    assert median.backend("sglang").step_overhead_s == start.backend("sglang").step_overhead_s
+    grouped = fit_module.fit(rows, start, restarts=False, loss="tpot_grouped")
+    assert grouped.backend("sglang").step_overhead_s == pytest.approx(0.01, rel=0.05)
+
+
+def test_engine_loss_lets_a_minority_engine_set_its_constants(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under the overall median an engine with a minority of the rows sets none of its
+    constants; the "engine" loss (the metrics per engine, averaged) lets it."""
+
+    def errors(cal: Calibration, row: Any, recipes: bool) -> tuple[float, float]:
+        if row.backend == "sglang":
+            return abs(math.log(cal.backend("sglang").ttft_overhead_s / 0.1)), 0.0
+        return 0.0, 0.0
+
+    _use(monkeypatch, errors)
+    rows = [SimpleNamespace(backend="sglang", model_path="m")] + [
+        SimpleNamespace(backend="trtllm", model_path="m") for _ in range(3)
+    ]
+    start = prior_calibration()
+    median = fit_module.fit(rows, start, restarts=False)
+    assert median.backend("sglang").ttft_overhead_s == start.backend("sglang").ttft_overhead_s
+    by_engine = fit_module.fit(rows, start, restarts=False, loss="engine")
+    assert by_engine.backend("sglang").ttft_overhead_s == pytest.approx(0.1, rel=0.05)

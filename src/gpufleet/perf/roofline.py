@@ -106,6 +106,9 @@ class RooflineStepTimeModel:
     moe_weight_dtype: the experts' format when it differs from the scheme's.
     cuda_graph_max_batch: the largest decode batch the engine replays from a CUDA graph
     (None: every iteration is replayed, no launch overhead).
+    moe_padded_expert_rows: rows the engine's grouped GEMM computes for every local expert
+    each step, routed to or not (`plan.engines.moe_padded_expert_rows`; 0: only the
+    experts the batch touches are read).
     """
 
     def __init__(
@@ -120,6 +123,7 @@ class RooflineStepTimeModel:
         scheme: QuantScheme | None = None,
         moe_weight_dtype: str | None = None,
         cuda_graph_max_batch: int | None = None,
+        moe_padded_expert_rows: int = 0,
     ) -> None:
         cal = calibration or default_calibration()
         self.model = model
@@ -165,6 +169,10 @@ class RooflineStepTimeModel:
             else None
         )
         expert_params_gpu = model.expert_params() / moe_tp if moe else 0.0
+        # An engine that computes a padded block for every local expert reads them all
+        # each step and multiplies their padding rows (`_moe_s`).
+        self._pad_rows = max(0, moe_padded_expert_rows)
+        self._local_experts = math.ceil(moe.num_experts / ep) if moe else 0
         self._expert_bytes = expert_params_gpu * exp_fmt.bytes_per_param
         self._expert_flops_per_assignment = 2.0 * expert_params_gpu
         self._moe_gpus = stage_gpus
@@ -172,6 +180,7 @@ class RooflineStepTimeModel:
             gpu.tflops(compute_dtype(exp_fmt, gpu)) * 1e12 * cal.gemm_efficiency
             * b.moe_gemm_efficiency
         )  # fmt: skip
+        self._pad_flops_s = gpu.tflops(compute_dtype(exp_fmt, gpu)) * 1e12 * cal.gemm_efficiency
         # Expert reads at the backend's share of the dense kernels' bandwidth, never past
         # HBM peak (an efficiency product above 1 is no physical kernel).
         self._moe_hbm_bytes_s = min(gpu.hbm_gbps * 1e9, self._hbm_bytes_s * b.moe_efficiency)
@@ -291,12 +300,21 @@ class RooflineStepTimeModel:
         global_tokens = tokens * self._dp
         routing = self._routing
         assert routing is not None
-        touched = routing.rank_distinct_experts(global_tokens)
         # Token-expert pairs the busiest EP rank's experts receive; each of its moe_tp GPUs
         # computes its 1/moe_tp slice of every one (the per-assignment FLOPs are a slice).
         assignments = global_tokens * self._top_k * routing.busiest_assignment_share
+        flops_s = assignments * self._expert_flops_per_assignment / self._moe_flops_s
+        if self._pad_rows:
+            # Every local expert gets a block of pad_rows rows, its tokens filling it first:
+            # all of them are read, and the padding is multiplied as one dense fp8 GEMM per
+            # block (DeepGEMM) at the dense GEMMs' rate, not the fused-MoE path's.
+            touched = float(self._local_experts)
+            padding = self._local_experts * (self._pad_rows - 1)
+            flops_s += padding * self._expert_flops_per_assignment / self._pad_flops_s
+        else:
+            touched = routing.rank_distinct_experts(global_tokens)
         expert_s = max(
-            assignments * self._expert_flops_per_assignment / self._moe_flops_s,
+            flops_s,
             (touched * self._expert_bytes + assignments * self._h * ACT_BYTES * 2)
             / self._moe_hbm_bytes_s,
         )

@@ -30,6 +30,14 @@ SGLang and TRT-LLM (PyTorch backend) overlap scheduling with the GPU by default:
 iteration's batch is formed while the current one runs, so a new request joins one
 iteration later than it would otherwise. vLLM's async scheduling is opt-in
 (`--async-scheduling`).
+
+Routed experts in block-scaled fp8 on Hopper: vLLM (<= 0.12) runs them through DeepGEMM's
+contiguous grouped GEMM unless TP is 8 (fp8.py's backend choice; PR #29346 turned it off
+at TP 8 only). Without EP token counts on the host it sizes that GEMM for the worst case,
+M x top_k + local_experts x 127 rows rounded to 128 (deep_gemm_utils.compute_aligned_M),
+so every step computes a 128-row block for every local expert: decode reads all of its
+experts' weights whatever the batch (`moe_padded_expert_rows`). SGLang (fused_moe_triton)
+and TRT-LLM pad only the experts the batch routes to.
 """
 
 from __future__ import annotations
@@ -38,10 +46,32 @@ from dataclasses import dataclass
 
 from gpufleet.errors import UserError
 from gpufleet.specs.gpus import GpuSpec
+from gpufleet.specs.models import ModelSpec
+from gpufleet.specs.quant import QuantScheme
 
 GIB = 1 << 30
 MIB = 1 << 20
 ENGINES = ("vllm", "sglang", "trtllm")
+# DeepGEMM's M alignment of the contiguous (grouped) layout on Hopper.
+DEEPGEMM_BLOCK_ROWS = 128
+HOPPER_GPUS = ("h100", "h200", "h20", "h800", "gh200")
+
+
+def moe_padded_expert_rows(
+    engine: str, gpu: GpuSpec, model: ModelSpec, scheme: QuantScheme, tp: int
+) -> int:
+    """Rows the engine's MoE GEMM computes for every local expert each step whether the
+    batch routes tokens to it or not (0: only the routed experts are computed). vLLM's
+    DeepGEMM path for block-scaled fp8 experts on Hopper (see the module notes)."""
+    if model.moe is None:
+        return 0
+    first_moe = next((i for i, spec in enumerate(model.layers) if spec.is_moe), 0)
+    experts = scheme.format(first_moe, "experts")
+    block_fp8 = experts.name == "fp8" and experts.bytes_per_param > 1.0
+    hopper = gpu.name.split("-")[0] in HOPPER_GPUS  # DeepGEMM's sm90 kernels
+    if engine.lower() == "vllm" and block_fp8 and hopper and tp != 8:
+        return DEEPGEMM_BLOCK_ROWS
+    return 0
 
 
 @dataclass(frozen=True)

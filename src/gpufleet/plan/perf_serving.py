@@ -16,7 +16,7 @@ from gpufleet.plan.closed_loop import (
     max_concurrency_within_slo,
     predict_closed_loop,
 )
-from gpufleet.plan.engines import EngineRules, engine_rules
+from gpufleet.plan.engines import EngineRules, engine_rules, moe_padded_expert_rows
 from gpufleet.specs.gpus import GpuSpec
 from gpufleet.specs.models import ModelSpec
 
@@ -42,6 +42,7 @@ def layout_step_model(
 ) -> RooflineStepTimeModel:
     """The roofline model of `layout` with the engine's CUDA-graph sizes."""
     rules = engine_rules(backend, gpu, tp=layout.tp, pp=layout.pp, dp=getattr(layout, "dp", 1))
+    scheme = model.weight_scheme(layout.weight_dtype)
     return RooflineStepTimeModel(
         model,
         gpu,
@@ -49,6 +50,7 @@ def layout_step_model(
         calibration=calibration,
         backend=backend,
         cuda_graph_max_batch=rules.cuda_graph_max_batch,
+        moe_padded_expert_rows=moe_padded_expert_rows(backend, gpu, model, scheme, layout.tp),
     )
 
 

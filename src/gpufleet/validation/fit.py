@@ -30,7 +30,7 @@ from gpufleet.perf.calibration import (
     default_calibration,
     prior_calibration,
 )
-from gpufleet.validation.measured import default_csv, predict_row, read_rows
+from gpufleet.validation.measured import default_csv, predict_row, read_rows, resolve_model
 
 
 def _errors(cal: Calibration, row: Any, recipes: bool = False) -> tuple[float, float] | None:
@@ -90,6 +90,21 @@ def _inside_bounds(cal: Calibration) -> Calibration:
 FITTED_SCALARS: tuple[str, ...] = ("attention_efficiency", "routing_skew", "moe_first_token_s")
 
 
+# Backend constants only MoE models' predictions depend on.
+MOE_BACKEND_CONSTANTS: tuple[str, ...] = (
+    "moe_layer_overhead_s",
+    "moe_efficiency",
+    "moe_gemm_efficiency",
+)
+
+
+def _is_moe(row: Any) -> bool:
+    try:
+        return resolve_model(row.model_path).moe is not None
+    except UserError:
+        return False
+
+
 def _at_prior_where_frozen(cal: Calibration) -> Calibration:
     """The shared constants the fit does not tune, at their prior (physical) values."""
     prior = prior_calibration()
@@ -138,7 +153,12 @@ Knob = tuple[str, str | None]
 # campaign counts once whatever its row count: a per-engine constant is then set by how
 # many of the engine's models it serves, not by how many rows its largest or most
 # anomalous campaign has (the grouping is the rows' provenance, never their values).
-LOSSES: tuple[str, ...] = ("median", "grouped")
+# "tpot_grouped": TTFT as in "median", TPOT as in "grouped": under the overall median an
+# engine's MoE campaigns (a minority of its rows) can sit wholly above the median TPOT
+# error and then set none of its MoE constants, which a held-out MoE model inherits.
+# "engine": the acceptance metrics per engine, averaged: each engine's constants are set
+# by the median of its own rows (an engine with a minority of the rows no longer floats).
+LOSSES: tuple[str, ...] = ("median", "grouped", "tpot_grouped", "engine")
 DEFAULT_LOSS = "median"
 
 
@@ -150,6 +170,7 @@ class _Search:
     knobs: list[Knob]
     by_backend: dict[str, list[int]]
     groups: list[list[int]]
+    engines: list[list[int]]
 
     def errors(self, cal: Calibration) -> list[tuple[float, float] | None]:
         return [_errors(cal, r, self.recipes) for r in self.rows]
@@ -157,7 +178,18 @@ class _Search:
     def score(self, errors: Sequence[tuple[float, float] | None]) -> float:
         if self.loss == "median":
             return _combine(errors)
-        scores = [_combine([errors[i] for i in g]) for g in self.groups]
+        if self.loss == "tpot_grouped":
+            got = [e for e in errors if e is not None]
+            if not got:
+                return math.inf
+            tpot = [
+                statistics.median(errors[i][1] for i in g if errors[i] is not None)  # type: ignore[index]
+                for g in self.groups
+                if any(errors[i] is not None for i in g)
+            ]
+            return statistics.median(e[0] for e in got) / 0.2 + statistics.fmean(tpot) / 0.1
+        groups = self.engines if self.loss == "engine" else self.groups
+        scores = [_combine([errors[i] for i in g]) for g in groups]
         finite = [s for s in scores if math.isfinite(s)]
         return statistics.fmean(finite) if finite else math.inf
 
@@ -261,8 +293,18 @@ def fit(
     # shared efficiencies moved first absorb engine-specific offsets (they ran to their
     # bounds).
     backends = sorted({r.backend for r in rows} & set(cal.backends))
-    knobs: list[Knob] = [(k, b) for b in backends for k in BACKEND_CONSTANTS]
+    # An engine's MoE kernel constants move only where it served an MoE model: no row
+    # constrains them otherwise, and the midpoint restart would leave them wherever it set
+    # them, not at the kernel measurements' prior (a held-out MoE model then gets them).
+    moe_backends = {r.backend for r in rows if _is_moe(r)}
+    knobs: list[Knob] = [
+        (k, b)
+        for b in backends
+        for k in BACKEND_CONSTANTS
+        if b in moe_backends or k not in MOE_BACKEND_CONSTANTS
+    ]
     knobs += [(k, None) for k in FITTED_SCALARS]
+    engines = {r.backend for r in rows}
     groups: dict[tuple[str, str], list[int]] = {}
     for i, r in enumerate(rows):
         groups.setdefault((r.backend, r.model_path), []).append(i)
@@ -273,6 +315,7 @@ def fit(
         knobs=knobs,
         by_backend={b: [i for i, r in enumerate(rows) if r.backend == b] for b in backends},
         groups=list(groups.values()),
+        engines=[[i for i, r in enumerate(rows) if r.backend == b] for b in sorted(engines)],
     )
     starts = [cal, _midpoint_start(cal, knobs)] if restarts else [cal]
     results = [_descend(search, s, _steps(rounds)) for s in starts]

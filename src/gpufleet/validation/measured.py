@@ -21,13 +21,13 @@ from gpufleet.plan.closed_loop import (
     ServingPrediction,
     predict_closed_loop,
 )
-from gpufleet.plan.engines import EngineRules, engine_rules
+from gpufleet.plan.engines import EngineRules, engine_rules, moe_padded_expert_rows
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.memory import memory_breakdown
 from gpufleet.plan.perf_serving import shape_of
 from gpufleet.specs.gpus import GpuSpec, load_gpu
 from gpufleet.specs.models import ModelSpec
-from gpufleet.specs.quant import BF16, QuantScheme
+from gpufleet.specs.quant import BF16, FP8, FP8_BLOCK, QuantScheme
 from gpufleet.validation.engine_loop import EngineLoopResult, simulate_closed_loop
 from gpufleet.validation.recipes import batch_wait_rules, recipe_rules
 from gpufleet.validation.rows import (
@@ -63,9 +63,15 @@ class RowPrediction:
 
 def row_scheme(row: MeasuredRow) -> QuantScheme:
     """The row's weight formats: its GEMM quant mode for the dense modules, its MoE quant
-    mode for the experts; lm_head bf16."""
+    mode for the experts; lm_head bf16. An "fp8" label on a -FP8 checkpoint is its
+    block-scaled format."""
     gemm = QUANT_MODES.get(row.gemm_quant.lower())
     moe = QUANT_MODES.get(row.moe_quant.lower())
+    if row.model_path.lower().endswith("-fp8"):
+        # A published -FP8 checkpoint (Qwen's) is block-scaled (128 x 128, its config's
+        # weight_block_size) whatever the row's "fp8" label: the engines serve its scales.
+        gemm = FP8_BLOCK if gemm == FP8 else gemm
+        moe = FP8_BLOCK if moe == FP8 else moe
     if gemm is None or moe is None:
         raise UserError(
             f"unknown quant mode {row.gemm_quant!r}/{row.moe_quant!r}",
@@ -162,14 +168,16 @@ def model_row(
     # The batch waiting a row's launch recipe set is always modelled (see batch_wait_rules);
     # the recipes' other options only on request.
     rules = recipe_rules(row, rules) if recipes else batch_wait_rules(row, rules)
+    scheme = row_scheme(row)
     step = RooflineStepTimeModel(
         model,
         gpu,
         layout,
         calibration=cal,
         backend=row.backend,
-        scheme=row_scheme(row),
+        scheme=scheme,
         cuda_graph_max_batch=rules.cuda_graph_max_batch,
+        moe_padded_expert_rows=moe_padded_expert_rows(row.backend, gpu, model, scheme, layout.tp),
     )
     b = cal.backend(row.backend)
     first_token_s = cal.first_token_overhead_s(row.backend, model.moe is not None)

@@ -1,0 +1,28 @@
+"""A measured row's weight formats (`validation.measured.row_scheme`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpufleet.specs.quant import FP8, FP8_BLOCK
+from gpufleet.validation.measured import row_scheme
+from gpufleet.validation.rows import MeasuredRow
+
+ROW = MeasuredRow(
+    id="r", backend="vllm", model_path="Qwen/Qwen3-235B-A22B-FP8", system="h200_sxm",
+    gemm_quant="fp8", moe_quant="fp8", isl=1000, osl=100, batch_size=8, tp=2, pp=1,
+    attention_dp=1, moe_tp=2, moe_ep=1, ttft_s=0.3, tpot_s=0.05,
+)  # fmt: skip
+
+
+def test_an_fp8_label_on_a_published_fp8_checkpoint_is_block_scaled() -> None:
+    # Qwen's -FP8 checkpoints carry 128 x 128 block scales (weight_block_size): what the
+    # engines serve, and what picks vLLM's DeepGEMM MoE path.
+    scheme = row_scheme(ROW)
+    assert scheme.format(0, "experts") == FP8_BLOCK
+    assert scheme.format(0, "attn") == FP8_BLOCK
+
+
+def test_an_fp8_label_elsewhere_stays_per_tensor() -> None:
+    row = dataclasses.replace(ROW, model_path="Qwen/Qwen3-235B-A22B")
+    assert row_scheme(row).format(0, "experts") == FP8
