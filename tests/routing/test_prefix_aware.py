@@ -6,12 +6,12 @@ import pytest
 
 from gpufleet.routing import make_policy
 from gpufleet.routing.prefix_aware import PrefixAware
-from gpufleet.routing.types import ReplicaView
 from gpufleet.routing.replay import (
     ReplicaTiming,
     pooled_cache_hit_rate,
     replay,
 )
+from gpufleet.routing.types import ReplicaView
 
 from .helpers import hot_prefix_workload, request, stats, views
 
