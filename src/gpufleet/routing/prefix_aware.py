@@ -64,9 +64,10 @@ conversation; the share cost is scaled by 1 - (1 - the share of one replica's tr
 prefix carries) x (1 - continuations per conversation start) x (1 - rare_share_floor).
 Behind a system prompt that starts conversations a new prompt brings its later turns
 along, so those prefixes are balanced as before. On system_prompts (3 seeds) it keeps the
-rare groups the share cost spilled off the hot holder (held elsewhere 0.0023 -> 0.0008 of
-the pooled engine's hits): 0.990 -> 0.992x the pooled LRU, max/mean 1.076 -> 1.084; a
-floor of 0 gains 0.993x at max/mean up to 1.100. benchmarks/results/routing_replay.md.
+rare groups the share cost spilled off the hot holder (held elsewhere 0.0023 -> 0.0002 of
+the pooled engine's hits): 0.990 -> 0.992x the pooled LRU (1.000x the pooled engine),
+max/mean requests 1.076 -> 1.088 (<= 1.092 per run); multi_turn, tool_agent and the
+Mooncake slice unchanged. A floor of 0 reached max/mean 1.100. docs/routing.md.
 
 A request that holds no history anywhere (cold, or a match no deeper than a shared
 prefix) leaves a best guess whose engine reports requests waiting for a replica whose
@@ -260,10 +261,13 @@ class PrefixAware(PolicyBase):
                     * max(0.0, churn[i] + uncached[i] + 1.0 - (total + uncached[i] + 1.0) / n)
                     for i in range(n)
                 ]
-            deep = max(matches.values())
-            shared_end = self.index.shared_depth(hashes, deep) or deep
+            # (the deepest match anywhere; its shared part keys the prefix's counts)
+            deepest = max(matches.values())
+            shared_end = self.index.shared_depth(hashes, deepest) or deepest
             if shared_end:
-                self._share_for_rare(hashes[shared_end - 1], deep, shared_end, over, matches, ids)
+                self._share_for_rare(
+                    hashes[shared_end - 1], deepest, shared_end, over, matches, ids
+                )
             if self.keep_history and not cold:
                 # A replica holding this prompt's own history (past the deepest block
                 # prompts branch at) pays the share cost only past the share bound: moving
