@@ -45,3 +45,11 @@ def test_memory_is_bounded_by_forgetting_faded_keys() -> None:
     assert len(uses._counts) <= 101
     with pytest.raises(ValueError, match="decay"):
         PrefixUses(decay=1.0)
+
+
+def test_memory_is_bounded_when_nothing_fades_within_the_window() -> None:
+    uses = PrefixUses(decay=0.99999, max_keys=100)
+    for k in range(1000):
+        uses.add(k, continues=False)
+    assert len(uses._counts) <= 100
+    assert uses.get(999) == (1.0, 0.0)  # the most recent are kept

@@ -41,9 +41,11 @@ class PrefixUses:
         self._counts[key] = (uses + 1.0, continued + float(continues), self._decisions)
         if len(self._counts) > self.max_keys:  # forget the faded ones
             now, decay = self._decisions, self.decay
-            self._counts = {
-                k: v for k, v in self._counts.items() if v[0] * decay ** (now - v[2]) > 0.1
-            }
+            kept = {k: v for k, v in self._counts.items() if v[0] * decay ** (now - v[2]) > 0.1}
+            if len(kept) > self.max_keys // 2:  # (a long window: the least recent half goes)
+                recent = sorted(kept.items(), key=lambda kv: kv[1][2])[-(self.max_keys // 2) :]
+                kept = dict(recent)
+            self._counts = kept
 
     def one_shot_fill(self, key: int, replicas: int, decisions: float) -> float:
         """How little a prompt under `key` has to move for: 1 - its prefix's share of one
