@@ -11,6 +11,7 @@ from gpufleet.routing.replay import (
     pooled_cache_hit_rate,
     replay,
 )
+from gpufleet.routing.types import ReplicaView
 
 from .helpers import hot_prefix_workload, request, stats, views
 
@@ -354,3 +355,58 @@ def test_a_request_without_hashes_also_leaves_a_queued_engine_for_an_idle_one(
     rs[1].stats = stats(running=0, waiting=0, at_scrape=0)
     # By pending prefill and share r0 looks free; its engine says it queues.
     assert p.choose(request(1), rs) is (rs[1] if idle_first else rs[0])
+
+
+def _background(p: PrefixAware, rs: list[ReplicaView], ahead: ReplicaView, extra: int) -> None:
+    """Other decisions by a peer worker: 20 one-block prompts on each replica and `extra`
+    more on `ahead`, so the prompts under test are rare and `ahead` is ahead on share."""
+    for k in range(20):
+        for r in rs:
+            p.on_peer_routed(r.replica_id, (10_000 + 10 * k + int(r.replica_id[1:]),))
+    for k in range(extra):
+        p.on_peer_routed(ahead.replica_id, (20_000 + k,))
+
+
+@pytest.mark.parametrize("floor", [0.25, 1.0])
+def test_a_rare_one_shot_prefix_stays_with_its_holder_ahead_on_share(floor: float) -> None:
+    # A share cost big enough to outweigh recomputing a 10-block prefix for a replica a
+    # few decisions ahead of the mean, within the share bound. The prefix's prompts are
+    # one-shot and rare (3 of ~50 decisions): moving one relieves one request and copies
+    # the prefix; the holder pays the share cost scaled down (to rare_share_floor at most).
+    p = PrefixAware(seed=0, share_weight=60.0, rare_share_floor=floor)
+    rs = views(2)
+    rare = tuple(range(100, 110))
+    holder = p.choose(request(0, prefix_hashes=(*rare, 900)), rs)
+    assert holder is not None
+    p.on_first_token(request(0), holder)
+    assert p.choose(request(1, prefix_hashes=(*rare, 901)), rs) is holder
+    p.on_first_token(request(1), holder)
+    _background(p, rs, holder, extra=4)
+    again = p.choose(request(2, prefix_hashes=(*rare, 902)), rs)
+    assert (again is holder) is (floor < 1.0)
+
+
+def test_a_prefix_whose_prompts_start_conversations_is_balanced_as_before() -> None:
+    # The same, but behind the prefix are conversations (a system prompt): a new prompt
+    # starts one whose later turns follow it, so it moves, as with rare_share_floor=1.
+    p = PrefixAware(seed=0, share_weight=60.0)
+    rs = views(2)
+    system = tuple(range(100, 110))
+    turn1 = (*system, 900)
+    holder = p.choose(request(0, prefix_hashes=turn1), rs)
+    assert holder is not None
+    p.on_first_token(request(0), holder)
+    p.on_peer_routed(holder.replica_id, (*system, 950))  # (a second conversation)
+    turn2 = (*turn1, 901)
+    assert p.choose(request(1, prefix_hashes=turn2), rs) is holder
+    p.on_first_token(request(1), holder)
+    assert p.choose(request(2, prefix_hashes=(*turn2, 902)), rs) is holder
+    p.on_first_token(request(2), holder)
+    _background(p, rs, holder, extra=2)
+    other = next(r for r in rs if r is not holder)
+    assert p.choose(request(3, prefix_hashes=(*system, 903)), rs) is other
+
+
+def test_rare_share_floor_is_validated() -> None:
+    with pytest.raises(ValueError, match="rare_share_floor"):
+        PrefixAware(rare_share_floor=1.5)
