@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from gpufleet.autoscale.signals import FleetSignals, Percentiles, ReplicaSignals
 from gpufleet.routing.types import ReplicaState
@@ -47,3 +48,19 @@ def even(n_ready: int, total_running: int, *, waiting: int = 0, kv: float = 0.1)
         w = waiting // n_ready + (1 if i < waiting % n_ready else 0)
         out.append((r, w, kv))
     return out
+
+
+def windowed(
+    n_ready: int,
+    in_flight: int,
+    admitted: int,
+    *,
+    tpot: Percentiles | None,
+    requests: int | None = 500,
+    starting: int = 0,
+) -> FleetSignals:
+    """`n_ready` replicas holding `in_flight` evenly, `admitted` requests so far, and a
+    60 s latency window of `requests` with these TPOT percentiles."""
+    s = fleet(even(n_ready, in_flight), starting=starting)
+    return replace(s, admitted_total=admitted, tpot_s=tpot, window_s=60.0,
+                   latency_requests=requests)  # fmt: skip

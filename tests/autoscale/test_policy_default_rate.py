@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from autoscale.helpers import even, fleet
+from autoscale.helpers import windowed
 from gpufleet.autoscale.capacity import SloCapacity
 from gpufleet.autoscale.decision import ReplicaBounds
 from gpufleet.autoscale.forecast import ArrivalRate
@@ -33,10 +33,8 @@ def signals(
     requests: int | None = None,
     starting: int = 0,
 ) -> FleetSignals:
-    s = fleet(even(n_ready, in_flight), starting=starting)
     tpot = None if tpot_p99_s is None else Percentiles(tpot_p99_s / 3, tpot_p99_s / 2, tpot_p99_s)
-    return replace(s, admitted_total=admitted, tpot_s=tpot, window_s=60.0,
-                   latency_requests=requests)  # fmt: skip
+    return windowed(n_ready, in_flight, admitted, tpot=tpot, requests=requests, starting=starting)
 
 
 def test_a_rate_step_is_sized_by_littles_law_not_extrapolated_a_cold_start_ahead() -> None:

@@ -4,11 +4,9 @@ latency window misses the SLO at its quantile, none while the demand rises."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
-from autoscale.helpers import even, fleet
+from autoscale.helpers import windowed
 from gpufleet.autoscale.capacity import SloCapacity
 from gpufleet.autoscale.decision import ReplicaBounds
 from gpufleet.autoscale.policies import DefaultPolicy
@@ -19,8 +17,15 @@ def signals(
     n_ready: int, in_flight: int, admitted: int, *, tpot_p90_s: float, tpot_p99_s: float
 ) -> FleetSignals:
     tpot = Percentiles(tpot_p90_s / 2, tpot_p90_s, tpot_p99_s)
-    return replace(fleet(even(n_ready, in_flight)), admitted_total=admitted, tpot_s=tpot,
-                   window_s=60.0, latency_requests=500)  # fmt: skip
+    return windowed(n_ready, in_flight, admitted, tpot=tpot)
+
+
+def at_p99_without_delays() -> DefaultPolicy:
+    """8 replicas' worth of 50 in flight each, held to TPOT 100 ms for 99 % of requests,
+    deciding at once (no stabilisation window, no cooldown)."""
+    return DefaultPolicy(ReplicaBounds(1, 40), capacity_per_replica=50, tpot_p90_slo_s=0.1,
+                         slo_attainment=0.99, measure_capacity=False,
+                         scale_in_stabilization_s=0.0, scale_in_cooldown_s=0.0)  # fmt: skip
 
 
 def test_a_window_near_the_tpot_floor_seen_under_load_is_read_from_one_request_alone() -> None:
@@ -44,9 +49,7 @@ def test_no_scale_in_while_the_window_misses_the_slo_at_its_quantile() -> None:
     # 8 replicas of 50 holding 80 in flight: N−1 fits, and the p90 TPOT (40 ms, × 8/7 ×
     # 1.1 = 50 ms) is well within the 100 ms SLO; but 99 % of requests must meet it and
     # the window's p99 is 120 ms: removing a replica would only miss it more.
-    p = DefaultPolicy(ReplicaBounds(1, 40), capacity_per_replica=50, tpot_p90_slo_s=0.1,
-                      slo_attainment=0.99, measure_capacity=False, scale_in_stabilization_s=0.0,
-                      scale_in_cooldown_s=0.0)  # fmt: skip
+    p = at_p99_without_delays()
     admitted = 0
     for t in range(0, 300):
         admitted += 8
@@ -84,9 +87,7 @@ def test_n_minus_k_is_held_to_the_slo_at_its_quantile() -> None:
     # headroom) scales it to 113 ms: 1 % of requests would miss more. The p90 (40 ms →
     # 50 ms) said nothing of it: on the ramp workload a scale-in 7 → 6 with TTFT p99 at
     # its SLO met the burst ten seconds later.
-    p = DefaultPolicy(ReplicaBounds(1, 40), capacity_per_replica=50, tpot_p90_slo_s=0.1,
-                      slo_attainment=0.99, measure_capacity=False, scale_in_stabilization_s=0.0,
-                      scale_in_cooldown_s=0.0)  # fmt: skip
+    p = at_p99_without_delays()
     admitted = 0
     for t in range(0, 300):
         admitted += 8
