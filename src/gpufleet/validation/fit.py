@@ -40,6 +40,11 @@ def _errors(cal: Calibration, row: Any, recipes: bool = False) -> tuple[float, f
     return abs(math.log(pred.ttft_s / row.ttft_s)), abs(math.log(pred.tpot_s / row.tpot_s))
 
 
+# The acceptance targets (median APE ≤ 20 % TTFT, ≤ 10 % TPOT) that scale each metric.
+TTFT_TARGET = 0.2
+TPOT_TARGET = 0.1
+
+
 def _combine(errors: Sequence[tuple[float, float] | None]) -> float:
     """The acceptance metrics themselves: median |log(predicted / measured)| of TTFT and of
     TPOT, each scaled by its target (20% and 10%), summed. Medians keep the fit robust to
@@ -47,7 +52,8 @@ def _combine(errors: Sequence[tuple[float, float] | None]) -> float:
     got = [e for e in errors if e is not None]
     if not got:
         return math.inf
-    return statistics.median(e[0] for e in got) / 0.2 + statistics.median(e[1] for e in got) / 0.1
+    ttft = statistics.median(e[0] for e in got)
+    return ttft / TTFT_TARGET + statistics.median(e[1] for e in got) / TPOT_TARGET
 
 
 def objective(cal: Calibration, rows: Sequence[Any], *, recipes: bool = False) -> float:
@@ -170,7 +176,6 @@ class _Search:
     knobs: list[Knob]
     by_backend: dict[str, list[int]]
     groups: list[list[int]]
-    engines: list[list[int]]
 
     def errors(self, cal: Calibration) -> list[tuple[float, float] | None]:
         return [_errors(cal, r, self.recipes) for r in self.rows]
@@ -187,8 +192,9 @@ class _Search:
                 for g in self.groups
                 if any(errors[i] is not None for i in g)
             ]
-            return statistics.median(e[0] for e in got) / 0.2 + statistics.fmean(tpot) / 0.1
-        groups = self.engines if self.loss == "engine" else self.groups
+            ttft = statistics.median(e[0] for e in got)
+            return ttft / TTFT_TARGET + statistics.fmean(tpot) / TPOT_TARGET
+        groups = list(self.by_backend.values()) if self.loss == "engine" else self.groups
         scores = [_combine([errors[i] for i in g]) for g in groups]
         finite = [s for s in scores if math.isfinite(s)]
         return statistics.fmean(finite) if finite else math.inf
@@ -304,7 +310,6 @@ def fit(
         if b in moe_backends or k not in MOE_BACKEND_CONSTANTS
     ]
     knobs += [(k, None) for k in FITTED_SCALARS]
-    engines = {r.backend for r in rows}
     groups: dict[tuple[str, str], list[int]] = {}
     for i, r in enumerate(rows):
         groups.setdefault((r.backend, r.model_path), []).append(i)
@@ -315,7 +320,6 @@ def fit(
         knobs=knobs,
         by_backend={b: [i for i, r in enumerate(rows) if r.backend == b] for b in backends},
         groups=list(groups.values()),
-        engines=[[i for i, r in enumerate(rows) if r.backend == b] for b in sorted(engines)],
     )
     starts = [cal, _midpoint_start(cal, knobs)] if restarts else [cal]
     results = [_descend(search, s, _steps(rounds)) for s in starts]

@@ -29,7 +29,7 @@ def latency_over_slo(
     ):
         q = None if window is None else quantile_of(window, quantile) * load_factor
         if slo is not None and q is not None and q > slo:
-            out.append(f"{name} p{99 if quantile >= 0.99 else 90} {q:.3g} s > SLO {slo:g} s")
+            out.append(f"{name} p{quantile * 100:g} {q:.3g} s > SLO {slo:g} s")
     return " and ".join(out)
 
 
