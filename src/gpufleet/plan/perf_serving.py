@@ -19,6 +19,7 @@ from gpufleet.plan.closed_loop import (
 from gpufleet.plan.engines import EngineRules, engine_rules, moe_padded_expert_rows
 from gpufleet.specs.gpus import GpuSpec
 from gpufleet.specs.models import ModelSpec
+from gpufleet.specs.quant import QuantScheme
 
 __all__ = [
     "SchedulerShape",
@@ -39,16 +40,26 @@ def layout_step_model(
     *,
     backend: str = "vllm",
     calibration: Calibration | None = None,
+    scheme: QuantScheme | None = None,
+    rules: EngineRules | None = None,
 ) -> RooflineStepTimeModel:
-    """The roofline model of `layout` with the engine's CUDA-graph sizes."""
-    rules = engine_rules(backend, gpu, tp=layout.tp, pp=layout.pp, dp=getattr(layout, "dp", 1))
-    scheme = model.weight_scheme(layout.weight_dtype)
+    """The roofline model of `layout` with the engine's CUDA-graph sizes and MoE padding.
+
+    scheme: the weights' quantization (default: the layout's weight dtype's scheme);
+    rules: the engine as launched (default: its defaults for the layout), e.g. a launch
+    recipe's CUDA-graph sizes. The one place the step model of a layout is built, so the
+    planner and the validation of measured rows (`validation.measured`) cannot drift."""
+    rules = rules or engine_rules(
+        backend, gpu, tp=layout.tp, pp=layout.pp, dp=getattr(layout, "dp", 1)
+    )
+    scheme = scheme or model.weight_scheme(layout.weight_dtype)
     return RooflineStepTimeModel(
         model,
         gpu,
         layout,
         calibration=calibration,
         backend=backend,
+        scheme=scheme,
         cuda_graph_max_batch=rules.cuda_graph_max_batch,
         moe_padded_expert_rows=moe_padded_expert_rows(backend, gpu, model, scheme, layout.tp),
     )

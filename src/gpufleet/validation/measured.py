@@ -21,10 +21,10 @@ from gpufleet.plan.closed_loop import (
     ServingPrediction,
     predict_closed_loop,
 )
-from gpufleet.plan.engines import EngineRules, engine_rules, moe_padded_expert_rows
+from gpufleet.plan.engines import EngineRules, engine_rules
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.memory import memory_breakdown
-from gpufleet.plan.perf_serving import shape_of
+from gpufleet.plan.perf_serving import layout_step_model, shape_of
 from gpufleet.specs.gpus import GpuSpec, load_gpu
 from gpufleet.specs.models import ModelSpec
 from gpufleet.specs.quant import BF16, FP8, FP8_BLOCK, QuantScheme
@@ -168,16 +168,14 @@ def model_row(
     # The batch waiting a row's launch recipe set is always modelled (see batch_wait_rules);
     # the recipes' other options only on request.
     rules = recipe_rules(row, rules) if recipes else batch_wait_rules(row, rules)
-    scheme = row_scheme(row)
-    step = RooflineStepTimeModel(
+    step = layout_step_model(
         model,
         gpu,
         layout,
-        calibration=cal,
         backend=row.backend,
-        scheme=scheme,
-        cuda_graph_max_batch=rules.cuda_graph_max_batch,
-        moe_padded_expert_rows=moe_padded_expert_rows(row.backend, gpu, model, scheme, layout.tp),
+        calibration=cal,
+        scheme=row_scheme(row),
+        rules=rules,
     )
     b = cal.backend(row.backend)
     first_token_s = cal.first_token_overhead_s(row.backend, model.moe is not None)
