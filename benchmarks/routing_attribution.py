@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Where each hit token lost against one pooled cache goes, request by request.
 
-    .venv/bin/python benchmarks/routing_attribution.py [SOURCE ...] [--seed 0]
-        [--policies prefix_aware,cache_aware_peer] [routing_replay.py's flags]
+    .venv/bin/python benchmarks/routing_attribution.py [SOURCE ...] [--seeds 3]
+        [--policies prefix_aware,cache_aware_peer,oracle_prefix_aware] [replay flags]
 
 For every request it compares the blocks the pooled LRU of prompts (`routing_replay.py`'s
 "vs pooled" reference, fed in arrival order) hits with what the replica it was routed to
@@ -23,7 +23,11 @@ hit, and files each lost block under one cause, in this order:
   earlier uses were placed on a replica that has since evicted it).
 
 Hits past the pooled LRU's (the replica kept what the pooled LRU evicted) are counted
-apart. All in units of the pooled LRU's hit tokens. Writes
+apart. Beside them: what one pooled engine (`pooled_engine_hit_rate`: the fleet's KV in one
+engine under the replicas' rules, generated blocks and running requests taking room) loses
+against the pooled LRU, and how much of the fleet's loss is blocks the pooled engine lost
+on the same request too ("also pooled engine"). All in units of the pooled LRU's hit
+tokens. Writes
 benchmarks/results/routing_attribution.{json,md}.
 """
 
@@ -39,12 +43,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+from dataclasses import replace  # noqa: E402
+
 from gpufleet.routing.replay import (  # noqa: E402
     EngineCacheModel,
     ReplayRequest,
     ReplicaTiming,
     replay,
 )
+from gpufleet.routing.simple import RoundRobin  # noqa: E402
 from gpufleet.routing.types import ReplicaView, RequestInfo  # noqa: E402
 from record import RESULTS, write_result  # noqa: E402
 from routing_replay import BLOCK_TOKENS, jittered, make_router  # noqa: E402
@@ -109,7 +116,7 @@ class _Spy:
 
 
 def attribute(
-    requests: list[ReplayRequest], spec: str, args: argparse.Namespace, by_routing: Any
+    requests: list[ReplayRequest], spec: str, args: argparse.Namespace, by_routing: Any, seed: int
 ) -> dict[str, Any]:
     timing = ReplicaTiming(
         cache_blocks=args.kv_blocks,
@@ -118,10 +125,10 @@ def attribute(
         prefill_s_per_token=1.0 / args.prefill_tokens_per_s,
         tpot_s=args.tpot_s,
     )
-    reqs = jittered(requests, args.seed, args.jitter_s)
+    reqs = jittered(requests, seed, args.jitter_s)
     caches: dict[str, EngineCacheModel] = {}
     router = make_router(
-        spec, caches, by_routing, args.kv_blocks * BLOCK_TOKENS, args.seed, args.routing_block_bytes
+        spec, caches, by_routing, args.kv_blocks * BLOCK_TOKENS, seed, args.routing_block_bytes
     )
     spy = _Spy(router)
     report = replay(spy, reqs, replicas=args.replicas, timing=timing, caches=caches)  # type: ignore[arg-type]
@@ -132,6 +139,16 @@ def attribute(
         hashes = r.cache_hashes or r.prefix_hashes
         pool_hit[i] = pooled.leading(hashes)
         pooled.add(hashes)
+    # One engine with the fleet's KV and prefill speed, replayed as the fleet is.
+    one = replace(
+        timing,
+        cache_blocks=timing.cache_blocks * args.replicas,
+        prefill_s_per_token=timing.prefill_s_per_token / args.replicas,
+    )
+    engine_hit = {
+        i: p[1] for i, p in replay(RoundRobin(), reqs, replicas=1, timing=one).placements.items()
+    }
+    engine_total = also_engine = 0
     shadows = {f"r{i}": _Lru(args.kv_blocks) for i in range(args.replicas)}
     lost = dict.fromkeys(CAUSES, 0)
     gained = pool_total = 0
@@ -143,6 +160,8 @@ def attribute(
         shadow.add(hashes)
         p = pool_hit[idx]
         pool_total += p
+        engine_total += engine_hit[idx]
+        also_engine += max(0, min(p - hit, p - engine_hit[idx]))
         if hit >= p:
             gained += hit - p
             continue
@@ -169,9 +188,24 @@ def attribute(
         "lost": {k: v * scale for k, v in lost.items()},
         "lost_total": sum(lost.values()) * scale,
         "gained": gained * scale,
+        "pooled_engine_lost": (pool_total - engine_total) * scale,
+        "also_pooled_engine": also_engine * scale,
         "moved_requests": moved_requests,
         "max_mean_requests": report.max_mean_requests,
     }
+
+
+def _mean(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The runs' numbers averaged (nested dicts too), the rest from the first."""
+    out: dict[str, Any] = {}
+    for key, value in runs[0].items():
+        if isinstance(value, dict):
+            out[key] = _mean([r[key] for r in runs])
+        elif isinstance(value, int | float):
+            out[key] = sum(r[key] for r in runs) / len(runs)
+        else:
+            out[key] = value
+    return out
 
 
 def run_source(source: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -189,19 +223,26 @@ def run_source(source: str, args: argparse.Namespace) -> dict[str, Any]:
         for h in hashed
     ]
     by_routing = {h.routing_hashes: h for h in hashed}
-    rows = [attribute(requests, spec, args, by_routing) for spec in args.policies.split(",")]
+    rows = []
+    for spec in args.policies.split(","):
+        runs = [attribute(requests, spec, args, by_routing, seed) for seed in range(args.seeds)]
+        rows.append(_mean(runs))
     return {"source": source, "label": source_label(source), "rows": rows}
 
 
 def markdown(results: Sequence[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = [
         f"# routing_attribution: hit tokens lost against the pooled LRU of prompts, by cause "
-        f"(x the pooled LRU's hit tokens; seed {args.seed}, {args.replicas} replicas x "
-        f"{args.kv_blocks} blocks, {args.load}x pace, first {args.requests} requests)",
+        f"(x the pooled LRU's hit tokens; means over {args.seeds} seed(s), seed > 0 jitters "
+        f"arrivals; {args.replicas} replicas x {args.kv_blocks} blocks, {args.load}x pace, first {args.requests} requests)",
         "",
-        "| workload | router | vs pooled | lost | " + " | ".join(CAUSES) + " | gained | moved requests "
-        "| max/mean |",
-        "| --- | --- | ---: | ---: | " + " | ".join("---:" for _ in CAUSES) + " | ---: | ---: | ---: |",
+        "| workload | router | vs pooled | lost | "
+        + " | ".join(CAUSES)
+        + " | gained | also pooled engine "
+        "| pooled engine lost | moved requests | max/mean |",
+        "| --- | --- | ---: | ---: | "
+        + " | ".join("---:" for _ in CAUSES)
+        + " | ---: | ---: | ---: | ---: | ---: |",
     ]
     for res in results:
         for r in res["rows"]:
@@ -209,7 +250,8 @@ def markdown(results: Sequence[dict[str, Any]], args: argparse.Namespace) -> str
             lines.append(
                 f"| {res['label']} | {r['router']} | {r['vs_pooled']:.4f} | {r['lost_total']:.4f} "
                 f"| {cells} "
-                f"| {r['gained']:.4f} | {r['moved_requests']} | {r['max_mean_requests']:.3f} |"
+                f"| {r['gained']:.4f} | {r['also_pooled_engine']:.4f} "
+                f"| {r['pooled_engine_lost']:.4f} | {r['moved_requests']:.1f} | {r['max_mean_requests']:.3f} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -217,8 +259,8 @@ def markdown(results: Sequence[dict[str, Any]], args: argparse.Namespace) -> str
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("sources", nargs="*")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--policies", default="prefix_aware,cache_aware_peer")
+    p.add_argument("--seeds", type=int, default=3, help="runs to average (seed > 0 jitters)")
+    p.add_argument("--policies", default="prefix_aware,cache_aware_peer,oracle_prefix_aware")
     p.add_argument("--requests", type=int, default=1000)
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--load", type=float, default=2.0)
@@ -233,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--out", default=str(RESULTS / "routing_attribution"))
     args = p.parse_args(argv)
     sources = args.sources or [
-        f"synthetic:{n}" for n in ("system_prompts", "multi_turn", "tool_agent")
+        f"synthetic:{n}" for n in ("system_prompts", "multi_turn", "tool_agent", "mixed")
     ]
     results = []
     for source in sources:
