@@ -134,6 +134,28 @@ def test_hits_a_replica_lost_to_its_own_eviction_are_counted() -> None:
     assert report.evicted_here_rate == pytest.approx(8 / 30)
 
 
+def test_each_placement_is_noted_with_its_hit_best_holder_and_own_eviction() -> None:
+    prompt, other = tuple(range(10)), tuple(range(100, 110))
+    # Round robin: r0, r1, r0. The second copy of `prompt` lands on r1 while r0 holds 9
+    # of its blocks it may hit (never the last one, computed to sample from).
+    reqs = [ReplayRequest(0.0, prompt, 1), ReplayRequest(10.0, prompt, 1),
+            ReplayRequest(20.0, other, 1)]  # fmt: skip
+    report = replay(make_policy("round_robin", seed=0), reqs, replicas=2,
+                    timing=ReplicaTiming(cache_blocks=12))  # fmt: skip
+    assert report.placements == {
+        0: ("r0", 0, 0, 0, 9),
+        1: ("r1", 0, 9, 9, 9),
+        2: ("r0", 0, 0, 0, 9),
+    }
+    # Its own eviction: one replica with room for one prompt, `prompt` comes back after
+    # `other` evicted all but its head: it hit 1, nobody held more, it had held 9.
+    again = [*reqs[:1], reqs[2], ReplayRequest(30.0, prompt, 1)]
+    report = replay(make_policy("round_robin", seed=0), again, replicas=1,
+                    timing=ReplicaTiming(cache_blocks=12))  # fmt: skip
+    assert report.placements[2] == ("r0", 1, 1, 9, 9)
+    assert list(report.placements) == [0, 1, 2]  # in the order their prefills started
+
+
 def test_ttft_is_reported_per_request_by_its_index() -> None:
     # Two prompts queue on one replica: the second waits for the first's prefill.
     timing = ReplicaTiming(cache_blocks=100, prefill_base_s=0.0, prefill_s_per_token=0.001)

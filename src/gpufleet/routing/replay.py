@@ -161,6 +161,10 @@ class ReplayReport:
     busy_in_flight_s: dict[str, float] = field(default_factory=dict)  # integral of in-flight
     prefill_tokens_per_replica: dict[str, int] = field(default_factory=dict)  # uncached
     peak_overflow_blocks: int = 0  # KV held past capacity on the worst replica
+    # Per request, in the order their prefills started (input index -> replica, cache
+    # blocks hit, the most any replica held, the deepest it had ever cached itself, the
+    # blocks it may hit at most): for studies that attribute each lost hit to a cause.
+    placements: dict[int, tuple[str, int, int, int, int]] = field(default_factory=dict)
 
     @property
     def hit_rate(self) -> float:
@@ -288,14 +292,15 @@ def replay(
             # Never the prompt's last token: the engine computes it to sample from.
             limit = max(0, tokens - 1) // bs
             hit = cache.cached_prefix(hashes, limit)
+            best = k = hit
             if hit < min(limit, len(hashes)):
-                best = max(c.cached_prefix(hashes, limit) for c in caches.values())
+                best = k = max(c.cached_prefix(hashes, limit) for c in caches.values())
                 report.held_elsewhere_tokens += (best - hit) * bs
                 once = seen[rid]  # the blocks past every holder's that it had cached
-                k = best
                 while k < limit and k < len(hashes) and hashes[k] in once:
                     k += 1
                 report.evicted_here_tokens += (k - best) * bs
+            report.placements[idx] = (rid, hit, best, k, min(limit, len(hashes)))
             seen[rid].update(hashes)
             total = tokens + req.output_tokens
             leases[idx] = cache.admit(hashes, hit, -(-total // bs), total // bs)
