@@ -238,7 +238,12 @@ class KVCacheManager:
             hashes = r.block_hashes
             # A counted answer's blocks past its prompt hash as base + j once the base is
             # known (`CountedOutputRequest.next_block_hashes`): one run, no list to check.
-            base = r._answer_base if first >= r.num_prompt_tokens // bs else None
+            base = None
+            if first >= r.num_prompt_tokens // bs:
+                base = r._answer_base
+                if base is None and r.counted_output:  # (its first answer block: hashed
+                    hashes += r.next_block_hashes(bs, stop)  # here, which finds its base)
+                    base = r._answer_base
             if base is not None:
                 if len(hashes) < stop:
                     hashes += range(base + len(hashes), base + stop)
@@ -313,6 +318,18 @@ class KVCacheManager:
             self._flush(rid)
         return self.allocate_decode_run(members, computed, num_steps, lazy=False)
 
+    def _reserve(self, rid: str, base: int, first: int, stop: int, req: EngineRequest) -> bool:
+        """Make a counted answer's blocks first..stop-1 lazy, reserving its answer's hashes
+        from `first` on, if none of them is cached or reserved (else False: nothing done)."""
+        limit = -(-(req.num_prompt_tokens + req.max_tokens) // self.block_size)
+        wanted = [(base + first, limit - first)]
+        if stop > limit or self._reserved_among(wanted) or self.pool.any_cached(wanted):
+            return False
+        self._lazy[rid] = [stop, base, limit]
+        insort(self._resv_starts, base + first)
+        self._resv[base + first] = (base + limit, rid)
+        return True
+
     def _reserved_among(self, chain: Runs) -> list[str]:
         """The requests whose reservations meet the hashes of `chain` (runs)."""
         starts, resv = self._resv_starts, self._resv
@@ -373,13 +390,28 @@ class KVCacheManager:
     def _cache_full_blocks(self, req: EngineRequest, num_tokens: int) -> None:
         full = num_tokens // self.block_size
         rid = req.request_id
-        if rid in self._lazy:  # (stepping on: its lazy blocks first)
+        pending = self._lazy.get(rid)
+        if pending is not None:
+            if full <= pending[2]:  # (answer blocks in its reservation: left lazy)
+                if len(req.block_hashes) < full:
+                    req.extend_block_hashes(self.block_size, full)
+                if full > pending[0]:
+                    pending[0] = full
+                return
             self._flush(rid)
         start = self._num_cached[rid]
         if full <= start:
             return
         if len(req.block_hashes) < full:
             req.extend_block_hashes(self.block_size, full)
+        base = req._answer_base
+        if (
+            base is not None
+            and self.lazy_answers
+            and start >= req.num_prompt_tokens // self.block_size
+            and self._reserve(rid, base, start, full, req)
+        ):
+            return
         found, runs = self._chain.get(rid, (0, []))
         if found >= full:  # (its runs are known: the prompt's, found for its hits)
             chain = slice_runs(runs, start, full)
