@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 from collections.abc import Iterable
+from itertools import pairwise
 
 from gpufleet.engine.block_pool import BlockPool
 from gpufleet.engine.block_runs import NO_BLOCKS, Blocks, Held
@@ -427,7 +428,7 @@ class KVCacheManager:
 def _overlapping(ranges: Runs, hashes: list[int]) -> bool:
     """Whether any of `hashes` lies in one of `ranges` (or two ranges meet)."""
     ordered = sorted(ranges)
-    for (h, n), (h2, _) in zip(ordered, ordered[1:], strict=False):
+    for (h, n), (h2, _) in pairwise(ordered):
         if h + n > h2:
             return True
     return any(h <= x < h + n for h, n in ranges for x in hashes)
