@@ -230,8 +230,20 @@ class KVCacheManager:
             k = -c // bs - -end // bs
             total += k
             rid = r.request_id
+            stop = end // bs
             pending = lazies.get(rid)
-            first, stop = num_cached[rid] if pending is None else pending[0], end // bs
+            if pending is not None:  # (a lazy answer: its reservation holds its blocks)
+                if stop > pending[2]:
+                    return self._unlazy_run(members, computed, num_steps)
+                if k:
+                    changes.append((rid, k, 0, 0, None))
+                if stop > pending[0]:
+                    hashes = r.block_hashes
+                    if len(hashes) < stop:
+                        hashes += range(pending[1] + len(hashes), pending[1] + stop)
+                    grown.append((pending, stop))
+                continue
+            first = num_cached[rid]
             if stop <= first:
                 if k:
                     changes.append((rid, k, first, first, None))
@@ -248,12 +260,6 @@ class KVCacheManager:
             if base is not None:
                 if len(hashes) < stop:
                     hashes += range(base + len(hashes), base + stop)
-                if pending is not None:  # (its reservation holds them)
-                    if stop > pending[2]:
-                        return self._unlazy_run(members, computed, num_steps)
-                    grown.append((pending, stop))
-                    changes.append((rid, k, first, first, None))
-                    continue
                 if lazy:
                     limit = -(-(r.num_prompt_tokens + r.max_tokens) // bs)
                     if stop <= limit:
@@ -263,8 +269,6 @@ class KVCacheManager:
                 fresh += range(base + first, base + stop)
                 changes.append((rid, k, first, stop, [(base + first, stop - first)]))
                 continue
-            if pending is not None:  # (not an answer's blocks: cannot be, but be exact)
-                return self._unlazy_run(members, computed, num_steps)
             if len(hashes) < stop:  # (its tokens up to `stop` blocks are known)
                 hashes += r.next_block_hashes(bs, stop)
             new = hashes[first:stop]
