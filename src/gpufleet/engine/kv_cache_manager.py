@@ -43,8 +43,9 @@ class KVCacheManager:
         self._tail: dict[str, int] = {}  # request id -> its blocks past those
         # request id -> (hashes found in runs, the runs) of its block hashes
         self._chain: dict[str, tuple[int, Runs]] = {}
-        # request id -> [blocks filled (registered up to num_cached), answer base, limit]
-        # of a lazy answer; its reserved hashes base+num_cached .. base+limit-1 by start
+        # request id -> [blocks registered, answer base, limit] of a lazy answer (its
+        # blocks up to num_cached are filled); its reserved hashes base+registered ..
+        # base+limit-1 by their start
         self._lazy: dict[str, list[int]] = {}
         self._resv_starts: list[int] = []
         self._resv: dict[int, tuple[int, str]] = {}  # start -> (end, request id)
@@ -223,7 +224,6 @@ class KVCacheManager:
         # (rid, blocks it gets, first and stop of its blocks filled, their hashes' runs)
         changes: list[tuple[str, int, int, int, Runs | None]] = []
         fresh: list[int] = []  # the hashes registered, in that order
-        grown: list[tuple[list[int], int]] = []  # (lazy answer, blocks filled now)
         reserve: list[tuple[str, int, int, int, int]] = []  # (rid, base, first, stop, limit)
         for r, c in zip(members, computed, strict=True):
             end = c + num_steps
@@ -232,18 +232,18 @@ class KVCacheManager:
             rid = r.request_id
             stop = end // bs
             pending = lazies.get(rid)
+            first = num_cached[rid]
             if pending is not None:  # (a lazy answer: its reservation holds its blocks)
                 if stop > pending[2]:
                     return self._unlazy_run(members, computed, num_steps)
-                if k:
-                    changes.append((rid, k, 0, 0, None))
-                if stop > pending[0]:
+                if stop > first:
                     hashes = r.block_hashes
                     if len(hashes) < stop:
                         hashes += range(pending[1] + len(hashes), pending[1] + stop)
-                    grown.append((pending, stop))
+                    changes.append((rid, k, first, stop, None))
+                elif k:
+                    changes.append((rid, k, first, first, None))
                 continue
-            first = num_cached[rid]
             if stop <= first:
                 if k:
                     changes.append((rid, k, first, first, None))
@@ -264,7 +264,7 @@ class KVCacheManager:
                     limit = -(-(r.num_prompt_tokens + r.max_tokens) // bs)
                     if stop <= limit:
                         reserve.append((rid, base, first, stop, limit))
-                        changes.append((rid, k, first, first, None))
+                        changes.append((rid, k, first, stop, None))
                         continue
                 fresh += range(base + first, base + stop)
                 changes.append((rid, k, first, stop, [(base + first, stop - first)]))
@@ -302,14 +302,12 @@ class KVCacheManager:
         register, held = pool.register, self._held
         for rid, k, first, stop, chain in changes:  # in order: tails, then registration
             tail[rid] += k - (stop - first)
+            num_cached[rid] = stop
             if chain is not None:
                 register(chain, held[rid])
-                num_cached[rid] = stop
-        for pending, stop in grown:
-            pending[0] = stop
         resv = self._resv
-        for rid, base, first, stop, limit in reserve:
-            lazies[rid] = [stop, base, limit]
+        for rid, base, first, _stop, limit in reserve:
+            lazies[rid] = [first, base, limit]
             insort(self._resv_starts, base + first)
             resv[base + first] = (base + limit, rid)
         return True
@@ -330,7 +328,7 @@ class KVCacheManager:
         wanted = [(base + first, limit - first)]
         if stop > limit or self._reserved_among(wanted) or self.pool.any_cached(wanted):
             return False
-        self._lazy[rid] = [stop, base, limit]
+        self._lazy[rid] = [first, base, limit]
         insort(self._resv_starts, base + first)
         self._resv[base + first] = (base + limit, rid)
         return True
@@ -358,16 +356,14 @@ class KVCacheManager:
 
     def _flush(self, rid: str) -> None:
         """Register a lazy answer's filled blocks and drop its reservation."""
-        stop, base, _limit = self._lazy.pop(rid)
-        first = self._num_cached[rid]
+        first, base, _limit = self._lazy.pop(rid)
+        stop = self._num_cached[rid]
         start = base + first
         starts = self._resv_starts
         del starts[bisect_right(starts, start) - 1]
         del self._resv[start]
         if stop > first:
             self.pool.register([(start, stop - first)], self._held[rid])
-            self._tail[rid] -= stop - first
-            self._num_cached[rid] = stop
 
     def fingerprint(self) -> tuple[tuple[int | None, ...], tuple[tuple[int, int], ...]]:
         """The pool's `fingerprint` as eager registration would leave it (lazy answers'
@@ -375,8 +371,8 @@ class KVCacheManager:
         free, cached = self.pool.fingerprint()
         more = [
             (h, 1)
-            for rid, (stop, base, _) in self._lazy.items()
-            for h in range(base + self._num_cached[rid], base + stop)
+            for rid, (first, base, _) in self._lazy.items()
+            for h in range(base + first, base + self._num_cached[rid])
         ]
         return free, tuple(sorted(cached + tuple(more))) if more else cached
 
@@ -396,26 +392,23 @@ class KVCacheManager:
         full = num_tokens // self.block_size
         rid = req.request_id
         pending = self._lazy.get(rid)
-        if pending is not None:
-            if full <= pending[2]:  # (answer blocks in its reservation: left lazy)
-                if len(req.block_hashes) < full:
-                    req.extend_block_hashes(self.block_size, full)
-                if full > pending[0]:
-                    pending[0] = full
-                return
-            self._flush(rid)
+        if pending is not None and full > pending[2]:
+            self._flush(rid)  # (past its reservation: cannot be, but be exact)
+            pending = None
         start = self._num_cached[rid]
         if full <= start:
             return
         if len(req.block_hashes) < full:
             req.extend_block_hashes(self.block_size, full)
         base = req._answer_base
-        if (
+        if pending is not None or (
             base is not None
             and self.lazy_answers
             and start >= req.num_prompt_tokens // self.block_size
             and self._reserve(rid, base, start, full, req)
-        ):
+        ):  # (answer blocks in its reservation: left lazy)
+            self._tail[rid] -= full - start
+            self._num_cached[rid] = full
             return
         found, runs = self._chain.get(rid, (0, []))
         if found >= full:  # (its runs are known: the prompt's, found for its hits)
