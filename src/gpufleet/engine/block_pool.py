@@ -357,11 +357,7 @@ class BlockPool:
                         held[-1] = (last, m + b - h)
                         h = b
                         continue
-                runs[h] = Run(h, b - h, 1)  # (`_add` written out)
-                if b - h > 1:
-                    insort(starts, h)
-                else:
-                    self._singles.setdefault(h >> _BUCKET_BITS, set()).add(h)
+                self._add(Run(h, b - h, 1))
                 held.append((h, b - h))
                 h = b
 

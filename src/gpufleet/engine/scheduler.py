@@ -99,7 +99,6 @@ class Scheduler:
         running = self.running
         budget = cfg.max_num_batched_tokens
         threshold = cfg.long_prefill_token_threshold
-        bs = kv.block_size
         entries: list[tuple[EngineRequest, int]] = []
         prefill_tokens: list[int] = []
         prefill_context: list[int] = []
@@ -121,17 +120,6 @@ class Scheduler:
                 n = budget
             if threshold and n > threshold:
                 n = threshold
-            if n == 1 and computed % bs and (computed + 1) % bs:
-                # A decode inside a block it holds, filling none: `allocate_slots` would
-                # do nothing (its blocks cover its computed tokens, its full ones cached).
-                req.num_computed_tokens = computed + 1
-                req.in_flight += 1
-                entries.append((req, computed + 1))
-                budget -= 1
-                num_decode += 1
-                decode_context += computed
-                i += 1
-                continue
             scheduled = True
             while not kv.allocate_slots(req, n):
                 victim = self._pick_victim()
