@@ -157,7 +157,7 @@ def apply_event(
         if aborted is not None:
             rec.fates[payload] = ("aborted", aborted.finished_s, aborted.num_output_tokens)
     s = engine.stats
-    rec.snapshots.append((s.num_running, s.num_waiting, s.now_s, engine.kv.pool.fingerprint()))
+    rec.snapshots.append((s.num_running, s.num_waiting, s.now_s, engine.kv.fingerprint()))
 
 
 def finish(engine: Engine, rec: Record, finished: list[EngineRequest]) -> None:
@@ -245,7 +245,7 @@ def test_jumped_runs_equal_stepped_runs(seed: int, lora: bool) -> None:
     assert jumped.fates == stepped.fates
     assert jumped.snapshots == stepped.snapshots
     assert jumped_engine.stats == stepped_engine.stats
-    assert jumped_engine.kv.pool.fingerprint() == stepped_engine.kv.pool.fingerprint()
+    assert jumped_engine.kv.fingerprint() == stepped_engine.kv.fingerprint()
     assert lora_state(jumped_engine) == lora_state(stepped_engine)
     assert [state(r) for r in jumped.requests] == [state(r) for r in stepped.requests]
     prompts = {e[2][0]: e[2][1] for e in sc.events if e[1] == "add"}

@@ -274,7 +274,11 @@ def _plan_one_stage(
     if group is None:
         return None
     free = engine.kv.num_free_blocks
-    steps = min(group.finish_after, _steps_until_blocks_run_out(group, free))
+    steps = group.finish_after
+    # (the blocks run out first only if the run's members could need more than are free:
+    # at most one block per member every block_size steps)
+    if free < len(group.members) * -(-steps // len(group.new_blocks_by_phase)):
+        steps = min(steps, _steps_until_blocks_run_out(group, free))
     if max_steps is not None:
         steps = min(steps, max_steps)
     if steps < 1:

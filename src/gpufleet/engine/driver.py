@@ -32,7 +32,7 @@ import heapq
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-from gpufleet.engine.decode_run import DecodeRun
+from gpufleet.engine.decode_run import DecodeRun, plan_decode_run
 from gpufleet.engine.engine import Engine
 from gpufleet.engine.lora import LoraAdapter
 from gpufleet.engine.outputs import DecodeRunOutcome, StepOutcome
@@ -91,12 +91,14 @@ class EngineDriver:
     def begin_advance(self) -> Advance | None:
         """Start the next iteration, or a run of plain decode iterations (applied lazily);
         deliver `end(advance)` at `advance.due_s`. None: nothing ran (as `begin`)."""
-        run = self.engine.plan_decode_run()
+        engine = self.engine
+        run = plan_decode_run(engine, None, None)  # (`Engine.plan_decode_run`, one call less)
         if run is not None:
-            self._advance = Advance(run.step_end_s[-1], None, run)
-            return self._advance
-        outcome = self.begin()
-        return None if outcome is None else Advance(outcome.now_s, outcome, None)
+            advance = self._advance = Advance(run.step_end_s[-1], None, run)
+            return advance
+        steps = engine.num_steps  # (`begin` written out: every step of every replica)
+        outcome = engine.step()
+        return None if engine.num_steps == steps else Advance(outcome.now_s, outcome, None)
 
     def end(self, advance: Advance) -> Outcome:
         """The outcome of `advance` at its due time (a run is applied now if it was not)."""

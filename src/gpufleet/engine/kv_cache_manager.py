@@ -9,11 +9,23 @@ iterations the engine jumps over, in the same order, so the pool ends up the sam
 A request's blocks are known by what they hold (see `block_pool`): its leading
 `num_cached` blocks as runs of cached hashes and blocks that hold none (their hash was
 cached at another block first), then `tail` blocks that hold nothing yet.
+
+A counted answer's blocks filled in decode runs are registered lazily (`lazy_answers`):
+nothing can look their hashes up while the request runs (they are its own; a session's
+next turn comes after it finishes), so they are registered once, in one step, when that
+could show: before its blocks are freed, and before a lookup or another registration
+touches the hashes they may take. A request's answer range (up to its max_tokens) is
+reserved when it goes lazy, only if none of it is cached; a reservation a lookup or a
+registration meets is flushed first. The pool ends as eager registration leaves it (the
+same cached hashes, references and eviction order: `fingerprint`); blocks are still
+handed out at once, so free counts and usage do not change.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right, insort
 from collections.abc import Iterable
+from itertools import pairwise
 
 from gpufleet.engine.block_pool import BlockPool
 from gpufleet.engine.block_runs import NO_BLOCKS, Blocks, Held
@@ -31,6 +43,13 @@ class KVCacheManager:
         self._tail: dict[str, int] = {}  # request id -> its blocks past those
         # request id -> (hashes found in runs, the runs) of its block hashes
         self._chain: dict[str, tuple[int, Runs]] = {}
+        # request id -> [blocks registered, answer base, limit] of a lazy answer (its
+        # blocks up to num_cached are filled); its reserved hashes base+registered ..
+        # base+limit-1 by their start
+        self._lazy: dict[str, list[int]] = {}
+        self._resv_starts: list[int] = []
+        self._resv: dict[int, tuple[int, str]] = {}  # start -> (end, request id)
+        self.lazy_answers = enable_caching
 
     @property
     def num_blocks(self) -> int:
@@ -66,13 +85,21 @@ class KVCacheManager:
                     hashes = hashes + req.next_block_hashes(bs, num_tokens // bs)
                 else:
                     req.extend_block_hashes(bs)
+            if self._resv_starts:
+                self._flush_reserved(chain_runs(hashes[:max_blocks]))
             return self.pool.cached_prefix_of(hashes, max_blocks)
         if len(req.block_hashes) < max_blocks:
             if peek:
                 more = chain_runs(req.next_block_hashes(bs, num_tokens // bs))
-                return self.pool.cached_prefix(self._runs_of(req) + more, max_blocks)
+                chain = self._runs_of(req) + more
+                if self._resv_starts:
+                    self._flush_reserved(chain)
+                return self.pool.cached_prefix(chain, max_blocks)
             req.extend_block_hashes(bs)
-        return self.pool.cached_prefix(self._runs_of(req), max_blocks)
+        chain = self._runs_of(req)
+        if self._resv_starts:
+            self._flush_reserved(chain)
+        return self.pool.cached_prefix(chain, max_blocks)
 
     def _runs_of(self, req: EngineRequest) -> Runs:
         """The runs of consecutive hashes in the request's block hashes (found once, or
@@ -160,7 +187,12 @@ class KVCacheManager:
                 self._cache_full_blocks(req, end)
 
     def allocate_decode_run(
-        self, members: list[EngineRequest], computed: list[int], num_steps: int
+        self,
+        members: list[EngineRequest],
+        computed: list[int],
+        num_steps: int,
+        *,
+        lazy: bool = True,
     ) -> bool:
         """What `allocate_decode_slots` does for `num_steps` decode steps of `members` (all
         running, in running order, with `computed` tokens before the first step and their
@@ -170,7 +202,8 @@ class KVCacheManager:
         A member needs a block at each step k where computed + k is a multiple of the block
         size: as blocks are anonymous, only their number (taken from the free queue at
         once) and each member's count matter. Each member's full blocks are registered
-        after them all, in running order (none of their hashes is touched in between).
+        after them all, in running order (none of their hashes is touched in between); a
+        counted answer's are left to register lazily (see the module's docstring).
         """
         bs = self.block_size
         pool = self.pool
@@ -186,15 +219,31 @@ class KVCacheManager:
                 pool.allocate(total)
             return True
         num_cached = self._num_cached
+        lazies = self._lazy
+        lazy = lazy and self.lazy_answers
         # (rid, blocks it gets, first and stop of its blocks filled, their hashes' runs)
         changes: list[tuple[str, int, int, int, Runs | None]] = []
         fresh: list[int] = []  # the hashes registered, in that order
+        reserve: list[tuple[str, int, int, int, int]] = []  # (rid, base, first, stop, limit)
         for r, c in zip(members, computed, strict=True):
             end = c + num_steps
             k = -c // bs - -end // bs
             total += k
             rid = r.request_id
-            first, stop = num_cached[rid], end // bs
+            stop = end // bs
+            pending = lazies.get(rid)
+            first = num_cached[rid]
+            if pending is not None:  # (a lazy answer: its reservation holds its blocks)
+                if stop > pending[2]:
+                    return self._unlazy_run(members, computed, num_steps)
+                if stop > first:
+                    hashes = r.block_hashes
+                    if len(hashes) < stop:
+                        hashes += range(pending[1] + len(hashes), pending[1] + stop)
+                    changes.append((rid, k, first, stop, None))
+                elif k:
+                    changes.append((rid, k, first, first, None))
+                continue
             if stop <= first:
                 if k:
                     changes.append((rid, k, first, first, None))
@@ -202,10 +251,21 @@ class KVCacheManager:
             hashes = r.block_hashes
             # A counted answer's blocks past its prompt hash as base + j once the base is
             # known (`CountedOutputRequest.next_block_hashes`): one run, no list to check.
-            base = r.answer_base if first >= r.num_prompt_tokens // bs else None
+            base = None
+            if first >= r.num_prompt_tokens // bs:
+                base = r.answer_base
+                if base is None and r.counted_output:  # (its first answer block: hashed
+                    hashes += r.next_block_hashes(bs, stop)  # here, which finds its base)
+                    base = r.answer_base
             if base is not None:
                 if len(hashes) < stop:
                     hashes += range(base + len(hashes), base + stop)
+                if lazy:
+                    limit = -(-(r.num_prompt_tokens + r.max_tokens) // bs)
+                    if stop <= limit:
+                        reserve.append((rid, base, first, stop, limit))
+                        changes.append((rid, k, first, stop, None))
+                        continue
                 fresh += range(base + first, base + stop)
                 changes.append((rid, k, first, stop, [(base + first, stop - first)]))
                 continue
@@ -222,6 +282,15 @@ class KVCacheManager:
                 else chain_runs(new)
             )
             changes.append((rid, k, first, stop, runs))
+        if reserve or (fresh and self._resv_starts):
+            # the reservations must meet no cached hash, no other one, no hash registered
+            wanted = [(base + first, limit - first) for _, base, first, _, limit in reserve]
+            if (
+                self._reserved_among(wanted + chain_runs(sorted(set(fresh))) if fresh else wanted)
+                or pool.any_cached(wanted)
+                or _overlapping(wanted, fresh)
+            ):
+                return self._unlazy_run(members, computed, num_steps)
         if fresh and (
             len(set(fresh)) < len(fresh)
             # (hashes the run evicts are cached ones: then some of these are cached)
@@ -233,14 +302,85 @@ class KVCacheManager:
         register, held = pool.register, self._held
         for rid, k, first, stop, chain in changes:  # in order: tails, then registration
             tail[rid] += k - (stop - first)
+            num_cached[rid] = stop
             if chain is not None:
                 register(chain, held[rid])
-                num_cached[rid] = stop
+        resv = self._resv
+        for rid, base, first, _stop, limit in reserve:
+            lazies[rid] = [first, base, limit]
+            insort(self._resv_starts, base + first)
+            resv[base + first] = (base + limit, rid)
         return True
+
+    def _unlazy_run(
+        self, members: list[EngineRequest], computed: list[int], num_steps: int
+    ) -> bool:
+        """`allocate_decode_run` registering at once, every lazy answer registered first
+        (a reservation met another hash: a collision, or a chain unlike a counted one)."""
+        for rid in list(self._lazy):
+            self._flush(rid)
+        return self.allocate_decode_run(members, computed, num_steps, lazy=False)
+
+    def _reserve(self, rid: str, base: int, first: int, stop: int, req: EngineRequest) -> bool:
+        """Make a counted answer's blocks first..stop-1 lazy, reserving its answer's hashes
+        from `first` on, if none of them is cached or reserved (else False: nothing done)."""
+        limit = -(-(req.num_prompt_tokens + req.max_tokens) // self.block_size)
+        wanted = [(base + first, limit - first)]
+        if stop > limit or self._reserved_among(wanted) or self.pool.any_cached(wanted):
+            return False
+        self._lazy[rid] = [first, base, limit]
+        insort(self._resv_starts, base + first)
+        self._resv[base + first] = (base + limit, rid)
+        return True
+
+    def _reserved_among(self, chain: Runs) -> list[str]:
+        """The requests whose reservations meet the hashes of `chain` (runs)."""
+        starts, resv = self._resv_starts, self._resv
+        out: list[str] = []
+        for h, n in chain:
+            i = bisect_right(starts, h + n - 1) - 1
+            while i >= 0:
+                end, rid = resv[starts[i]]
+                if end <= h:
+                    break  # (reservations are disjoint: those before end earlier)
+                out.append(rid)
+                i -= 1
+        return out
+
+    def _flush_reserved(self, chain: Runs) -> None:
+        """Register the lazy answers whose reservations meet `chain`'s hashes (before a
+        lookup or registration of them)."""
+        for rid in self._reserved_among(chain):
+            if rid in self._lazy:
+                self._flush(rid)
+
+    def _flush(self, rid: str) -> None:
+        """Register a lazy answer's filled blocks and drop its reservation."""
+        first, base, _limit = self._lazy.pop(rid)
+        stop = self._num_cached[rid]
+        start = base + first
+        starts = self._resv_starts
+        del starts[bisect_right(starts, start) - 1]
+        del self._resv[start]
+        if stop > first:
+            self.pool.register([(start, stop - first)], self._held[rid])
+
+    def fingerprint(self) -> tuple[tuple[int | None, ...], tuple[tuple[int, int], ...]]:
+        """The pool's `fingerprint` as eager registration would leave it (lazy answers'
+        blocks cached, held by their requests alone), changing nothing."""
+        free, cached = self.pool.fingerprint()
+        more = [
+            (h, 1)
+            for rid, (first, base, _) in self._lazy.items()
+            for h in range(base + first, base + self._num_cached[rid])
+        ]
+        return free, tuple(sorted(cached + tuple(more))) if more else cached
 
     def free(self, req: EngineRequest) -> None:
         """Hand back every block of `req` (its tail first, so it is evicted first)."""
         rid = req.request_id
+        if rid in self._lazy:
+            self._flush(rid)
         self._chain.pop(rid, None)
         held = self._held.pop(rid, None)
         if held is None:
@@ -251,16 +391,41 @@ class KVCacheManager:
     def _cache_full_blocks(self, req: EngineRequest, num_tokens: int) -> None:
         full = num_tokens // self.block_size
         rid = req.request_id
+        pending = self._lazy.get(rid)
+        if pending is not None and full > pending[2]:
+            self._flush(rid)  # (past its reservation: cannot be, but be exact)
+            pending = None
         start = self._num_cached[rid]
         if full <= start:
             return
         if len(req.block_hashes) < full:
             req.extend_block_hashes(self.block_size, full)
+        base = req.answer_base
+        if pending is not None or (
+            base is not None
+            and self.lazy_answers
+            and start >= req.num_prompt_tokens // self.block_size
+            and self._reserve(rid, base, start, full, req)
+        ):  # (answer blocks in its reservation: left lazy)
+            self._tail[rid] -= full - start
+            self._num_cached[rid] = full
+            return
         found, runs = self._chain.get(rid, (0, []))
         if found >= full:  # (its runs are known: the prompt's, found for its hits)
             chain = slice_runs(runs, start, full)
         else:  # (a decode's few blocks: found here)
             chain = chain_runs(req.block_hashes, start, full)
+        if self._resv_starts:  # (another's reservation: its blocks registered first)
+            self._flush_reserved(chain)
         self.pool.register(chain, self._held[rid])
         self._tail[rid] -= full - start
         self._num_cached[rid] = full
+
+
+def _overlapping(ranges: Runs, hashes: list[int]) -> bool:
+    """Whether any of `hashes` lies in one of `ranges` (or two ranges meet)."""
+    ordered = sorted(ranges)
+    for (h, n), (h2, _) in pairwise(ordered):
+        if h + n > h2:
+            return True
+    return any(h <= x < h + n for h, n in ranges for x in hashes)
