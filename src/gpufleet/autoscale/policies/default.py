@@ -41,12 +41,7 @@ from gpufleet.autoscale.decision import (
 from gpufleet.autoscale.forecast import LinearTrend, WindowMax
 from gpufleet.autoscale.little import LittleDemand
 from gpufleet.autoscale.policies.saturation import saturation_reasons
-from gpufleet.autoscale.policies.scale_in import (
-    PeakLoad,
-    latency_over_slo,
-    n_minus_k_fits,
-    per_replica,
-)
+from gpufleet.autoscale.policies.scale_in import PeakLoad, latency_over_slo, n_minus_k_fits
 from gpufleet.autoscale.signals import FleetSignals, ReplicaSignals
 from gpufleet.errors import UserError
 
@@ -265,7 +260,7 @@ class DefaultPolicy:
         arriving = current - late
         head = (
             f"demand {demand}, forecast {expected:.1f} in {cold_start_s:.0f} s; "
-            f"capacity {per_replica(cap)}/replica{self._capacity_note(cap)}; "
+            f"capacity {cap:.3g}/replica{self._capacity_note(cap)}; "
             f"{len(ready)} ready + {len(signals.starting)} starting"
             + (f" ({late} due after a new one)" if late else "")
         )

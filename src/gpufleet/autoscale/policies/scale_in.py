@@ -33,11 +33,6 @@ def latency_over_slo(
     return " and ".join(out)
 
 
-def per_replica(cap: float) -> str:
-    """A capacity in words: a whole batch as is, a measured one to a tenth."""
-    return f"{cap:.0f}" if cap == int(cap) else f"{cap:.1f}"
-
-
 @dataclass(frozen=True, slots=True)
 class PeakLoad:
     """What N−k replicas must hold: the demand to size for (in flight), the peak of the
@@ -69,7 +64,7 @@ def n_minus_k_fits(
     need = worst * (1.0 + headroom)
     kv_each = peak.kv_total / n1
     if need > n1 * cap:
-        return False, f"N−{k} = {n1} × {per_replica(cap)} < peak {worst:.0f} + {headroom:.0%}"
+        return False, f"N−{k} = {n1} × {cap:.3g} < peak {worst:.0f} + {headroom:.0%}"
     if kv_each >= kv_threshold:
         return False, f"N−{k} = {n1} would hold KV {kv_each:.0%} ≥ {kv_threshold:.0%}"
     over = latency_over_slo(signals, n_ready / n1 * (1.0 + headroom), quantile, *slos_s)
