@@ -49,11 +49,6 @@ class LittleDemand:
         """The arrival rate's line over the peak window slopes up."""
         return self._rate_trend.rising()
 
-    def in_flight_ahead(self, at_s: float) -> float | None:
-        """The time in the system × the rate's line carried to `at_s` (None: no line yet)."""
-        time_s, rate = self._time_in_system.median(), self._rate_trend.forecast(at_s)
-        return None if time_s is None or rate is None else time_s * max(rate, 0.0)
-
     def time_in_system_s(self) -> float | None:
         return self._time_in_system.median()
 

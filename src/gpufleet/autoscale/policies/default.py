@@ -94,9 +94,6 @@ class DefaultPolicy:
     # Remove as many replicas at once as the N−k check lets go (else one a stabilization
     # window and a cooldown: after the Azure trace's peak, 3–6 too many for minutes).
     scale_in_many: bool = True
-    # EXPERIMENT: N−k must hold the rate's line a cold start ahead instead of no scale-in
-    # at all while it slopes up.
-    scale_in_ahead: bool = False
     # Lower the capacity only after this many observations (over peak_window_s) of a
     # replica queueing requests below it: one snapshot can catch a request between its
     # arrival and the next engine step.
@@ -158,7 +155,7 @@ class DefaultPolicy:
         return max(self.peak_window_s, cold_start_s)
 
     @property
-    def capacity(self) -> float:
+    def capacity(self) -> int:
         """Configured capacity, or less once replicas have shown they batch fewer or
         hold fewer within the SLO (`SloCapacity`)."""
         cap = self.capacity_per_replica
@@ -166,10 +163,7 @@ class DefaultPolicy:
         if measured is not None:  # what the replicas hold within the SLO, measured
             # It also bounds the batch: a replica queueing behind long prefills runs fewer
             # sequences at once than it holds within the SLO, and its batch is no capacity.
-            # Kept whole: a rate × a time, not a count of sequences. Rounded down to one,
-            # the fleet was sized up to 1 / capacity too large (11.7 → 11 in flight at the
-            # Azure study's first minute: 9 → 13 replicas where 12 held the forecast).
-            return max(1.0, min(float(cap), measured))
+            return max(1, min(cap, math.floor(measured)))
         seen = [n for _, n in self._saturated_running]
         if len(seen) >= self.learn_min_observations:
             cap = min(cap, max(seen))
@@ -185,9 +179,9 @@ class DefaultPolicy:
             return None
         return rps * time_in_system_s
 
-    def _capacity_note(self, cap: float) -> str:
+    def _capacity_note(self, cap: int) -> str:
         measured = self.measured_capacity()
-        if measured is not None and cap == max(1.0, measured):
+        if measured is not None and cap == max(1, math.floor(measured)):
             q = "p99" if self.slo_attainment >= 0.99 else "p90"
             rps = self._slo_capacity.estimate_rps() or 0.0
             work = self._slo_capacity.estimate_work()
@@ -260,7 +254,7 @@ class DefaultPolicy:
         arriving = current - late
         head = (
             f"demand {demand}, forecast {expected:.1f} in {cold_start_s:.0f} s; "
-            f"capacity {cap:.3g}/replica{self._capacity_note(cap)}; "
+            f"capacity {cap}/replica{self._capacity_note(cap)}; "
             f"{len(ready)} ready + {len(signals.starting)} starting"
             + (f" ({late} due after a new one)" if late else "")
         )
@@ -375,7 +369,7 @@ class DefaultPolicy:
             self._saturated_running.popleft()
 
     def _maybe_scale_in(
-        self, now_s: float, signals: FleetSignals, cap: float, cold_start_s: float, head: str
+        self, now_s: float, signals: FleetSignals, cap: int, cold_start_s: float, head: str
     ) -> tuple[int, str]:
         current = signals.current_replicas
         n_minus_1 = len(signals.ready) - 1
@@ -437,19 +431,14 @@ class DefaultPolicy:
 
     def _demand_rising(self) -> bool:
         """The arrival rate's line over a cold start slopes up (else the in-flight one's)."""
-        if self._little.known:
-            return not self.scale_in_ahead and self._little.rate_rising()
-        return self._trend.rising()
+        return self._little.rate_rising() if self._little.known else self._trend.rising()
 
     def n_minus_k_fits(
-        self, now_s: float, signals: FleetSignals, cap: float, cold_start_s: float, k: int
+        self, now_s: float, signals: FleetSignals, cap: int, cold_start_s: float, k: int
     ) -> tuple[bool, str]:
         """Would N−k ready replicas have held the recent peak (`scale_in.n_minus_k_fits`)?"""
         if self._little.known:
             worst = self.expected_demand(now_s, signals.demand, cold_start_s)
-            ahead = self._little.in_flight_ahead(now_s + cold_start_s)
-            if self.scale_in_ahead and ahead is not None:
-                worst = max(worst, ahead)
         else:
             forecast = self.forecast(now_s + cold_start_s) or 0.0
             worst = max(self._peak_demand.peak(), forecast)
