@@ -19,10 +19,12 @@
   the recent peak (demand and KV, over at least a cold start: the demand the next cold
   start may bring back) and within the latency SLOs at the attainment's quantile (p99
   for 99 %: its p90 may hide the misses; now, and scaled by N/(N−1)), the N replicas
-  were not saturated at all during that window, the forecast agrees and the demand is not rising (the arrival rate's line over a cold start
-  slopes up: replicas removed then come back a cold start late), the check has held for a
-  stabilization window, and no replica is starting; then remove as many as the same check
-  (N−k) lets go at once.
+  were not saturated at all during that window, and N−1 also holds the arrival rate's
+  line over that window carried a cold start ahead (× the time in the system: replicas
+  removed now come back a cold start late, so they must not be needed before then; a
+  line that merely slopes up, as one through noise does half the time, is no reason to
+  keep them), the check has held for a stabilization window, and no replica is starting;
+  then remove as many as the same check (N−k) lets go at once.
 """
 
 from __future__ import annotations
@@ -94,6 +96,12 @@ class DefaultPolicy:
     # Remove as many replicas at once as the N−k check lets go (else one a stabilization
     # window and a cooldown: after the Azure trace's peak, 3–6 too many for minutes).
     scale_in_many: bool = True
+    # N−k must also hold the arrival rate's line carried a cold start ahead (where the
+    # gateway counts admissions). Off: no scale-in at all while that line slopes up (wave
+    # 10's guard): on the Azure study (fixed simulator) 44.8 GPU-hours for 99.64 % of
+    # requests, against 42.8 for 99.60 % with it: the guard held surplus replicas for
+    # minutes after each peak on slopes that carried the rate up by less than a replica.
+    scale_in_ahead: bool = True
     # Lower the capacity only after this many observations (over peak_window_s) of a
     # replica queueing requests below it: one snapshot can catch a request between its
     # arrival and the next engine step.
@@ -413,6 +421,8 @@ class DefaultPolicy:
         if self._demand_rising():
             # Replicas removed while the demand rises come back a cold start late; the
             # check above stays held (a line through noise tilts up half the time).
+            # With `scale_in_ahead` (the gateway counting admissions) the N−k check holds
+            # the rate's line a cold start ahead instead, and this guard is off.
             return current, f"{head}; {check}, held {held_s:.0f} s; keep: demand rising"
         since_change = None if self._last_change_s is None else now_s - self._last_change_s
         if since_change is not None and since_change < self.scale_in_cooldown_s:
@@ -431,18 +441,25 @@ class DefaultPolicy:
 
     def _demand_rising(self) -> bool:
         """The arrival rate's line over a cold start slopes up (else the in-flight one's)."""
-        return self._little.rate_rising() if self._little.known else self._trend.rising()
+        if self._little.known:
+            return not self.scale_in_ahead and self._little.rate_rising()
+        return self._trend.rising()
 
     def n_minus_k_fits(
         self, now_s: float, signals: FleetSignals, cap: int, cold_start_s: float, k: int
     ) -> tuple[bool, str]:
         """Would N−k ready replicas have held the recent peak (`scale_in.n_minus_k_fits`)?"""
+        what = "peak"
         if self._little.known:
             worst = self.expected_demand(now_s, signals.demand, cold_start_s)
+            # The demand when a replica removed now could be back: the rate's line there.
+            ahead = self._little.in_flight_ahead(now_s + cold_start_s)
+            if self.scale_in_ahead and ahead is not None and ahead > worst:
+                worst, what = ahead, f"rising rate in {cold_start_s:.0f} s"
         else:
             forecast = self.forecast(now_s + cold_start_s) or 0.0
             worst = max(self._peak_demand.peak(), forecast)
-        peak = PeakLoad(worst, self._peak_kv_total.peak(), self.peak_s(cold_start_s))
+        peak = PeakLoad(worst, self._peak_kv_total.peak(), self.peak_s(cold_start_s), what)
         slos_s = (self.ttft_p90_slo_s, self.tpot_p90_slo_s)
         return n_minus_k_fits(signals, k, peak, cap, self.headroom_fraction,
                               self.kv_usage_threshold, slos_s, self.slo_attainment)  # fmt: skip
