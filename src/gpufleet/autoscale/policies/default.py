@@ -42,21 +42,10 @@ from gpufleet.autoscale.decision import (
 )
 from gpufleet.autoscale.forecast import LinearTrend, WindowMax
 from gpufleet.autoscale.little import LittleDemand
-from gpufleet.autoscale.policies.saturation import saturation_reasons
+from gpufleet.autoscale.policies.saturation import Streak, saturation_reasons, waiting_streaks
 from gpufleet.autoscale.policies.scale_in import PeakLoad, latency_over_slo, n_minus_k_fits
 from gpufleet.autoscale.signals import FleetSignals, ReplicaSignals
 from gpufleet.errors import UserError
-
-
-@dataclass(slots=True)
-class _Streak:
-    """One replica's run of ticks with requests waiting."""
-
-    since_s: float
-    ticks: int = 0
-    # (time, running) on the run's ticks, learned from only once the run counts as
-    # saturation (`_track_waiting`); a run that never does teaches nothing.
-    pending: list[tuple[float, int]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -128,7 +117,7 @@ class DefaultPolicy:
     _saturated_running: deque[tuple[float, int]] = field(default_factory=deque)
     _n1_ok_since_s: float | None = None
     _last_saturated_s: float | None = None
-    _waiting_streaks: dict[str, _Streak] = field(default_factory=dict)  # ready replicas now waiting
+    _waiting_streaks: dict[str, Streak] = field(default_factory=dict)  # ready replicas now waiting
     _queue_streak: int = 0
     _forecast_streak: int = 0
     _last_change_s: float | None = None
@@ -333,18 +322,10 @@ class DefaultPolicy:
         batch slot; the router sends the next requests elsewhere and a replica more would not
         help. The saturated replicas' batches feed the capacity learned."""
         self._queue_streak = self._queue_streak + 1 if signals.queue_depth > 0 else 0
-        streaks: dict[str, _Streak] = {}
-        persistent = []
-        min_s = self.ttft_p90_slo_s or 0.0
-        for r in signals.ready:
-            if r.waiting <= 0:
-                continue
-            st = streaks[r.replica_id] = self._waiting_streaks.get(r.replica_id, _Streak(now_s))
-            st.ticks += 1
-            if r.running > 0:
-                st.pending = [*st.pending, (now_s, r.running)][-self.learn_min_observations :]
-            if st.ticks >= self.waiting_ticks and now_s - st.since_s >= min_s:
-                persistent.append(r)
+        streaks, persistent = waiting_streaks(
+            now_s, signals, self._waiting_streaks, self.waiting_ticks,
+            self.ttft_p90_slo_s or 0.0, self.learn_min_observations,
+        )  # fmt: skip
         fleet_wide = 2 * len(persistent) >= len(signals.ready)
         queueing = [
             r
