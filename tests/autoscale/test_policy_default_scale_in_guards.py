@@ -1,6 +1,7 @@
 """The default policy's guards against removing replicas it will need again: a capacity
 read from TPOT's tail alone (not from a floor seen under load), no scale-in while the
-latency window misses the SLO at its quantile, none while the demand rises."""
+latency window misses the SLO at its quantile, none while the arrival rate's line a cold
+start ahead outgrows the fewer replicas."""
 
 from __future__ import annotations
 
@@ -80,6 +81,28 @@ def test_no_scale_in_while_the_arrival_rate_rises() -> None:
             rising.append(n)
     assert min(rising) == 8, d.reason
     assert n < 8, d.reason
+
+
+def test_a_rate_that_drifts_up_by_less_than_a_replica_does_not_hold_the_surplus() -> None:
+    # The same 8 replicas, the rate all but flat (8 req/s, + 0.2 over 900 s: its line
+    # slopes up, as one through noise does half the time). Fewer replicas hold the
+    # rate's line a cold start ahead + 10 %: they go. Wave 10's guard (no scale-in while
+    # the line slopes up at all, `scale_in_ahead=False`) held the surplus for 700 s.
+    kw = {"capacity_per_replica": 50, "tpot_p90_slo_s": 0.1, "slo_attainment": 0.99,
+          "tpot_unloaded_s": 0.02, "cold_start_s": 120.0}  # fmt: skip
+    final: dict[bool, tuple[int, str]] = {}
+    for on in (True, False):
+        p = DefaultPolicy(ReplicaBounds(1, 40), scale_in_ahead=on, **kw)  # type: ignore[arg-type]
+        admitted, n = 0.0, 8
+        for t in range(0, 900):
+            rate = 8.0 + 0.2 * t / 900
+            admitted += rate
+            s = signals(n, int(rate * 5), int(admitted), tpot_p90_s=0.02, tpot_p99_s=0.03)
+            d = p.decide(float(t), s)
+            n = d.desired_replicas
+        final[on] = n, d.reason
+    assert final[True][0] <= 6, final[True][1]
+    assert final[False][0] > final[True][0] and "keep: demand rising" in final[False][1]
 
 
 def test_n_minus_k_is_held_to_the_slo_at_its_quantile() -> None:

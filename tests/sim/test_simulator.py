@@ -360,6 +360,19 @@ def test_scale_in_drains_then_cuts_at_the_deadline() -> None:
     assert [c.desired_replicas for c in result.scaling_changes] == [1]
 
 
+def test_a_replica_drained_before_its_deadline_does_not_stretch_the_run() -> None:
+    # Scaled in with room to drain: the replicas stop long before their 600 s deadline,
+    # and the run (to which every replica alive is charged) ends with its last request.
+    reqs = synthetic_requests(num_requests=40, rate=10.0, input_tokens=100, output_tokens=20)
+    spec = AutoscaleSpec(ScriptedScaling([(0.0, 3), (1.0, 1)]), startup_s=0.0,
+                         drain_deadline_s=600.0)  # fmt: skip
+    result = run(config(replicas=3, autoscale=spec), reqs, "least_outstanding")
+    last_s = max(r.finished_s or 0.0 for r in result.requests)
+    assert all(r.error is None for r in result.requests)
+    assert sum(1 for r in result.replicas if r.stopped_s is not None) == 2
+    assert result.end_s < last_s + 5.0, (result.end_s, last_s)
+
+
 def test_a_full_gateway_queue_answers_503_as_the_live_gateway_does() -> None:
     """The gateway's queue is bounded (`queue.max_size`): beyond it a request gets a 503 at
     once. The simulator used to queue without a bound and never answered it."""

@@ -7,9 +7,10 @@ system (in flight / rate over the rate's span, its median over the peak window: 
 backlog that replicas already starting will clear inflates it for a while, and sizing
 for it would start more) times the rate's peak over that window (`ArrivalRate`: at a
 cold start's horizon a fitted trend mostly extrapolates noise, and a least-squares
-in-flight trend carried 120 s ahead overshot every arrival step ~2×). Whether the rate
-is rising (`rate_rising`: the slope of a line through the rate over the peak window) only
-holds a scale-in back: replicas removed on the way up come back a cold start late. Pure.
+in-flight trend carried 120 s ahead overshot every arrival step ~2×). A line through the
+rate over the peak window only bounds a scale-in (`in_flight_ahead`: replicas removed on
+the way up come back a cold start late, so the fewer must hold the demand by then;
+`rate_rising`, its slope's sign, where that guard is off). Pure.
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ class LittleDemand:
     def rate_rising(self) -> bool:
         """The arrival rate's line over the peak window slopes up."""
         return self._rate_trend.rising()
+
+    def in_flight_ahead(self, at_s: float) -> float | None:
+        """The time in the system × the rate's line carried to `at_s` (None: no line yet)."""
+        time_s, rate = self._time_in_system.median(), self._rate_trend.forecast(at_s)
+        return None if time_s is None or rate is None else time_s * max(rate, 0.0)
 
     def time_in_system_s(self) -> float | None:
         return self._time_in_system.median()

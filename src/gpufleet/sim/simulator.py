@@ -189,6 +189,13 @@ class FleetSimulator:
                 clock.now_s = last_work_s = t
                 on_step_done(payload)
                 continue
+            if kind == DRAIN_DEADLINE and payload.stopped_at_s is not None:
+                # The replica drained before its deadline: a stale timer. Run, it set the
+                # clock (and so `end_s`, to which every replica still alive is charged)
+                # up to a drain deadline past the last request: 600 s of the whole fleet
+                # after the autoscale study's last scale-in.
+                count -= 1
+                continue
             if kind in (SCRAPE, TICK, CRASH):
                 if self._finished() and t > last_work_s + cfg.tail_s:
                     count -= 1

@@ -3,7 +3,44 @@ pressure, latency over its SLO. Pure: values in, the reasons (empty: not saturat
 
 from __future__ import annotations
 
-from gpufleet.autoscale.signals import FleetSignals
+from dataclasses import dataclass, field
+
+from gpufleet.autoscale.signals import FleetSignals, ReplicaSignals
+
+
+@dataclass(slots=True)
+class Streak:
+    """One replica's run of ticks with requests waiting."""
+
+    since_s: float
+    ticks: int = 0
+    # (time, running) on the run's ticks, learned from only once the run counts as
+    # saturation (the policy's `_track_waiting`); a run that never does teaches nothing.
+    pending: list[tuple[float, int]] = field(default_factory=list)
+
+
+def waiting_streaks(
+    now_s: float,
+    signals: FleetSignals,
+    previous: dict[str, Streak],
+    min_ticks: int,
+    min_s: float,
+    keep_last: int,
+) -> tuple[dict[str, Streak], list[ReplicaSignals]]:
+    """The ready replicas' runs of waiting (`previous` carried on, a run broken dropped)
+    and those whose run has lasted `min_ticks` ticks and `min_s` seconds."""
+    streaks: dict[str, Streak] = {}
+    persistent = []
+    for r in signals.ready:
+        if r.waiting <= 0:
+            continue
+        st = streaks[r.replica_id] = previous.get(r.replica_id, Streak(now_s))
+        st.ticks += 1
+        if r.running > 0:
+            st.pending = [*st.pending, (now_s, r.running)][-keep_last:]
+        if st.ticks >= min_ticks and now_s - st.since_s >= min_s:
+            persistent.append(r)
+    return streaks, persistent
 
 
 def saturation_reasons(

@@ -41,6 +41,7 @@ class PeakLoad:
     demand: float
     kv_total: float
     span_s: float
+    what: str = "peak"  # what the demand is, in words
 
 
 def n_minus_k_fits(
@@ -64,13 +65,13 @@ def n_minus_k_fits(
     need = worst * (1.0 + headroom)
     kv_each = peak.kv_total / n1
     if need > n1 * cap:
-        return False, f"N−{k} = {n1} × {cap} < peak {worst:.0f} + {headroom:.0%}"
+        return False, f"N−{k} = {n1} × {cap} < {peak.what} {worst:.0f} + {headroom:.0%}"
     if kv_each >= kv_threshold:
         return False, f"N−{k} = {n1} would hold KV {kv_each:.0%} ≥ {kv_threshold:.0%}"
     over = latency_over_slo(signals, n_ready / n1 * (1.0 + headroom), quantile, *slos_s)
     if over:
         return False, f"N−{k} = {n1} would miss {over}"
     return True, (
-        f"N−{k} = {n1} holds peak {worst:.0f} + {headroom:.0%} ≤ {n1 * cap} "
+        f"N−{k} = {n1} holds {peak.what} {worst:.0f} + {headroom:.0%} ≤ {n1 * cap} "
         f"and KV {kv_each:.0%} < {kv_threshold:.0%} over {peak.span_s:g} s"
     )
