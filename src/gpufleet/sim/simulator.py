@@ -176,6 +176,7 @@ class FleetSimulator:
         heap = self.events.heap
         pop = heapq.heappop
         on_step_done = fleet.on_step_done
+        queue = self.fleet_state.queue
         max_events = cfg.max_events
         count = 0
         last_work_s = 0.0
@@ -195,6 +196,9 @@ class FleetSimulator:
                 # up to a drain deadline past the last request: 600 s of the whole fleet
                 # after the autoscale study's last scale-in.
                 count -= 1
+                continue
+            if kind == QUEUE_TIMEOUT and payload not in queue:
+                count -= 1  # routed (or refused) before its deadline: as stale, likewise
                 continue
             if kind in (SCRAPE, TICK, CRASH):
                 if self._finished() and t > last_work_s + cfg.tail_s:
