@@ -54,7 +54,7 @@ from gpufleet.routing.replay import (  # noqa: E402
 from gpufleet.routing.simple import RoundRobin  # noqa: E402
 from gpufleet.routing.types import ReplicaView, RequestInfo  # noqa: E402
 from record import RESULTS, write_result  # noqa: E402
-from routing_replay import BLOCK_TOKENS, jittered, make_router  # noqa: E402
+from routing_replay import BLOCK_TOKENS, jittered, make_router, replay_requests  # noqa: E402
 from routing_workloads import hash_requests, load_requests, source_label  # noqa: E402
 
 CAUSES = (
@@ -211,17 +211,7 @@ def _mean(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def run_source(source: str, args: argparse.Namespace) -> dict[str, Any]:
     raw = load_requests(source, args.offset, args.requests, args.load, args.max_output_tokens)
     hashed = hash_requests(raw, BLOCK_TOKENS, args.routing_block_bytes)
-    requests = [
-        ReplayRequest(
-            arrival_s=h.arrival_s,
-            prefix_hashes=h.routing_hashes,
-            output_tokens=h.output_tokens,
-            session_key=h.session,
-            cache_hashes=h.engine_hashes,
-            prompt_tokens=h.prompt_tokens,
-        )
-        for h in hashed
-    ]
+    requests = replay_requests(hashed)
     by_routing = {h.routing_hashes: h for h in hashed}
     rows = []
     for spec in args.policies.split(","):

@@ -203,12 +203,9 @@ def router_specs(args: argparse.Namespace) -> list[str]:
     return specs + (list(ORACLES) if args.oracles else [])
 
 
-def run_source(source: str, args: argparse.Namespace) -> dict[str, Any]:
-    t0 = time.perf_counter()
-    raw = load_requests(source, args.offset, args.requests, args.load, args.max_output_tokens)
-    hashed = hash_requests(raw, BLOCK_TOKENS, args.routing_block_bytes)
-    load_s = time.perf_counter() - t0
-    requests = [
+def replay_requests(hashed: Sequence[HashedRequest]) -> list[ReplayRequest]:
+    """The hashed workload as the replay's requests (router and engine views of each prompt)."""
+    return [
         ReplayRequest(
             arrival_s=h.arrival_s,
             prefix_hashes=h.routing_hashes,
@@ -219,6 +216,14 @@ def run_source(source: str, args: argparse.Namespace) -> dict[str, Any]:
         )
         for h in hashed
     ]
+
+
+def run_source(source: str, args: argparse.Namespace) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    raw = load_requests(source, args.offset, args.requests, args.load, args.max_output_tokens)
+    hashed = hash_requests(raw, BLOCK_TOKENS, args.routing_block_bytes)
+    load_s = time.perf_counter() - t0
+    requests = replay_requests(hashed)
     by_routing = {h.routing_hashes: h for h in hashed}
     timing = ReplicaTiming(
         cache_blocks=args.kv_blocks,

@@ -373,17 +373,25 @@ def test_a_replica_drained_before_its_deadline_does_not_stretch_the_run() -> Non
     assert result.end_s < last_s + 5.0, (result.end_s, last_s)
 
 
+def queued_for_a_cold_start(
+    num_requests: int, queue_max_size: int, queue_timeout_s: float
+) -> SimResult:
+    """A burst at an empty fleet: the gateway queues it while `queue_depth` starts one
+    replica (2 s cold start)."""
+    reqs = synthetic_requests(num_requests=num_requests, rate=1000.0, input_tokens=100,
+                              output_tokens=8, seed=1)  # fmt: skip
+    policy = make_scaling_policy("queue_depth", ReplicaBounds(0, 1))
+    cfg = config(
+        replicas=0, queue_max_size=queue_max_size, queue_timeout_s=queue_timeout_s,
+        autoscale=AutoscaleSpec(policy, interval_s=1.0, startup_s=2.0),
+    )  # fmt: skip
+    return run(cfg, reqs)
+
+
 def test_a_queued_request_routed_before_its_deadline_does_not_stretch_the_run() -> None:
     # Queued for a cold start and routed long before their 600 s queue deadline: the stale
     # timeouts must not set the clock (and so `end_s`, to which every replica is charged).
-    reqs = synthetic_requests(num_requests=5, rate=1000.0, input_tokens=100, output_tokens=8,
-                              seed=1)  # fmt: skip
-    policy = make_scaling_policy("queue_depth", ReplicaBounds(0, 1))
-    cfg = config(
-        replicas=0, queue_max_size=10, queue_timeout_s=600.0,
-        autoscale=AutoscaleSpec(policy, interval_s=1.0, startup_s=2.0),
-    )  # fmt: skip
-    result = run(cfg, reqs)
+    result = queued_for_a_cold_start(num_requests=5, queue_max_size=10, queue_timeout_s=600.0)
     assert all(r.ok for r in result.requests)
     last_s = max(r.finished_s or 0.0 for r in result.requests)
     assert result.end_s < last_s + 60.0, (result.end_s, last_s)
@@ -392,14 +400,7 @@ def test_a_queued_request_routed_before_its_deadline_does_not_stretch_the_run() 
 def test_a_full_gateway_queue_answers_503_as_the_live_gateway_does() -> None:
     """The gateway's queue is bounded (`queue.max_size`): beyond it a request gets a 503 at
     once. The simulator used to queue without a bound and never answered it."""
-    reqs = synthetic_requests(num_requests=20, rate=1000.0, input_tokens=100, output_tokens=8,
-                              seed=1)  # fmt: skip
-    policy = make_scaling_policy("queue_depth", ReplicaBounds(0, 1))
-    cfg = config(
-        replicas=0, queue_max_size=5, queue_timeout_s=30.0,
-        autoscale=AutoscaleSpec(policy, interval_s=1.0, startup_s=2.0),
-    )  # fmt: skip
-    result = run(cfg, reqs)
+    result = queued_for_a_cold_start(num_requests=20, queue_max_size=5, queue_timeout_s=30.0)
     errors = [r.error for r in result.requests]
     assert errors.count("queue_full") == 15
     assert all(r.dispatched_s is None for r in result.requests if r.error == "queue_full")
