@@ -45,15 +45,22 @@ class RunTuple(tuple[int, ...]):
     @classmethod
     def of_runs(cls, runs: Runs) -> RunTuple:
         """The chain `runs` stand for (built once, from the runs)."""
-        out = cls(chain.from_iterable([range(h, h + n) for h, n in runs]))
+        if len(runs) == 1:  # (most: a tuple of a range is built at its size)
+            h, n = runs[0]
+            out = cls(range(h, h + n))
+        else:
+            out = cls(chain.from_iterable([range(h, h + n) for h, n in runs]))
         out.runs = runs
         return out
 
 
 def run_hashes(runs: Runs) -> list[int]:
     """The chain `runs` stand for, as a new list."""
-    out: list[int] = []
-    for h, n in runs:
+    if not runs:
+        return []
+    h, n = runs[0]
+    out = list(range(h, h + n))  # (built at its size: faster than growing a list)
+    for h, n in runs[1:]:
         out += range(h, h + n)
     return out
 
