@@ -40,7 +40,9 @@ def count_hashing(monkeypatch: pytest.MonkeyPatch) -> Counter[tuple[int, Any]]:
     return calls
 
 
-def capture_prompts(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, tuple[int, ...], list[int], int]]:
+def capture_prompts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> list[tuple[int, tuple[int, ...], list[int], int]]:
     """(request index, router's hashes, engine's prompt hashes as sent, id of that list)
     for every engine request the simulator makes."""
     seen: list[tuple[int, tuple[int, ...], list[int], int]] = []

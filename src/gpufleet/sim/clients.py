@@ -166,9 +166,7 @@ class Clients:
             arrival_s=now_s,
         )
 
-    def _engine_prompt(
-        self, req: SimRequest, input_tokens: int
-    ) -> tuple[TokenSpans, Runs | None]:
+    def _engine_prompt(self, req: SimRequest, input_tokens: int) -> tuple[TokenSpans, Runs | None]:
         """Token ids (as spans) and engine block hashes (as runs: hashed once, whatever the
         attempts) of a prompt. A session's next turn starts with the previous turn's own
         tokens (its prompt and the answer the engine generated), so the engine finds the

@@ -164,9 +164,7 @@ class SegmentHasher:
         self._next_id = next_id
         return runs
 
-    def _other_parent(
-        self, parent: int, key: int, full: int, next_id: int
-    ) -> tuple[int, int, int]:
+    def _other_parent(self, parent: int, key: int, full: int, next_id: int) -> tuple[int, int, int]:
         """(first, count, next id) of a trace block seen after another parent before."""
         seen = self._numbered.get((parent, key))
         if seen is None:
