@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_right, insort
 from collections.abc import Sequence
+from itertools import chain
 from typing import Generic, Protocol, TypeVar
 
 import numpy as np
@@ -36,10 +37,41 @@ class RunTuple(tuple[int, ...]):
     runs: Runs
 
     @classmethod
-    def of(cls, chain: RunList) -> RunTuple:
-        out = cls(chain)
-        out.runs = chain.runs
+    def of(cls, hashes: RunList) -> RunTuple:
+        out = cls(hashes)
+        out.runs = hashes.runs
         return out
+
+    @classmethod
+    def of_runs(cls, runs: Runs) -> RunTuple:
+        """The chain `runs` stand for (built once, from the runs)."""
+        if len(runs) == 1:  # (most: a tuple of a range is built at its size)
+            h, n = runs[0]
+            out = cls(range(h, h + n))
+        else:
+            out = cls(chain.from_iterable([range(h, h + n) for h, n in runs]))
+        out.runs = runs
+        return out
+
+
+def run_hashes(runs: Runs) -> list[int]:
+    """The chain `runs` stand for, as a new list."""
+    if not runs:
+        return []
+    h, n = runs[0]
+    out = list(range(h, h + n))  # (built at its size: faster than growing a list)
+    for h, n in runs[1:]:
+        out += range(h, h + n)
+    return out
+
+
+def hash_at(runs: Runs, i: int) -> int:
+    """The hash at chain position i (0 <= i < the runs' total count)."""
+    for h, n in runs:
+        if i < n:
+            return h + i
+        i -= n
+    raise IndexError("chain position out of range")
 
 
 def runs_known(hashes: Sequence[int]) -> Runs | None:
@@ -59,6 +91,25 @@ def with_runs(hashes: list[int], head: Runs | None) -> RunList:
         _run_on(runs, chain_runs(hashes, covered))
     out = RunList(hashes)
     out.runs = runs
+    return out
+
+
+def runs_of(hashes: Sequence[int], head: Runs | None) -> Runs:
+    """The runs of `hashes`, `head` being those of its first hashes (None: none known);
+    `with_runs` without the copy of the chain."""
+    runs = list(head or [])
+    covered = sum(n for _, n in runs)
+    if covered < len(hashes):
+        _run_on(runs, chain_runs(hashes, covered))
+    return runs
+
+
+def cut_runs_on(runs: Runs, k: int, base: int, n: int) -> Runs:
+    """The runs of the chain's first k hashes, then base..base+n-1 (`cut_and_run_on` on
+    runs alone)."""
+    out = slice_runs(runs, 0, k)
+    if n > 0:
+        _run_on(out, [(base, n)])
     return out
 
 

@@ -80,6 +80,20 @@ def test_trace_blocks_are_numbered_so_new_blocks_run_on() -> None:
     assert longer[:96] == first and len(set(longer)) == len(longer) == 96 + 5
 
 
+def test_a_trace_block_after_several_parents_keeps_a_numbering_for_each() -> None:
+    """A block's numbers are its (parent, key)'s, however many parents a key follows and
+    in whatever order they come (the hasher keeps a key's first parent apart)."""
+    h = SegmentHasher(16)
+    t = [segment_key(KIND_TRACE_BLOCK, i) for i in range(4)]
+    prompts = [((t[p], 512), (t[3], 512)) for p in (0, 1, 2, 0, 2, 1)] + [((t[3], 512),)]
+    chains = [h.hashes(p) for p in prompts]
+    again = [h.hashes(p) for p in reversed(prompts)][::-1]
+    assert chains == again  # (numbered once: seen again, the same)
+    tails = {tuple(c[32:]) for c in chains[:6]} | {tuple(chains[6])}
+    assert len(tails) == 4  # t[3] after t[0], t[1], t[2], and first
+    assert len(set().union(*map(set, chains))) == 3 * 32 + 4 * 32
+
+
 def _write_mooncake(path: Path) -> None:
     rows = [
         {"timestamp": 0, "input_length": 1000, "output_length": 10, "hash_ids": [0, 1]},

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from gpufleet.hash_runs import runs_known
+from gpufleet.hash_runs import Runs, run_hashes, runs_known
 from gpufleet.tokenizer import SPECIAL_TOKENS, VOCAB_SIZE
 
 # Generated tokens are ordinary vocabulary words (never special tokens), so generated
@@ -114,6 +114,7 @@ class EngineRequest:
         arrival_s: float | None = None,
         lora: LoraAdapter | None = None,
         copy: bool = True,
+        prompt_block_runs: Runs | None = None,
     ):
         if not prompt_token_ids:
             raise ValueError("prompt_token_ids must not be empty")
@@ -127,9 +128,14 @@ class EngineRequest:
         self.stop_after_tokens = stop_after_tokens
         # Chained hashes of the full blocks of all_token_ids computed so far (the engine
         # extends them as generated tokens fill blocks).
-        self.block_hashes: list[int] = list(prompt_block_hashes or [])
-        # their runs of consecutive ints, when the maker knows them (`RunList`)
-        self.prompt_runs = runs_known(prompt_block_hashes) if prompt_block_hashes else None
+        # Their runs of consecutive ints, when the maker knows them (`RunList`, or the
+        # runs alone: the chain is then built once, here, from them; never changed).
+        if prompt_block_runs:
+            self.block_hashes: list[int] = run_hashes(prompt_block_runs)
+            self.prompt_runs: Runs | None = prompt_block_runs
+        else:
+            self.block_hashes = list(prompt_block_hashes or [])
+            self.prompt_runs = runs_known(prompt_block_hashes) if prompt_block_hashes else None
         self._rng = seed  # the engine fills in a seed if None
         self.answer_base: int | None = None  # (a `CountedOutputRequest`'s, once known)
         self.arrival_s = arrival_s
@@ -289,6 +295,7 @@ class CountedOutputRequest(EngineRequest):
         seed: int | None = None,
         prompt_block_hashes: list[int] | None = None,
         arrival_s: float | None = None,
+        prompt_block_runs: Runs | None = None,
     ) -> CountedOutputRequest:
         """A request whose prompt is `spans` (its ids are built only if read: the engine
         reads the prompt's length and block hashes, given here, not its ids)."""
@@ -303,6 +310,7 @@ class CountedOutputRequest(EngineRequest):
             prompt_block_hashes=prompt_block_hashes,
             arrival_s=arrival_s,
             copy=False,
+            prompt_block_runs=prompt_block_runs,
         )
         req._prompt = spans
         req.num_prompt_tokens = num_prompt_tokens

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from gpufleet.engine import EngineRequest
 from gpufleet.engine.request import COUNTED_TOKEN, CountedOutputRequest, TokenSpans
 from gpufleet.fleet_state import FleetReplica, Refusal
-from gpufleet.hash_runs import RunTuple, cut_and_run_on, with_runs
+from gpufleet.hash_runs import Runs, RunTuple, cut_runs_on, hash_at, runs_of
 from gpufleet.routing.types import RequestInfo, RoutingPolicy
 from gpufleet.sim.events import ARRIVAL, EventQueue, SimClock
 from gpufleet.sim.results import RequestResult
@@ -37,7 +37,7 @@ class LiveRequest:
     replica: SimReplica | None = None
     engine_req: EngineRequest | None = None
     tried: tuple[FleetReplica, ...] = ()  # replicas that failed it before its first token
-    prompt: tuple[TokenSpans, list[int] | None] | None = None  # kept for a retry
+    prompt: tuple[TokenSpans, Runs | None] | None = None  # kept for a retry
 
     @property
     def pool(self) -> str | None:
@@ -74,7 +74,7 @@ class Clients:
         self.results: list[RequestResult] = []
         self.arrivals_left = len(self.requests)
         self._next_request = 0  # closed loop: next request to hand a client
-        self._turn_tokens: dict[int, tuple[TokenSpans, int, int, list[int]]] = {}
+        self._turn_tokens: dict[int, tuple[TokenSpans, int, int, Runs]] = {}
         # Open loop: (time, event sequence, index) of the first turns not queued yet.
         self._feed: Iterator[tuple[float, int, int]] = iter(())
         # Multi-turn sessions: request index -> the next turn, sent when it ends.
@@ -121,7 +121,8 @@ class Clients:
         tenant = tenants.of(index) if tenants is not None else None
         hashes: tuple[int, ...] = ()
         if self.needs_prefix:
-            hashes = RunTuple.of(self._routing_hasher.chain(req.segments))
+            # (the runs, hashed once; the chain built once from them)
+            hashes = RunTuple.of_runs(self._routing_hasher.runs(req.segments))
         info = RequestInfo(
             request_id=f"sim-{index}",
             model=self._model,
@@ -152,7 +153,7 @@ class Clients:
         req = live.req
         if live.prompt is None:  # built once: a retry sends the same prompt
             live.prompt = self._engine_prompt(req, live.result.input_tokens)
-        spans, hashes = live.prompt
+        spans, runs = live.prompt
         live.result.attempts += 1
         # Only the answer's length matters here: its token ids are never computed, nor
         # the prompt's (its spans stand for them; a retry resends the same).
@@ -161,35 +162,34 @@ class Clients:
             spans,
             req.output_tokens,
             seed=self._seed_base + req.index,
-            prompt_block_hashes=hashes,
+            prompt_block_runs=runs,  # (each attempt's own chain, built from them)
             arrival_s=now_s,
         )
 
-    def _engine_prompt(
-        self, req: SimRequest, input_tokens: int
-    ) -> tuple[TokenSpans, list[int] | None]:
-        """Token ids (as spans) and engine block hashes of a prompt. A session's next turn starts with
-        the previous turn's own tokens (its prompt and the answer the engine generated), so
-        the engine finds the answer's cached blocks as a live replica would."""
+    def _engine_prompt(self, req: SimRequest, input_tokens: int) -> tuple[TokenSpans, Runs | None]:
+        """Token ids (as spans) and engine block hashes (as runs: hashed once, whatever the
+        attempts) of a prompt. A session's next turn starts with the previous turn's own
+        tokens (its prompt and the answer the engine generated), so the engine finds the
+        answer's cached blocks as a live replica would."""
         prev = self._turn_tokens.pop(req.after, None) if req.after is not None else None
         hasher = self._engine_hasher
         if prev is None:
-            hashes = hasher.hashes(req.segments) if hasher is not None else None
-            return ((_PLACEHOLDER, input_tokens),), hashes
-        prev_spans, prev_prompt_len, prev_answer, prev_hashes = prev  # (answer: counted)
+            runs = hasher.runs(req.segments) if hasher is not None else None
+            return ((_PLACEHOLDER, input_tokens),), runs
+        prev_spans, prev_prompt_len, prev_answer, prev_runs = prev  # (answer: counted)
         prev_len = prev_prompt_len + prev_answer
         more = max(0, input_tokens - prev_len)
         spans = (*prev_spans, (COUNTED_TOKEN, prev_answer), (_PLACEHOLDER, more))
         if hasher is None:
             return spans, None
         bs = hasher.block_tokens
-        k = min(len(prev_hashes), prev_len // bs)
-        parent = prev_hashes[k - 1] if k else 0
+        k = min(sum(n for _, n in prev_runs), prev_len // bs)
+        parent = hash_at(prev_runs, k - 1) if k else 0
         # The blocks after the last one the previous turn hashed hold placeholders: only
         # the chain they continue and the previous turn's length tell them apart, so they
         # hash as consecutive ints from those (no per-block work).
         base = hash((parent, _NEXT_TURN, prev_len))
-        return spans, cut_and_run_on(prev_hashes, k, base, (prev_len + more) // bs - k)
+        return spans, cut_runs_on(prev_runs, k, base, (prev_len + more) // bs - k)
 
     def finish(self, live: LiveRequest, ereq: EngineRequest, now_s: float) -> RequestResult:
         """The request's last token reached its client (it left `live` already)."""
@@ -202,13 +202,13 @@ class Clients:
         if live.tenant is not None:
             live.tenant.limits.release()
         if live.req.index in self._followers:  # the next turn resends these tokens
-            hashes = with_runs(ereq.block_hashes, ereq.prompt_runs)  # (its runs found once)
+            runs = runs_of(ereq.block_hashes, ereq.prompt_runs)  # (its runs found once)
             assert isinstance(ereq, CountedOutputRequest)  # (`engine_request` made it)
             self._turn_tokens[live.req.index] = (
                 ereq.prompt_spans,
                 ereq.num_prompt_tokens,
                 ereq.num_output_tokens,
-                hashes,
+                runs,
             )
         return res
 

@@ -76,7 +76,11 @@ class SegmentHasher:
         if block_tokens < 1:
             raise ValueError("block_tokens must be >= 1")
         self.block_tokens = block_tokens
-        self._numbered: dict[tuple[int, int], tuple[int, int]] = {}  # -> (first, count)
+        # (parent, key) -> (first, count): kept as key -> (parent, first, count) for the
+        # first parent a key is seen after (a trace's block nearly always follows the
+        # same blocks: an int key, no tuple to build and hash), by both for the others.
+        self._by_key: dict[int, tuple[int, int, int]] = {}
+        self._numbered: dict[tuple[int, int], tuple[int, int]] = {}
         self._next_id = _FIRST_NUMBERED
 
     def hashes(self, segments: Segments) -> list[int]:
@@ -98,7 +102,7 @@ class SegmentHasher:
         parent = 0
         pieces: list[int] = []  # (key, offset, count) triples of the open block, flattened
         open_tokens = 0
-        numbered = self._numbered
+        by_key = self._by_key
         next_id = self._next_id
         run_first = run_stop = 0  # the numbered run being built (not in `runs` yet)
         for key, n in segments:
@@ -109,13 +113,15 @@ class SegmentHasher:
                 full = n // bs
                 offset = full * bs
                 if _TRACE_KEYS_FROM <= key < _TRACE_KEYS_TO:  # (a trace block)
-                    seen = numbered.get((parent, key))
-                    if seen is None:  # first seen: the next `full` ints
+                    known = by_key.get(key)
+                    if known is None:  # first seen: the next `full` ints
                         first, count = next_id, full
-                        numbered[parent, key] = (next_id, full)
+                        by_key[key] = (parent, next_id, full)
                         next_id += full
+                    elif known[0] == parent:
+                        _, first, count = known
                     else:
-                        first, count = seen
+                        first, count, next_id = self._other_parent(parent, key, full, next_id)
                     if count >= full:
                         if first != run_stop:
                             if run_stop:
@@ -157,6 +163,14 @@ class SegmentHasher:
             _add_run(runs, run_first, run_stop - run_first)
         self._next_id = next_id
         return runs
+
+    def _other_parent(self, parent: int, key: int, full: int, next_id: int) -> tuple[int, int, int]:
+        """(first, count, next id) of a trace block seen after another parent before."""
+        seen = self._numbered.get((parent, key))
+        if seen is None:
+            self._numbered[parent, key] = (next_id, full)
+            return next_id, full, next_id + full
+        return seen[0], seen[1], next_id
 
 
 def _add_run(runs: Runs, first: int, count: int) -> None:
