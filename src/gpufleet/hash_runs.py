@@ -82,21 +82,8 @@ def runs_known(hashes: Sequence[int]) -> Runs | None:
     return runs
 
 
-def with_runs(hashes: list[int], head: Runs | None) -> RunList:
-    """A copy of `hashes` that knows its runs, `head` being those of its first hashes
-    (None: none known)."""
-    runs = list(head or [])
-    covered = sum(n for _, n in runs)
-    if covered < len(hashes):
-        _run_on(runs, chain_runs(hashes, covered))
-    out = RunList(hashes)
-    out.runs = runs
-    return out
-
-
 def runs_of(hashes: Sequence[int], head: Runs | None) -> Runs:
-    """The runs of `hashes`, `head` being those of its first hashes (None: none known);
-    `with_runs` without the copy of the chain."""
+    """The runs of `hashes`, `head` being those of its first hashes (None: none known)."""
     runs = list(head or [])
     covered = sum(n for _, n in runs)
     if covered < len(hashes):
@@ -105,25 +92,10 @@ def runs_of(hashes: Sequence[int], head: Runs | None) -> Runs:
 
 
 def cut_runs_on(runs: Runs, k: int, base: int, n: int) -> Runs:
-    """The runs of the chain's first k hashes, then base..base+n-1 (`cut_and_run_on` on
-    runs alone)."""
+    """The runs of the chain's first k hashes, then base..base+n-1."""
     out = slice_runs(runs, 0, k)
     if n > 0:
         _run_on(out, [(base, n)])
-    return out
-
-
-def cut_and_run_on(hashes: Sequence[int], k: int, base: int, n: int) -> list[int]:
-    """hashes[:k], then base..base+n-1: a `RunList` if `hashes` knows its runs."""
-    out = RunList(hashes[:k])
-    out += range(base, base + n)
-    known = runs_known(hashes)
-    if known is None:
-        return list(out)
-    runs = slice_runs(known, 0, k)
-    if n > 0:
-        _run_on(runs, [(base, n)])
-    out.runs = runs
     return out
 
 

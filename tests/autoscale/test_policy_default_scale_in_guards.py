@@ -9,7 +9,7 @@ import pytest
 
 from autoscale.helpers import windowed
 from gpufleet.autoscale.capacity import SloCapacity
-from gpufleet.autoscale.decision import ReplicaBounds
+from gpufleet.autoscale.decision import ReplicaBounds, ScalingDecision
 from gpufleet.autoscale.policies import DefaultPolicy
 from gpufleet.autoscale.signals import FleetSignals, Percentiles
 
@@ -27,6 +27,15 @@ def at_p99_without_delays() -> DefaultPolicy:
     return DefaultPolicy(ReplicaBounds(1, 40), capacity_per_replica=50, tpot_p90_slo_s=0.1,
                          slo_attainment=0.99, measure_capacity=False,
                          scale_in_stabilization_s=0.0, scale_in_cooldown_s=0.0)  # fmt: skip
+
+
+def eight_at_80(p: DefaultPolicy, t0_s: int, t1_s: int, tpot_p99_s: float) -> list[ScalingDecision]:
+    """The decisions of ticks t0..t1 − 1 s over 8 replicas at 80 in flight, 8 admissions a
+    second since t = 0, TPOT p90 40 ms."""
+    return [
+        p.decide(float(t), signals(8, 80, 8 * (t + 1), tpot_p90_s=0.04, tpot_p99_s=tpot_p99_s))
+        for t in range(t0_s, t1_s)
+    ]
 
 
 def test_a_window_near_the_tpot_floor_seen_under_load_is_read_from_one_request_alone() -> None:
@@ -51,15 +60,10 @@ def test_no_scale_in_while_the_window_misses_the_slo_at_its_quantile() -> None:
     # 1.1 = 50 ms) is well within the 100 ms SLO; but 99 % of requests must meet it and
     # the window's p99 is 120 ms: removing a replica would only miss it more.
     p = at_p99_without_delays()
-    admitted = 0
-    for t in range(0, 300):
-        admitted += 8
-        d = p.decide(float(t), signals(8, 80, admitted, tpot_p90_s=0.04, tpot_p99_s=0.12))
-        assert d.desired_replicas == 8, d.reason
-    assert "keep: TPOT p99 0.12 s > SLO 0.1 s" in d.reason
-    for t in range(300, 600):  # within at p99: it scales in
-        admitted += 8
-        d = p.decide(float(t), signals(8, 80, admitted, tpot_p90_s=0.04, tpot_p99_s=0.06))
+    held = eight_at_80(p, 0, 300, tpot_p99_s=0.12)
+    assert [d.reason for d in held if d.desired_replicas != 8] == []
+    assert "keep: TPOT p99 0.12 s > SLO 0.1 s" in held[-1].reason
+    d = eight_at_80(p, 300, 600, tpot_p99_s=0.06)[-1]  # within at p99: it scales in
     assert d.desired_replicas < 8, d.reason
 
 
@@ -110,10 +114,6 @@ def test_n_minus_k_is_held_to_the_slo_at_its_quantile() -> None:
     # headroom) scales it to 113 ms: 1 % of requests would miss more. The p90 (40 ms →
     # 50 ms) said nothing of it: on the ramp workload a scale-in 7 → 6 with TTFT p99 at
     # its SLO met the burst ten seconds later.
-    p = at_p99_without_delays()
-    admitted = 0
-    for t in range(0, 300):
-        admitted += 8
-        d = p.decide(float(t), signals(8, 80, admitted, tpot_p90_s=0.04, tpot_p99_s=0.09))
-        assert d.desired_replicas == 8, d.reason
-    assert "N−1 = 7 would miss TPOT p99 0.113 s > SLO 0.1 s" in d.reason
+    held = eight_at_80(at_p99_without_delays(), 0, 300, tpot_p99_s=0.09)
+    assert [d.reason for d in held if d.desired_replicas != 8] == []
+    assert "N−1 = 7 would miss TPOT p99 0.113 s > SLO 0.1 s" in held[-1].reason

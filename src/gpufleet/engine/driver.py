@@ -96,9 +96,8 @@ class EngineDriver:
         if run is not None:
             advance = self._advance = Advance(run.step_end_s[-1], None, run)
             return advance
-        steps = engine.num_steps  # (`begin` written out: every step of every replica)
-        outcome = engine.step()
-        return None if engine.num_steps == steps else Advance(outcome.now_s, outcome, None)
+        outcome = self.begin()
+        return None if outcome is None else Advance(outcome.now_s, outcome, None)
 
     def end(self, advance: Advance) -> Outcome:
         """The outcome of `advance` at its due time (a run is applied now if it was not)."""

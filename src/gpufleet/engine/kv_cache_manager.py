@@ -261,7 +261,7 @@ class KVCacheManager:
                 if len(hashes) < stop:
                     hashes += range(base + len(hashes), base + stop)
                 if lazy:
-                    limit = -(-(r.num_prompt_tokens + r.max_tokens) // bs)
+                    limit = self._answer_limit(r)
                     if stop <= limit:
                         reserve.append((rid, base, first, stop, limit))
                         changes.append((rid, k, first, stop, None))
@@ -305,11 +305,8 @@ class KVCacheManager:
             num_cached[rid] = stop
             if chain is not None:
                 register(chain, held[rid])
-        resv = self._resv
         for rid, base, first, _stop, limit in reserve:
-            lazies[rid] = [first, base, limit]
-            insort(self._resv_starts, base + first)
-            resv[base + first] = (base + limit, rid)
+            self._add_reservation(rid, base, first, limit)
         return True
 
     def _unlazy_run(
@@ -324,14 +321,24 @@ class KVCacheManager:
     def _reserve(self, rid: str, base: int, first: int, stop: int, req: EngineRequest) -> bool:
         """Make a counted answer's blocks first..stop-1 lazy, reserving its answer's hashes
         from `first` on, if none of them is cached or reserved (else False: nothing done)."""
-        limit = -(-(req.num_prompt_tokens + req.max_tokens) // self.block_size)
+        limit = self._answer_limit(req)
         wanted = [(base + first, limit - first)]
         if stop > limit or self._reserved_among(wanted) or self.pool.any_cached(wanted):
             return False
+        self._add_reservation(rid, base, first, limit)
+        return True
+
+    def _answer_limit(self, req: EngineRequest) -> int:
+        """The blocks a request can fill at most (prompt + max_tokens): its answer's
+        reservation ends there."""
+        return -(-(req.num_prompt_tokens + req.max_tokens) // self.block_size)
+
+    def _add_reservation(self, rid: str, base: int, first: int, limit: int) -> None:
+        """Make `rid`'s answer lazy from block `first`, reserving hashes base+first ..
+        base+limit-1 (the caller checked that none is cached or reserved)."""
         self._lazy[rid] = [first, base, limit]
         insort(self._resv_starts, base + first)
         self._resv[base + first] = (base + limit, rid)
-        return True
 
     def _reserved_among(self, chain: Runs) -> list[str]:
         """The requests whose reservations meet the hashes of `chain` (runs)."""

@@ -251,13 +251,9 @@ class Scheduler:
                 req.first_token_s = now
                 self.prompt_tokens += req.num_prompt_tokens
             emitted.append(req)
-            # (`finish_reason` written out: every request of every step)
-            out = req.num_output_tokens
-            if out >= req.max_tokens or req.num_prompt_tokens + out >= max_len:
-                self.finish(req, FinishReason.LENGTH, now)
-                finished.append(req)
-            elif req.stop_after_tokens is not None and out >= req.stop_after_tokens:
-                self.finish(req, FinishReason.STOP, now)
+            reason = finish_reason(req, max_len)
+            if reason is not None:
+                self.finish(req, reason, now)
                 finished.append(req)
         self.generation_tokens += len(emitted)
         if finished:

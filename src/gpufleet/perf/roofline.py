@@ -176,11 +176,10 @@ class RooflineStepTimeModel:
         self._expert_bytes = expert_params_gpu * exp_fmt.bytes_per_param
         self._expert_flops_per_assignment = 2.0 * expert_params_gpu
         self._moe_gpus = stage_gpus
-        self._moe_flops_s = (
-            gpu.tflops(compute_dtype(exp_fmt, gpu)) * 1e12 * cal.gemm_efficiency
-            * b.moe_gemm_efficiency
-        )  # fmt: skip
+        # The experts' dense GEMM rate (DeepGEMM's padding runs at it), and the fused-MoE
+        # kernels' share of it.
         self._pad_flops_s = gpu.tflops(compute_dtype(exp_fmt, gpu)) * 1e12 * cal.gemm_efficiency
+        self._moe_flops_s = self._pad_flops_s * b.moe_gemm_efficiency
         # Expert reads at the backend's share of the dense kernels' bandwidth, never past
         # HBM peak (an efficiency product above 1 is no physical kernel).
         self._moe_hbm_bytes_s = min(gpu.hbm_gbps * 1e9, self._hbm_bytes_s * b.moe_efficiency)

@@ -261,13 +261,9 @@ class PrefixAware(PolicyBase):
                     * max(0.0, churn[i] + uncached[i] + 1.0 - (total + uncached[i] + 1.0) / n)
                     for i in range(n)
                 ]
-            # (the deepest match anywhere; its shared part keys the prefix's counts)
-            deepest = max(matches.values())
-            shared_end = self.index.shared_depth(hashes, deepest) or deepest
+            shared_end = self._count_use(hashes, matches)
             if shared_end:
-                self._share_for_rare(
-                    hashes[shared_end - 1], deepest, shared_end, over, matches, ids
-                )
+                self._share_for_rare(hashes[shared_end - 1], shared_end, over, matches, ids)
             if self.keep_history and not cold:
                 # A replica holding this prompt's own history (past the deepest block
                 # prompts branch at) pays the share cost only past the share bound: moving
@@ -318,19 +314,27 @@ class PrefixAware(PolicyBase):
         self._add_pending(request.request_id, chosen.replica_id, work)
         return chosen
 
+    def _count_use(self, hashes: Sequence[int], matches: dict[str, int]) -> int:
+        """Count a prompt under its shared prefix (the shared part of the deepest match
+        anywhere keys it; continuing a conversation if it matched past that), the same for
+        our decisions and our peers'. Its shared prefix's end in blocks (0: none)."""
+        deep = max(matches.values())
+        shared_end = self.index.shared_depth(hashes, deep) or deep
+        if shared_end:
+            self.uses.add(hashes[shared_end - 1], continues=deep > shared_end)
+        return shared_end
+
     def _share_for_rare(
         self,
         key: int,
-        deep: int,
         shared_end: int,
         over: list[float],
         matches: dict[str, int],
         ids: list[str],
     ) -> None:
-        """Count this prompt under its shared prefix `key`; a holder of that prefix (and no
-        more of the prompt) pays the share cost scaled down by how rare and one-shot the
-        prefix is, to `rare_share_floor` (see the module docstring)."""
-        self.uses.add(key, continues=deep > shared_end)
+        """A holder of the shared prefix `key` (and no more of the prompt) pays the share
+        cost scaled down by how rare and one-shot the prefix is, to `rare_share_floor` (see
+        the module docstring)."""
         n = len(ids)
         rare = self.uses.one_shot_fill(key, n, sum(self._recent.values()) + 1.0)
         scale = 1.0 - rare * (1.0 - self.rare_share_floor)
@@ -384,10 +388,7 @@ class PrefixAware(PolicyBase):
         work = 1.0
         if hashes:
             matches = self.index.match(hashes, {*self._recent, replica_id})
-            deep = max(matches.values())
-            shared_end = self.index.shared_depth(hashes, deep) or deep
-            if shared_end:  # (counted under its shared prefix, as ours are)
-                self.uses.add(hashes[shared_end - 1], continues=deep > shared_end)
+            self._count_use(hashes, matches)  # (as ours are)
             work += len(hashes) - matches[replica_id]
             self.index.insert(replica_id, hashes)
             self._mean_prompt_blocks += (len(hashes) - self._mean_prompt_blocks) * (

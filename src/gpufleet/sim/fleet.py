@@ -175,20 +175,8 @@ class SimFleet:
                     self.fleet.first_token(live.info, view, live.policy)
         if outcome.finished:
             self._finished(replica, outcome.finished, now)
-        sched = replica.engine.scheduler  # (`engine.has_work` written out)
-        if sched.running or sched.waiting or replica.engine.in_flight:
-            if not self._jump:
-                self.step(replica)
-                return
-            # (`step` written out for the jumping driver: the usual case)
-            advance = replica.advance = replica.driver.begin_advance()
-            if advance is not None:
-                replica.stepping = True
-                self.events.push(advance.due_s, STEP_DONE, (replica, advance))
-                return
-            replica.stepping = replica.engine.has_work
-            if replica.stepping:
-                self.events.push(now + BLOCKED_RETRY_S, RETRY, replica)
+        if replica.engine.has_work:
+            self.step(replica)
         else:
             replica.stepping = False
             if replica.state is ReplicaState.DRAINING and view.in_flight == 0:
