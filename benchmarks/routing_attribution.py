@@ -54,7 +54,13 @@ from gpufleet.routing.replay import (  # noqa: E402
 from gpufleet.routing.simple import RoundRobin  # noqa: E402
 from gpufleet.routing.types import ReplicaView, RequestInfo  # noqa: E402
 from record import RESULTS, write_result  # noqa: E402
-from routing_replay import BLOCK_TOKENS, jittered, make_router, replay_requests  # noqa: E402
+from routing_replay import (  # noqa: E402
+    BLOCK_TOKENS,
+    add_setup_args,
+    jittered,
+    make_router,
+    replay_requests,
+)
 from routing_workloads import hash_requests, load_requests, source_label  # noqa: E402
 
 CAUSES = (
@@ -249,19 +255,8 @@ def markdown(results: Sequence[dict[str, Any]], args: argparse.Namespace) -> str
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("sources", nargs="*")
-    p.add_argument("--seeds", type=int, default=3, help="runs to average (seed > 0 jitters)")
     p.add_argument("--policies", default="prefix_aware,cache_aware_peer,oracle_prefix_aware")
-    p.add_argument("--requests", type=int, default=1000)
-    p.add_argument("--offset", type=int, default=0)
-    p.add_argument("--load", type=float, default=2.0)
-    p.add_argument("--replicas", type=int, default=4)
-    p.add_argument("--kv-blocks", type=int, default=24_263)
-    p.add_argument("--prefill-tokens-per-s", type=float, default=30_000.0)
-    p.add_argument("--prefill-base-s", type=float, default=0.01)
-    p.add_argument("--tpot-s", type=float, default=0.015)
-    p.add_argument("--max-output-tokens", type=int, default=1024)
-    p.add_argument("--routing-block-bytes", type=int, default=256)
-    p.add_argument("--jitter-s", type=float, default=0.05)
+    add_setup_args(p)
     p.add_argument("--out", default=str(RESULTS / "routing_attribution"))
     args = p.parse_args(argv)
     sources = args.sources or [

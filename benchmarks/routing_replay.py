@@ -336,9 +336,9 @@ def markdown(results: Sequence[dict[str, Any]], args: argparse.Namespace) -> str
     return "\n".join(lines)
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("sources", nargs="*", help="traces or synthetic:NAME (default: all)")
+def add_setup_args(p: argparse.ArgumentParser) -> None:
+    """The workload slice, the replicas and the seeds: shared with routing_attribution, so
+    its causes are those of the replay's rows."""
     p.add_argument("--requests", type=int, default=1000)
     p.add_argument("--offset", type=int, default=0)
     p.add_argument("--load", type=float, default=2.0, help="x the workload's own pace")
@@ -361,6 +361,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--seeds", type=int, default=3, help="runs to average (seed > 0 jitters)")
     p.add_argument("--jitter-s", type=float, default=0.05, help="arrival jitter of seeds > 0")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("sources", nargs="*", help="traces or synthetic:NAME (default: all)")
+    add_setup_args(p)
     p.add_argument(
         "--policies",
         default="prefix_aware,cache_aware_peer,session,least_outstanding,round_robin",
