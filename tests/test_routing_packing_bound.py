@@ -60,3 +60,20 @@ def test_groups_are_conversations_behind_one_shared_prefix(bound: ModuleType) ->
     ]
     groups = bound.groups_of(hashed)
     assert groups == [bound.Group(3, (2, 1)), bound.Group(2, (1,))]
+
+
+def test_the_size_oracle_keeps_each_group_home_and_fills_by_promised_size(
+    bound: ModuleType,
+) -> None:
+    from gpufleet.routing.types import ReplicaView, RequestInfo
+
+    group_of = {(1,): 10, (2,): 20, (3,): 30, (1, 5): 10}
+    oracle = bound.SizeOracle(group_of, {10: 5, 20: 2, 30: 2})
+    views = [ReplicaView(replica_id=f"r{i}", url=f"sim://r{i}") for i in range(2)]
+
+    def route(hashes: tuple[int, ...]) -> str:
+        chosen = oracle.choose(RequestInfo(request_id="q", model="m", prefix_hashes=hashes), views)
+        return chosen.replica_id
+
+    # group 10 (5 requests to come) on r0; 20 and 30 both on r1, promised 2 then 4 < 5
+    assert [route(h) for h in [(1,), (2,), (3,), (1, 5)]] == ["r0", "r1", "r1", "r0"]
