@@ -1,20 +1,20 @@
-"""Where a leave-one-model-out fold loses accuracy that in-sample keeps (issue 14).
+"""Where a held-out fold (a model or a GPU kind left out) loses accuracy that in-sample keeps (issue 14).
 
     python benchmarks/plan_fold_residuals.py [CSV] [--model-configs DIR] [--fold TEXT ...]
-                                             [--out PATH] [--refit-rounds N]
+                                             [--gpu] [--out PATH] [--refit-rounds N]
 
 For each held-out architecture (as `plan_accuracy.py` groups them; --fold TEXT keeps the
-ones whose name contains TEXT), refits the calibration from the prior without it — the
-same refit as `plan_accuracy.py`'s leave-one-model-out — and scores its rows twice: with
-that fold's constants and with the shipped ones (fitted on all rows, the in-sample
-figure). Per campaign (`plan_residuals.group_label`: backend, version, model, GPU,
+ones whose name contains TEXT; --gpu holds out each GPU kind instead), refits the
+calibration from the prior without it — the same refit as `plan_accuracy.py`'s held-out
+ones — and scores its rows twice: with that fold's constants and with the shipped ones
+(fitted on all rows, the in-sample figure). Per campaign (`plan_residuals.group_label`: backend, version, model, GPU,
 layout) it reports both TTFT / TPOT median APEs and TTFT biases, so a fold's loss reads
 as "these campaigns, this sign". Per engine it gives the fold's TTFT median had that
 engine's held-out rows kept their in-sample errors (the share of the loss its constants
 carry), and it lists the constants the fold moved most against the shipped ones (the
 ones only the held-out rows pinned).
 
-Writes benchmarks/results/plan_fold_residuals.{json,md}. Slow: one refit per fold (a few
+Writes benchmarks/results/plan_fold_residuals{,_gpu}.{json,md}. Slow: one refit per fold (a few
 minutes each on a quiet machine).
 """
 
@@ -125,12 +125,15 @@ def run(
     configs_dir: Path | None = None,
     folds: Sequence[str] = (),
     rounds: int = 3,
+    by_gpu: bool = False,
 ) -> dict[str, Any]:
+    """Each fold (an architecture, or with `by_gpu` a GPU kind) refitted from the prior
+    without its rows, and those rows scored with that fold's and the shipped constants."""
     rows = read_rows(csv_path)
     versions = _versions(csv_path)
     groups: dict[Any, list[MeasuredRow]] = defaultdict(list)
     for r in rows:
-        groups[_arch_key(r, configs_dir)].append(r)
+        groups[r.system if by_gpu else _arch_key(r, configs_dir)].append(r)
     shipped = default_calibration()
     report: dict[str, Any] = {"csv": str(csv_path), "folds": {}}
     for name, held in sorted((_group_name(k, g), g) for k, g in groups.items()):
@@ -138,9 +141,11 @@ def run(
         rest = [r for r in rows if id(r) not in held_ids]
         if not rest or (folds and not any(f in name for f in folds)):
             continue
+        shipped_preds, _ = predict_rows(held, shipped, configs_dir)
+        if not shipped_preds:  # none of its rows can be modelled: nothing to score
+            continue
         cal = fit(rest, prior_calibration(), rounds=rounds)
         fold_preds, _ = predict_rows(held, cal, configs_dir)
-        shipped_preds, _ = predict_rows(held, shipped, configs_dir)
         entry = compare(fold_preds, shipped_preds, versions)
         entry["moved_constants"] = moved_constants(cal, shipped)
         entry["calibration"] = calibration_to_dict(cal)
@@ -190,20 +195,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("csv", nargs="?", type=Path, default=None, help="measured-serving CSV")
     parser.add_argument("--model-configs", type=Path, default=None)
     parser.add_argument(
-        "--out", type=Path, default=RESULTS / "plan_fold_residuals", help="path without suffix"
+        "--out", type=Path, default=None, help="path without suffix (default: under results/)"
     )
     parser.add_argument("--fold", action="append", default=[], help="held-out name contains")
+    parser.add_argument("--gpu", action="store_true", help="hold out GPU kinds, not models")
     parser.add_argument("--refit-rounds", type=int, default=3)
     args = parser.parse_args(argv)
     try:
         csv_path = args.csv or default_csv()
-        report = run(csv_path, args.model_configs, args.fold, args.refit_rounds)
+        report = run(csv_path, args.model_configs, args.fold, args.refit_rounds, args.gpu)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    out = args.out or RESULTS / ("plan_fold_residuals_gpu" if args.gpu else "plan_fold_residuals")
     table = markdown(report)
     print(table)
-    json_path, md_path = write_result(args.out, report, table, note=f"CSV: {csv_path.name}")
+    json_path, md_path = write_result(out, report, table, note=f"CSV: {csv_path.name}")
     print(f"\nwrote {json_path} and {md_path}", file=sys.stderr)
     return 0
 

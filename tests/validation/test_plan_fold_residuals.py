@@ -83,3 +83,5 @@ def test_each_fold_is_refitted_from_the_prior(
     assert "### Held out:" in folds.markdown(report)
     only = folds.run(SAMPLE, CONFIGS, folds=["70B"], rounds=1)
     assert list(only["folds"]) == ["meta-llama/Llama-3.1-70B"]
+    by_gpu = folds.run(SAMPLE, CONFIGS, rounds=1, by_gpu=True)
+    assert sorted(by_gpu["folds"]) == ["h100_sxm", "h200_sxm"]  # tpu_v9's row is unmodelled
