@@ -1,4 +1,4 @@
-"""Where a held-out fold (a model or a GPU kind left out) loses accuracy that in-sample keeps (issue 14).
+"""Where a held-out fold (a model or a GPU kind left out) loses what in-sample keeps (issue 14).
 
     python benchmarks/plan_fold_residuals.py [CSV] [--model-configs DIR] [--fold TEXT ...]
                                              [--gpu] [--out PATH] [--refit-rounds N]
