@@ -4,6 +4,7 @@ the batch, so its TPOT barely moves with concurrency (the Qwen3-235B vLLM rows).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 from gpufleet.perf.calibration import BackendCalibration, Calibration
@@ -13,7 +14,7 @@ from gpufleet.plan.engines import DEEPGEMM_BLOCK_ROWS, moe_padded_expert_rows
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.perf_serving import layout_step_model
 from gpufleet.specs.catalog import load_model
-from gpufleet.specs.gpus import load_gpu
+from gpufleet.specs.gpus import gpu_names, load_gpu
 from gpufleet.specs.quant import FP8, FP8_BLOCK, QuantScheme, uniform_scheme
 
 QWEN = "Qwen/Qwen3-235B-A22B"
@@ -75,6 +76,26 @@ def test_only_vllm_block_fp8_on_hopper_below_tp8_pads_every_expert() -> None:
     assert _rows("trtllm", "h200", block, 2) == 0
     dense = load_model("meta-llama/Llama-3.1-8B")
     assert moe_padded_expert_rows("vllm", load_gpu("h200"), dense, block, 2) == 0
+
+
+def test_hopper_is_read_from_the_gpu_s_architecture_not_its_name() -> None:
+    """A Hopper part the name list did not know (H20, H800, GH200, a renamed entry) takes
+    DeepGEMM's path; a GPU named like a Hopper but of another architecture does not."""
+    block = uniform_scheme(FP8_BLOCK)
+    model = load_model(QWEN)
+    h20 = replace(load_gpu("h200"), name="nvidia-h20")
+    assert moe_padded_expert_rows("vllm", h20, model, block, 2) == DEEPGEMM_BLOCK_ROWS
+    not_hopper = replace(load_gpu("h200"), architecture="blackwell")
+    assert moe_padded_expert_rows("vllm", not_hopper, model, block, 2) == 0
+
+
+def test_every_catalog_gpu_names_its_architecture() -> None:
+    known = {"ampere", "ada", "hopper", "blackwell", "cdna3"}
+    assert {name: load_gpu(name).architecture in known for name in gpu_names()} == {
+        name: True for name in gpu_names()
+    }
+    assert load_gpu("gb200").architecture == "blackwell"
+    assert load_gpu("h100-sxm").architecture == "hopper"
 
 
 def test_planner_step_model_applies_the_engine_rule() -> None:

@@ -54,7 +54,6 @@ MIB = 1 << 20
 ENGINES = ("vllm", "sglang", "trtllm")
 # DeepGEMM's M alignment of the contiguous (grouped) layout on Hopper.
 DEEPGEMM_BLOCK_ROWS = 128
-HOPPER_GPUS = ("h100", "h200", "h20", "h800", "gh200")
 
 
 def moe_padded_expert_rows(
@@ -68,7 +67,7 @@ def moe_padded_expert_rows(
     first_moe = next((i for i, spec in enumerate(model.layers) if spec.is_moe), 0)
     experts = scheme.format(first_moe, "experts")
     block_fp8 = experts.name == "fp8" and experts.bytes_per_param > 1.0
-    hopper = gpu.name.split("-")[0] in HOPPER_GPUS  # DeepGEMM's sm90 kernels
+    hopper = gpu.architecture == "hopper"  # DeepGEMM's sm90 kernels
     if engine.lower() == "vllm" and block_fp8 and hopper and tp != 8:
         return DEEPGEMM_BLOCK_ROWS
     return 0

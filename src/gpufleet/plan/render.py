@@ -55,7 +55,8 @@ def _quantization(model: ModelSpec, layout: Layout, gpu: GpuSpec) -> tuple[str |
     if w == "fp8":
         return "fp8", None  # vLLM and SGLang quantize bf16 weights to fp8 at load time
     if w == "int4":
-        method = "awq" if gpu.name.startswith("mi") else "awq_marlin"
+        # Marlin kernels are CUDA only: AMD (CDNA) GPUs take the plain AWQ path.
+        method = "awq" if gpu.architecture.startswith("cdna") else "awq_marlin"
         return method, "int4 needs an AWQ int4 checkpoint of this model as --model"
     if w == "int8":
         return None, "int8 (W8A8) needs a compressed-tensors int8 checkpoint as --model"

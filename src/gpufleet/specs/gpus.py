@@ -32,6 +32,7 @@ class GpuSpec:
     price_per_gpu_hour_usd: float
     gpus_per_node: int
     nvlink_domain_gpus: int = 0  # GPUs reachable at intra_node_gbps (0: gpus_per_node)
+    architecture: str = ""  # kernel generation: ampere, ada, hopper, blackwell, cdna3
 
     def tflops(self, dtype: str) -> float:
         """Dense tensor TFLOP/s for `dtype`; a dtype the GPU has no tensor path for runs at
@@ -95,6 +96,7 @@ def _catalog() -> tuple[dict[str, GpuSpec], dict[str, str]]:
             price_per_gpu_hour_usd=float(entry["price_per_gpu_hour_usd"]),
             gpus_per_node=int(entry["gpus_per_node"]),
             nvlink_domain_gpus=int(entry.get("nvlink_domain_gpus", 0)),
+            architecture=str(entry["architecture"]),
         )
         aliases[_key(name)] = name
         aliases[_key(name).replace("-", "")] = name
