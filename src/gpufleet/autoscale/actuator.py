@@ -64,6 +64,10 @@ class Actuator(Protocol):
 
     def list(self) -> list[ManagedReplica]: ...
 
+    # Optional (the controller looks for it): `async def undrain(replica_id) -> bool` takes
+    # a draining replica back into service, warm, in place of a cold start; False when it
+    # cannot (stopping already). Local processes and Ray have it (`ActuatorBase`).
+
     def observed_cold_start_s(self) -> float | None:
         """Mean seconds from start to ready over recent starts (None before the first)."""
         ...
@@ -86,6 +90,10 @@ class FleetRegistry(Protocol):
 
     async def drain(self, replica_id: str) -> None: ...
 
+    async def undrain(self, replica_id: str) -> None:
+        """Route to a draining replica again (KeyError if the gateway does not know it)."""
+        ...
+
     async def remove(self, replica_id: str) -> None: ...
 
     async def in_flight(self, replica_id: str) -> int | None:
@@ -100,6 +108,9 @@ class NoRegistry:
         return None
 
     async def drain(self, replica_id: str) -> None:
+        return None
+
+    async def undrain(self, replica_id: str) -> None:
         return None
 
     async def remove(self, replica_id: str) -> None:

@@ -32,6 +32,7 @@ class GatewayLike(Protocol):
         engine: str | None = None,
     ) -> Any: ...
     def drain_replica(self, replica_id: str) -> Any: ...
+    def undrain_replica(self, replica_id: str) -> Any: ...
     def remove_replica(self, replica_id: str) -> Any: ...
     def signals(self) -> Any: ...
 
@@ -67,6 +68,9 @@ class InProcessGateway:
 
     async def drain(self, replica_id: str) -> None:
         await _done(self.gateway.drain_replica(replica_id))
+
+    async def undrain(self, replica_id: str) -> None:
+        await _done(self.gateway.undrain_replica(replica_id))
 
     async def remove(self, replica_id: str) -> None:
         self._ids.discard(replica_id)
@@ -110,6 +114,9 @@ class AdminApiGateway:
 
     async def drain(self, replica_id: str) -> None:
         await self._call("POST", f"/admin/replicas/{replica_id}/drain")
+
+    async def undrain(self, replica_id: str) -> None:
+        await self._call("POST", f"/admin/replicas/{replica_id}/undrain")
 
     async def remove(self, replica_id: str) -> None:
         await self._call("DELETE", f"/admin/replicas/{replica_id}")

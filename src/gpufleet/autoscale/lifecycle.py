@@ -33,6 +33,7 @@ class Entry:
     replica: ManagedReplica
     stopping: bool = False
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    draining: asyncio.Task[None] | None = None  # waits for its requests, then stops it
 
 
 E = TypeVar("E", bound=Entry)
@@ -64,6 +65,7 @@ class ActuatorBase(Generic[E]):
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
         self.cut_requests_total = 0  # in flight when a drain deadline forced a stop
+        self.undrained_total = 0  # draining replicas a scale-out took back (no cold start)
 
     async def _halt(self, entry: E) -> None:
         """Stop the replica's processes and free what it holds (the backend's part)."""
@@ -80,7 +82,27 @@ class ActuatorBase(Generic[E]):
         entry.replica.state = ReplicaState.DRAINING
         with contextlib.suppress(KeyError):
             await self.registry.drain(replica_id)
-        self._background(entry, self._finish_drain(entry))
+        entry.draining = self._background(entry, self._finish_drain(entry))
+
+    async def undrain(self, replica_id: str) -> bool:
+        """Take a draining replica back into service: it is warm (and its prefix cache
+        too), so a scale-out has it at once instead of after a cold start. False when it
+        is not draining, or already stopping (its requests finished, or the deadline)."""
+        entry = self._entries.get(replica_id)
+        if entry is None or entry.stopping or entry.replica.state != ReplicaState.DRAINING:
+            return False
+        try:
+            await self.registry.undrain(replica_id)
+        except KeyError:
+            return False  # the gateway forgot it: let the drain finish
+        if entry.stopping or entry.replica.state != ReplicaState.DRAINING:
+            return False  # the drain ended while the gateway was asked
+        if entry.draining is not None:
+            entry.draining.cancel()  # it is waiting (the stop sets `stopping` first)
+            entry.draining = None
+        entry.replica.state = ReplicaState.READY
+        self.undrained_total += 1
+        return True
 
     async def stop(self, replica_id: str) -> None:
         entry = self._entries.get(replica_id)
@@ -129,10 +151,11 @@ class ActuatorBase(Generic[E]):
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2.0))
         return self._session
 
-    def _background(self, entry: E, coro: Coroutine[Any, Any, None]) -> None:
+    def _background(self, entry: E, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
         entry.tasks.add(task)
         task.add_done_callback(entry.tasks.discard)
+        return task
 
     def _mark_ready(self, replica: ManagedReplica, *, cold_start: bool = True) -> float:
         """It passed /health: ready from now; returns the seconds since it was started."""

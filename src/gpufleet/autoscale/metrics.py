@@ -45,8 +45,14 @@ class AutoscaleCollector(Collector):
             "Scaling decisions by direction (out, in, hold).",
             labels=[*labels, "policy", "direction"],
         )
+        undrained = CounterMetricFamily(
+            "gpufleet_autoscale_undrained_replicas",
+            "Draining replicas a scale-out took back into service (warm, no cold start).",
+            labels=[*labels, "policy"],
+        )
         for group, model, c in self.groups:
             policy = c.policy.name
+            undrained.add_metric([group, model, policy], c.undrained)
             counts = {str(s): 0 for s in ReplicaState}
             for m in c.actuator.list():
                 counts[str(m.state)] += 1
@@ -59,3 +65,4 @@ class AutoscaleCollector(Collector):
         yield replicas
         yield desired
         yield decisions
+        yield undrained

@@ -8,6 +8,7 @@ Only this module changes a replica's state, so the rules live in one place:
     ready --N failed probes in a row (active health checking)--> dead, unhealthy;
             back to ready after M passing probes (and not before an ejection ends)
     drain: starting/ready --> draining (no new requests)
+    undrain: draining --> ready (a scale-out took it back before it stopped)
     remove: any --> dead, and out of the table
 
 Every change calls the listeners (the gateway wakes requests waiting for a replica; the
@@ -80,6 +81,17 @@ class ReplicaTable(Generic[R]):
         """No new requests go to it; requests in flight finish. KeyError if unknown."""
         replica = self.by_id[replica_id]
         replica.state = ReplicaState.DRAINING
+        self.changed()
+        return replica
+
+    def undrain(self, replica_id: str) -> R:
+        """A draining replica takes new requests again (ready; dead when its probes are
+        failing, until they pass). KeyError if unknown, ValueError if not draining."""
+        replica = self.by_id[replica_id]
+        if replica.state is not ReplicaState.DRAINING:
+            raise ValueError(f"replica {replica_id!r} is {replica.state}, not draining")
+        healthy = replica.healthy and replica.ejected_until_s is None
+        replica.state = ReplicaState.READY if healthy else ReplicaState.DEAD
         self.changed()
         return replica
 

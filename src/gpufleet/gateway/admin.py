@@ -40,6 +40,7 @@ def build_router(api: AdminApi) -> Router:
     router.add("GET", "/admin/replicas", api.admin(api.list))
     router.add("POST", "/admin/replicas", api.admin(api.add))
     router.add("POST", "/admin/replicas/{replica_id}/drain", api.admin(api.drain))
+    router.add("POST", "/admin/replicas/{replica_id}/undrain", api.admin(api.undrain))
     router.add("DELETE", "/admin/replicas/{replica_id}", api.admin(api.delete))
     router.add("GET", "/admin/signals", api.admin(api.signals))
     router.add("POST", "/admin/reload", api.admin(api.reload))
@@ -148,6 +149,10 @@ class AdminApi:
 
     async def drain(self, request: RouteRequest) -> Reply:
         return await self._on_replica(request, self.gw.drain_replica)
+
+    async def undrain(self, request: RouteRequest) -> Reply:
+        """Back from draining (404 when unknown or not draining: nothing to take back)."""
+        return await self._on_replica(request, self.gw.undrain_replica)
 
     async def delete(self, request: RouteRequest) -> Reply:
         async def remove(rid: str) -> dict[str, Any]:

@@ -229,6 +229,16 @@ class Gateway:
         log.info("replica %s draining", replica_id)
         return replica.to_json()
 
+    def undrain_replica(self, replica_id: str) -> dict[str, Any]:
+        """A draining replica takes requests again (a scale-out took it back). Raises
+        KeyError if unknown or not draining."""
+        try:
+            replica = self.replicas.undrain(replica_id)
+        except ValueError:
+            raise KeyError(replica_id) from None
+        log.info("replica %s back from draining", replica_id)
+        return replica.to_json()
+
     def remove_replica(self, replica_id: str) -> dict[str, Any]:
         """Forget the replica (requests in flight on it still finish). KeyError if unknown."""
         replica = self.replicas.remove(replica_id)

@@ -45,6 +45,9 @@ def handlers(gw: Gateway) -> dict[str, Any]:
     async def drain_replica(replica_id: str) -> dict[str, Any]:
         return gw.drain_replica(replica_id)
 
+    async def undrain_replica(replica_id: str) -> dict[str, Any]:
+        return gw.undrain_replica(replica_id)
+
     async def remove_replica(replica_id: str) -> dict[str, Any]:
         return gw.remove_replica(replica_id)
 
@@ -68,6 +71,7 @@ def handlers(gw: Gateway) -> dict[str, Any]:
         gw.fleet.apply_peer_events(PeerEvents.from_json(events))
 
     return {"add_replica": add_replica, "drain_replica": drain_replica,
+            "undrain_replica": undrain_replica,
             "remove_replica": remove_replica, "reload": reload, "new_id": new_id,
             "replicas": replicas, "signals": signals, "metrics": metrics,
             "peer_events": peer_events}  # fmt: skip
@@ -116,6 +120,7 @@ async def run(args: argparse.Namespace) -> None:
     for path in (
         "/admin/replicas",
         "/admin/replicas/{replica_id}/drain",
+        "/admin/replicas/{replica_id}/undrain",
         "/admin/replicas/{replica_id}",
         "/admin/signals",
         "/admin/reload",

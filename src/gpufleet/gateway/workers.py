@@ -270,6 +270,9 @@ class WorkerPool:
     async def drain_replica(self, replica_id: str) -> dict[str, Any]:
         return await self._change("drain_replica", replica_id=replica_id)
 
+    async def undrain_replica(self, replica_id: str) -> dict[str, Any]:
+        return await self._change("undrain_replica", replica_id=replica_id)
+
     async def remove_replica(self, replica_id: str) -> dict[str, Any]:
         return await self._change("remove_replica", replica_id=replica_id)
 

@@ -86,6 +86,9 @@ class GatewayPeers:
     async def drain(self, replica_id: str) -> None:
         await self._each("drain", replica_id)
 
+    async def undrain(self, replica_id: str) -> None:
+        await self._each("undrain", replica_id)
+
     async def remove(self, replica_id: str) -> None:
         await self._each("remove", replica_id)
 

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from gpufleet.autoscale.controller import scale_in_order
+from gpufleet.autoscale.controller import scale_in_order, undrain_order
 from gpufleet.autoscale.decision import ScalingDecision
 from gpufleet.autoscale.gateway_link import fleet_signals
 from gpufleet.engine import BLOCKED_RETRY_S, Advance, EngineRequest, StepOutcome
@@ -62,6 +62,7 @@ class SimFleet:
         self.fleet_size: list[tuple[float, int, int]] = []  # (t, ready, total)
         self._cold_starts_s: deque[float] = deque(maxlen=8)
         self._next_replica = 0
+        self.undrained = 0  # scale-outs served by a draining replica, not a cold start
         self._jump = config.jump_decode_runs
 
     # -- requests on engines ------------------------------------------------------------
@@ -262,11 +263,27 @@ class SimFleet:
             self.stop(replica)
         else:
             assert self.config.autoscale is not None
-            deadline_s = self.clock.now_s + self.config.autoscale.drain_deadline_s
-            self.events.push(deadline_s, DRAIN_DEADLINE, replica)
+            replica.drain_due_s = self.clock.now_s + self.config.autoscale.drain_deadline_s
+            self.events.push(replica.drain_due_s, DRAIN_DEADLINE, replica)
+
+    def undrain(self, replica: SimReplica) -> bool:
+        """A scale-out takes a draining replica back (as the live actuator does): ready
+        again at once, warm. False if it is not draining (stopped meanwhile)."""
+        if replica.state is not ReplicaState.DRAINING or replica.stopped_at_s is not None:
+            return False
+        self.fleet.table.undrain(replica.replica_id)
+        replica.managed.state = ReplicaState.READY
+        replica.drain_due_s = None  # its deadline's event is stale now
+        self.undrained += 1
+        return True
+
+    def drain_timer_stale(self, replica: SimReplica, t_s: float) -> bool:
+        """Whether a DRAIN_DEADLINE event at `t_s` no longer applies: the replica stopped,
+        or was taken back (and perhaps drained again, with a later deadline)."""
+        return replica.stopped_at_s is not None or replica.drain_due_s != t_s
 
     def on_drain_deadline(self, replica: SimReplica) -> None:
-        if replica.stopped_at_s is not None:
+        if self.drain_timer_stale(replica, self.clock.now_s):
             return
         now = self.clock.now_s
         for rid in sorted(replica.live_ids):
@@ -310,12 +327,16 @@ class SimFleet:
         decision = spec.policy.decide(now, signals)
         self.decisions.append(decision)
         delta = decision.desired_replicas - signals.current_replicas
+        mine = {m.replica_id for m in managed}
         if delta > 0:
+            # Draining replicas first (warm, at once), then cold starts for the rest.
+            for rid in undrain_order(signals, mine)[:delta]:
+                if self.undrain(self.replicas[rid]):
+                    delta -= 1
             for _ in range(delta):
                 self.start(group, group.startup_s)
             self.record_size()
         elif delta < 0:
-            mine = {m.replica_id for m in managed}
             for rid in scale_in_order(signals, mine)[:-delta]:
                 self.drain(self.replicas[rid])
 

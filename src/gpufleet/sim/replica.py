@@ -36,6 +36,7 @@ class SimReplica:
     group: ReplicaGroup | None = None  # its layout (set by `create`)
     spawned_s: float = 0.0  # its process started (after a restart's backoff)
     restarts: int = 0  # crashes it was restarted after
+    drain_due_s: float | None = None  # its drain's deadline (None: not draining)
 
     @classmethod
     def create(

@@ -74,6 +74,7 @@ def summarize(
         "max_mean_requests": max(counts) / mean_count if mean_count else 0.0,
         "max_mean_in_flight": max(loads) / mean_load if mean_load else 0.0,
         "scaling_decisions": len(result.decisions),
+        "undrained": result.undrained,
         "scaling_changes": [
             {
                 "t_s": round(d.now_s, 3),
@@ -197,6 +198,8 @@ def format_summary(s: dict[str, Any], title: str = "gpufleet sim") -> str:
         row("Replica crashes / retried requests", f"{s['crashes']} / {s['retries']}")
     if s["scaling_decisions"]:
         row("Scaling ticks / changes", f"{s['scaling_decisions']} / {len(s['scaling_changes'])}")
+        if s.get("undrained"):
+            row("Drains taken back (no cold start)", str(s["undrained"]))
         for c in s["scaling_changes"][:20]:
             lines.append(f"  t={c['t_s']:>8.1f}s  {c['from']} -> {c['to']}  {c['reason']}")
         if len(s["scaling_changes"]) > 20:

@@ -99,6 +99,8 @@ class SimResult:
     fleet_size: list[tuple[float, int, int]] = field(default_factory=list)  # (t, ready, total)
     retries: int = 0  # tries on another replica after one failed a request
     crashes: int = 0  # replica processes that failed
+    # Replicas a scale-out took back while they drained (ready at once, no cold start).
+    undrained: int = 0
 
     @property
     def scaling_changes(self) -> list[ScalingDecision]:

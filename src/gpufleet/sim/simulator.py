@@ -190,8 +190,8 @@ class FleetSimulator:
                 clock.now_s = last_work_s = t
                 on_step_done(payload)
                 continue
-            if kind == DRAIN_DEADLINE and payload.stopped_at_s is not None:
-                # The replica drained before its deadline: a stale timer. Run, it set the
+            if kind == DRAIN_DEADLINE and fleet.drain_timer_stale(payload, t):
+                # The replica drained before its deadline (or was taken back): a stale timer. Run, it set the
                 # clock (and so `end_s`, to which every replica still alive is charged)
                 # up to a drain deadline past the last request: 600 s of the whole fleet
                 # after the autoscale study's last scale-in.
@@ -225,6 +225,7 @@ class FleetSimulator:
             fleet_size=fleet.fleet_size,
             retries=self.gateway.retries,
             crashes=self.faults.crashes if self.faults is not None else 0,
+            undrained=fleet.undrained,
         )
 
     def progress_now(self) -> Progress:
