@@ -137,3 +137,46 @@ def test_fleet_signals_merge_gateway_and_actuator_views() -> None:
     assert s.tpot_s is None
     assert s.cold_start_s == 12.0
     assert [r.expected_ready_s for r in s.replicas if r.replica_id == "n"] == [5.0]
+
+
+class UndrainingActuator(RecordingActuator):
+    """One that can take a draining replica back (as `ActuatorBase` does)."""
+
+    def __init__(self, replicas: list[ManagedReplica]) -> None:
+        super().__init__(replicas)
+        self.undrained: list[str] = []
+
+    async def undrain(self, replica_id: str) -> bool:
+        for r in self.replicas:
+            if r.replica_id == replica_id and r.state == ReplicaState.DRAINING:
+                r.state = ReplicaState.READY
+                self.undrained.append(replica_id)
+                return True
+        return False
+
+
+async def test_scale_out_takes_draining_replicas_back_before_starting_any() -> None:
+    act = UndrainingActuator(
+        [managed("a"), managed("d1", ReplicaState.DRAINING), managed("d2", ReplicaState.DRAINING)]
+    )
+    frame = {
+        "queue_depth": 12,
+        "in_flight_total": 28,
+        "replicas": [gw_replica("a", 8, 8), gw_replica("d1", 1), gw_replica("d2", 3)],
+    }
+    ctl = Controller(QueueDepthPolicy(ReplicaBounds(1, 8), 8), act, scripted(frame))
+    d = await ctl.tick()
+    assert d.current_replicas == 1 and d.desired_replicas == 5  # (28 + 12) / 8
+    # Both drains are cancelled (the busiest first), and only the rest start cold.
+    assert act.undrained == ["d2", "d1"]
+    assert act.started == [2]
+    assert ctl.undrained == 2 and ctl.to_json()["undrained"] == 2
+
+
+async def test_a_backend_without_undrain_starts_as_before() -> None:
+    act = RecordingActuator([managed("a"), managed("d1", ReplicaState.DRAINING)])
+    frame = {"queue_depth": 4, "in_flight_total": 16,
+             "replicas": [gw_replica("a", 8, 8), gw_replica("d1", 2)]}  # fmt: skip
+    ctl = Controller(QueueDepthPolicy(ReplicaBounds(1, 8), 8), act, scripted(frame))
+    await ctl.tick()
+    assert act.started == [2] and ctl.undrained == 0

@@ -67,6 +67,9 @@ class Recorder:
     async def drain(self, replica_id: str) -> None:
         self.calls.append(("drain", replica_id))
 
+    async def undrain(self, replica_id: str) -> None:
+        self.calls.append(("undrain", replica_id))
+
     async def remove(self, replica_id: str) -> None:
         self.calls.append(("remove", replica_id))
 
@@ -126,6 +129,32 @@ async def test_drain_lets_in_flight_finish_then_stops(actuator: LocalProcessActu
     rec = actuator.registry
     assert isinstance(rec, Recorder)
     assert [c for c, _ in rec.calls] == ["add", "drain", "remove"]
+
+
+@pytest.mark.process
+async def test_undrain_takes_a_draining_replica_back_warm(actuator: LocalProcessActuator) -> None:
+    [r] = await actuator.start(1)
+    await wait_for(lambda: r.state == ReplicaState.READY)
+    pid = r.pid
+    async with aiohttp.ClientSession() as s:
+        req = asyncio.create_task(s.post(f"{r.url}/v1/completions", json={"hold_s": 1.0}))
+        await asyncio.sleep(0.3)  # let the request reach the server: the drain waits for it
+        await actuator.drain(r.replica_id)
+        assert r.state == ReplicaState.DRAINING
+        assert await actuator.undrain(r.replica_id)
+        assert r.state == ReplicaState.READY and actuator.undrained_total == 1
+        assert (await req).status == 200
+        # The cancelled drain does not stop it once its request is done: the same process
+        # serves on, with no new cold start.
+        await asyncio.sleep(1.0)
+        assert actuator.list() == [r] and alive(pid or 0)
+        async with s.post(f"{r.url}/v1/completions", json={}) as resp:
+            assert (await resp.json())["pid"] == pid
+    assert not await actuator.undrain(r.replica_id)  # ready: nothing to take back
+    rec = actuator.registry
+    assert isinstance(rec, Recorder)
+    assert [c for c, _ in rec.calls] == ["add", "drain", "undrain"]
+    assert len(actuator._cold_starts_s) == 1
 
 
 @pytest.mark.process

@@ -58,6 +58,23 @@ def test_drain_and_remove() -> None:
         f.table.add(replica("b"))
 
 
+def test_undrain_returns_a_draining_replica_to_routing() -> None:
+    f = fleet()
+    a, b = ready(f, "a"), ready(f, "b")
+    f.table.drain("a")
+    assert f.table.undrain("a") is a
+    assert a.state is ReplicaState.READY and f.table.eligible("m", None) == [a, b]
+    with pytest.raises(ValueError):
+        f.table.undrain("a")  # ready: not draining
+    with pytest.raises(KeyError):
+        f.table.undrain("nope")
+    # One whose probes are failing comes back dead, until they pass again.
+    f.table.drain("b")
+    b.healthy = False
+    f.table.undrain("b")
+    assert b.state is ReplicaState.DEAD and f.table.eligible("m", None) == [a]
+
+
 def test_eligibility_by_model_and_pool_follows_changes() -> None:
     f = fleet()
     shared = ready(f, "s", models=("m", "n"))

@@ -71,6 +71,14 @@ async def test_admin_add_drain_delete(
                 assert resp.status == 200
         assert len(stubs[0].received) == before
         assert len(stubs[1].received) == 4
+        # Taken back (a scale-out while it drained), then drained again.
+        async with s.post(f"{base}/{first_id}/undrain") as resp:
+            assert resp.status == 200
+            assert (await resp.json())["state"] == "ready"
+        async with s.post(f"{base}/{first_id}/undrain") as resp:
+            assert resp.status == 404  # not draining: nothing to take back
+        async with s.post(f"{base}/{first_id}/drain") as resp:
+            assert resp.status == 200
         async with s.delete(f"{base}/{first_id}") as resp:
             assert resp.status == 200
         async with s.delete(f"{base}/{first_id}") as resp:
