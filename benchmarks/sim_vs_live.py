@@ -128,6 +128,7 @@ def figures(
     requests: int,
     changes: list[tuple[float, int, int, str]],
     cut: int,
+    undrained: int = 0,
 ) -> dict[str, Any]:
     """What both sides report: (sent, TTFT, TPOT) of each completed request, and the
     scaling changes (t, from, to, why) since the traffic began."""
@@ -149,6 +150,7 @@ def figures(
     out["scale_outs"] = sum(1 for _, a, b, _ in changes if b > a)
     out["scale_ins"] = sum(1 for _, a, b, _ in changes if b < a)
     out["cut"] = cut
+    out["undrained"] = undrained  # scale-outs served by taking back a draining replica
     out["changes"] = [(round(t, 1), a, b, why) for t, a, b, why in changes]
     return out
 
@@ -203,13 +205,13 @@ async def live_once(
         changes = [(d.now_s - t0, d.current_replicas, d.desired_replicas, d.reason)
                    for d in run.changes[before:]]  # fmt: skip
         cold_start_s = run.actuator.observed_cold_start_s()
-        cut = run.cut_requests
+        cut, undrained = run.cut_requests, run.undrained
         # The fleet is quiet again: measure what the HTTP path adds to one request.
         overhead_s = await measure_overhead(run, cfg.replicas.model, seed)
         lag_ms = await lag
     results = [RequestResult(**r) for r in got["results"]]
     points = [(r.sent_s, r.ttft_s, r.tpot_s) for r in results if r.ok]
-    out = figures(plan, points, len(results), changes, cut)
+    out = figures(plan, points, len(results), changes, cut, undrained)
     ttft_split = {"client_ms": out["ttft_mean_ms"], "client_n": len(points), **probe.ttft_ms()}
     return {**out, "engine_tokens": probe.tokens(), "cold_start_s": cold_start_s,
             "initial_cold_start_s": initial_cold_start_s, "request_overhead_s": overhead_s,
@@ -298,7 +300,8 @@ def sim_once(
         rows = [(r.arrival_s, r.ttft_s, r.tpot_s, r.replica_id, r.input_tokens, r.prefix_hit_tokens)
                 for r in result.requests]  # fmt: skip
         raw.write_text(json.dumps(rows))
-    return {**figures(plan, points, s["requests"], changes, cut), "engine_tokens": tokens,
+    return {**figures(plan, points, s["requests"], changes, cut, s["undrained"]),
+            "engine_tokens": tokens,
             "cold_start_s": cold_start_s,
             "request_overhead_s": overhead_s, "tick_phase_s": phase_s}  # fmt: skip
 
@@ -311,7 +314,7 @@ PHASES_S = (0.0, 0.2, 0.4, 0.6, 0.8)
 def sim_mean(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The simulator's figures averaged over the tick phases (each run is kept too)."""
     out: dict[str, Any] = {"runs": runs}
-    for key in [*METRICS, "scale_outs", "scale_ins", "cut"]:
+    for key in [*METRICS, *COUNTS]:
         values = [r[key] for r in runs]
         out[key] = sum(values) / len(values)
         out[f"{key}_range"] = (min(values), max(values))
@@ -319,6 +322,7 @@ def sim_mean(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 METRICS = [f"{m}_p{p}_ms" for m in ("ttft", "tpot") for p in PCTS]
+COUNTS = ("scale_outs", "scale_ins", "cut", "undrained")
 
 
 def compare(live: list[dict[str, Any]], sim: dict[str, Any]) -> dict[str, Any]:
@@ -329,7 +333,7 @@ def compare(live: list[dict[str, Any]], sim: dict[str, Any]) -> dict[str, Any]:
         mean = sum(values) / len(values)
         out[key] = {"live_mean": mean, "live_min": min(values), "live_max": max(values),
                     "sim": sim[key], "error": (sim[key] - mean) / mean}  # fmt: skip
-    for key in ("scale_outs", "scale_ins", "cut"):
+    for key in COUNTS:
         values = [r[key] for r in live]
         out[key] = {"live": values, "live_mean": sum(values) / len(values), "sim": sim[key],
                     "sim_range": sim[f"{key}_range"]}  # fmt: skip
@@ -352,7 +356,7 @@ def markdown(cmp: dict[str, Any], sim: dict[str, Any], nominal: dict[str, Any]) 
         lines.append(f"| {key.replace('_', ' ')} | {c['live_mean']:.1f} ({c['live_min']:.1f}–"
                      f"{c['live_max']:.1f}) | {c['sim']:.1f} ({lo:.1f}–{hi:.1f}) | {c['error']:+.1%} "
                      f"| {nominal[key]:.1f} |")  # fmt: skip
-    for key in ("scale_outs", "scale_ins", "cut"):
+    for key in COUNTS:
         c = cmp[key]
         lo, hi = c["sim_range"]
         lines.append(f"| {key.replace('_', '-')} | {c['live_mean']:.1f} ({', '.join(map(str, c['live']))}) "

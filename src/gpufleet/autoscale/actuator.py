@@ -77,6 +77,7 @@ class FleetActuator(Actuator, Protocol):
     """What `gpufleet up` holds of any backend: the interface, a close, and a tally."""
 
     cut_requests_total: int  # in flight when a drain deadline forced a stop
+    undrained_total: int  # draining replicas a scale-out took back (no cold start)
 
     async def close(self) -> None:
         """Stop every replica (on shutdown); leaves nothing behind."""

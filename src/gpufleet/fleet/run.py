@@ -88,6 +88,13 @@ class FleetRun:
             self.actuator.cut_requests_total
         )
 
+    @property
+    def undrained(self) -> int:
+        """Scale-outs served by taking back a draining replica (no cold start)."""
+        return sum(g.actuator.undrained_total for g in self.groups) or (
+            self.actuator.undrained_total
+        )
+
     def managed(self) -> list[ManagedReplica]:
         """Every group's replicas."""
         actuators = [g.actuator for g in self.groups] or [self.actuator]
@@ -378,6 +385,7 @@ def _summary(
         scale_outs=sum(1 for d in run.changes if d.delta > 0),
         scale_ins=sum(1 for d in run.changes if d.delta < 0),
         cut_by_scale_in=run.cut_requests,
+        undrained=run.undrained,
     )
     console.print("\n[bold]summary[/bold]")
     for line in summary_lines(summary):

@@ -61,6 +61,7 @@ class Summary:
     scale_outs: int
     scale_ins: int
     cut_by_scale_in: int
+    undrained: int = 0  # scale-outs served by taking back a draining replica
 
     @property
     def saved_fraction(self) -> float:
@@ -81,6 +82,7 @@ def summarize(
     scale_outs: int = 0,
     scale_ins: int = 0,
     cut_by_scale_in: int = 0,
+    undrained: int = 0,
 ) -> Summary:
     ok = [r for r in results if r.ok]
     kinds: dict[str, int] = {}
@@ -113,6 +115,7 @@ def summarize(
         scale_outs=scale_outs,
         scale_ins=scale_ins,
         cut_by_scale_in=cut_by_scale_in,
+        undrained=undrained,
     )
 
 
@@ -131,7 +134,8 @@ def summary_lines(s: Summary) -> list[str]:
         f"TTFT p50 {_ms(s.ttft_p50_s)}, p90 {_ms(s.ttft_p90_s)}, p99 {_ms(s.ttft_p99_s)}",
         f"TPOT p50 {_ms(s.tpot_p50_s)}, p90 {_ms(s.tpot_p90_s)}, p99 {_ms(s.tpot_p99_s)}",
         f"scaling: {s.scale_outs} scale-outs, {s.scale_ins} scale-ins, "
-        f"{s.cut_by_scale_in} requests cut by a scale-in",
+        f"{s.cut_by_scale_in} requests cut by a scale-in, "
+        f"{s.undrained} draining replicas taken back",
         f"replica-seconds {s.replica_seconds:.0f} used vs {s.static_peak_replica_seconds:.0f} "
         f"for {s.peak_replicas} replicas (the peak) held for {s.duration_s:.0f} s: "
         f"{s.saved_fraction:.0%} saved",
