@@ -60,6 +60,38 @@ async def test_actuator_registers_drains_and_removes_through_the_gateway(via: st
         await gw.stop()
 
 
+@pytest.mark.parametrize("via", ["in_process", "admin_api"])
+async def test_a_draining_replica_taken_back_routes_again(via: str) -> None:
+    gw = Gateway(validate_config({"port": 0, "admin_key": "adm", "models": ["tiny"]}))
+    port = await gw.start("127.0.0.1", 0)
+    link: InProcessGateway | AdminApiGateway = (
+        InProcessGateway(gw)
+        if via == "in_process"
+        else AdminApiGateway(f"http://127.0.0.1:{port}", "adm")
+    )
+    act = LocalProcessActuator(
+        f"{sys.executable} {TINY} --port {{port}}", registry=link, drain_deadline_s=10.0
+    )
+    try:
+        [r] = await act.start(1)
+        await _until(lambda: any(x["state"] == "ready" for x in gw.list_replicas()))
+        gw.replicas.by_id[r.replica_id].in_flight = 1  # a request it still holds
+        await act.drain(r.replica_id)
+        assert [x["state"] for x in gw.list_replicas()] == ["draining"]
+        assert await act.undrain(r.replica_id)
+        assert [x["state"] for x in gw.list_replicas()] == ["ready"]
+        gw.replicas.by_id[r.replica_id].in_flight = 0  # it finished: the drain would stop it
+        await asyncio.sleep(0.6)
+        assert act.list() == [r] and r.state == ReplicaState.READY
+        signals = fleet_signals(await link.read_signals(), act.list())
+        assert [x.replica_id for x in signals.ready] == [r.replica_id]
+    finally:
+        await act.close()
+        if isinstance(link, AdminApiGateway):
+            await link.close()
+        await gw.stop()
+
+
 async def test_admin_api_errors_surface() -> None:
     gw = Gateway(validate_config({"port": 0, "admin_key": "adm"}))
     port = await gw.start("127.0.0.1", 0)
@@ -70,6 +102,8 @@ async def test_admin_api_errors_surface() -> None:
             await wrong.read_signals()
         with pytest.raises(KeyError):
             await right.drain("no-such-replica")
+        with pytest.raises(KeyError):
+            await right.undrain("no-such-replica")
     finally:
         await wrong.close()
         await right.close()
