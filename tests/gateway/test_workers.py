@@ -80,6 +80,12 @@ async def test_workers_answer_as_one_gateway(pool: WorkerPool, stubs: list[StubB
         # Every worker served some (the kernel spread the connections).
         per_worker = [await p.call("signals") for p in pool._channels.values()]
         assert all(p["signals"]["streamed_requests_in_window"] > 0 for p in per_worker)
+        # Drained, then taken back (a scale-out): every worker routes to it again.
+        for op, state in (("drain", "draining"), ("undrain", "ready")):
+            async with s.post(pool.url + f"/admin/replicas/{added}/{op}", headers=AUTH) as resp:
+                assert resp.status == 200 and (await resp.json())["state"] == state
+        views = [await p.call("replicas") for p in pool._channels.values()]
+        assert all(r["state"] == "ready" for view in views for r in view)
         # A worker that dies comes back, with the replica added meanwhile.
         victim = pool._procs[0]
         os.kill(victim.pid, signal.SIGKILL)
