@@ -39,11 +39,11 @@ MEAN_IN, MEAN_OUT = 1500, 250
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = ["| policy | attainment (requests) | attainment (1-min windows) | GPU-hours | peak "
-             "| scale-outs / -ins | TTFT p99 s | TPOT p99 ms |", "|" + " --- |" * 8]  # fmt: skip
+             "| scale-outs / -ins (drains taken back) | TTFT p99 s | TPOT p99 ms |", "|" + " --- |" * 8]  # fmt: skip
     for r in rows:
         lines.append(
             f"| {r['name']} | {r['attainment_requests']:.2%} | {r['attainment_windows']:.2%} "
-            f"| {r['gpu_hours']:.1f} | {r['peak_replicas']} | {r['scale_outs']} / {r['scale_ins']} "
+            f"| {r['gpu_hours']:.1f} | {r['peak_replicas']} | {r['scale_outs']} / {r['scale_ins']} ({r.get('undrained', 0)}) "
             f"| {(r['ttft_p99_ms'] or 0) / 1000:.2f} | {r['tpot_p99_ms'] or 0:.0f} |"
         )
     return "\n".join(lines) + "\n"

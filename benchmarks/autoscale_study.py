@@ -203,6 +203,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         "peak_replicas": max((total for _, _, total in result.fleet_size), default=0),
         "scale_outs": sum(1 for d in result.scaling_changes if d.delta > 0),
         "scale_ins": sum(1 for d in result.scaling_changes if d.delta < 0),
+        "undrained": s.get("undrained", 0),  # scale-outs served by a draining replica
         "failed": s["failed"],
         "failures": s["failures"],
         "ttft_p90_ms": s["ttft_ms"].get("p90"),
@@ -307,14 +308,14 @@ def merge_rows(previous: Path, rows: list[dict[str, Any]]) -> tuple[list[dict[st
 
 def markdown(rows: list[dict[str, Any]], static: dict[str, Any]) -> str:
     head = ("| fleet | attainment (requests) | attainment (1-min windows) | GPU-hours | × static "
-            "| cost $ | peak | scale-outs / -ins | TTFT p90 / p99 s | TPOT p90 / p99 ms | failed |\n"
+            "| cost $ | peak | scale-outs / -ins (drains taken back) | TTFT p90 / p99 s | TPOT p90 / p99 ms | failed |\n"
             "|" + " --- |" * 11 + "\n")  # fmt: skip
     lines = []
     for r in [static, *rows]:
         lines.append(
             f"| {r['name']} | {r['attainment_requests']:.2%} | {r['attainment_windows']:.2%} "
             f"| {r['gpu_hours']:.1f} | {r['gpu_hours'] / static['gpu_hours']:.2f} "
-            f"| {r['cost_usd']:.0f} | {r['peak_replicas']} | {r['scale_outs']} / {r['scale_ins']} "
+            f"| {r['cost_usd']:.0f} | {r['peak_replicas']} | {r['scale_outs']} / {r['scale_ins']} ({r.get('undrained', 0)}) "
             f"| {(r['ttft_p90_ms'] or 0) / 1000:.2f} / {(r['ttft_p99_ms'] or 0) / 1000:.2f} "
             f"| {r['tpot_p90_ms'] or 0:.0f} / {r['tpot_p99_ms'] or 0:.0f} | {r['failed']} |"
         )
