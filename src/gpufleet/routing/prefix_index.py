@@ -286,8 +286,22 @@ class PrefixIndex:
         prompts have continued in more than one way: what other prompts share, as opposed
         to the history of one conversation past it."""
         branching = self._branching
-        head = hashes[: max(0, limit)]
-        if not branching or branching.isdisjoint(head):
+        if not branching or limit <= 0:
+            return 0
+        runs = runs_known(hashes)
+        if runs is not None:  # (run by run: no list of the head's hashes)
+            deepest = pos = 0
+            for h, n in runs:
+                m = min(n, limit - pos)
+                if m <= 0:
+                    break
+                if not branching.isdisjoint(range(h, h + m)):
+                    *_, last = compress(range(m), map(branching.__contains__, range(h, h + m)))
+                    deepest = pos + last + 1
+                pos += n
+            return deepest
+        head = hashes[:limit]
+        if branching.isdisjoint(head):
             return 0
         *_, last = compress(range(len(head)), map(branching.__contains__, head))
         return last + 1

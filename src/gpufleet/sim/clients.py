@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from gpufleet.engine import EngineRequest
 from gpufleet.engine.request import COUNTED_TOKEN, CountedOutputRequest, TokenSpans
 from gpufleet.fleet_state import FleetReplica, Refusal
-from gpufleet.hash_runs import HashChain, Runs, RunTuple, cut_runs_on, hash_at, runs_of
+from gpufleet.hash_runs import HashChain, Runs, cut_runs_on, hash_at, runs_of
 from gpufleet.routing.types import RequestInfo, RoutingPolicy
 from gpufleet.sim.events import ARRIVAL, EventQueue, SimClock
 from gpufleet.sim.results import RequestResult
@@ -119,10 +119,10 @@ class Clients:
                                output_tokens=0)  # fmt: skip
         tenants = self.tenants
         tenant = tenants.of(index) if tenants is not None else None
-        hashes: tuple[int, ...] = ()
+        hashes: Sequence[int] = ()
         if self.needs_prefix:
-            # (the runs, hashed once; the chain built once from them)
-            hashes = RunTuple.of_runs(self._routing_hasher.runs(req.segments))
+            # (the runs, hashed once; the chain held as them: no int per block)
+            hashes = HashChain(self._routing_hasher.runs(req.segments))
         info = RequestInfo(
             request_id=f"sim-{index}",
             model=self._model,
