@@ -19,7 +19,7 @@ replica holds as runs with their number of holders and the first block seen afte
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Iterable, Sequence
 from itertools import compress
@@ -162,6 +162,7 @@ class PrefixIndex:
         self._spans: RunIndex[_Span] = RunIndex()  # blocks some replica holds
         # blocks seen continued by a second, other child: branch points
         self._branching: set[int] = set()
+        self._branching_sorted: list[int] = []  # the same, in order (found by range)
         self._last: tuple[Sequence[int], Runs] = ((), [])
 
     def _runs(self, hashes: Sequence[int]) -> Runs:
@@ -224,13 +225,18 @@ class PrefixIndex:
                         at = spans.find(parent)
                         assert at is not None
                         if parent < at.start + at.size - 1:  # its child is parent + 1
-                            self._branching.add(parent)
+                            self._add_branching(parent)
                         elif at.child is None:
                             at.child = a
                         elif at.child != a:
-                            self._branching.add(parent)
+                            self._add_branching(parent)
                     return
                 parent = b - 1
+
+    def _add_branching(self, h: int) -> None:
+        if h not in self._branching:
+            self._branching.add(h)
+            insort(self._branching_sorted, h)
 
     def _hold(self, h: int, n: int, nxt: dict[int, int]) -> None:
         """One more replica holds h..h+n-1 (`nxt`: the block after a chain run's end)."""
@@ -259,7 +265,7 @@ class PrefixIndex:
 
     def _release(self, runs: Iterable[tuple[int, int]]) -> None:
         """One replica fewer holds each of `runs`: forget what nobody holds any more."""
-        spans, branching = self._spans, self._branching
+        spans, branching, ordered = self._spans, self._branching, self._branching_sorted
         for h, n in runs:
             for span, a, b in spans.pieces(h, n):
                 assert span is not None, "a replica's blocks are held"
@@ -267,11 +273,11 @@ class PrefixIndex:
                 part.count -= 1
                 if not part.count:
                     spans.drop(part)
-                    if branching:  # (walking the smaller of the two)
-                        if b - a > len(branching):
-                            branching.difference_update([x for x in branching if a <= x < b])
-                        else:
-                            branching.difference_update(range(a, b))
+                    if ordered:
+                        i, j = bisect_left(ordered, a), bisect_left(ordered, b)
+                        if i < j:
+                            branching.difference_update(ordered[i:j])
+                            del ordered[i:j]
 
     def _evict(self, replica_id: str) -> None:
         lru = self._lru.get(replica_id)
@@ -289,15 +295,16 @@ class PrefixIndex:
         if not branching or limit <= 0:
             return 0
         runs = runs_known(hashes)
-        if runs is not None:  # (run by run: no list of the head's hashes)
+        if runs is not None:  # (run by run, the last branch point in each found by bisection)
+            ordered = self._branching_sorted
             deepest = pos = 0
             for h, n in runs:
                 m = min(n, limit - pos)
                 if m <= 0:
                     break
-                if not branching.isdisjoint(range(h, h + m)):
-                    *_, last = compress(range(m), map(branching.__contains__, range(h, h + m)))
-                    deepest = pos + last + 1
+                j = bisect_left(ordered, h + m)
+                if j and ordered[j - 1] >= h:
+                    deepest = pos + ordered[j - 1] - h + 1
                 pos += n
             return deepest
         head = hashes[:limit]
