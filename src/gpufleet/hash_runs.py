@@ -58,20 +58,17 @@ class HashChain(Sequence[int]):
     """A chain of hashes held as its runs only, with no int object per hash: a prompt of
     ~750 engine blocks is a few runs. It answers the reads a list of the hashes would
     (length, an item, a slice, iteration, `+=`), each in a few steps per run; `runs` are
-    always its own, kept merged where they run on. (Building the list only to read its
+    its own copy of those it was made of, merged with what `+=` adds where that runs on. (Building the list only to read its
     length and a hash or two took a tenth of the simulator's time on Mooncake.)"""
 
     __slots__ = ("_len", "runs")
 
     def __init__(self, runs: Iterable[tuple[int, int]] = ()) -> None:
-        self.runs: Runs = []
-        self._len = 0
-        self._add(list(runs))
-
-    def _add(self, more: Runs) -> None:
-        if more:
-            self._len += sum(n for _, n in more)
-            _run_on(self.runs, more)
+        self.runs: Runs = list(runs)  # (its own: `+=` changes it)
+        total = 0
+        for _, n in self.runs:
+            total += n
+        self._len = total
 
     def __len__(self) -> int:
         return self._len
@@ -103,20 +100,26 @@ class HashChain(Sequence[int]):
     def __iter__(self) -> Iterator[int]:
         return chain.from_iterable([range(h, h + n) for h, n in self.runs])
 
-    def __iadd__(self, more: Iterable[int]) -> HashChain:
-        if type(more) is range and more.step == 1:
-            if len(more):
-                self._add([(more.start, len(more))])
-        elif isinstance(more, HashChain):
-            self._add(list(more.runs))
-        else:
-            hashes = list(more)
-            if hashes:
-                self._add(chain_runs(hashes))
-        return self
-
     def extend(self, more: Iterable[int]) -> None:
-        self.__iadd__(more)
+        runs = self.runs
+        if type(more) is range and more.step == 1:  # (an answer's blocks: one run)
+            n = len(more)
+            if n:
+                self._len += n
+                h = more.start
+                if runs and runs[-1][0] + runs[-1][1] == h:
+                    runs[-1] = (runs[-1][0], runs[-1][1] + n)
+                else:
+                    runs.append((h, n))
+            return
+        tail = list(more.runs) if isinstance(more, HashChain) else chain_runs(list(more))
+        if tail:
+            self._len += sum(n for _, n in tail)
+            _run_on(runs, tail)
+
+    def __iadd__(self, more: Iterable[int]) -> HashChain:
+        self.extend(more)
+        return self
 
     def __add__(self, more: Iterable[int]) -> list[int]:
         return [*self, *more]
