@@ -32,7 +32,7 @@ def test_hash_chain_reads_as_its_list(seed: int) -> None:
         assert chain[i] == hashes[i]
         a, b = sorted(rng.randrange(-len(hashes) - 2, len(hashes) + 2) for _ in range(2))
         assert chain[a:b] == hashes[a:b] and chain[:b] == hashes[:b] and chain[a:] == hashes[a:]
-        assert chain + [7] == [*hashes, 7]
+        assert chain + [7] == [*hashes, 7]  # noqa: RUF005 (`+` is what is tested)
         assert sum(n for _, n in chain.runs) == len(hashes)
         assert chain.runs == chain_runs(hashes)  # (merged where they run on)
     with pytest.raises(IndexError):
