@@ -20,13 +20,14 @@ class StepEnds(Sequence[float]):
     """A read-only sequence of step end times (s) over a float64 array (each read gives
     the Python float `tolist` would)."""
 
-    __slots__ = ("_x",)
+    __slots__ = ("_len", "_x")
 
     def __init__(self, x: npt.NDArray[np.float64]) -> None:
         self._x = x
+        self._len = len(x)
 
     def __len__(self) -> int:
-        return int(self._x.shape[0])
+        return self._len
 
     @overload
     def __getitem__(self, i: int) -> float: ...
@@ -59,7 +60,8 @@ class StepEnds(Sequence[float]):
 
 def steps_ended_by(ends: Sequence[float], t_s: float, hi: int) -> int:
     """`bisect.bisect_right(ends, t_s, 0, hi)`: how many of the first `hi` steps end at or
-    before `t_s` (ends are in order)."""
-    if type(ends) is StepEnds:
-        return int(np.searchsorted(ends._x[:hi], t_s, side="right"))
+    before `t_s` (ends are in order; hi >= 0)."""
+    if type(ends) is StepEnds:  # (in order: the bisection over all of them, capped)
+        found = int(ends._x.searchsorted(t_s, "right"))
+        return found if found < hi else hi
     return bisect.bisect_right(ends, t_s, 0, hi)
