@@ -10,21 +10,22 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator, Sequence
-from typing import overload
+from typing import cast, overload
 
 import numpy as np
 import numpy.typing as npt
 
 
 class StepEnds(Sequence[float]):
-    """A read-only sequence of step end times (s) over a float64 array (each read gives
-    the Python float `tolist` would)."""
+    """A read-only sequence of step end times (s) over a float64 array, read through a
+    memoryview (each read gives the Python float `tolist` would, and `bisect` searches it
+    in C)."""
 
-    __slots__ = ("_len", "_x")
+    __slots__ = ("_len", "_view")
 
-    def __init__(self, x: npt.NDArray[np.float64]) -> None:
-        self._x = x
-        self._len = len(x)
+    def __init__(self, x: npt.NDArray[np.float64] | memoryview) -> None:
+        self._view = x if isinstance(x, memoryview) else x.data
+        self._len = len(self._view)
 
     def __len__(self) -> int:
         return self._len
@@ -37,15 +38,14 @@ class StepEnds(Sequence[float]):
 
     def __getitem__(self, i: int | slice) -> float | StepEnds:
         if isinstance(i, slice):
-            return StepEnds(self._x[i])
-        return float(self._x[i])
+            return StepEnds(self._view[i])
+        return cast(float, self._view[i])
 
     def __iter__(self) -> Iterator[float]:
         return iter(self.tolist())
 
     def tolist(self) -> list[float]:
-        out: list[float] = self._x.tolist()
-        return out
+        return cast(list[float], self._view.tolist())
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, StepEnds | list | tuple):
@@ -60,8 +60,7 @@ class StepEnds(Sequence[float]):
 
 def steps_ended_by(ends: Sequence[float], t_s: float, hi: int) -> int:
     """`bisect.bisect_right(ends, t_s, 0, hi)`: how many of the first `hi` steps end at or
-    before `t_s` (ends are in order; hi >= 0)."""
-    if type(ends) is StepEnds:  # (in order: the bisection over all of them, capped)
-        found = int(ends._x.searchsorted(t_s, "right"))
-        return found if found < hi else hi
+    before `t_s` (ends are in order)."""
+    if type(ends) is StepEnds:
+        return bisect.bisect_right(cast(Sequence[float], ends._view), t_s, 0, hi)
     return bisect.bisect_right(ends, t_s, 0, hi)
