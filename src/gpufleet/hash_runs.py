@@ -100,17 +100,22 @@ class HashChain(Sequence[int]):
     def __iter__(self) -> Iterator[int]:
         return chain.from_iterable([range(h, h + n) for h, n in self.runs])
 
+    def add_run(self, first: int, count: int) -> None:
+        """Append hashes first..first+count-1 (an answer's blocks: one run)."""
+        if count > 0:
+            self._len += count
+            runs = self.runs
+            if runs:
+                h, n = runs[-1]
+                if h + n == first:
+                    runs[-1] = (h, n + count)
+                    return
+            runs.append((first, count))
+
     def extend(self, more: Iterable[int]) -> None:
         runs = self.runs
-        if type(more) is range and more.step == 1:  # (an answer's blocks: one run)
-            n = len(more)
-            if n:
-                self._len += n
-                h = more.start
-                if runs and runs[-1][0] + runs[-1][1] == h:
-                    runs[-1] = (runs[-1][0], runs[-1][1] + n)
-                else:
-                    runs.append((h, n))
+        if type(more) is range and more.step == 1:
+            self.add_run(more.start, len(more))
             return
         tail = list(more.runs) if isinstance(more, HashChain) else chain_runs(list(more))
         if tail:
