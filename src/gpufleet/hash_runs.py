@@ -117,7 +117,14 @@ class HashChain(Sequence[int]):
         if type(more) is range and more.step == 1:
             self.add_run(more.start, len(more))
             return
-        tail = list(more.runs) if isinstance(more, HashChain) else chain_runs(list(more))
+        if isinstance(more, HashChain):
+            tail = list(more.runs)
+        else:
+            hashes = list(more)
+            if 0 < len(hashes) <= 2 and hashes[-1] == hashes[0] + len(hashes) - 1:
+                self.add_run(hashes[0], len(hashes))  # (a block or two of an answer)
+                return
+            tail = chain_runs(hashes)
         if tail:
             self._len += sum(n for _, n in tail)
             _run_on(runs, tail)

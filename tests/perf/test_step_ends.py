@@ -16,7 +16,7 @@ def test_step_ends_read_as_their_list(seed: int) -> None:
     rng = random.Random(seed)
     steps = [rng.choice([0.01, 0.02, 0.0125]) for _ in range(rng.randrange(1, 300))]
     x = np.add.accumulate(np.array(steps))
-    ends, listed = StepEnds(x), x.tolist()
+    ends, listed = StepEnds(x.data), x.tolist()
     assert len(ends) == len(listed) and list(ends) == listed and ends == listed
     for _ in range(50):
         i = rng.randrange(-len(listed), len(listed))

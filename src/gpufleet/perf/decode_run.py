@@ -117,7 +117,7 @@ def decode_run_ends_s(
         if extra_s is not None:
             times += extra_s
         np.add.accumulate(ends, out=ends)  # (np.cumsum's own loop, without its wrapper)
-        return StepEnds(ends[1:])
+        return StepEnds(ends[1:].data)
     if not parts.one_class:
         out = []
         t = start_s
@@ -189,7 +189,7 @@ def decode_run_ends_lean(
             x += extra_s
         x[0] += start_s  # (the clock's first addition; the rest accumulate in order)
         np.add.accumulate(x, out=x)
-        return StepEnds(x)
+        return StepEnds(x.data)
     if num_steps >= LEAN_VECTOR_MIN_STEPS:  # the same operations on arrays, in place
         contexts = np.arange(context_tokens, context_tokens + n * num_steps, n, dtype=np.int64)
         x = _lean_step_times(parts, n, contexts)
@@ -197,7 +197,7 @@ def decode_run_ends_lean(
             x += extra_s
         x[0] += start_s  # (the clock's first addition; the rest accumulate in order)
         np.add.accumulate(x, out=x)
-        return StepEnds(x)
+        return StepEnds(x.data)
     out: list[float] = []
     keep = out.append
     t = start_s

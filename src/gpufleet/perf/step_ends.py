@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator, Sequence
-from typing import cast, overload
-
-import numpy as np
-import numpy.typing as npt
+from typing import Any, cast, overload
 
 
 class StepEnds(Sequence[float]):
@@ -23,9 +20,9 @@ class StepEnds(Sequence[float]):
 
     __slots__ = ("_len", "_view")
 
-    def __init__(self, x: npt.NDArray[np.float64] | memoryview) -> None:
-        self._view = x if isinstance(x, memoryview) else x.data
-        self._len = len(self._view)
+    def __init__(self, view: memoryview) -> None:
+        self._view = view  # (of float64: `ndarray.data`)
+        self._len = len(view)
 
     def __len__(self) -> int:
         return self._len
@@ -37,9 +34,8 @@ class StepEnds(Sequence[float]):
     def __getitem__(self, i: slice) -> StepEnds: ...
 
     def __getitem__(self, i: int | slice) -> float | StepEnds:
-        if isinstance(i, slice):
-            return StepEnds(self._view[i])
-        return cast(float, self._view[i])
+        got: Any = self._view[i]
+        return got if type(got) is float else StepEnds(got)
 
     def __iter__(self) -> Iterator[float]:
         return iter(self.tolist())
