@@ -335,6 +335,11 @@ class RunIndex(Generic[R]):
         self._runs[run.start] = run
         insort(self._starts, run.start)
 
+    def replace(self, run: R, new: R) -> None:
+        """Put `new` in the place of `run`, which starts where it does."""
+        assert new.start == run.start
+        self._runs[new.start] = new
+
     def drop(self, run: R) -> None:
         del self._runs[run.start]
         starts = self._starts

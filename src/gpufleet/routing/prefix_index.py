@@ -90,6 +90,7 @@ class _Lru:
         index, order = self.index, self.order
         new: Runs = []
         for h, n in reversed(runs):
+            at_h = None  # a run it held from h on, wholly inside: the new one takes its key
             for seg, a, b in index.pieces(h, n):
                 if seg is None:
                     new.append((a, b - a))
@@ -104,10 +105,16 @@ class _Lru:
                 elif s < a:
                     seg.size = a - s
                 else:
-                    index.drop(seg)
+                    if s == h:
+                        at_h = seg
+                    else:
+                        index.drop(seg)
                     seg.size = 0
             seg = _Seg(h, n)
-            index.add(seg)
+            if at_h is not None:
+                index.replace(at_h, seg)
+            else:
+                index.add(seg)
             order.append(seg)
         self.held += sum(k for _, k in new)
         if len(order) > 2 * len(index) + 64:  # (mostly runs touched again since: drop them)
