@@ -42,17 +42,6 @@ class RunTuple(tuple[int, ...]):
         out.runs = hashes.runs
         return out
 
-    @classmethod
-    def of_runs(cls, runs: Runs) -> RunTuple:
-        """The chain `runs` stand for (built once, from the runs)."""
-        if len(runs) == 1:  # (most: a tuple of a range is built at its size)
-            h, n = runs[0]
-            out = cls(range(h, h + n))
-        else:
-            out = cls(chain.from_iterable([range(h, h + n) for h, n in runs]))
-        out.runs = runs
-        return out
-
 
 class HashChain(Sequence[int]):
     """A chain of hashes held as its runs only, with no int object per hash: a prompt of
