@@ -312,10 +312,24 @@ class RunIndex(Generic[R]):
     def pieces(self, h: int, n: int) -> list[tuple[R | None, int, int]]:
         """Hashes h..h+n-1 cut where runs begin and end: (run or None, first, stop)."""
         end = h + n
+        runs, starts = self._runs, self._starts
         out: list[tuple[R | None, int, int]] = []
-        while h < end:
-            run = self.find(h)
-            b = min(end, run.start + run.size) if run is not None else self.next_start(h, end)
+        while h < end:  # (`find` and `next_start` written out: every routing decision)
+            run = runs.get(h)
+            if run is None:
+                i = bisect_right(starts, h)
+                if i:
+                    run = runs[starts[i - 1]]
+                    if h >= run.start + run.size:
+                        run = None
+                if run is None:
+                    b = starts[i] if i < len(starts) and starts[i] < end else end
+                    out.append((None, h, b))
+                    h = b
+                    continue
+            b = run.start + run.size
+            if b > end:
+                b = end
             out.append((run, h, b))
             h = b
         return out
