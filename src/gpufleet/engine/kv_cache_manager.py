@@ -241,12 +241,8 @@ class KVCacheManager:
                     return self._unlazy_run(members, computed, num_steps)
                 if stop > first:
                     hashes = r.block_hashes
-                    have = len(hashes)
-                    if have < stop:
-                        if isinstance(hashes, HashChain):
-                            hashes.add_run(pending[1] + have, stop - have)
-                        else:
-                            hashes += range(pending[1] + have, pending[1] + stop)
+                    if len(hashes) < stop:  # (a HashChain takes the range as one run)
+                        hashes.extend(range(pending[1] + len(hashes), pending[1] + stop))
                     changes.append((rid, k, first, stop, None))
                 elif k:
                     changes.append((rid, k, first, first, None))
@@ -265,12 +261,8 @@ class KVCacheManager:
                     hashes += r.next_block_hashes(bs, stop)  # here, which finds its base)
                     base = r.answer_base
             if base is not None:
-                have = len(hashes)
-                if have < stop:
-                    if isinstance(hashes, HashChain):
-                        hashes.add_run(base + have, stop - have)
-                    else:
-                        hashes += range(base + have, base + stop)
+                if len(hashes) < stop:
+                    hashes.extend(range(base + len(hashes), base + stop))
                 if lazy:
                     limit = self._answer_limit(r)
                     if stop <= limit:
