@@ -10,10 +10,11 @@ shared depths and block counts in both, through evictions and removed replicas.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 import pytest
 
-from gpufleet.hash_runs import RunTuple
+from gpufleet.hash_runs import HashChain, RunTuple
 from gpufleet.routing.prefix_index import PrefixIndex
 from gpufleet.workload.segments import (
     KIND_TRACE_BLOCK,
@@ -55,8 +56,10 @@ def test_run_index_matches_the_per_block_index(seed: int) -> None:
     rng = random.Random(seed)
     hasher = SegmentHasher(4)
     made = [hasher.chain(p) for p in random_prompts(rng, 60)]
-    # as the simulator sends them (the runs known) or as plain tuples (found here)
-    chains = [RunTuple.of(c) if seed % 2 else tuple(c) for c in made]
+    # as the simulator sends them (its runs alone, or a tuple that knows them) or as
+    # plain tuples (runs found here)
+    makers = (tuple, RunTuple.of, lambda c: HashChain(c.runs))
+    chains: list[Sequence[int]] = [makers[seed % 3](c) for c in made]
     chains = [c for c in chains if c]
     capacity = rng.choice([5, 20, 60])
     idx, ref = PrefixIndex(capacity), ReferenceIndex(capacity)

@@ -24,12 +24,13 @@ an admission triggered), and none with pp > 1 (kept simple: those engines step).
 
 from __future__ import annotations
 
-import bisect
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpufleet.engine.request import EngineRequest, RequestStatus
+from gpufleet.perf.step_ends import steps_ended_by
 
 if TYPE_CHECKING:
     from gpufleet.engine.engine import Engine
@@ -89,7 +90,7 @@ class DecodeRun:
     engine: Engine
     engine_version: int
     start_s: float
-    step_end_s: list[float]
+    step_end_s: Sequence[float]  # (a `StepEnds` or a list)
     groups: list[DecodeGroup]
     finishes: bool
     calls: list[PipelineCall]  # pp > 1: every micro-batch scheduled, in order
@@ -104,7 +105,7 @@ class DecodeRun:
         if t_s < self.start_s:
             return 0
         ends = self.step_end_s
-        return 1 + bisect.bisect_right(ends, t_s, 0, len(ends) - 1)
+        return 1 + steps_ended_by(ends, t_s, len(ends) - 1)
 
     def blocks_after(self, num_steps: int) -> int:
         """KV blocks the first `num_steps` steps hand out."""
@@ -290,8 +291,8 @@ def _plan_one_stage(
     ends = engine.decode_step_ends_s(len(running), group.context_tokens, steps, engine.now_s,
                                      lora_s)  # fmt: skip
     if until_s is not None:
-        steps = min(steps, 1 + bisect.bisect_right(ends, until_s, 0, steps - 1))
-        del ends[steps:]
+        steps = min(steps, 1 + steps_ended_by(ends, until_s, steps - 1))
+        ends = ends[:steps]
     return DecodeRun(
         engine=engine,
         engine_version=engine.version,

@@ -30,7 +30,7 @@ from itertools import pairwise
 from gpufleet.engine.block_pool import BlockPool
 from gpufleet.engine.block_runs import NO_BLOCKS, Blocks, Held
 from gpufleet.engine.request import EngineRequest
-from gpufleet.hash_runs import Runs, chain_runs, slice_runs
+from gpufleet.hash_runs import HashChain, Runs, chain_runs, slice_runs
 
 
 class KVCacheManager:
@@ -106,6 +106,9 @@ class KVCacheManager:
         known from its prompt's maker)."""
         hashes = req.block_hashes
         rid = req.request_id
+        if type(hashes) is HashChain:  # (held as its runs: always whole, never copied)
+            self._chain[rid] = (len(hashes), hashes.runs)
+            return hashes.runs
         known = self._chain.get(rid)
         if known is None:
             runs = req.prompt_runs
@@ -238,8 +241,8 @@ class KVCacheManager:
                     return self._unlazy_run(members, computed, num_steps)
                 if stop > first:
                     hashes = r.block_hashes
-                    if len(hashes) < stop:
-                        hashes += range(pending[1] + len(hashes), pending[1] + stop)
+                    if len(hashes) < stop:  # (a HashChain takes the range as one run)
+                        hashes.extend(range(pending[1] + len(hashes), pending[1] + stop))
                     changes.append((rid, k, first, stop, None))
                 elif k:
                     changes.append((rid, k, first, first, None))
@@ -259,7 +262,7 @@ class KVCacheManager:
                     base = r.answer_base
             if base is not None:
                 if len(hashes) < stop:
-                    hashes += range(base + len(hashes), base + stop)
+                    hashes.extend(range(base + len(hashes), base + stop))
                 if lazy:
                     limit = self._answer_limit(r)
                     if stop <= limit:
@@ -418,7 +421,10 @@ class KVCacheManager:
             self._num_cached[rid] = full
             return
         found, runs = self._chain.get(rid, (0, []))
-        if found >= full:  # (its runs are known: the prompt's, found for its hits)
+        hashes = req.block_hashes
+        if type(hashes) is HashChain:
+            chain = slice_runs(hashes.runs, start, full)
+        elif found >= full:  # (its runs are known: the prompt's, found for its hits)
             chain = slice_runs(runs, start, full)
         else:  # (a decode's few blocks: found here)
             chain = chain_runs(req.block_hashes, start, full)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -135,7 +136,7 @@ class DecodeRunOutcome:
 
     duration_s: float
     now_s: float
-    step_end_s: list[float]
+    step_end_s: Sequence[float]
     groups: list[list[EngineRequest]]  # requests that decode together
     step_group: list[int]  # per step, the group that emitted (empty: group 0 every step)
     finished: list[EngineRequest] = field(default_factory=list)

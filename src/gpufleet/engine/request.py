@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from gpufleet.hash_runs import Runs, run_hashes, runs_known
+from gpufleet.hash_runs import HashChain, Runs, runs_known
 from gpufleet.tokenizer import SPECIAL_TOKENS, VOCAB_SIZE
 
 # Generated tokens are ordinary vocabulary words (never special tokens), so generated
@@ -129,9 +129,9 @@ class EngineRequest:
         # Chained hashes of the full blocks of all_token_ids computed so far (the engine
         # extends them as generated tokens fill blocks).
         # Their runs of consecutive ints, when the maker knows them (`RunList`, or the
-        # runs alone: the chain is then built once, here, from them; never changed).
+        # runs alone: the chain is then held as its runs, `HashChain`; never changed).
         if prompt_block_runs:
-            self.block_hashes: list[int] = run_hashes(prompt_block_runs)
+            self.block_hashes: list[int] | HashChain = HashChain(prompt_block_runs)
             self.prompt_runs: Runs | None = prompt_block_runs
         else:
             self.block_hashes = list(prompt_block_hashes or [])

@@ -242,7 +242,7 @@ class FleetState(Generic[R]):
         policy.on_started(info, replica)
         if self.outbox is not None:
             routed = isinstance(policy, LearnsFromPeers)
-            self.outbox.started(replica.replica_id, info.tenant, info.prefix_hashes, routed)
+            self.outbox.started(replica.replica_id, info.tenant, tuple(info.prefix_hashes), routed)
 
     def first_token(self, info: RequestInfo, replica: R, policy: RoutingPolicy) -> None:
         replica.streaming += 1

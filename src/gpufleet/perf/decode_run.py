@@ -11,10 +11,13 @@ stepped and jumped runs agree exactly. Short runs loop in Python; long ones use 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
+
+from gpufleet.perf.step_ends import StepEnds
 
 # Runs at least this long are evaluated with numpy (a fixed cost of ~7 µs, then a few ns a
 # step); shorter ones step by step in Python (~0.2 µs a step, ~0.14 µs on the lean path of
@@ -100,7 +103,7 @@ def decode_run_ends_s(
     num_steps: int,
     start_s: float,
     extra_s: float | None = None,
-) -> list[float]:
+) -> Sequence[float]:
     """When each step of that decode run ends, starting at `start_s`: each step's time (plus
     `extra_s`, if given) added to the running sum one at a time, in step order, exactly
     what accumulating `decode_run_times_s` gives (numpy's cumulative sum adds in order)."""
@@ -114,9 +117,7 @@ def decode_run_ends_s(
         if extra_s is not None:
             times += extra_s
         np.add.accumulate(ends, out=ends)  # (np.cumsum's own loop, without its wrapper)
-        result: list[float] = ends.tolist()
-        del result[0]
-        return result
+        return StepEnds(ends[1:].data)
     if not parts.one_class:
         out = []
         t = start_s
@@ -166,7 +167,7 @@ def decode_run_ends_lean(
     num_steps: int,
     start_s: float,
     extra_s: float | None,
-) -> list[float]:
+) -> Sequence[float]:
     """`_ends_one_class` where attention is bound one way at every step (`parts.bound`,
     so the comparison's pick is known) and one tail term: the same float operations in
     the same order, written as one expression (evaluated left to right as the statements
@@ -188,8 +189,7 @@ def decode_run_ends_lean(
             x += extra_s
         x[0] += start_s  # (the clock's first addition; the rest accumulate in order)
         np.add.accumulate(x, out=x)
-        ends: list[float] = x.tolist()
-        return ends
+        return StepEnds(x.data)
     if num_steps >= LEAN_VECTOR_MIN_STEPS:  # the same operations on arrays, in place
         contexts = np.arange(context_tokens, context_tokens + n * num_steps, n, dtype=np.int64)
         x = _lean_step_times(parts, n, contexts)
@@ -197,8 +197,7 @@ def decode_run_ends_lean(
             x += extra_s
         x[0] += start_s  # (the clock's first addition; the rest accumulate in order)
         np.add.accumulate(x, out=x)
-        ends = x.tolist()
-        return ends
+        return StepEnds(x.data)
     out: list[float] = []
     keep = out.append
     t = start_s

@@ -37,6 +37,7 @@ does a few dozen float operations (the engine calls it every iteration).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Protocol
 
 from gpufleet.perf.calibration import Calibration, default_calibration
@@ -361,7 +362,7 @@ class RooflineStepTimeModel:
         num_steps: int,
         start_s: float,
         extra_s: float | None = None,
-    ) -> list[float]:
+    ) -> Sequence[float]:
         """When each step of a decode run ends (see `perf.step_time.decode_step_ends_fn`)."""
         parts = self._decode_parts.get(num_decode) or self._decode_parts_for(num_decode)
         return decode_run_ends_s(parts, num_decode, context_tokens, num_steps, start_s, extra_s)

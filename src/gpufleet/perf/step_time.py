@@ -8,7 +8,7 @@ iteration takes on one layout. It is pure: same batch in, same seconds out.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Protocol, cast, runtime_checkable
@@ -80,7 +80,7 @@ def decode_step_times_fn(model: StepTimeModel) -> DecodeStepTimesFn:
     return one_by_one
 
 
-DecodeStepEndsFn = Callable[[int, int, int, float, float | None], list[float]]
+DecodeStepEndsFn = Callable[[int, int, int, float, float | None], Sequence[float]]
 
 
 def decode_step_ends_fn(model: StepTimeModel) -> DecodeStepEndsFn:

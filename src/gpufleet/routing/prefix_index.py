@@ -19,7 +19,7 @@ replica holds as runs with their number of holders and the first block seen afte
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections import deque
 from collections.abc import Iterable, Sequence
 from itertools import compress
@@ -90,6 +90,7 @@ class _Lru:
         index, order = self.index, self.order
         new: Runs = []
         for h, n in reversed(runs):
+            at_h = None  # a run it held from h on, wholly inside: the new one takes its key
             for seg, a, b in index.pieces(h, n):
                 if seg is None:
                     new.append((a, b - a))
@@ -104,10 +105,16 @@ class _Lru:
                 elif s < a:
                     seg.size = a - s
                 else:
-                    index.drop(seg)
+                    if s == h:
+                        at_h = seg
+                    else:
+                        index.drop(seg)
                     seg.size = 0
             seg = _Seg(h, n)
-            index.add(seg)
+            if at_h is not None:
+                index.replace(at_h, seg)
+            else:
+                index.add(seg)
             order.append(seg)
         self.held += sum(k for _, k in new)
         if len(order) > 2 * len(index) + 64:  # (mostly runs touched again since: drop them)
@@ -162,6 +169,7 @@ class PrefixIndex:
         self._spans: RunIndex[_Span] = RunIndex()  # blocks some replica holds
         # blocks seen continued by a second, other child: branch points
         self._branching: set[int] = set()
+        self._branching_sorted: list[int] = []  # the same, in order (found by range)
         self._last: tuple[Sequence[int], Runs] = ((), [])
 
     def _runs(self, hashes: Sequence[int]) -> Runs:
@@ -224,13 +232,18 @@ class PrefixIndex:
                         at = spans.find(parent)
                         assert at is not None
                         if parent < at.start + at.size - 1:  # its child is parent + 1
-                            self._branching.add(parent)
+                            self._add_branching(parent)
                         elif at.child is None:
                             at.child = a
                         elif at.child != a:
-                            self._branching.add(parent)
+                            self._add_branching(parent)
                     return
                 parent = b - 1
+
+    def _add_branching(self, h: int) -> None:
+        if h not in self._branching:
+            self._branching.add(h)
+            insort(self._branching_sorted, h)
 
     def _hold(self, h: int, n: int, nxt: dict[int, int]) -> None:
         """One more replica holds h..h+n-1 (`nxt`: the block after a chain run's end)."""
@@ -259,7 +272,7 @@ class PrefixIndex:
 
     def _release(self, runs: Iterable[tuple[int, int]]) -> None:
         """One replica fewer holds each of `runs`: forget what nobody holds any more."""
-        spans, branching = self._spans, self._branching
+        spans, branching, ordered = self._spans, self._branching, self._branching_sorted
         for h, n in runs:
             for span, a, b in spans.pieces(h, n):
                 assert span is not None, "a replica's blocks are held"
@@ -267,11 +280,11 @@ class PrefixIndex:
                 part.count -= 1
                 if not part.count:
                     spans.drop(part)
-                    if branching:  # (walking the smaller of the two)
-                        if b - a > len(branching):
-                            branching.difference_update([x for x in branching if a <= x < b])
-                        else:
-                            branching.difference_update(range(a, b))
+                    if ordered:
+                        i, j = bisect_left(ordered, a), bisect_left(ordered, b)
+                        if i < j:
+                            branching.difference_update(ordered[i:j])
+                            del ordered[i:j]
 
     def _evict(self, replica_id: str) -> None:
         lru = self._lru.get(replica_id)
@@ -286,8 +299,23 @@ class PrefixIndex:
         prompts have continued in more than one way: what other prompts share, as opposed
         to the history of one conversation past it."""
         branching = self._branching
-        head = hashes[: max(0, limit)]
-        if not branching or branching.isdisjoint(head):
+        if not branching or limit <= 0:
+            return 0
+        runs = runs_known(hashes)
+        if runs is not None:  # (run by run, the last branch point in each found by bisection)
+            ordered = self._branching_sorted
+            deepest = pos = 0
+            for h, n in runs:
+                m = min(n, limit - pos)
+                if m <= 0:
+                    break
+                j = bisect_left(ordered, h + m)
+                if j and ordered[j - 1] >= h:
+                    deepest = pos + ordered[j - 1] - h + 1
+                pos += n
+            return deepest
+        head = hashes[:limit]
+        if branching.isdisjoint(head):
             return 0
         *_, last = compress(range(len(head)), map(branching.__contains__, head))
         return last + 1

@@ -64,7 +64,8 @@ class RequestInfo:
     prompt_tokens: int = 0
     tenant: str | None = None
     session_key: str | None = None
-    prefix_hashes: tuple[int, ...] = ()  # chained hashes of the prompt's blocks
+    # chained hashes of the prompt's blocks (a tuple; the simulator's: a `HashChain`)
+    prefix_hashes: Sequence[int] = ()
     adapter: str | None = None  # the LoRA adapter asked for; None: the base model
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from gpufleet.engine import EngineRequest
 from gpufleet.engine.request import COUNTED_TOKEN, CountedOutputRequest, TokenSpans
 from gpufleet.fleet_state import FleetReplica, Refusal
-from gpufleet.hash_runs import Runs, RunTuple, cut_runs_on, hash_at, runs_of
+from gpufleet.hash_runs import HashChain, Runs, cut_runs_on, hash_at, runs_of
 from gpufleet.routing.types import RequestInfo, RoutingPolicy
 from gpufleet.sim.events import ARRIVAL, EventQueue, SimClock
 from gpufleet.sim.results import RequestResult
@@ -119,10 +119,10 @@ class Clients:
                                output_tokens=0)  # fmt: skip
         tenants = self.tenants
         tenant = tenants.of(index) if tenants is not None else None
-        hashes: tuple[int, ...] = ()
+        hashes: Sequence[int] = ()
         if self.needs_prefix:
-            # (the runs, hashed once; the chain built once from them)
-            hashes = RunTuple.of_runs(self._routing_hasher.runs(req.segments))
+            # (the runs, hashed once; the chain held as them: no int per block)
+            hashes = HashChain(self._routing_hasher.runs(req.segments))
         info = RequestInfo(
             request_id=f"sim-{index}",
             model=self._model,
@@ -202,7 +202,12 @@ class Clients:
         if live.tenant is not None:
             live.tenant.limits.release()
         if live.req.index in self._followers:  # the next turn resends these tokens
-            runs = runs_of(ereq.block_hashes, ereq.prompt_runs)  # (its runs found once)
+            hashes = ereq.block_hashes
+            runs = (
+                list(hashes.runs)
+                if isinstance(hashes, HashChain)
+                else runs_of(hashes, ereq.prompt_runs)  # (its runs found once)
+            )
             assert isinstance(ereq, CountedOutputRequest)  # (`engine_request` made it)
             self._turn_tokens[live.req.index] = (
                 ereq.prompt_spans,

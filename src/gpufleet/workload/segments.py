@@ -105,6 +105,7 @@ class SegmentHasher:
         by_key = self._by_key
         next_id = self._next_id
         run_first = run_stop = 0  # the numbered run being built (not in `runs` yet)
+        trace_from, trace_to, known_as = _TRACE_KEYS_FROM, _TRACE_KEYS_TO, by_key.get
         for key, n in segments:
             offset = 0
             if open_tokens == 0 and n >= bs:
@@ -112,10 +113,11 @@ class SegmentHasher:
                 # the segment shares its head, as equal tokens would).
                 full = n // bs
                 offset = full * bs
-                if _TRACE_KEYS_FROM <= key < _TRACE_KEYS_TO:  # (a trace block)
-                    known = by_key.get(key)
+                if trace_from <= key < trace_to:  # (a trace block)
+                    known = known_as(key)
                     if known is None:  # first seen: the next `full` ints
-                        first, count = next_id, full
+                        first = next_id
+                        count = full
                         by_key[key] = (parent, next_id, full)
                         next_id += full
                     elif known[0] == parent:
