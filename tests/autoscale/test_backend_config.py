@@ -96,6 +96,9 @@ class PendingActuator:
 
     async def drain(self, replica_id: str) -> None: ...
 
+    async def undrain(self, replica_id: str) -> bool:
+        return False
+
     async def stop(self, replica_id: str) -> None: ...
 
     def list(self) -> list[ManagedReplica]:

@@ -33,6 +33,9 @@ class RecordingActuator:
         self.replicas += new
         return new
 
+    async def undrain(self, replica_id: str) -> bool:
+        return False  # (as Kubernetes: a scale-out starts new replicas)
+
     async def drain(self, replica_id: str) -> None:
         self.drained.append(replica_id)
         for r in self.replicas:
@@ -173,7 +176,7 @@ async def test_scale_out_takes_draining_replicas_back_before_starting_any() -> N
     assert ctl.undrained == 2 and ctl.to_json()["undrained"] == 2
 
 
-async def test_a_backend_without_undrain_starts_as_before() -> None:
+async def test_a_backend_that_cannot_take_a_drain_back_starts_as_before() -> None:
     act = RecordingActuator([managed("a"), managed("d1", ReplicaState.DRAINING)])
     frame = {"queue_depth": 4, "in_flight_total": 16,
              "replicas": [gw_replica("a", 8, 8), gw_replica("d1", 2)]}  # fmt: skip

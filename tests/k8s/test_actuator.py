@@ -95,6 +95,10 @@ async def test_drain_then_scale_in_removes_the_drained_pod(env: Cluster) -> None
         lambda: env.gateway_view(0)[victim] == env.gateway_view(1)[victim] == "draining"
     )
     assert states(act)[victim] == ReplicaState.DRAINING
+    # The pod cannot be taken back (the scale subresource counts it gone): a scale-out
+    # starts a new pod, and this one drains on.
+    assert await act.undrain(victim) is False
+    assert states(act)[victim] == ReplicaState.DRAINING
     # While it serves, the count stays (a few drain polls pass).
     for _ in range(5):
         await env.sync(act)

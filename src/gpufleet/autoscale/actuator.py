@@ -64,9 +64,13 @@ class Actuator(Protocol):
 
     def list(self) -> list[ManagedReplica]: ...
 
-    # Optional (the controller looks for it): `async def undrain(replica_id) -> bool` takes
-    # a draining replica back into service, warm, in place of a cold start; False when it
-    # cannot (stopping already). Local processes and Ray have it (`ActuatorBase`).
+    async def undrain(self, replica_id: str) -> bool:
+        """Take a draining replica back into service, warm, in place of a cold start.
+
+        False when it cannot: the stop has begun, or the backend cannot take one back
+        (Kubernetes); the controller then starts a new one.
+        """
+        ...
 
     def observed_cold_start_s(self) -> float | None:
         """Mean seconds from start to ready over recent starts (None before the first)."""

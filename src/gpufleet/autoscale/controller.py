@@ -103,13 +103,11 @@ class Controller:
         delta = decision.desired_replicas - signals.current_replicas
         if delta > 0:
             # Draining replicas first (warm, at once), where the backend can take one back.
-            undrain = getattr(self.actuator, "undrain", None)
-            if callable(undrain):
-                mine = {m.replica_id for m in managed}
-                for replica_id in undrain_order(signals, mine)[:delta]:
-                    if await undrain(replica_id):
-                        delta -= 1
-                        self.undrained += 1
+            mine = {m.replica_id for m in managed}
+            for replica_id in undrain_order(signals, mine)[:delta]:
+                if await self.actuator.undrain(replica_id):
+                    delta -= 1
+                    self.undrained += 1
         if delta > 0:
             await self.actuator.start(delta)
         elif delta < 0:

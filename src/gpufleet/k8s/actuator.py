@@ -108,8 +108,11 @@ class KubernetesActuator:
         self._pending += new
         return new
 
-    # No `undrain`: the workload controller chose the pod and the scale subresource already
-    # counts it gone, so a scale-out here starts a new pod while a drained one finishes.
+    async def undrain(self, replica_id: str) -> bool:
+        """Never: the workload controller chose the pod and the scale subresource already
+        counts it gone, so a scale-out here starts a new pod while a drained one finishes."""
+        return False
+
     async def drain(self, replica_id: str) -> None:
         victim = self._victim(replica_id)
         if victim is None:
