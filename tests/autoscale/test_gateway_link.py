@@ -4,7 +4,9 @@ both ways: the in-process `Gateway` object and its admin API over HTTP."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -28,8 +30,11 @@ async def _until(cond, timeout_s: float = 20.0) -> None:  # type: ignore[no-unty
         await asyncio.sleep(0.05)
 
 
-@pytest.mark.parametrize("via", ["in_process", "admin_api"])
-async def test_actuator_registers_drains_and_removes_through_the_gateway(via: str) -> None:
+@contextlib.asynccontextmanager
+async def _fleet(
+    via: str,
+) -> AsyncIterator[tuple[Gateway, InProcessGateway | AdminApiGateway, LocalProcessActuator]]:
+    """A real gateway, the actuator's link to it (`via`) and a local-process actuator."""
     gw = Gateway(validate_config({"port": 0, "admin_key": "adm", "models": ["tiny"]}))
     port = await gw.start("127.0.0.1", 0)
     link: InProcessGateway | AdminApiGateway = (
@@ -41,6 +46,17 @@ async def test_actuator_registers_drains_and_removes_through_the_gateway(via: st
         f"{sys.executable} {TINY} --port {{port}}", registry=link, drain_deadline_s=10.0
     )
     try:
+        yield gw, link, act
+    finally:
+        await act.close()
+        if isinstance(link, AdminApiGateway):
+            await link.close()
+        await gw.stop()
+
+
+@pytest.mark.parametrize("via", ["in_process", "admin_api"])
+async def test_actuator_registers_drains_and_removes_through_the_gateway(via: str) -> None:
+    async with _fleet(via) as (gw, link, act):
         [r] = await act.start(1)
         await _until(lambda: r.state == ReplicaState.READY)
         await _until(lambda: any(x["state"] == "ready" for x in gw.list_replicas()))
@@ -53,26 +69,11 @@ async def test_actuator_registers_drains_and_removes_through_the_gateway(via: st
         await _until(lambda: not act.list())
         await _until(lambda: not gw.list_replicas())
         assert await link.in_flight(r.replica_id) is None
-    finally:
-        await act.close()
-        if isinstance(link, AdminApiGateway):
-            await link.close()
-        await gw.stop()
 
 
 @pytest.mark.parametrize("via", ["in_process", "admin_api"])
 async def test_a_draining_replica_taken_back_routes_again(via: str) -> None:
-    gw = Gateway(validate_config({"port": 0, "admin_key": "adm", "models": ["tiny"]}))
-    port = await gw.start("127.0.0.1", 0)
-    link: InProcessGateway | AdminApiGateway = (
-        InProcessGateway(gw)
-        if via == "in_process"
-        else AdminApiGateway(f"http://127.0.0.1:{port}", "adm")
-    )
-    act = LocalProcessActuator(
-        f"{sys.executable} {TINY} --port {{port}}", registry=link, drain_deadline_s=10.0
-    )
-    try:
+    async with _fleet(via) as (gw, link, act):
         [r] = await act.start(1)
         await _until(lambda: any(x["state"] == "ready" for x in gw.list_replicas()))
         gw.replicas.by_id[r.replica_id].in_flight = 1  # a request it still holds
@@ -85,11 +86,6 @@ async def test_a_draining_replica_taken_back_routes_again(via: str) -> None:
         assert act.list() == [r] and r.state == ReplicaState.READY
         signals = fleet_signals(await link.read_signals(), act.list())
         assert [x.replica_id for x in signals.ready] == [r.replica_id]
-    finally:
-        await act.close()
-        if isinstance(link, AdminApiGateway):
-            await link.close()
-        await gw.stop()
 
 
 async def test_admin_api_errors_surface() -> None:
