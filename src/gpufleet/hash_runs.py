@@ -31,18 +31,6 @@ class RunList(list[int]):
         self.runs: Runs = []
 
 
-class RunTuple(tuple[int, ...]):
-    """An immutable chain of hashes that knows its runs (`runs`)."""
-
-    runs: Runs
-
-    @classmethod
-    def of(cls, hashes: RunList) -> RunTuple:
-        out = cls(hashes)
-        out.runs = hashes.runs
-        return out
-
-
 class HashChain(Sequence[int]):
     """A chain of hashes held as its runs only, with no int object per hash: a prompt of
     ~750 engine blocks is a few runs. It answers the reads a list of the hashes would
@@ -159,8 +147,7 @@ def hash_at(runs: Runs, i: int) -> int:
 
 
 def runs_known(hashes: Sequence[int]) -> Runs | None:
-    """The runs a chain knows (`HashChain`, `RunTuple`, and a `RunList` still as made),
-    else None."""
+    """The runs a chain knows (`HashChain`, and a `RunList` still as made), else None."""
     runs: Runs | None = getattr(hashes, "runs", None)
     if runs is not None and type(hashes) is RunList and sum(n for _, n in runs) != len(hashes):
         return None  # (a list grown or cut since)

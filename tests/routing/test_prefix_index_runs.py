@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from gpufleet.hash_runs import HashChain, RunTuple
+from gpufleet.hash_runs import HashChain
 from gpufleet.routing.prefix_index import PrefixIndex
 from gpufleet.workload.segments import (
     KIND_TRACE_BLOCK,
@@ -56,9 +56,9 @@ def test_run_index_matches_the_per_block_index(seed: int) -> None:
     rng = random.Random(seed)
     hasher = SegmentHasher(4)
     made = [hasher.chain(p) for p in random_prompts(rng, 60)]
-    # as the simulator sends them (its runs alone, or a tuple that knows them) or as
+    # as the simulator sends them (its runs alone), as a list that knows its runs, or as
     # plain tuples (runs found here)
-    makers = (tuple, RunTuple.of, lambda c: HashChain(c.runs))
+    makers = (tuple, lambda c: c, lambda c: HashChain(c.runs))
     chains: list[Sequence[int]] = [makers[seed % 3](c) for c in made]
     chains = [c for c in chains if c]
     capacity = rng.choice([5, 20, 60])

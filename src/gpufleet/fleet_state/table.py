@@ -90,8 +90,7 @@ class ReplicaTable(Generic[R]):
         replica = self.by_id[replica_id]
         if replica.state is not ReplicaState.DRAINING:
             raise ValueError(f"replica {replica_id!r} is {replica.state}, not draining")
-        healthy = replica.healthy and replica.ejected_until_s is None
-        replica.state = ReplicaState.READY if healthy else ReplicaState.DEAD
+        replica.state = ReplicaState.READY if _may_serve(replica) else ReplicaState.DEAD
         self.changed()
         return replica
 
@@ -180,11 +179,7 @@ class ReplicaTable(Generic[R]):
             return True
         if not replica.healthy and replica.consecutive_successes >= self.readmit_after_successes:
             replica.healthy = True
-        return (
-            replica.state is ReplicaState.DEAD
-            and replica.healthy
-            and replica.ejected_until_s is None
-        )
+        return replica.state is ReplicaState.DEAD and _may_serve(replica)
 
     def tick(self, now_s: float) -> None:
         """Time passes: ejections that ran out end; every `outlier.interval_s`, the
@@ -196,7 +191,7 @@ class ReplicaTable(Generic[R]):
             if r.ejected_until_s is not None and now_s >= r.ejected_until_s:
                 r.ejected_until_s = None
                 r.consecutive_failures = 0
-                if r.state is ReplicaState.DEAD and r.healthy:
+                if r.state is ReplicaState.DEAD and _may_serve(r):
                     r.state = ReplicaState.READY
                     back = True
         if back:
@@ -268,3 +263,8 @@ class ReplicaTable(Generic[R]):
 
     def __len__(self) -> int:
         return len(self.by_id)
+
+
+def _may_serve(replica: FleetReplica) -> bool:
+    """Passing its probes and not ejected: what a replica needs to be ready."""
+    return replica.healthy and replica.ejected_until_s is None

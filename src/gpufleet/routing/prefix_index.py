@@ -174,7 +174,7 @@ class PrefixIndex:
 
     def _runs(self, hashes: Sequence[int]) -> Runs:
         known = runs_known(hashes)
-        if known is not None:  # (a `RunTuple`: its maker knew them)
+        if known is not None:  # (a `HashChain` or `RunList`: its maker knew them)
             return known
         last, runs = self._last
         if hashes is not last or type(hashes) is not tuple:  # (match, then insert: once)
