@@ -41,7 +41,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,21 +117,29 @@ def leave_one_out(
     that optimum stays near it (the held-out figure would leak). The refit is the analytic
     one (the engine path is too slow to fit through); with `engine` the held-out rows are
     then predicted on the engine with those constants."""
-    groups: dict[Any, list[MeasuredRow]] = defaultdict(list)
-    for r in rows:
-        groups[group_of(r)].append(r)
     held_out_preds: list[RowPrediction] = []
     per_group: dict[str, dict[str, Any]] = {}
-    for name, held in sorted((_group_name(k, g), g) for k, g in groups.items()):
-        held_ids = {id(r) for r in held}
-        rest = [r for r in rows if id(r) not in held_ids]
-        if not rest or (folds and not any(f in name for f in folds)):
-            continue
+    for name, held, rest in held_out_folds(rows, group_of, folds):
         cal = fit(rest, prior_calibration(), rounds=rounds, recipes=recipes, loss=loss)
         preds, _ = predict_rows(held, cal, configs_dir, engine=engine, recipes=recipes)
         held_out_preds += preds
         per_group[name] = summarize(preds)
     return summarize(held_out_preds), per_group
+
+
+def held_out_folds(
+    rows: Sequence[MeasuredRow], group_of: Callable[[MeasuredRow], Any], folds: Sequence[str] = ()
+) -> Iterator[tuple[str, list[MeasuredRow], list[MeasuredRow]]]:
+    """Each group's name, its rows (held out) and the other rows, in name order: only the
+    groups whose name contains one of `folds` (all when empty), none that is every row."""
+    groups: dict[Any, list[MeasuredRow]] = defaultdict(list)
+    for r in rows:
+        groups[group_of(r)].append(r)
+    for name, held in sorted((_group_name(k, g), g) for k, g in groups.items()):
+        held_ids = {id(r) for r in held}
+        rest = [r for r in rows if id(r) not in held_ids]
+        if rest and (not folds or any(f in name for f in folds)):
+            yield name, held, rest
 
 
 def in_sample_from_prior(

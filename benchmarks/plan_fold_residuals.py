@@ -25,7 +25,7 @@ import math
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ from gpufleet.validation.measured import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plan_accuracy import _arch_key, _group_name
+from plan_accuracy import _arch_key, held_out_folds
 from plan_residuals import _ape, _log_err, _versions, group_label
 from record import RESULTS, write_result
 
@@ -131,16 +131,12 @@ def run(
     without its rows, and those rows scored with that fold's and the shipped constants."""
     rows = read_rows(csv_path)
     versions = _versions(csv_path)
-    groups: dict[Any, list[MeasuredRow]] = defaultdict(list)
-    for r in rows:
-        groups[r.system if by_gpu else _arch_key(r, configs_dir)].append(r)
     shipped = default_calibration()
     report: dict[str, Any] = {"csv": str(csv_path), "folds": {}}
-    for name, held in sorted((_group_name(k, g), g) for k, g in groups.items()):
-        held_ids = {id(r) for r in held}
-        rest = [r for r in rows if id(r) not in held_ids]
-        if not rest or (folds and not any(f in name for f in folds)):
-            continue
+    group_of: Callable[[MeasuredRow], Any] = (
+        (lambda r: r.system) if by_gpu else (lambda r: _arch_key(r, configs_dir))
+    )
+    for name, held, rest in held_out_folds(rows, group_of, folds):
         shipped_preds, _ = predict_rows(held, shipped, configs_dir)
         if not shipped_preds:  # none of its rows can be modelled: nothing to score
             continue
