@@ -10,7 +10,7 @@ import pytest
 from gpufleet.perf.comm import MIB, AllReduceCurve
 from gpufleet.perf.roofline import RooflineStepTimeModel
 from gpufleet.perf.step_time import LinearStepTimeModel, StepBatch, StepTimeModel
-from gpufleet.plan.closed_loop import batch_wait_iterations
+from gpufleet.plan.closed_loop import balance_wait_iterations, batch_wait_iterations
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.perf_serving import (
     SchedulerShape,
@@ -215,6 +215,30 @@ def test_batch_wait_window_closes_early_when_prompts_arrive_fast() -> None:
     # 3 prompts reach 3000 tokens beside 8 decodes: the window lasts 2 arrivals.
     assert batch_wait_iterations(20, 3000, 1024, 8, 0.5) == pytest.approx(4 * 2 / 3)
     assert batch_wait_iterations(20, 1000, 1024, 8, 0.5) == 0.0
+
+
+def test_attention_dp_balancing_holds_prompts_until_every_rank_has_one() -> None:
+    # TRT-LLM's enable_balance (timeout_iters 60): at low load the window times out, so a
+    # prompt waits most of 60 iterations; one rank alone never waits; fast arrivals fill
+    # every rank (about 8 x H(8) = 21.7 prompts for 8 ranks) before the timeout.
+    assert balance_wait_iterations(60, 8, 0.0) == 60.0
+    assert balance_wait_iterations(60, 1, 0.0) == 0.0
+    needed = 8 * sum(1 / k for k in range(1, 9))
+    assert balance_wait_iterations(60, 8, 2.0) == pytest.approx(
+        (needed - 1) / 2 * (1 + (needed - 1) / 2) / needed
+    )
+    plain = SchedulerShape(max_num_batched_tokens=8192)
+    held = SchedulerShape(
+        max_num_batched_tokens=8192, balance_timeout_iterations=60, balance_ranks=8
+    )
+    free = predict_closed_loop(LINEAR, 1024, 1024, 16, plain)
+    balanced = predict_closed_loop(LINEAR, 1024, 1024, 16, held)
+    assert balanced.ttft_s - free.ttft_s > 30 * balanced.tpot_s
+    assert balanced.tpot_s == pytest.approx(free.tpot_s, rel=0.05)
+    # One client per rank: the prompting rank has no decode left, which releases the hold.
+    assert predict_closed_loop(LINEAR, 1024, 1024, 1, held).ttft_s == pytest.approx(
+        predict_closed_loop(LINEAR, 1024, 1024, 1, plain).ttft_s, rel=1e-3
+    )
 
 
 def test_bad_arguments_are_rejected() -> None:

@@ -77,3 +77,23 @@ def test_vllm_and_sglang_recipes() -> None:
     assert v.overlap_scheduling and v.max_num_seqs == 16
     s = recipe_rules(_row(backend="sglang", osl=8192, id="dsr1_h200_sglang_fp8_agg_1024x8192_c4_cfg81"), engine_rules("sglang", H200, tp=8))  # fmt: skip
     assert s.max_num_batched_tokens == 32768 and s.max_num_seqs == 256
+
+
+def test_inferencemax_trtllm_deepseek_with_attention_dp_balances_its_ranks() -> None:
+    # dsr1_fp8_h200_trt_slurm.sh: attention DP above 64 clients (32 for 8k/1k), with
+    # attention_dp_config {enable_balance: true, timeout_iters: 60}; applied by default.
+    deepseek: dict[str, object] = dict(
+        model_path="deepseek-ai/DeepSeek-R1", gemm_quant="fp8", moe_quant="fp8_block",
+        batch_size=16, tp=1, attention_dp=8, moe_tp=1, moe_ep=8, ttft_s=3.2, tpot_s=0.0315,
+    )  # fmt: skip
+    row = _row(id="2026_03_25_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x1024_c128_tp1", **deepseek)
+    trt = engine_rules("trtllm", H200, tp=1, dp=8)
+    assert batch_wait_rules(row, trt).adp_balance_timeout_iters == 60
+    assert recipe_rules(row, trt).adp_balance_timeout_iters == 60
+    # Not without attention DP, not for the aiconfigurator campaigns' rows.
+    no_dp = dict(deepseek, tp=8, attention_dp=1, moe_ep=8, batch_size=16)
+    assert batch_wait_rules(_row(id=row.id, **no_dp), trt) == trt
+    other = _row(id="deepseek_r1_h200_sxm_trtllm_agg_1024x1024_c16_tp1_dp8", **deepseek)
+    assert batch_wait_rules(other, trt) == trt
+    # The hold is most of the row's TTFT: tens of iterations at 16 clients per rank.
+    assert model_row(row).ttft_s - model_row(other).ttft_s > 20 * model_row(row).tpot_s

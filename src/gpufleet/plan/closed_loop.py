@@ -65,6 +65,11 @@ class SchedulerShape:
     # decodes reach batch_wait_tokens scheduled tokens (0: no token threshold).
     batch_wait_iterations: int = 0
     batch_wait_tokens: int = 0
+    # TRT-LLM's attention-DP balancing (attention_dp_config enable_balance, off by default;
+    # batching_wait_iters 0): while every rank decodes, new prompts are held until each of
+    # the `balance_ranks` ranks holds one or `balance_timeout_iterations` have passed.
+    balance_timeout_iterations: int = 0
+    balance_ranks: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +255,14 @@ def predict_closed_loop(
                 n,
                 rate * new_tpot,
             )
+        if sched.balance_timeout_iterations and running >= 2 and n_dec >= 1.0 and osl > 1:
+            # A rank whose only client is the one prompting has no decode, which releases
+            # the hold at once: with two or more clients per rank the others decode.
+            ahead_s += new_tpot * balance_wait_iterations(
+                sched.balance_timeout_iterations,
+                sched.balance_ranks,
+                rate * new_tpot * sched.balance_ranks,
+            )
         new_ttft = ttft_overhead_s + ahead_s + wait_s + own_s
         new_rate = running / (new_ttft + (osl - 1) * new_tpot)
         if new_rate > rate_cap:
@@ -315,7 +328,33 @@ def batch_wait_iterations(
             return 0.0
         if lam > 0.0:
             window = min(window, (needed - 1) / lam)
-    arrived = lam * window  # prompts that join the first during its window
+    return _mean_hold(window, lam)
+
+
+def balance_wait_iterations(
+    timeout_iterations: int, ranks: int, arrivals_per_iteration: float
+) -> float:
+    """Mean iterations a prompt is held by TRT-LLM's attention-DP balancing
+    (`_balance_adp_requests` with batching_wait_iters 0): context requests wait while any
+    of the `ranks` attention-DP ranks has none, released all together once every rank
+    holds one or after `timeout_iterations` held iterations. A new request goes to the
+    rank with the fewest active requests, in a closed loop the one whose client just
+    finished, so the ranks prompts land on are random: every rank holds one after about
+    ranks x H(ranks) prompts (coupon collector). `arrivals_per_iteration` counts all ranks'."""
+    if ranks <= 1:
+        return 0.0
+    needed = ranks * sum(1.0 / k for k in range(1, ranks + 1))
+    lam = max(0.0, arrivals_per_iteration)
+    window = float(timeout_iterations)
+    if lam > 0.0:
+        window = min(window, (needed - 1.0) / lam)
+    return _mean_hold(window, lam)
+
+
+def _mean_hold(window: float, arrivals_per_iteration: float) -> float:
+    """Mean hold of the prompts of one window: the first waits all of it, the prompts that
+    join it (evenly, at `arrivals_per_iteration`) less and less."""
+    arrived = arrivals_per_iteration * window
     return window * (1.0 + arrived / 2.0) / (1.0 + arrived)
 
 

@@ -93,6 +93,9 @@ class EngineRules:
     # max_num_tokens): off by default, set by some launch recipes (see closed_loop).
     batch_wait_iters: int = 0
     batch_wait_max_tokens_ratio: float = 0.0
+    # TRT-LLM's attention-DP balancing (attention_dp_config: enable_balance, timeout_iters;
+    # off by default, set by some launch recipes): 0 when off.
+    adp_balance_timeout_iters: int = 0
 
     def admission_tokens(self, input_tokens: int, output_tokens: int) -> float:
         """KV tokens one running request counts against the cache, on average over its

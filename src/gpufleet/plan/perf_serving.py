@@ -101,6 +101,7 @@ def scheduler_for(
         max_running=running,
         max_output_tokens_per_s=cal.frontend_tokens_per_s,
         max_num_batched_tokens=budget,
+        attention_dp=dp,
     )
 
 
@@ -110,10 +111,12 @@ def shape_of(
     max_running: int,
     max_output_tokens_per_s: float,
     max_num_batched_tokens: int | None = None,
+    attention_dp: int = 1,
 ) -> SchedulerShape:
     """The closed-loop solver's view of an engine's scheduling rules: its token budget
-    (`rules`' unless given), `max_running` at once, chunk interleaving, overlap scheduling
-    and batch waiting (its threshold a fraction of the budget, as TRT-LLM sets it)."""
+    (`rules`' unless given), `max_running` at once, chunk interleaving, overlap scheduling,
+    batch waiting (its threshold a fraction of the budget, as TRT-LLM sets it) and the
+    attention-DP balancing across `attention_dp` ranks."""
     budget = max_num_batched_tokens or rules.max_num_batched_tokens
     return SchedulerShape(
         max_num_batched_tokens=budget,
@@ -123,6 +126,8 @@ def shape_of(
         iterations_ahead=1 if rules.overlap_scheduling else 0,
         batch_wait_iterations=rules.batch_wait_iters,
         batch_wait_tokens=int(rules.batch_wait_max_tokens_ratio * budget),
+        balance_timeout_iterations=rules.adp_balance_timeout_iters if attention_dp > 1 else 0,
+        balance_ranks=attention_dp,
     )
 
 

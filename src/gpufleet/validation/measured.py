@@ -189,7 +189,12 @@ def model_row(
         row.isl,
         row.osl,
         how.clients_per_rank,
-        shape_of(rules, max_running=max_running, max_output_tokens_per_s=b.frontend_tokens_per_s),
+        shape_of(
+            rules,
+            max_running=max_running,
+            max_output_tokens_per_s=b.frontend_tokens_per_s,
+            attention_dp=layout.dp,
+        ),
         ttft_overhead_s=first_token_s,
         queue_scale=FIXED_LENGTH_QUEUE_SCALE,
         requests_per_client=b.benchmark_requests_per_client,

@@ -11,7 +11,10 @@ OSL in 1k/1k, 1k/8k, 8k/1k, concurrency 4-256). Its benchmark scripts
 * TRT-LLM, Llama-3.1-70B: `--max_num_tokens 16384`; for ISL = OSL = 1024 with TP < 8
   also `batch_wait_max_tokens_ratio: 0.9, batch_wait_timeout_iters: 20` ("will improve
   the performance, by default they are all zeros").
-* TRT-LLM, DeepSeek-R1: `--max_num_tokens $(( (CONC + ISL + 64 + 63) / 64 * 64 ))`.
+* TRT-LLM, DeepSeek-R1: `--max_num_tokens $(( (CONC + ISL + 64 + 63) / 64 * 64 ))`;
+  with attention DP (the script turns it on above 64 clients, 32 for 8k/1k) also
+  `attention_dp_config: {enable_balance: true, batching_wait_iters: 0, timeout_iters: 60}`
+  (`benchmarks/dsr1_fp8_h200_trt_slurm.sh`).
 * vLLM, Llama-3.1-70B: `async-scheduling: true` (the next iteration is scheduled while
   this one runs, as SGLang and TRT-LLM do by default), `max-num-batched-tokens: 8192`,
   `--max-num-seqs $CONC`.
@@ -100,7 +103,7 @@ def recipe_rules(row: MeasuredRow, rules: EngineRules) -> EngineRules:
         return batch_wait_rules(row, dataclasses.replace(rules, max_num_batched_tokens=16384))
     if "deepseek" in model:
         budget = (_conc(row) + row.isl + 64 + 63) // 64 * 64
-        return dataclasses.replace(rules, max_num_batched_tokens=budget)
+        return batch_wait_rules(row, dataclasses.replace(rules, max_num_batched_tokens=budget))
     return rules
 
 
@@ -115,17 +118,25 @@ def batch_wait_rules(row: MeasuredRow, rules: EngineRules) -> EngineRules:
     (measured 2x the prediction at every concurrency, where the same model's 1k/8k and
     8k/1k rows, no batch wait, fit). Unlike the recipes' token budgets and scheduling
     options it changes no throughput the fit could trade against other constants: with
-    it the refit moves no constant by more than 20 %."""
-    if (
-        rules.name == "trtllm"
-        and is_inferencemax(row)
-        and "llama" in row.model_path.lower()
-        and row.isl == 1024
-        and row.osl == 1024
-        and row.tp < 8
-    ):
+    it the refit moves no constant by more than 20 %.
+
+    Likewise the attention-DP balancing of the InferenceMAX TRT-LLM DeepSeek rows served
+    with attention DP (`timeout_iters: 60`): TRT-LLM holds new context requests until
+    every attention-DP rank has one or 60 iterations have passed (`PyExecutor.
+    _balance_adp_requests`), which at a few arrivals per window is most of those rows'
+    TTFT (measured 2-5x the prediction without it)."""
+    if rules.name != "trtllm" or not is_inferencemax(row):
+        return rules
+    model = row.model_path.lower()
+    if "llama" in model and row.isl == 1024 and row.osl == 1024 and row.tp < 8:
         return dataclasses.replace(rules, batch_wait_iters=20, batch_wait_max_tokens_ratio=0.9)
+    if "deepseek" in model and row.attention_dp > 1:
+        return dataclasses.replace(rules, adp_balance_timeout_iters=ADP_BALANCE_TIMEOUT_ITERS)
     return rules
+
+
+# InferenceMAX's TRT-LLM DeepSeek recipe: attention_dp_config.timeout_iters.
+ADP_BALANCE_TIMEOUT_ITERS = 60
 
 
 def _conc(row: MeasuredRow) -> int:
