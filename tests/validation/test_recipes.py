@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from gpufleet.plan.engines import engine_rules
+import dataclasses
+
+import pytest
+
+from gpufleet.plan.engines import EngineRules, engine_rules
 from gpufleet.specs.gpus import load_gpu
+from gpufleet.validation import measured
 from gpufleet.validation.measured import MeasuredRow, model_row
 from gpufleet.validation.recipes import batch_wait_rules, is_inferencemax, recipe_rules
 
@@ -79,21 +84,29 @@ def test_vllm_and_sglang_recipes() -> None:
     assert s.max_num_batched_tokens == 32768 and s.max_num_seqs == 256
 
 
-def test_inferencemax_trtllm_deepseek_with_attention_dp_balances_its_ranks() -> None:
+def test_inferencemax_trtllm_deepseek_with_attention_dp_balances_its_ranks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # dsr1_fp8_h200_trt_slurm.sh: attention DP above 64 clients (32 for 8k/1k), with
-    # attention_dp_config {enable_balance: true, timeout_iters: 60}; applied by default.
+    # attention_dp_config {enable_balance: true, timeout_iters: 60}: a recipe option.
     deepseek: dict[str, object] = dict(
         model_path="deepseek-ai/DeepSeek-R1", gemm_quant="fp8", moe_quant="fp8_block",
         batch_size=16, tp=1, attention_dp=8, moe_tp=1, moe_ep=8, ttft_s=3.2, tpot_s=0.0315,
     )  # fmt: skip
     row = _row(id="2026_03_25_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x1024_c128_tp1", **deepseek)
     trt = engine_rules("trtllm", H200, tp=1, dp=8)
-    assert batch_wait_rules(row, trt).adp_balance_timeout_iters == 60
     assert recipe_rules(row, trt).adp_balance_timeout_iters == 60
+    assert batch_wait_rules(row, trt) == trt  # not applied by default
     # Not without attention DP, not for the aiconfigurator campaigns' rows.
-    no_dp = dict(deepseek, tp=8, attention_dp=1, moe_ep=8, batch_size=16)
-    assert batch_wait_rules(_row(id=row.id, **no_dp), trt) == trt
+    no_dp = dict(deepseek, tp=8, attention_dp=1)
+    assert recipe_rules(_row(id=row.id, **no_dp), trt).adp_balance_timeout_iters == 0
     other = _row(id="deepseek_r1_h200_sxm_trtllm_agg_1024x1024_c16_tp1_dp8", **deepseek)
-    assert batch_wait_rules(other, trt) == trt
+    assert recipe_rules(other, trt) == trt
     # The hold is most of the row's TTFT: tens of iterations at 16 clients per rank.
-    assert model_row(row).ttft_s - model_row(other).ttft_s > 20 * model_row(row).tpot_s
+    held = model_row(row, recipes=True)
+
+    def without_balance(r: MeasuredRow, rules: EngineRules) -> EngineRules:
+        return dataclasses.replace(recipe_rules(r, rules), adp_balance_timeout_iters=0)
+
+    monkeypatch.setattr(measured, "recipe_rules", without_balance)
+    assert held.ttft_s - model_row(row, recipes=True).ttft_s > 20 * held.tpot_s
