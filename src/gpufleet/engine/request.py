@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from itertools import groupby
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -32,8 +32,8 @@ _ANSWER_BLOCK = -0x5EED  # tags a `CountedOutputRequest`'s answer blocks in thei
 class _LcgJumps:
     """MUL^k and ADD_k = ADD * (MUL^(k-1) + ... + 1), both mod 2^31, for k = 0..len-1."""
 
-    mul = np.ones(1, dtype=np.uint64)
-    add = np.zeros(1, dtype=np.uint64)
+    mul: ClassVar[npt.NDArray[np.uint64]] = np.ones(1, dtype=np.uint64)
+    add: ClassVar[npt.NDArray[np.uint64]] = np.zeros(1, dtype=np.uint64)
 
     @classmethod
     def upto(cls, n: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
