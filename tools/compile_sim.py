@@ -13,12 +13,15 @@ Results are bit-identical to the interpreted modules (docs/sim.md "How fast it r
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
+sys.path.insert(0, str(SRC))  # (the helpers below need only the standard library)
+from gpufleet.native import COMPILED_STAMP, source_digest  # noqa: E402
 
 MODULES = [
     "gpufleet/hash_runs.py",
@@ -61,14 +64,22 @@ MODULES = [
 
 
 def built() -> list[Path]:
-    """The compiled files in src/: one .so per module and mypyc's shared runtime."""
-    return [p for p in SRC.rglob("*.so") if p.is_file()]
+    """The compiled files in src/: one .so per module, mypyc's shared library, the record
+    of the sources compiled."""
+    stamp = SRC / "gpufleet" / COMPILED_STAMP
+    return [p for p in SRC.rglob("*.so") if p.is_file()] + ([stamp] if stamp.exists() else [])
 
 
 def clean() -> None:
     for p in built():
         p.unlink()
         print(f"removed {p.relative_to(ROOT)}")
+
+
+def record_sources() -> None:
+    """What was compiled, by content (`gpufleet.native.stale_compiled_modules` checks it)."""
+    digests = {m: source_digest(SRC / m) for m in MODULES}
+    (SRC / "gpufleet" / COMPILED_STAMP).write_text(json.dumps(digests, indent=1) + "\n")
 
 
 def build(opt_level: str) -> None:
@@ -95,6 +106,7 @@ def main() -> int:
         clean()
         return 0
     build(args.opt_level)
+    record_sources()
     return 0
 
 

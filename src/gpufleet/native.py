@@ -1,10 +1,16 @@
-"""`mypyc_attr` for the modules tools/compile_sim.py compiles with mypyc, without
-mypy_extensions at run time (a dev dependency): where it is absent the decorator does
-nothing, as mypy_extensions' own does when the module runs interpreted."""
+"""What the modules tools/compile_sim.py compiles with mypyc (`make sim-compiled`) need.
+
+`mypyc_attr` without mypy_extensions at run time (a dev dependency): where it is absent the
+decorator does nothing, as mypy_extensions' own does when a module runs interpreted.
+`stale_compiled_modules` finds compiled modules an edit has left behind.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 _T = TypeVar("_T")
@@ -18,3 +24,28 @@ else:
 
         def mypyc_attr(*attrs: str, **kwattrs: Any) -> Callable[[_T], _T]:
             return lambda x: x
+
+
+COMPILED_STAMP = "_compiled_sources.json"  # written by tools/compile_sim.py beside the .so
+
+
+def source_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def stale_compiled_modules() -> list[str]:
+    """gpufleet's compiled modules (tools/compile_sim.py) whose sources changed since they
+    were compiled: Python imports a module's .so before its .py, so an edit would not run
+    until recompiled. (Content digests: a checkout or a no-op build moves mtimes.)"""
+    package = Path(__file__).resolve().parent
+    if not any(package.rglob("*.so")):
+        return []
+    stamp = package / COMPILED_STAMP
+    if not stamp.exists():
+        return ["(no record of the compiled sources: " + COMPILED_STAMP + ")"]
+    digests: dict[str, str] = json.loads(stamp.read_text())
+    return sorted(
+        name
+        for name, digest in digests.items()
+        if not (package.parent / name).exists() or source_digest(package.parent / name) != digest
+    )

@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpufleet.hash_runs import HashChain, Runs, runs_known
+from gpufleet.native import mypyc_attr
 from gpufleet.tokenizer import SPECIAL_TOKENS, VOCAB_SIZE
 
 # Generated tokens are ordinary vocabulary words (never special tokens), so generated
@@ -66,6 +67,7 @@ class FinishReason(StrEnum):
     ABORT = "abort"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (compiled: the replica's requests are not)
 class EngineRequest:
     """Mutable scheduling state of one request. The engine owns it once added.
 
