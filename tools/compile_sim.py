@@ -92,8 +92,14 @@ def build(opt_level: str) -> None:
     setup(
         name="gpufleet-compiled-sim",
         ext_modules=ext,
-        script_args=["build_ext", "--inplace", "--build-temp", str(build_dir / "temp"),
-                     "--build-lib", str(build_dir / "lib")],  # fmt: skip
+        script_args=[
+            "build_ext",
+            "--inplace",
+            "--build-temp",
+            str(build_dir / "temp"),
+            "--build-lib",
+            str(build_dir / "lib"),
+        ],
     )
 
 

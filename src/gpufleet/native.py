@@ -11,6 +11,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 _T = TypeVar("_T")
@@ -49,3 +50,9 @@ def stale_compiled_modules() -> list[str]:
         for name, digest in digests.items()
         if not (package.parent / name).exists() or source_digest(package.parent / name) != digest
     )
+
+
+def is_compiled(module: ModuleType) -> bool:
+    """Whether `module` runs compiled (a .so from tools/compile_sim.py): tests that patch or
+    spy on its functions and classes cannot there (compiled code calls them directly)."""
+    return not str(getattr(module, "__file__", "")).endswith(".py")

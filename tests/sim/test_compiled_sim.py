@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 
 import gpufleet.sim.simulator
+from gpufleet.native import is_compiled
 from gpufleet.sim.scenario import Scenario, run_scenario_result
 
-COMPILED = not gpufleet.sim.simulator.__file__.endswith(".py")
+COMPILED = is_compiled(gpufleet.sim.simulator)
 pytestmark = [
     pytest.mark.process,
     pytest.mark.skipif(not COMPILED, reason="the simulator is not compiled (make sim-compiled)"),

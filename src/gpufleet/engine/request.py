@@ -79,7 +79,7 @@ class EngineRequest:
 
     __slots__ = (
         "_rng",
-        "all_token_ids",
+        "_token_ids",
         "answer_base",
         "arrival_s",
         "block_hashes",
@@ -159,6 +159,17 @@ class EngineRequest:
         """Prompt + generated tokens (the engine keeps `num_prompt_tokens +
         num_output_tokens` equal to it, and reads that sum in its hottest loops)."""
         return len(self.all_token_ids)
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        """The prompt's ids, then the generated ones. (A property, not a slot, so that a
+        counted request's own one is read in compiled code too: mypyc reads a slot
+        directly, past a subclass's property.)"""
+        return self._token_ids
+
+    @all_token_ids.setter
+    def all_token_ids(self, tokens: list[int]) -> None:
+        self._token_ids = tokens
 
     @property
     def output_token_ids(self) -> list[int]:
