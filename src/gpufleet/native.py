@@ -8,7 +8,9 @@ decorator does nothing, as mypy_extensions' own does when a module runs interpre
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -56,3 +58,19 @@ def is_compiled(module: ModuleType) -> bool:
     """Whether `module` runs compiled (a .so from tools/compile_sim.py): tests that patch or
     spy on its functions and classes cannot there (compiled code calls them directly)."""
     return not str(getattr(module, "__file__", "")).endswith(".py")
+
+
+def import_sources_only() -> None:
+    """From now on import gpufleet's modules from their sources, compiled or not: what a
+    benchmark or a test compares the compiled modules with, in one process. Call it before
+    any compiled module is imported (`gpufleet.native` itself is never compiled)."""
+    package = str(Path(__file__).resolve().parent)
+
+    def sources_only(path: str) -> importlib.machinery.FileFinder:
+        if not path.startswith(package):
+            raise ImportError(path)  # (not ours: the next hook finds it)
+        loaders = (importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFFIXES)
+        return importlib.machinery.FileFinder(path, loaders)
+
+    sys.path_hooks.insert(0, sources_only)
+    sys.path_importer_cache.clear()

@@ -54,17 +54,11 @@ def _rows(items: list[Any]) -> list[str]:
 
 def interpreted(name: str) -> dict[str, Any]:
     """`figures` in a child process whose gpufleet modules are all imported from sources."""
-    package_dir = str(Path(gpufleet.sim.simulator.__file__).parent.parent)
     code = f"""
-import importlib.machinery as m, json, sys
-def sources_only(path):
-    if not path.startswith({package_dir!r}):
-        raise ImportError
-    return m.FileFinder(path, (m.SourceFileLoader, m.SOURCE_SUFFIXES))
-sys.path_hooks.insert(0, sources_only)
-sys.path_importer_cache.clear()
-import gpufleet.sim.simulator
-assert gpufleet.sim.simulator.__file__.endswith(".py")
+from gpufleet.native import import_sources_only, is_compiled
+import_sources_only()
+import json, gpufleet.sim.simulator
+assert not is_compiled(gpufleet.sim.simulator)
 from tests.sim.test_compiled_sim import SCENARIOS, figures, Scenario
 print(json.dumps(figures(Scenario(**SCENARIOS[{name!r}]))))
 """
