@@ -39,6 +39,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpufleet.native import import_sources_only, is_compiled
+
+if "--interpreted" in sys.argv:  # before any compiled module is imported (make sim-compiled)
+    import_sources_only()
+
 from gpufleet.errors import UserError
 from gpufleet.routing import make_policy
 from gpufleet.shared_data import shared_file
@@ -155,6 +160,7 @@ def run_case(name: str, scale: float, jump: bool) -> dict[str, Any]:
     return {
         "case": name,
         "engines": "jump over decode runs" if jump else "step every iteration",
+        "compiled": is_compiled(sys.modules[FleetSimulator.__module__]),  # make sim-compiled
         "replicas": sc.replicas,
         "requests": len(reqs),
         "completed": sum(r.ok for r in result.requests),
@@ -272,8 +278,9 @@ def child(kind: str, name: str, scale: float) -> dict[str, Any]:
     return run_case(name, scale, jump=kind == "jump")
 
 
-def spawn(kind: str, name: str, scale: float) -> dict[str, Any]:
+def spawn(kind: str, name: str, scale: float, interpreted: bool = False) -> dict[str, Any]:
     argv = [sys.executable, __file__, "--child", kind, name, "--scale", str(scale)]
+    argv += ["--interpreted"] if interpreted else []
     proc = subprocess.run(argv, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
@@ -344,6 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--skip", default="", help="Comma-separated engines to leave out (e.g. vidur: no network)."
     )
+    parser.add_argument(
+        "--interpreted",
+        action="store_true",
+        help="Import gpufleet from its sources even where it is compiled (make sim-compiled).",
+    )
     parser.add_argument("--child", nargs=2, metavar=("KIND", "CASE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -360,15 +372,17 @@ def main(argv: list[str] | None = None) -> int:
     for kind, name in plan_runs(args.cases.split(",")):
         if kind in skip:
             continue
-        row = spawn(kind, name, args.scale)
+        row = spawn(kind, name, args.scale, args.interpreted)
         rows.append(row)
         print(f"{name} ({row['engines']}): "
               + (row["error"] if "error" in row else f"{row['cpu_s']:.1f} CPU s"), file=sys.stderr)  # fmt: skip
     setup = {"scale": args.scale, "one_core": True, "python_loop_ns": loop_ns,
-             "load_average": os.getloadavg()}  # fmt: skip
+             "load_average": os.getloadavg(),
+             "compiled": any(r.get("compiled") for r in rows)}  # fmt: skip
     md = table(rows) + (
         f"\n\nOne core per case; a plain Python loop iteration took {loop_ns:.0f} ns of CPU "
         f"here (load average {os.getloadavg()[0]:.1f}; ~30 ns on a quiet modern core)."
+        + (" The simulator compiled with mypyc (make sim-compiled)." if setup["compiled"] else "")
     )
     json_path, _ = write_result(args.out, {"setup": setup, "rows": rows}, md, peers=["vidur"])
     print(md)

@@ -32,6 +32,19 @@ def _refuse(what: str) -> Any:
     return refuse
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Refuse to test compiled modules (make sim-compiled) older than their sources."""
+    from gpufleet.native import stale_compiled_modules
+
+    stale = stale_compiled_modules()
+    if stale:
+        pytest.exit(
+            f"compiled modules older than their sources ({', '.join(stale[:3])}...): "
+            "run `make sim-compiled` again, or `make clean` for the interpreted ones",
+            returncode=2,
+        )
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _library_setup_done_once() -> None:
     """Let libraries do their one-time setup before the guard below watches.

@@ -23,7 +23,8 @@ ALLOWED: dict[str, set[str]] = {
     # the bottom: shared definitions with no gpufleet dependency but errors
     "errors": set(),
     "tokenizer": set(),
-    "hash_runs": set(),  # runs of consecutive block hashes (the engine's pool, the router)
+    "native": set(),  # what the modules compiled with mypyc need (tools/compile_sim.py)
+    "hash_runs": {"native"},  # runs of consecutive block hashes (the engine's pool, the router)
     "openai_errors": set(),
     "stats": set(),
     "shared_data": _BASE,
@@ -33,11 +34,11 @@ ALLOWED: dict[str, set[str]] = {
     "specs": _BASE,
     # the step-time model and its calibration, below the engine and the planner
     "perf": _BASE | {"specs"},
-    "engine": _BASE | {"perf", "tokenizer", "stats", "hash_runs"},
+    "engine": _BASE | {"perf", "tokenizer", "stats", "hash_runs", "native"},
     # the planner's memory math and layout search use specs and perf, never the engine
     "plan": _BASE | {"specs", "perf"},
     "workload": _BASE | {"tokenizer", "stats", "shared_data", "hash_runs"},
-    "routing": _BASE | {"tokenizer", "stats", "hash_runs"},
+    "routing": _BASE | {"tokenizer", "stats", "hash_runs", "native"},
     # the pure fleet core between policies and drivers
     "fleet_state": _BASE | {"routing", "tokenizer", "stats", "openai_errors"},
     # the controller and actuators read the core's GatewaySignals and /metrics reader

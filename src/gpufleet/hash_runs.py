@@ -16,11 +16,14 @@ from typing import Generic, Protocol, TypeVar, overload
 
 import numpy as np
 
+from gpufleet.native import mypyc_attr
+
 Runs = list[tuple[int, int]]  # (first hash, count)
 _SHORT = 24  # chains this short: found in Python
 _INT64_MIN = -(2**63)
 
 
+@mypyc_attr(native_class=False)  # (compiled: a native class cannot subclass list)
 class RunList(list[int]):
     """A chain of hashes that knows its runs (`runs`), as its maker found them."""
 

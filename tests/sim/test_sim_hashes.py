@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from gpufleet.engine import EngineConfig, EngineRequest
+from gpufleet.native import is_compiled
 from gpufleet.perf.step_time import LinearStepTimeModel
 from gpufleet.routing import make_policy
 from gpufleet.routing.prefix import ROUTING_BLOCK_TOKENS
@@ -64,6 +65,9 @@ def config(**kw: object) -> SimConfig:
     return SimConfig(engine=engine, step_time_model=STEP, **kw)  # type: ignore[arg-type]
 
 
+@pytest.mark.skipif(
+    is_compiled(clients_module), reason="counts calls that compiled code makes directly"
+)
 def test_router_and_engine_each_hash_a_prompt_once(monkeypatch: pytest.MonkeyPatch) -> None:
     sc = Scenario(sessions=12, turns=3, rate=4.0, input_tokens=700, output_tokens=40,
                   range_ratio=0.5, prefix_groups=3, prefix_tokens=300, seed=5)  # fmt: skip
@@ -95,6 +99,9 @@ def test_router_and_engine_each_hash_a_prompt_once(monkeypatch: pytest.MonkeyPat
             assert len(engine_hashes) == req.input_tokens // BLOCK
 
 
+@pytest.mark.skipif(
+    is_compiled(clients_module), reason="counts calls that compiled code makes directly"
+)
 def test_a_retry_resends_the_same_hashes_without_hashing_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -8,7 +8,9 @@ import pytest
 from gpufleet.autoscale.controller import undrain_order
 from gpufleet.autoscale.signals import FleetSignals, ReplicaSignals
 from gpufleet.engine import EngineConfig
+from gpufleet.native import is_compiled
 from gpufleet.routing.types import ReplicaState
+from gpufleet.sim import fleet as sim_fleet
 from gpufleet.sim.fleet import SimFleet
 from gpufleet.sim.report import summarize
 from gpufleet.sim.simulator import AutoscaleSpec, SimResult
@@ -50,6 +52,7 @@ def test_a_scale_out_takes_draining_replicas_back_instead_of_cold_starting() -> 
     assert early
 
 
+@pytest.mark.skipif(is_compiled(sim_fleet), reason="patches SimFleet, compiled")
 def test_taking_back_costs_fewer_gpu_seconds_than_cold_starts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

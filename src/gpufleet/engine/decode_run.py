@@ -78,23 +78,42 @@ class PipelineCall:
     next_start_s: float  # the pipeline's next start once it is scheduled
 
 
-@dataclass(slots=True)
 class DecodeRun:
     """A plan of `num_steps` plain decode `step()` calls; `Engine.run_decode` applies it.
 
     Step j starts when step j-1 ends (step 0 at `start_s`) and ends at `step_end_s[j]`.
     `finishes`: the last step finishes a request. Until some steps are applied the engine
     shows its state before the run; `kv_cache_usage_after` tells what it would show.
+
+    (Not a dataclass: compiled with mypyc (tools/compile_sim.py), a dataclass field typed
+    by a class its module imports only for type checking breaks the module's import.)
     """
 
-    engine: Engine
-    engine_version: int
-    start_s: float
-    step_end_s: Sequence[float]  # (a `StepEnds` or a list)
-    groups: list[DecodeGroup]
-    finishes: bool
-    calls: list[PipelineCall]  # pp > 1: every micro-batch scheduled, in order
-    step_group: list[int]  # pp > 1: the group each step completes
+    __slots__ = (
+        "calls", "engine", "engine_version", "finishes", "groups", "start_s", "step_end_s",
+        "step_group",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        engine_version: int,
+        start_s: float,
+        step_end_s: Sequence[float],  # (a `StepEnds` or a list)
+        groups: list[DecodeGroup],
+        finishes: bool,
+        calls: list[PipelineCall],  # pp > 1: every micro-batch scheduled, in order
+        step_group: list[int],  # pp > 1: the group each step completes
+    ) -> None:
+        self.engine = engine
+        self.engine_version = engine_version
+        self.start_s = start_s
+        self.step_end_s = step_end_s
+        self.groups = groups
+        self.finishes = finishes
+        self.calls = calls
+        self.step_group = step_group
 
     @property
     def num_steps(self) -> int:

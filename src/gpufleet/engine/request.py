@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from enum import StrEnum
 from itertools import groupby
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from gpufleet.hash_runs import HashChain, Runs, runs_known
+from gpufleet.native import mypyc_attr
 from gpufleet.tokenizer import SPECIAL_TOKENS, VOCAB_SIZE
 
 # Generated tokens are ordinary vocabulary words (never special tokens), so generated
@@ -32,8 +33,8 @@ _ANSWER_BLOCK = -0x5EED  # tags a `CountedOutputRequest`'s answer blocks in thei
 class _LcgJumps:
     """MUL^k and ADD_k = ADD * (MUL^(k-1) + ... + 1), both mod 2^31, for k = 0..len-1."""
 
-    mul = np.ones(1, dtype=np.uint64)
-    add = np.zeros(1, dtype=np.uint64)
+    mul: ClassVar[npt.NDArray[np.uint64]] = np.ones(1, dtype=np.uint64)
+    add: ClassVar[npt.NDArray[np.uint64]] = np.zeros(1, dtype=np.uint64)
 
     @classmethod
     def upto(cls, n: int) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
@@ -66,6 +67,7 @@ class FinishReason(StrEnum):
     ABORT = "abort"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (compiled: the replica's requests are not)
 class EngineRequest:
     """Mutable scheduling state of one request. The engine owns it once added.
 
@@ -77,7 +79,7 @@ class EngineRequest:
 
     __slots__ = (
         "_rng",
-        "all_token_ids",
+        "_token_ids",
         "answer_base",
         "arrival_s",
         "block_hashes",
@@ -157,6 +159,17 @@ class EngineRequest:
         """Prompt + generated tokens (the engine keeps `num_prompt_tokens +
         num_output_tokens` equal to it, and reads that sum in its hottest loops)."""
         return len(self.all_token_ids)
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        """The prompt's ids, then the generated ones. (A property, not a slot, so that a
+        counted request's own one is read in compiled code too: mypyc reads a slot
+        directly, past a subclass's property.)"""
+        return self._token_ids
+
+    @all_token_ids.setter
+    def all_token_ids(self, tokens: list[int]) -> None:
+        self._token_ids = tokens
 
     @property
     def output_token_ids(self) -> list[int]:

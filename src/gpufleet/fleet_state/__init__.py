@@ -19,6 +19,7 @@ from gpufleet.fleet_state.latency import LatencyWindows, RecentWindow
 from gpufleet.fleet_state.lora_metrics import LoraRequestsInfo
 from gpufleet.fleet_state.outlier import OutlierConfig
 from gpufleet.fleet_state.peers import PeerEvents
+from gpufleet.fleet_state.policy_kinds import LearnsFromPeers
 from gpufleet.fleet_state.queue import AdmissionQueue, QueueLimits, QueueTicket, Refusal
 from gpufleet.fleet_state.replica import FleetReplica
 from gpufleet.fleet_state.signals import (
@@ -32,7 +33,6 @@ from gpufleet.fleet_state.state import (
     LOAD_FROM_ENGINE,
     LOAD_FROM_IN_FLIGHT,
     FleetState,
-    LearnsFromPeers,
     needs_prefix_hashes,
 )
 from gpufleet.fleet_state.table import ReplicaTable

@@ -10,7 +10,7 @@ same calls in the same order give the same decisions. Pure: times come in as arg
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Generic, Protocol, TypeVar, runtime_checkable
+from typing import Generic, TypeVar
 
 from gpufleet.fleet_state.adapters import AdapterCatalog, AdapterSpec, can_serve_adapter
 from gpufleet.fleet_state.arrivals import Arrivals
@@ -18,6 +18,7 @@ from gpufleet.fleet_state.engine_metrics import ScrapedMetrics
 from gpufleet.fleet_state.latency import LatencyWindows
 from gpufleet.fleet_state.outlier import OutlierConfig
 from gpufleet.fleet_state.peers import PeerEvents
+from gpufleet.fleet_state.policy_kinds import LearnsFromPeers, SizedByCapacity
 from gpufleet.fleet_state.queue import AdmissionQueue, QueueTicket, Refusal
 from gpufleet.fleet_state.replica import FleetReplica
 from gpufleet.fleet_state.signals import GatewaySignals, build_signals
@@ -27,20 +28,6 @@ from gpufleet.routing.types import EngineStats, RequestInfo, RoutingPolicy
 R = TypeVar("R", bound=FleetReplica)
 LOAD_FROM_ENGINE = "engine"  # FleetReplica.load_signals: its /metrics
 LOAD_FROM_IN_FLIGHT = "in_flight"  # the gateway's own in-flight counts
-
-
-@runtime_checkable
-class SizedByCapacity(Protocol):
-    """A policy that sizes per-replica state by the KV capacity replicas report."""
-
-    def set_capacity_tokens(self, replica_id: str, tokens: int) -> None: ...
-
-
-@runtime_checkable
-class LearnsFromPeers(Protocol):
-    """A policy that learns from the decisions of the gateway's other workers."""
-
-    def on_peer_routed(self, replica_id: str, hashes: Sequence[int]) -> None: ...
 
 
 def needs_prefix_hashes(policy: RoutingPolicy) -> bool:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
+from gpufleet.native import mypyc_attr
 from gpufleet.routing.types import ReplicaView, RequestInfo
 
 T = TypeVar("T")
@@ -26,6 +27,7 @@ def random_min_of(rng: random.Random, items: Sequence[T], keys: list[Any]) -> T:
     return rng.choice([item for item, k in zip(items, keys, strict=True) if k == best_key])
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (compiled: policies elsewhere are not)
 class PolicyBase:
     """A policy without soft state: notifications do nothing.
 
@@ -33,7 +35,7 @@ class PolicyBase:
     seeded by the caller, so a run is reproducible.
     """
 
-    name = "base"
+    name: ClassVar[str] = "base"  # (read from the class: the policy registry)
     # Whether `choose` reads `RequestInfo.prefix_hashes`: the gateway skips hashing the
     # prompt on the hot path when no policy needs it.
     uses_prefix_hashes = False

@@ -98,6 +98,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
+from gpufleet.native import mypyc_attr
 from gpufleet.routing.base import PolicyBase, random_min
 from gpufleet.routing.load import in_flight, queue_depth_score, running_and_waiting
 from gpufleet.routing.prefix import DEFAULT_BYTES_PER_TOKEN, ROUTING_BLOCK_BYTES, blocks_for_tokens
@@ -117,6 +118,7 @@ MAX_TRACKED_REQUESTS = 65_536
 INFLIGHT_SLACK = 8.0
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (compiled: sim_vs_live's is not)
 class PrefixAware(PolicyBase):
     name = "prefix_aware"
     uses_prefix_hashes = True

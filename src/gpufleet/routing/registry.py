@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import inspect
+import sys
+from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import UserError
@@ -34,8 +37,29 @@ POLICY_NAMES: tuple[str, ...] = tuple(_POLICIES)
 def policy_options(name: str) -> tuple[str, ...]:
     """The keyword options a policy accepts besides `seed` (for config validation)."""
     cls = _policy_class(name)
-    params = inspect.signature(cls.__init__).parameters
-    return tuple(p for p in params if p not in ("self", "seed"))
+    return tuple(p for p in _init_params(cls) if p not in ("self", "seed"))
+
+
+def _init_params(cls: type) -> list[str]:
+    """The names `cls.__init__` takes. Compiled with mypyc (tools/compile_sim.py), a class
+    keeps no signature (`*args, **kwargs`): read from the class's source then."""
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        params = inspect.signature(klass.__init__).parameters.values()  # type: ignore[misc]
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+            return [p.name for p in params]
+        source = (
+            Path(inspect.getfile(sys.modules[klass.__module__])).with_suffix("").with_suffix(".py")
+        )
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.ClassDef) and node.name == klass.__name__:
+                init = next(
+                    f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"
+                )
+                a = init.args
+                return [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+    return []
 
 
 def make_policy(name: str, *, seed: int | None = None, **options: Any) -> RoutingPolicy:

@@ -76,7 +76,8 @@ class RoutingPolicy(Protocol):
     keep its own soft state (prefix index, session map); they must be cheap.
     """
 
-    name: str
+    @property
+    def name(self) -> str: ...  # (read-only: a class attribute of the policy's class)
 
     def choose(
         self, request: RequestInfo, replicas: Sequence[ReplicaView]
