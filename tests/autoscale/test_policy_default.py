@@ -179,40 +179,10 @@ def test_scale_in_after_stabilization_to_what_the_peak_fits_in_one_step() -> Non
     assert "scale in 2: N−2 = 2 holds peak 10" in removals[0][2]
 
 
-def test_starting_replicas_the_ready_ones_hold_without_are_given_up_first() -> None:
-    # 3 ready replicas of 8 hold 20 in flight with 10 % headroom (22 ≤ 24; 2 would not),
-    # and 2 are still starting (a scale-out whose demand has gone): once the check has
-    # held a stabilization window, the fleet keeps the 3 ready ones and gives up both
-    # starting ones (paid for, serving nothing yet) — not a ready one.
-    p = policy()
-    ds = [p.decide(float(t), fleet(even(3, 20), starting=2, now_s=float(t))) for t in range(40)]
-    cuts = [d for d in ds if d.desired_replicas < d.current_replicas]
-    assert cuts and cuts[0].desired_replicas == 3, ds[-1].reason
-    assert "N−0 = 3 holds peak 20" in cuts[0].reason
-    # Before the change (kept as an option): no scale-in at all while any replica starts.
-    q = policy(scale_in_while_starting=False)
-    ds = [q.decide(float(t), fleet(even(3, 20), starting=2, now_s=float(t))) for t in range(40)]
-    assert all(d.desired_replicas == 5 for d in ds) and "starting" in ds[-1].reason
-
-
-def test_scale_in_while_starting_also_drains_ready_replicas_the_peak_does_not_need() -> None:
-    # 4 ready replicas hold 10 in flight (2 of 8 hold it), 1 starting: down to 2 ready,
-    # the starting one among the replicas given up (the controller takes it first).
-    p = policy()
-    ds = [p.decide(float(t), fleet(even(4, 10), starting=1, now_s=float(t))) for t in range(40)]
-    cuts = [d for d in ds if d.desired_replicas < d.current_replicas]
-    assert cuts and (cuts[0].current_replicas, cuts[0].desired_replicas) == (5, 2)
-
-
-def test_a_starting_replica_is_not_given_up_while_the_peak_needs_it() -> None:
-    # 3 ready of 8 with 24 in flight: 24 × 1.1 > 24, the starting one is needed.
-    p = policy()
-    for t in range(40):
-        d = p.decide(float(t), fleet(even(3, 24), starting=1, now_s=float(t)))
-        assert d.desired_replicas >= 4, d.reason
-
-
-def test_no_scale_in_while_load_is_rising() -> None:
+def test_no_scale_in_while_replicas_are_starting_or_load_is_rising() -> None:
+    p = policy(scale_in_stabilization_s=0.0, scale_in_cooldown_s=0.0, peak_window_s=1.0)
+    d = p.decide(0.0, fleet(even(3, 0), starting=1))
+    assert d.desired_replicas == 4 and "starting" in d.reason
     r = policy(scale_in_stabilization_s=0.0, scale_in_cooldown_s=0.0, peak_window_s=1.0)
     for t in range(0, 8):
         d = r.decide(float(t), fleet(even(3, 2 * t)))  # rising 2/s: 10 s ahead ≫ 16

@@ -92,9 +92,6 @@ class DefaultPolicy:
     # requests, against 42.8 for 99.60 % with it: the guard held surplus replicas for
     # minutes after each peak on slopes that carried the rate up by less than a replica.
     scale_in_ahead: bool = True
-    # Scale in while replicas are starting (the starting ones first: `scale_in_order`), by
-    # the same check on the ready ones, as HPA and KPA do. Off: no scale-in while any start.
-    scale_in_while_starting: bool = True
     # Lower the capacity only after this many observations (over peak_window_s) of a
     # replica queueing requests below it: one snapshot can catch a request between its
     # arrival and the next engine step.
@@ -298,7 +295,7 @@ class DefaultPolicy:
                 f"({self._forecast_streak}/{self.forecast_ticks} ticks)"
             )
         else:
-            desired, why = self._maybe_scale_in(now_s, signals, cap, cold_start_s, head, late)
+            desired, why = self._maybe_scale_in(now_s, signals, cap, cold_start_s, head)
 
         desired = self.bounds.clamp(desired)
         if desired > current:
@@ -362,20 +359,17 @@ class DefaultPolicy:
             self._saturated_running.popleft()
 
     def _maybe_scale_in(
-        self,
-        now_s: float,
-        signals: FleetSignals,
-        cap: int,
-        cold_start_s: float,
-        head: str,
-        late: int,
+        self, now_s: float, signals: FleetSignals, cap: int, cold_start_s: float, head: str
     ) -> tuple[int, str]:
         current = signals.current_replicas
         n_minus_1 = len(signals.ready) - 1
         if current <= self.bounds.min_replicas or n_minus_1 < 0:
             self._n1_ok_since_s = None
             return current, f"{head}; at minimum"
-        if signals.starting and not self.scale_in_while_starting:
+        if signals.starting:
+            # While replicas start, the ready ones alone rarely hold the peak (the start was
+            # for it); scaling in through starts as HPA does, starting ones first, measured
+            # no gain on the Azure study (wave 13, docs/up.md).
             self._n1_ok_since_s = None
             return current, f"{head}; replicas starting, no scale-in"
         if self._measuring and self.measured_capacity() is None:
@@ -397,10 +391,7 @@ class DefaultPolicy:
             # requests) while its p90 may be within: N−k would only miss it more.
             self._n1_ok_since_s = None
             return current, f"{head}; keep: {failing}"
-        # With replicas starting, the ready ones alone (N−0) may already hold the peak: the
-        # starting ones are then surplus, cheapest to give up (paid for, serving nothing).
-        k = 0 if len(signals.starting) > late else 1
-        fits, check = self.n_minus_k_fits(now_s, signals, cap, cold_start_s, k)
+        fits, check = self.n_minus_k_fits(now_s, signals, cap, cold_start_s, 1)
         if not fits:
             self._n1_ok_since_s = None
             return current, f"{head}; keep: {check}"
@@ -425,16 +416,13 @@ class DefaultPolicy:
                 f"{head}; {check}, cooldown {since_change:.0f}/{self.scale_in_cooldown_s:g} s",
             )
         self._n1_ok_since_s = None
-        # and as many more as the same check lets go (`scale_in_many`)
+        k = 1  # and as many more as the same check lets go (`scale_in_many`)
         while self.scale_in_many and k + 1 < len(signals.ready):
             more, why = self.n_minus_k_fits(now_s, signals, cap, cold_start_s, k + 1)
             if not more:
                 break
             k, check = k + 1, why
-        # The ready replicas less k, and those starting after a crash (not due in time to
-        # count as capacity, kept as before); the controller gives up starting ones first.
-        desired = len(signals.ready) - k + late if self.scale_in_many else current - 1
-        return desired, f"{head}; scale in {current - desired}: {check}, held {held_s:.0f} s"
+        return current - k, f"{head}; scale in {k}: {check}, held {held_s:.0f} s"
 
     def _demand_rising(self) -> bool:
         """The arrival rate's line over a cold start slopes up (else the in-flight one's)."""
