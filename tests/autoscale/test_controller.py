@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.autoscale.actuator import ManagedReplica
-from gpufleet.autoscale.controller import Controller
+from gpufleet.autoscale.controller import Controller, scale_in_order
 from gpufleet.autoscale.decision import ReplicaBounds
 from gpufleet.autoscale.gateway_link import fleet_signals
 from gpufleet.autoscale.policies import QueueDepthPolicy
+from gpufleet.autoscale.signals import FleetSignals, ReplicaSignals
 from gpufleet.fleet_state import GatewaySignals
 from gpufleet.routing.types import ReplicaState
 
@@ -104,6 +105,19 @@ async def test_scale_in_drains_starting_first_then_least_loaded() -> None:
     d = await ctl.tick()
     assert d.desired_replicas == 1 and d.current_replicas == 4
     assert act.drained == ["s", "b", "c"]
+
+
+def test_scale_in_gives_up_the_starting_replica_due_last_first() -> None:
+    # The one due soonest is closest to serving; one in a crash's backoff is furthest.
+    s = FleetSignals(
+        replicas=(
+            ReplicaSignals("a", ReplicaState.READY, 1, 0, 0.1, 1),
+            ReplicaSignals("s1", ReplicaState.STARTING, expected_ready_s=30.0),
+            ReplicaSignals("s2", ReplicaState.STARTING, expected_ready_s=90.0),
+            ReplicaSignals("s3", ReplicaState.STARTING, expected_ready_s=60.0),
+        )
+    )
+    assert scale_in_order(s, {"a", "s1", "s2", "s3"}) == ["s2", "s3", "s1", "a"]
 
 
 def test_fleet_signals_merge_gateway_and_actuator_views() -> None:

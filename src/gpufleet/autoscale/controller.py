@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -32,8 +33,14 @@ SignalReader = Callable[[], Awaitable[GatewaySignals]]
 
 def scale_in_order(signals: FleetSignals, mine: set[str]) -> list[str]:
     """Which replicas to drain first (pure; the simulator uses it too): starting ones (they
-    serve nothing yet), then ready ones with the fewest requests."""
-    starting = [r.replica_id for r in signals.starting if r.replica_id in mine]
+    serve nothing yet; the one due last first: the others are closer to serving), then
+    ready ones with the fewest requests."""
+    due_last_first = sorted(
+        (r for r in signals.starting if r.replica_id in mine),
+        key=lambda r: (-(r.expected_ready_s if r.expected_ready_s is not None else math.inf),
+                       r.replica_id),
+    )  # fmt: skip
+    starting = [r.replica_id for r in due_last_first]
     ready = sorted(
         (r for r in signals.ready if r.replica_id in mine),
         key=lambda r: (r.load, r.replica_id),

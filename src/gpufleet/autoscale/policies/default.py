@@ -367,6 +367,9 @@ class DefaultPolicy:
             self._n1_ok_since_s = None
             return current, f"{head}; at minimum"
         if signals.starting:
+            # While replicas start, the ready ones alone rarely hold the peak (the start was
+            # for it); scaling in through starts as HPA does, starting ones first, measured
+            # no gain on the Azure study (wave 13, docs/up.md).
             self._n1_ok_since_s = None
             return current, f"{head}; replicas starting, no scale-in"
         if self._measuring and self.measured_capacity() is None:
