@@ -34,15 +34,13 @@ def _refuse(what: str) -> Any:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Refuse to test compiled modules (make sim-compiled) older than their sources."""
-    from gpufleet.native import stale_compiled_modules
+    from gpufleet.errors import UserError
+    from gpufleet.native import refuse_stale_compiled
 
-    stale = stale_compiled_modules()
-    if stale:
-        pytest.exit(
-            f"compiled modules older than their sources ({', '.join(stale[:3])}...): "
-            "run `make sim-compiled` again, or `make clean` for the interpreted ones",
-            returncode=2,
-        )
+    try:
+        refuse_stale_compiled()
+    except UserError as e:
+        pytest.exit(str(e), returncode=2)
 
 
 @pytest.fixture(autouse=True, scope="session")

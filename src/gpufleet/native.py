@@ -16,6 +16,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from gpufleet.errors import UserError
+
 _T = TypeVar("_T")
 
 if TYPE_CHECKING:
@@ -36,11 +38,12 @@ def source_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def stale_compiled_modules() -> list[str]:
+def stale_compiled_modules(package: Path | None = None) -> list[str]:
     """gpufleet's compiled modules (tools/compile_sim.py) whose sources changed since they
     were compiled: Python imports a module's .so before its .py, so an edit would not run
-    until recompiled. (Content digests: a checkout or a no-op build moves mtimes.)"""
-    package = Path(__file__).resolve().parent
+    until recompiled. (Content digests: a checkout or a no-op build moves mtimes.)
+    `package` is the gpufleet package directory, this one unless given."""
+    package = package or Path(__file__).resolve().parent
     if not any(package.rglob("*.so")):
         return []
     stamp = package / COMPILED_STAMP
@@ -52,6 +55,19 @@ def stale_compiled_modules() -> list[str]:
         for name, digest in digests.items()
         if not (package.parent / name).exists() or source_digest(package.parent / name) != digest
     )
+
+
+def refuse_stale_compiled(package: Path | None = None) -> None:
+    """Stop with a clear error where compiled modules are older than their sources (the
+    `gpufleet` command and pytest call it first): running them would run the old code."""
+    stale = stale_compiled_modules(package)
+    if stale:
+        shown = ", ".join(stale[:3]) + (f" and {len(stale) - 3} more" if len(stale) > 3 else "")
+        raise UserError(
+            f"compiled modules are older than their sources ({shown}): run "
+            "`make sim-compiled` again, or `python tools/compile_sim.py --clean` for the "
+            "interpreted ones"
+        )
 
 
 def is_compiled(module: ModuleType) -> bool:

@@ -10,6 +10,7 @@ import click
 
 from gpufleet import __version__
 from gpufleet.errors import UserError
+from gpufleet.native import refuse_stale_compiled
 
 # verb -> (module, one-line help). The module defines a click command named `command`.
 VERBS: dict[str, tuple[str, str]] = {
@@ -52,6 +53,7 @@ def cli() -> None:
 
 def main() -> None:
     try:
+        refuse_stale_compiled()
         cli.main(standalone_mode=False)
     except UserError as e:
         click.echo(f"error: {e}", err=True)
