@@ -111,15 +111,29 @@ def unloaded_latency(mean_in: int, mean_out: int) -> tuple[float, float]:
     return p.ttft_s, p.tpot_s
 
 
+def prompt_token_weight(mean_in: int, mean_out: int, capacity: int) -> float:
+    """A prompt token's cost on a replica in output tokens' (the planner's step-time
+    model): prefill time per prompt token (one mean prompt alone) over decode time per
+    output token at the batch the replica holds within the SLO."""
+    model, gpu = load_model(MODEL), load_gpu(GPU)
+    alone = predict_serving(model, gpu, LAYOUT, mean_in, mean_out, 1, max_num_seqs=256)
+    full = predict_serving(model, gpu, LAYOUT, mean_in, mean_out, capacity, max_num_seqs=256)
+    return (alone.ttft_s / mean_in) / (full.tpot_s / capacity)
+
+
 def policy_params(
-    policy: str, capacity: int, unloaded: tuple[float, float] | None = None
+    policy: str,
+    capacity: int,
+    unloaded: tuple[float, float] | None = None,
+    prompt_weight: float | None = None,
 ) -> dict[str, Any]:
     if policy == "default":
         ttft0, tpot0 = unloaded if unloaded is not None else (None, None)
         return {"capacity_per_replica": capacity, "ttft_p90_slo_s": TTFT_SLO_S,
                 "tpot_p90_slo_s": TPOT_SLO_S, "cold_start_s": COLD_START_S,
                 "slo_attainment": TARGET, "capacity_source": "planner, within the SLO",
-                "ttft_unloaded_s": ttft0, "tpot_unloaded_s": tpot0}  # fmt: skip
+                "ttft_unloaded_s": ttft0, "tpot_unloaded_s": tpot0,
+                **({"prompt_token_weight": prompt_weight} if prompt_weight else {})}  # fmt: skip
     if policy == "queue_depth":
         return {"capacity_per_replica": capacity}
     if policy == "hpa":
