@@ -39,8 +39,14 @@ prompt-heavy ones ~9.5), and the default policy on it held 99.81 % of requests f
 × the static fleet's GPU-hours, against 99.60 % at 0.84 × in requests (wave 12; on the
 trace tiled 8 times, 41.0 GPU-hours against 38.1). Per replica of the fewest that hold
 each minute, requests per second stay within 10 % of their mean in 43 of its 58 minutes,
-tokens per second in 30: the steadier unit on that trace. Pure: samples come in with
-their timestamps.
+tokens per second in 30: the steadier unit on that trace.
+
+With `prompt_token_weight` w, where the gateway counts the prompt tokens apart
+(`FleetSignals.prompt_tokens_per_request`), a request's work is its output tokens + w ×
+its prompt tokens: w is a prompt token's cost on a replica in output tokens' (prefill
+time per prompt token over decode time per output token at the batch a replica holds,
+from the step-time model), so a mix that turns output-heavy raises the need at once
+instead of after the windows over the SLO. Pure: samples come in with their timestamps.
 """
 
 from __future__ import annotations
