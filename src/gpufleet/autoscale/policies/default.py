@@ -62,12 +62,12 @@ class DefaultPolicy:
     # The fraction of requests that must meet the SLO: 0.9 sizes the fleet on the
     # window's p90 latency, 0.99 on its p99 (`SloCapacity`).
     slo_attainment: float = 0.9
-    # Measure the capacity within the SLO on the fleet (`SloCapacity`), when SLOs are set.
-    measure_capacity: bool = True
+    measure_capacity: bool = True  # within the SLO, on the fleet (`SloCapacity`), with SLOs
     # Measure it as a token rate (`SloCapacity.in_tokens`). Off: on the Azure study (wave
     # 12) 99.81 % at 49.4 GPU-h against 99.60 % at 42.8 in requests (tokens unweighted).
     capacity_in_tokens: bool = False
-    # Or as a rate of work, output + this × prompt tokens (`SloCapacity.prompt_token_weight`).
+    # Or of work, output + this × prompt tokens (`SloCapacity.prompt_token_weight`). Off:
+    # wave 13b, the step model's 0.19 on the study: 49.7 GPU-h against 43.2 (docs/up.md).
     prompt_token_weight: float | None = None
     # One request alone on a replica (the planner's): where its latency starts to queue from.
     ttft_unloaded_s: float | None = None
