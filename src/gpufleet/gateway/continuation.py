@@ -148,7 +148,8 @@ class Transcript:
         """(prompt, completion) tokens per the stream's usage (an engine sends it last when
         the client asks, `stream_options.include_usage`), else None. Parses only the
         unfolded events that carry one, so a stream's end stays cheap."""
-        tail = next((p for p in reversed(self._parts) if b'"usage"' in p), None)
+        # The usage is the last event before [DONE]: in one of the last two parts relayed.
+        tail = next((p for p in reversed(self._parts[-2:]) if b'"usage"' in p), None)
         state = self._state  # a usage folded already, else the tail's (apart: not refolded)
         if tail is not None:
             state = StreamState(state.chat)
