@@ -57,9 +57,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_ramp")
     ap.add_argument("--merge", action="store_true",
                     help="keep the rows of --out's JSON for the policies not rerun")  # fmt: skip
+    ap.add_argument("--prompt-token-weight", default=None,
+                    help="default's capacity in work: 'physics' or a number (wave 13b)")  # fmt: skip
     args = ap.parse_args()
     capacity = study.slo_capacity(MEAN_IN, MEAN_OUT)
     unloaded = study.unloaded_latency(MEAN_IN, MEAN_OUT)
+    weight = study.resolve_weight(args.prompt_token_weight, MEAN_IN, MEAN_OUT, capacity)
     base = Scenario(
         model=study.MODEL, gpu=study.GPU, tp=study.TP, rate_steps=PHASES,
         input_tokens=MEAN_IN, output_tokens=MEAN_OUT, range_ratio=0.8,
@@ -68,7 +71,7 @@ def main() -> None:
     )  # fmt: skip
     jobs: list[dict[str, Any]] = []
     for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
-        params = study.policy_params(policy, capacity, unloaded)
+        params = study.policy_params(policy, capacity, unloaded, weight)
         sc = base.with_field("autoscale", policy)
         jobs.append({"name": policy, "scenario": sc.with_field("autoscale_params",
                                                                tuple(params.items()))})  # fmt: skip

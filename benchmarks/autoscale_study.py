@@ -111,15 +111,38 @@ def unloaded_latency(mean_in: int, mean_out: int) -> tuple[float, float]:
     return p.ttft_s, p.tpot_s
 
 
+def prompt_token_weight(mean_in: int, mean_out: int, capacity: int) -> float:
+    """A prompt token's cost on a replica in output tokens' (the planner's step-time
+    model): prefill time per prompt token (one mean prompt alone) over decode time per
+    output token at the batch the replica holds within the SLO."""
+    model, gpu = load_model(MODEL), load_gpu(GPU)
+    alone = predict_serving(model, gpu, LAYOUT, mean_in, mean_out, 1, max_num_seqs=256)
+    full = predict_serving(model, gpu, LAYOUT, mean_in, mean_out, capacity, max_num_seqs=256)
+    return (alone.ttft_s / mean_in) / (full.tpot_s / capacity)
+
+
+def resolve_weight(flag: str | None, mean_in: int, mean_out: int, capacity: int) -> float | None:
+    """--prompt-token-weight: None (off), 'physics' (`prompt_token_weight`) or a number."""
+    if flag is None:
+        return None
+    if flag == "physics":
+        return prompt_token_weight(mean_in, mean_out, capacity)
+    return float(flag)
+
+
 def policy_params(
-    policy: str, capacity: int, unloaded: tuple[float, float] | None = None
+    policy: str,
+    capacity: int,
+    unloaded: tuple[float, float] | None = None,
+    prompt_weight: float | None = None,
 ) -> dict[str, Any]:
     if policy == "default":
         ttft0, tpot0 = unloaded if unloaded is not None else (None, None)
         return {"capacity_per_replica": capacity, "ttft_p90_slo_s": TTFT_SLO_S,
                 "tpot_p90_slo_s": TPOT_SLO_S, "cold_start_s": COLD_START_S,
                 "slo_attainment": TARGET, "capacity_source": "planner, within the SLO",
-                "ttft_unloaded_s": ttft0, "tpot_unloaded_s": tpot0}  # fmt: skip
+                "ttft_unloaded_s": ttft0, "tpot_unloaded_s": tpot0,
+                **({"prompt_token_weight": prompt_weight} if prompt_weight else {})}  # fmt: skip
     if policy == "queue_depth":
         return {"capacity_per_replica": capacity}
     if policy == "hpa":
@@ -365,9 +388,13 @@ def main() -> None:
     ap.add_argument("--merge", action="store_true",
                     help="keep the rows of --out's JSON for the fleets not rerun (their "
                          "commit is noted)")  # fmt: skip
+    ap.add_argument("--prompt-token-weight", default=None,
+                    help="default's capacity in work: 'physics' (the step-time model's "
+                         "prompt/output token cost) or a number (docs/up.md, wave 13b)")  # fmt: skip
     args = ap.parse_args()
     peak_rps, start_rps, mean_rps, mean_in, mean_out = arrival_profile(args)
     capacity = slo_capacity(mean_in, mean_out)
+    weight = resolve_weight(args.prompt_token_weight, mean_in, mean_out, capacity)
     # Little's law: requests in flight = rate x time in the system (prefill + decode at
     # the SLO's TPOT, an upper bound), per replica holding `capacity`.
     per_replica_rps = capacity / (mean_out * TPOT_SLO_S)
@@ -389,7 +416,7 @@ def main() -> None:
     for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
         sc = base.with_field("autoscale", policy).with_field("replicas", initial)
         sc = sc.with_field("min_replicas", 1).with_field("max_replicas", 2 * n_static)
-        params = policy_params(policy, capacity, unloaded_latency(mean_in, mean_out))
+        params = policy_params(policy, capacity, unloaded_latency(mean_in, mean_out), weight)
         sc = sc.with_field("autoscale_params", tuple(params.items()))
         jobs.append({"name": policy, "scenario": sc})
     for name, schedule in oracle_schedules(args).items():

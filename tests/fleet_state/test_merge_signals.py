@@ -47,3 +47,21 @@ def test_tokens_per_request_over_the_window_survive_the_merge_and_json() -> None
     two = build_signals(10.0, [], {}, b)
     assert two.for_model("llama").tokens_per_request is None  # the count is the fleet's
     assert build_signals(100.0, [], {}, a).tokens_per_request is None  # out of the window
+
+
+def test_prompt_tokens_per_request_survive_the_merge_and_json() -> None:
+    a, b = LatencyWindows(60.0), LatencyWindows(60.0)
+    a.observe(1.0, 0.1, 0.01, "llama", tokens=1000, prompt_tokens=800)
+    a.observe(2.0, 0.1, 0.01, "llama", prompt_tokens=500)  # no total: not counted
+    b.observe(3.0, 0.2, 0.01, "llama", tokens=3000, prompt_tokens=1000)
+    parts = [build_signals(10.0, [], {}, w) for w in (a, b)]
+    merged = LatencyWindows(60.0)
+    for w in (a, b):
+        merged.merge_json(w.to_json())
+    signals = merge_signals(10.0, parts, merged)
+    assert signals.prompt_tokens_per_request == 900.0  # over the same requests as the total
+    assert GatewaySignals.from_json(signals.to_json()).prompt_tokens_per_request == 900.0
+    assert signals.for_model("llama").prompt_tokens_per_request == 900.0
+    b.observe(4.0, 0.2, 0.01, "qwen", tokens=10, prompt_tokens=5)
+    two = build_signals(10.0, [], {}, b)
+    assert two.for_model("llama").prompt_tokens_per_request is None  # the fleet's count

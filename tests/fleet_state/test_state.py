@@ -116,6 +116,7 @@ def test_signals_snapshot_round_trips_through_the_admin_apis_json() -> None:
         "replicas_by_state", "window_s", "ttft_s", "tpot_s", "streamed_requests_in_window",
         "replicas", "latency_by_model", "admitted_total", "admitted_in_window",
         "admitted_total_by_model", "admitted_in_window_by_model", "tokens_per_request",
+        "prompt_tokens_per_request",
     }  # fmt: skip
     assert set(raw["ttft_s"]) == {"p50", "p90", "p99"}
     assert GatewaySignals.from_json(raw) == snap

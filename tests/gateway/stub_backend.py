@@ -110,6 +110,11 @@ class StubBackend:
                     await self.gate.wait()
                 if self.hold is not None or self.chunk_delay_s:
                     await asyncio.sleep(self.chunk_delay_s or 0.01)
+            if (body.get("stream_options") or {}).get("include_usage"):  # as vLLM: last
+                usage = {"prompt_tokens": 7, "completion_tokens": self.chunks,
+                         "total_tokens": 7 + self.chunks}  # fmt: skip
+                event = {"id": f"cmpl-{self.name}", "choices": [], "usage": usage}
+                await resp.write(f"data: {json.dumps(event)}\n\n".encode())
             await resp.write(b"data: [DONE]\n\n")
         except asyncio.CancelledError:
             self.disconnected.set()

@@ -218,6 +218,27 @@ async def test_requests_routed_to_ready_replicas_count_as_admitted(
     assert signals.admitted_in_window == 3
 
 
+async def test_a_streams_usage_gives_the_signals_their_prompt_and_output_tokens(
+    stubs: list[StubBackend], make_gateway: GatewayFactory
+) -> None:
+    """The autoscaler's capacity in work weighs prompt and output tokens apart: the gateway
+    reads both from a stream's usage (it does not tokenize), and counts none without it."""
+    gw = await make_gateway([s.url for s in stubs])
+    async with aiohttp.ClientSession() as session:
+        for usage in (False, True):
+            body = {"model": "stub-model", "messages": MSG, "stream": True,
+                    "stream_options": {"include_usage": usage}}  # fmt: skip
+            async with session.post(gw.url + "/v1/chat/completions", json=body) as resp:
+                assert resp.status == 200
+                await resp.read()
+            signals = gw.signals()
+            if not usage:
+                assert signals.tokens_per_request is None
+    chunks = stubs[0].chunks
+    assert signals.tokens_per_request == 7 + chunks
+    assert signals.prompt_tokens_per_request == 7
+
+
 async def test_all_replicas_failing_returns_last_error(
     stubs: list[StubBackend], make_gateway: GatewayFactory
 ) -> None:

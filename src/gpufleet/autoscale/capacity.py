@@ -39,8 +39,14 @@ prompt-heavy ones ~9.5), and the default policy on it held 99.81 % of requests f
 × the static fleet's GPU-hours, against 99.60 % at 0.84 × in requests (wave 12; on the
 trace tiled 8 times, 41.0 GPU-hours against 38.1). Per replica of the fewest that hold
 each minute, requests per second stay within 10 % of their mean in 43 of its 58 minutes,
-tokens per second in 30: the steadier unit on that trace. Pure: samples come in with
-their timestamps.
+tokens per second in 30: the steadier unit on that trace.
+
+With `prompt_token_weight` w, where the gateway counts the prompt tokens apart
+(`FleetSignals.prompt_tokens_per_request`), a request's work is its output tokens + w ×
+its prompt tokens: w is a prompt token's cost on a replica in output tokens' (prefill
+time per prompt token over decode time per output token at the batch a replica holds,
+from the step-time model), so a mix that turns output-heavy raises the need at once
+instead of after the windows over the SLO. Pure: samples come in with their timestamps.
 """
 
 from __future__ import annotations
@@ -73,6 +79,10 @@ class SloCapacity:
     tpot_unloaded_s: float | None = None
     # Measure a token rate where the gateway counts tokens (else requests per second).
     in_tokens: bool = False
+    # Measure a rate of work where the gateway counts prompt and output tokens apart: a
+    # request's work is its output tokens + this × its prompt tokens (a prompt token's
+    # cost on a replica in output tokens', from the step-time model). None: off.
+    prompt_token_weight: float | None = None
     _rate: ArrivalRate = field(default_factory=ArrivalRate)
     _ready: WindowMean = field(default_factory=WindowMean)
     _since_s: float | None = None
@@ -82,8 +92,8 @@ class SloCapacity:
     _floor: dict[str, WindowMin] = field(default_factory=dict)  # q0 per SLO (TTFT, TPOT)
     # Tokens per request now (None: the rate is in requests), and whether the bounds are
     # token rates: fixed by the first sample, so that the units never mix.
-    _tokens_per_request: float | None = None
-    _in_tokens: bool | None = None
+    _work: float | None = None
+    _in_work: bool | None = None
 
     def add(self, now_s: float, signals: FleetSignals) -> None:
         if signals.admitted_total is None:
@@ -95,9 +105,9 @@ class SloCapacity:
         self._ready.add(now_s, float(len(signals.ready)))
         if self._since_s is None:
             self._since_s = now_s
-        tpr = signals.tokens_per_request
-        if self.in_tokens and tpr is not None and tpr > 0:
-            self._tokens_per_request = tpr
+        work = self._work_of(signals)
+        if work is not None and work > 0:
+            self._work = work
         requests = signals.latency_requests
         if requests is None or requests < self.min_requests:
             return  # a tail over few (or an unknown number of) requests says little
@@ -135,8 +145,8 @@ class SloCapacity:
             within = within and q <= slo
         if not lower_factors:
             return
-        if self._in_tokens is None:
-            self._in_tokens = self._tokens_per_request is not None
+        if self._in_work is None:
+            self._in_work = self._work is not None
         per_replica = rate / ready * self._work_per_request()
         if within:
             factor = min(min(lower_factors), self.max_extrapolation)
@@ -155,9 +165,23 @@ class SloCapacity:
             est = upper if est is None else min(est, upper)
         self._estimate = est
 
+    def _work_of(self, signals: FleetSignals) -> float | None:
+        """A request's mean work now, in the estimate's unit (None: not counted): its
+        tokens, or output + weight × prompt tokens."""
+        tokens, prompt, weight = (
+            signals.tokens_per_request,
+            signals.prompt_tokens_per_request,
+            self.prompt_token_weight,
+        )
+        if tokens is None:
+            return None
+        if weight is not None:
+            return None if prompt is None else (tokens - prompt) + weight * prompt
+        return tokens if self.in_tokens else None
+
     def _work_per_request(self) -> float:
         """A request's work in the estimate's unit: its tokens, or one request."""
-        return (self._tokens_per_request or 1.0) if self._in_tokens else 1.0
+        return (self._work or 1.0) if self._in_work else 1.0
 
     def estimate_rps(self) -> float | None:
         """Requests per second per replica within the SLO at the current mix (None: not
@@ -165,10 +189,12 @@ class SloCapacity:
         return None if self._estimate is None else self._estimate / self._work_per_request()
 
     def estimate_work(self) -> tuple[float, str] | None:
-        """The estimate in its own unit: (rate, "tokens/s" or "req/s")."""
+        """The estimate in its own unit: (rate, "tokens/s", "work/s" or "req/s")."""
         if self._estimate is None:
             return None
-        return self._estimate, "tokens/s" if self._in_tokens else "req/s"
+        if not self._in_work:
+            return self._estimate, "req/s"
+        return self._estimate, "tokens/s" if self.prompt_token_weight is None else "work/s"
 
 
 def _queue_factor(q0: float, q: float, slo: float) -> float:

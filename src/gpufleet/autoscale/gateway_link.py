@@ -198,4 +198,5 @@ def fleet_signals(
         admitted_total=gateway.admitted_total,
         latency_requests=gateway.streamed_requests_in_window,
         tokens_per_request=gateway.tokens_per_request,
+        prompt_tokens_per_request=gateway.prompt_tokens_per_request,
     )

@@ -58,6 +58,8 @@ class FleetSignals:
     # Mean prompt + output tokens of the requests finished over the window (None: not
     # counted): the work a request brings, which changes with the mix.
     tokens_per_request: float | None = None
+    # Their mean prompt tokens alone (None: not counted): the rest is output.
+    prompt_tokens_per_request: float | None = None
 
     def in_state(self, state: ReplicaState) -> tuple[ReplicaSignals, ...]:
         return tuple(r for r in self.replicas if r.state == state)

@@ -60,6 +60,9 @@ class LatencyWindows:
         # Prompt + output tokens of each finished request that reported them: the work a
         # request brings, whose mix a rate in requests per second does not see.
         self.tokens = RecentWindow(window_s)
+        # Their prompt tokens alone (where known): a prompt token costs a replica less than
+        # an output token, so a capacity in work weighs the two apart.
+        self.prompt_tokens = RecentWindow(window_s)
         self.by_model: dict[str, tuple[RecentWindow, RecentWindow]] = {}
 
     def observe(
@@ -69,11 +72,15 @@ class LatencyWindows:
         tpot_s: float | None,
         model: str | None = None,
         tokens: int | None = None,
+        prompt_tokens: int | None = None,
     ) -> None:
         """One finished request: TTFT when it streamed a token, TPOT when it had > 1, its
-        prompt + output tokens where known (the fleet's window only)."""
+        prompt + output tokens and its prompt tokens where known (the fleet's window only;
+        the prompt's only with the total, so that both means cover the same requests)."""
         if tokens is not None:
             self.tokens.add(now_s, float(tokens))
+            if prompt_tokens is not None:
+                self.prompt_tokens.add(now_s, float(prompt_tokens))
         windows = [(self.ttft, self.tpot)]
         pair = self._model_pair(model) if model is not None else None
         if pair is not None:
@@ -96,6 +103,7 @@ class LatencyWindows:
             "ttft": list(self.ttft.samples),
             "tpot": list(self.tpot.samples),
             "tokens": list(self.tokens.samples),
+            "prompt_tokens": list(self.prompt_tokens.samples),
             "by_model": {
                 m: [list(t.samples), list(p.samples)] for m, (t, p) in self.by_model.items()
             },
@@ -111,6 +119,8 @@ class LatencyWindows:
                 targets.append((*pair, ttft, tpot))
         for t, v in raw.get("tokens") or ():
             self.tokens.add(float(t), float(v))
+        for t, v in raw.get("prompt_tokens") or ():
+            self.prompt_tokens.add(float(t), float(v))
         for ttft_window, tpot_window, ttft_samples, tpot_samples in targets:
             for t, v in ttft_samples:
                 ttft_window.add(float(t), float(v))

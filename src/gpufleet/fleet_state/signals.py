@@ -148,6 +148,8 @@ class GatewaySignals:
     # Mean prompt + output tokens of the requests finished over the window (None: not
     # counted, or a model's view of a fleet serving several: the count is the fleet's).
     tokens_per_request: float | None = None
+    # Their mean prompt tokens alone (None: not counted), over the same requests.
+    prompt_tokens_per_request: float | None = None
 
     @property
     def arrival_rate_rps(self) -> float | None:
@@ -169,6 +171,7 @@ class GatewaySignals:
             by_state[str(r.state)] += 1
         depth = self.queue_depth_by_model.get(model, 0)
         latency = self.latency_by_model.get(model, ModelLatency())
+        fleets_own = set(self.latency_by_model) <= {model}  # token counts are the fleet's
         return replace(
             self,
             queue_depth=depth,
@@ -184,9 +187,8 @@ class GatewaySignals:
             admitted_in_window=self.admitted_in_window_by_model.get(model, 0),
             admitted_total_by_model=_only(self.admitted_total_by_model, model),
             admitted_in_window_by_model=_only(self.admitted_in_window_by_model, model),
-            tokens_per_request=(
-                self.tokens_per_request if set(self.latency_by_model) <= {model} else None
-            ),
+            tokens_per_request=self.tokens_per_request if fleets_own else None,
+            prompt_tokens_per_request=self.prompt_tokens_per_request if fleets_own else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -207,6 +209,7 @@ class GatewaySignals:
             "admitted_total_by_model": dict(self.admitted_total_by_model),
             "admitted_in_window_by_model": dict(self.admitted_in_window_by_model),
             "tokens_per_request": self.tokens_per_request,
+            "prompt_tokens_per_request": self.prompt_tokens_per_request,
         }
 
     @classmethod
@@ -234,6 +237,7 @@ class GatewaySignals:
             admitted_total_by_model=_counts(raw.get("admitted_total_by_model")),
             admitted_in_window_by_model=_counts(raw.get("admitted_in_window_by_model")),
             tokens_per_request=_opt_float(raw.get("tokens_per_request")),
+            prompt_tokens_per_request=_opt_float(raw.get("prompt_tokens_per_request")),
         )
 
 
@@ -316,6 +320,7 @@ def _latency_fields(latency: LatencyWindows, now_s: float) -> dict[str, Any]:
         "tpot_s": LatencyPercentiles.of(latency.tpot, now_s),
         "streamed_requests_in_window": latency.ttft.count(),
         "tokens_per_request": latency.tokens.mean(now_s),
+        "prompt_tokens_per_request": latency.prompt_tokens.mean(now_s),
         "latency_by_model": {
             model: ModelLatency(
                 LatencyPercentiles.of(ttft, now_s), LatencyPercentiles.of(tpot, now_s), ttft.count()

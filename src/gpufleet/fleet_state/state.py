@@ -258,8 +258,9 @@ class FleetState(Generic[R]):
         tpot_s: float | None,
         model: str | None = None,
         tokens: int | None = None,
+        prompt_tokens: int | None = None,
     ) -> None:
-        self.latency.observe(now_s, ttft_s, tpot_s, model, tokens)
+        self.latency.observe(now_s, ttft_s, tpot_s, model, tokens, prompt_tokens)
 
     # -- scraped engine metrics -----------------------------------------------------------
     def apply_scrape(self, replica: R, scraped: ScrapedMetrics, now_s: float) -> bool:

@@ -59,6 +59,7 @@ class StreamState:
     text: str = ""
     tokens: int = 0  # content events (engines stream one token per event)
     usage_tokens: int | None = None  # completion tokens per the stream's own usage, if any
+    usage_prompt_tokens: int | None = None  # prompt tokens per the same usage
     role_sent: bool = False
     finish_reason: str | None = None
     usage_sent: bool = False
@@ -88,6 +89,8 @@ class StreamState:
             self.usage_sent = True
             if isinstance(usage.get("completion_tokens"), int):
                 self.usage_tokens = usage["completion_tokens"]
+            if isinstance(usage.get("prompt_tokens"), int):
+                self.usage_prompt_tokens = usage["prompt_tokens"]
         for choice in event.get("choices") or ():
             self._add_choice(choice)
 
@@ -140,6 +143,21 @@ class Transcript:
     def state(self) -> StreamState:
         self._fold()
         return self._state
+
+    def usage(self) -> tuple[int, int] | None:
+        """(prompt, completion) tokens per the stream's usage (an engine sends it last when
+        the client asks, `stream_options.include_usage`), else None. Parses only the
+        unfolded events that carry one, so a stream's end stays cheap."""
+        # The usage is the last event before [DONE]: in one of the last two parts relayed.
+        tail = next((p for p in reversed(self._parts[-2:]) if b'"usage"' in p), None)
+        state = self._state  # a usage folded already, else the tail's (apart: not refolded)
+        if tail is not None:
+            state = StreamState(state.chat)
+            for payload in iter_events(tail):
+                state.add(payload)
+        if state.usage_prompt_tokens is None or state.usage_tokens is None:
+            return None
+        return state.usage_prompt_tokens, state.usage_tokens
 
 
 class Finished:

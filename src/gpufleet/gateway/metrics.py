@@ -189,8 +189,17 @@ class GatewayMetrics:
         _bump(self._resume_failures, model if model.isascii() else _label(model))
 
     def observe_stream(
-        self, model: str, tenant: str, ttft_s: float, e2e_s: float, chunks: int, now_s: float
+        self,
+        model: str,
+        tenant: str,
+        ttft_s: float,
+        e2e_s: float,
+        chunks: int,
+        now_s: float,
+        usage: tuple[int, int] | None = None,
     ) -> None:
+        """One streamed answer; `usage`: its (prompt, completion) tokens where the stream
+        reported them (the gateway does not tokenize)."""
         ttft, tpot, _, e2e = self.latency(model, tenant)
         ttft.observe(ttft_s)
         e2e.observe(e2e_s)
@@ -198,9 +207,10 @@ class GatewayMetrics:
         if chunks > 1:
             tpot_s = (e2e_s - ttft_s) / (chunks - 1)
             tpot.observe(tpot_s)
-        # (no token count: the gateway does not tokenize prompts, so `tokens_per_request`
-        # stays unknown live and a token-rate capacity falls back to requests)
-        self.windows.observe(now_s, ttft_s, tpot_s, model)
+        # Without usage no token count: `tokens_per_request` stays unknown and a capacity
+        # in tokens or work holds its last mix (or stays in requests).
+        tokens, prompt = (sum(usage), usage[0]) if usage is not None else (None, None)
+        self.windows.observe(now_s, ttft_s, tpot_s, model, tokens, prompt)
 
     # -- exposition (prometheus_client calls this on every /metrics read) ----------------
     def collect(self) -> Iterator[Any]:

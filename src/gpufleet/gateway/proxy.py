@@ -371,6 +371,8 @@ class Proxy:
             await ctx.out.write(sse_error_event(f"upstream error: {error}", 502))
         elif ctx.ttft_s is not None:
             # Events minus the [DONE] marker approximate the tokens streamed.
+            usage = ctx.transcript.usage() if ctx.transcript is not None else None
             self.metrics.observe_stream(ctx.model, ctx.tenant.name, ctx.ttft_s,
-                                        now_s - ctx.t0_s, max(1, ctx.events - 1), now_s)  # fmt: skip
+                                        now_s - ctx.t0_s, max(1, ctx.events - 1), now_s,
+                                        usage)  # fmt: skip
         await ctx.out.end()

@@ -195,8 +195,8 @@ class SimFleet:
             replica.account(now)
             first_s = res.first_token_s
             fleet.finished(live.info, view, live.policy, True, first_s is not None)
-            tokens = ereq.num_tokens
-            fleet.observe_latency(now, res.ttft_s, res.tpot_s, live.info.model, tokens)
+            tokens, prompt = ereq.num_tokens, ereq.num_prompt_tokens
+            fleet.observe_latency(now, res.ttft_s, res.tpot_s, live.info.model, tokens, prompt)
             clients.client_done(live.req.index)
 
     def on_scrape(self) -> None:

@@ -62,14 +62,13 @@ class DefaultPolicy:
     # The fraction of requests that must meet the SLO: 0.9 sizes the fleet on the
     # window's p90 latency, 0.99 on its p99 (`SloCapacity`).
     slo_attainment: float = 0.9
-    # Measure the capacity within the SLO on the fleet (`SloCapacity`), when SLOs are set.
-    measure_capacity: bool = True
-    # Measure it as a token rate (prompt + output tokens per second) where the gateway
-    # counts tokens (`SloCapacity.in_tokens`). Off: on the Azure study (wave 12) it held
-    # 99.81 % of requests for 49.4 GPU-hours, against 99.60 % for 42.8 in requests (a
-    # decode token costs a replica more than a prompt token, which an unweighted sum
-    # does not see; one mix's read-back overshoots the next).
+    measure_capacity: bool = True  # within the SLO, on the fleet (`SloCapacity`), with SLOs
+    # Measure it as a token rate (`SloCapacity.in_tokens`). Off: on the Azure study (wave
+    # 12) 99.81 % at 49.4 GPU-h against 99.60 % at 42.8 in requests (tokens unweighted).
     capacity_in_tokens: bool = False
+    # Or of work, output + this × prompt tokens (`SloCapacity.prompt_token_weight`). Off:
+    # wave 13b, the step model's 0.19 on the study: 49.7 GPU-h against 43.2 (docs/up.md).
+    prompt_token_weight: float | None = None
     # One request alone on a replica (the planner's): where its latency starts to queue from.
     ttft_unloaded_s: float | None = None
     tpot_unloaded_s: float | None = None
@@ -137,6 +136,7 @@ class DefaultPolicy:
         self._slo_capacity.ttft_unloaded_s = self.ttft_unloaded_s
         self._slo_capacity.tpot_unloaded_s = self.tpot_unloaded_s
         self._slo_capacity.in_tokens = self.capacity_in_tokens
+        self._slo_capacity.prompt_token_weight = self.prompt_token_weight
         self._windows(self.cold_start_s)
 
     def _windows(self, cold_start_s: float) -> None:
