@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from gpufleet.native import mypyc_attr
+
 
 class ReplicaState(StrEnum):
     STARTING = "starting"
@@ -40,6 +42,7 @@ class EngineStats:
     max_lora: int | None = None
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (compiled: the gateway's `Replica` is not)
 @dataclass(slots=True)
 class ReplicaView:
     replica_id: str
