@@ -36,18 +36,32 @@ if TYPE_CHECKING:
     from gpufleet.engine.engine import Engine
 
 
-@dataclass(slots=True)
 class DecodeGroup:
-    """Requests that decode together: one micro-batch after another."""
+    """Requests that decode together: one micro-batch after another. (A plain class: built
+    per run, and mypyc compiles only an explicit `__init__`.)"""
 
-    members: list[EngineRequest]  # in running order
-    computed: list[int]  # each member's computed tokens when the run was planned
-    in_flight: bool  # its micro-batch was in flight when the run was planned
-    # blocks the group's k-th step hands out, by phase k % block_size (a member needs one
-    # when computed + k is a multiple of the block size)
-    new_blocks_by_phase: list[int]
-    context_tokens: int  # summed KV length at its next step
-    finish_after: int  # steps (completions) until its first member finishes
+    __slots__ = (
+        "computed", "context_tokens", "finish_after", "in_flight", "members",
+        "new_blocks_by_phase",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        members: list[EngineRequest],  # in running order
+        computed: list[int],  # each member's computed tokens when the run was planned
+        in_flight: bool,  # its micro-batch was in flight when the run was planned
+        # blocks the group's k-th step hands out, by phase k % block_size (a member needs
+        # one when computed + k is a multiple of the block size)
+        new_blocks_by_phase: list[int],
+        context_tokens: int,  # summed KV length at its next step
+        finish_after: int,  # steps (completions) until its first member finishes
+    ) -> None:
+        self.members = members
+        self.computed = computed
+        self.in_flight = in_flight
+        self.new_blocks_by_phase = new_blocks_by_phase
+        self.context_tokens = context_tokens
+        self.finish_after = finish_after
 
     def slots_by_phase(
         self, block_size: int, caching: bool

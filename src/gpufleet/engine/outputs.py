@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from gpufleet.engine.request import EngineRequest
@@ -93,23 +93,35 @@ class SchedulerStats:
     now_s: float
 
 
-@dataclass(slots=True)
 class ScheduledBatch:
     """One iteration (with PP > 1: one micro-batch) as the scheduler planned it.
 
     `entries` holds (request, its computed tokens once this batch ends); a request whose
     count then reaches its known tokens emits one token at `end_s`. `batch` is the shape the
     step-time model priced.
+
+    (This class and the two below are plain classes, not dataclasses: one is built per
+    iteration or run, and mypyc compiles an explicit `__init__` but keeps a dataclass's
+    generated one in Python, mypyc/mypyc#817.)
     """
 
-    entries: list[tuple[EngineRequest, int]]
-    batch: StepBatch
-    start_s: float
-    end_s: float
-    num_tokens: int
+    __slots__ = ("batch", "end_s", "entries", "num_tokens", "start_s")
+
+    def __init__(
+        self,
+        entries: list[tuple[EngineRequest, int]],
+        batch: StepBatch,
+        start_s: float,
+        end_s: float,
+        num_tokens: int,
+    ) -> None:
+        self.entries = entries
+        self.batch = batch
+        self.start_s = start_s
+        self.end_s = end_s
+        self.num_tokens = num_tokens
 
 
-@dataclass(slots=True)
 class StepOutcome:
     """What one iteration did. `duration_s` is how far the engine clock moved.
 
@@ -117,15 +129,25 @@ class StepOutcome:
     (`req.all_token_ids[-1]`). `finished` requests carry `finish_reason`.
     """
 
-    duration_s: float
-    now_s: float
-    emitted: list[EngineRequest] = field(default_factory=list)
-    finished: list[EngineRequest] = field(default_factory=list)
-    preempted: list[EngineRequest] = field(default_factory=list)
-    num_scheduled_tokens: int = 0
+    __slots__ = ("duration_s", "emitted", "finished", "now_s", "num_scheduled_tokens", "preempted")
+
+    def __init__(
+        self,
+        duration_s: float,
+        now_s: float,
+        emitted: list[EngineRequest] | None = None,
+        finished: list[EngineRequest] | None = None,
+        preempted: list[EngineRequest] | None = None,
+        num_scheduled_tokens: int = 0,
+    ) -> None:
+        self.duration_s = duration_s
+        self.now_s = now_s
+        self.emitted: list[EngineRequest] = [] if emitted is None else emitted
+        self.finished: list[EngineRequest] = [] if finished is None else finished
+        self.preempted: list[EngineRequest] = [] if preempted is None else preempted
+        self.num_scheduled_tokens = num_scheduled_tokens
 
 
-@dataclass(slots=True)
 class DecodeRunOutcome:
     """What a jump over `num_steps` decode steps did: the same as that many `StepOutcome`s.
 
@@ -134,13 +156,33 @@ class DecodeRunOutcome:
     finish requests (`finished`, at `now_s`); no request got its first token in a run.
     """
 
-    duration_s: float
-    now_s: float
-    step_end_s: Sequence[float]
-    groups: list[list[EngineRequest]]  # requests that decode together
-    step_group: list[int]  # per step, the group that emitted (empty: group 0 every step)
-    finished: list[EngineRequest] = field(default_factory=list)
-    preempted: list[EngineRequest] = field(default_factory=list)  # always empty
+    __slots__ = (
+        "duration_s",
+        "finished",
+        "groups",
+        "now_s",
+        "preempted",
+        "step_end_s",
+        "step_group",
+    )
+
+    def __init__(
+        self,
+        duration_s: float,
+        now_s: float,
+        step_end_s: Sequence[float],
+        groups: list[list[EngineRequest]],  # requests that decode together
+        step_group: list[int],  # per step, the group that emitted (empty: group 0 every step)
+        finished: list[EngineRequest] | None = None,
+        preempted: list[EngineRequest] | None = None,  # always empty
+    ) -> None:
+        self.duration_s = duration_s
+        self.now_s = now_s
+        self.step_end_s = step_end_s
+        self.groups = groups
+        self.step_group = step_group
+        self.finished: list[EngineRequest] = [] if finished is None else finished
+        self.preempted: list[EngineRequest] = [] if preempted is None else preempted
 
     @property
     def num_steps(self) -> int:

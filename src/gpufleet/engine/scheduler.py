@@ -20,7 +20,6 @@ Blocks belong to the `KVCacheManager`; the scheduler only asks it.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 
 from gpufleet.engine.kv_cache_manager import KVCacheManager
 from gpufleet.engine.lora import AdapterSlots
@@ -29,13 +28,18 @@ from gpufleet.engine.request import EngineRequest, FinishReason, RequestStatus
 from gpufleet.perf.step_time import StepBatch
 
 
-@dataclass(slots=True)
 class ScheduledWork:
-    """The scheduler's half of a `ScheduledBatch` (the engine adds the times)."""
+    """The scheduler's half of a `ScheduledBatch` (the engine adds the times). A plain
+    class: built every iteration, and mypyc compiles only an explicit `__init__`."""
 
-    entries: list[tuple[EngineRequest, int]]
-    batch: StepBatch
-    num_tokens: int
+    __slots__ = ("batch", "entries", "num_tokens")
+
+    def __init__(
+        self, entries: list[tuple[EngineRequest, int]], batch: StepBatch, num_tokens: int
+    ) -> None:
+        self.entries = entries
+        self.batch = batch
+        self.num_tokens = num_tokens
 
 
 class Scheduler:

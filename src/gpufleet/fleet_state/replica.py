@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpufleet.native import mypyc_attr
 from gpufleet.routing.types import ReplicaView
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (compiled: the gateway's `Replica` is not)
 @dataclass(slots=True, eq=False)
 class FleetReplica(ReplicaView):
     """A `ReplicaView` (what policies read) with what the core needs besides.

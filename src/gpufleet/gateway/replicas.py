@@ -17,7 +17,10 @@ from gpufleet.fleet_state import FleetReplica
 from gpufleet.routing.types import ReplicaState
 
 
-@dataclass(slots=True, eq=False)
+# No slots: `FleetReplica` may be a compiled class (make sim-compiled), and a slotted
+# dataclass subclass would redeclare its fields as slots of its own, which compiled code
+# does not read.
+@dataclass(eq=False)
 class Replica(FleetReplica):
     source: str = "admin"  # "config" replicas are reconciled on reload; "admin" ones are not
     model_cards: list[dict[str, Any]] = field(default_factory=list)

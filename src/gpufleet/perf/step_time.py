@@ -13,29 +13,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Protocol, cast, runtime_checkable
 
-
-@dataclass(frozen=True, slots=True)
-class StepBatch:
-    """The shape of one engine iteration, in aggregates cheap to build every step.
-
-    prefill_tokens[i] new tokens of prefill chunk i, which attend over
-    prefill_context_tokens[i] tokens already cached plus themselves.
-    num_decode sequences decode one token each; decode_context_tokens is the sum of their
-    KV lengths (attention reads that many tokens' K and V).
-    """
-
-    prefill_tokens: tuple[int, ...] = ()
-    prefill_context_tokens: tuple[int, ...] = ()
-    num_decode: int = 0
-    decode_context_tokens: int = 0
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(self.prefill_tokens) + self.num_decode
-
-    @property
-    def num_seqs(self) -> int:
-        return len(self.prefill_tokens) + self.num_decode
+from gpufleet.perf.step_batch import StepBatch as StepBatch  # (its home before)
 
 
 @runtime_checkable

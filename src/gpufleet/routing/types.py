@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from gpufleet.native import mypyc_attr
+
 
 class ReplicaState(StrEnum):
     STARTING = "starting"
@@ -21,25 +23,71 @@ class ReplicaState(StrEnum):
     DEAD = "dead"
 
 
-@dataclass(slots=True)
+_ENGINE_STATS_FIELDS = (  # in the dataclass's order (its repr)
+    "num_running", "num_waiting", "kv_cache_usage", "scraped_at_s", "in_flight_at_scrape",
+    "kv_reported", "running_adapters", "waiting_adapters", "max_lora",
+)  # fmt: skip
+
+
 class EngineStats:
-    """The last scrape of a replica's /metrics (vLLM names in comments)."""
+    """The last scrape of a replica's /metrics (vLLM names in comments).
 
-    num_running: int = 0  # vllm:num_requests_running
-    num_waiting: int = 0  # vllm:num_requests_waiting
-    kv_cache_usage: float = 0.0  # vllm:kv_cache_usage_perc, a fraction 0..1
-    scraped_at_s: float = 0.0
-    # The gateway's own in-flight count for this replica when the scrape was taken, so a
-    # policy can correct stale engine numbers by what was sent since.
-    in_flight_at_scrape: int = 0
-    kv_reported: bool = True  # False: the engine exports no KV usage (TGI); 0.0 above
-    # vllm:lora_requests_info: adapters with requests running / waiting, and max_lora (the
-    # adapters one batch may use); max_lora None: the replica does not report LoRA.
-    running_adapters: tuple[str, ...] = ()
-    waiting_adapters: tuple[str, ...] = ()
-    max_lora: int | None = None
+    A plain class with the dataclass's `__init__`, `__eq__` and `__repr__` written out: the
+    simulator builds one per scrape, and mypyc compiles an explicit `__init__` but keeps a
+    dataclass's generated one in Python (mypyc/mypyc#817).
+    """
+
+    __slots__ = (
+        "in_flight_at_scrape", "kv_cache_usage", "kv_reported", "max_lora", "num_running",
+        "num_waiting", "running_adapters", "scraped_at_s", "waiting_adapters",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        num_running: int = 0,  # vllm:num_requests_running
+        num_waiting: int = 0,  # vllm:num_requests_waiting
+        kv_cache_usage: float = 0.0,  # vllm:kv_cache_usage_perc, a fraction 0..1
+        scraped_at_s: float = 0.0,
+        # The gateway's own in-flight count for this replica when the scrape was taken, so
+        # a policy can correct stale engine numbers by what was sent since.
+        in_flight_at_scrape: int = 0,
+        kv_reported: bool = True,  # False: the engine exports no KV usage (TGI); 0.0 above
+        # vllm:lora_requests_info: adapters with requests running / waiting, and max_lora
+        # (the adapters one batch may use); max_lora None: the replica does not report LoRA.
+        running_adapters: tuple[str, ...] = (),
+        waiting_adapters: tuple[str, ...] = (),
+        max_lora: int | None = None,
+    ) -> None:
+        self.num_running = num_running
+        self.num_waiting = num_waiting
+        self.kv_cache_usage = kv_cache_usage
+        self.scraped_at_s = scraped_at_s
+        self.in_flight_at_scrape = in_flight_at_scrape
+        self.kv_reported = kv_reported
+        self.running_adapters = running_adapters
+        self.waiting_adapters = waiting_adapters
+        self.max_lora = max_lora
+
+    def _values(self) -> tuple[object, ...]:
+        return (
+            self.num_running, self.num_waiting, self.kv_cache_usage, self.scraped_at_s,
+            self.in_flight_at_scrape, self.kv_reported, self.running_adapters,
+            self.waiting_adapters, self.max_lora,
+        )  # fmt: skip
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, EngineStats)
+        return self._values() == other._values()
+
+    def __repr__(self) -> str:
+        values = zip(_ENGINE_STATS_FIELDS, self._values(), strict=True)
+        body = ", ".join(f"{n}={v!r}" for n, v in values)
+        return f"{self.__class__.__qualname__}({body})"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # (compiled: the gateway's `Replica` is not)
 @dataclass(slots=True)
 class ReplicaView:
     replica_id: str

@@ -5,7 +5,6 @@ the next request)."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpufleet.engine import EngineRequest
@@ -27,17 +26,32 @@ _NEXT_TURN = -0x7E27  # tags the blocks a session's next turn adds, in their has
 _PLACEHOLDER = placeholder_token_ids(1)[0]  # the token of a prompt's own (new) text
 
 
-@dataclass(slots=True)
 class LiveRequest:
-    req: SimRequest
-    info: RequestInfo
-    result: RequestResult
-    policy: RoutingPolicy  # its tenant's routing policy, or the fleet's
-    tenant: SimTenant | None = None  # admitted by its limits (released when it ends)
-    replica: SimReplica | None = None
-    engine_req: EngineRequest | None = None
-    tried: tuple[FleetReplica, ...] = ()  # replicas that failed it before its first token
-    prompt: tuple[TokenSpans, Runs | None] | None = None  # kept for a retry
+    """A request between its arrival and its result. (A plain class: one per request, and
+    mypyc compiles only an explicit `__init__`.)"""
+
+    __slots__ = (
+        "engine_req", "info", "policy", "prompt", "replica", "req", "result", "tenant", "tried",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        req: SimRequest,
+        info: RequestInfo,
+        result: RequestResult,
+        policy: RoutingPolicy,  # its tenant's routing policy, or the fleet's
+        tenant: SimTenant | None = None,  # admitted by its limits (released when it ends)
+    ) -> None:
+        self.req = req
+        self.info = info
+        self.result = result
+        self.policy = policy
+        self.tenant = tenant
+        self.replica: SimReplica | None = None
+        self.engine_req: EngineRequest | None = None
+        # replicas that failed it before its first token
+        self.tried: tuple[FleetReplica, ...] = ()
+        self.prompt: tuple[TokenSpans, Runs | None] | None = None  # kept for a retry
 
     @property
     def pool(self) -> str | None:
