@@ -40,7 +40,7 @@ ALLOWED: dict[str, set[str]] = {
     "workload": _BASE | {"tokenizer", "stats", "shared_data", "hash_runs"},
     "routing": _BASE | {"tokenizer", "stats", "hash_runs", "native"},
     # the pure fleet core between policies and drivers
-    "fleet_state": _BASE | {"routing", "tokenizer", "stats", "openai_errors"},
+    "fleet_state": _BASE | {"routing", "tokenizer", "stats", "openai_errors", "native"},
     # the controller and actuators read the core's GatewaySignals and /metrics reader
     "autoscale": _BASE | {"routing", "fleet_state", "stats"},
     "gateway": _BASE | {"fleet_state", "routing", "autoscale", "tokenizer", "stats",
