@@ -84,13 +84,7 @@ class HashChain(Sequence[int]):
         """Append hashes first..first+count-1 (an answer's blocks: one run)."""
         if count > 0:
             self._len += count
-            runs = self.runs
-            if runs:
-                h, n = runs[-1]
-                if h + n == first:
-                    runs[-1] = (h, n + count)
-                    return
-            runs.append((first, count))
+            append_run(self.runs, first, count)
 
     def extend(self, more: Iterable[int]) -> None:
         runs = self.runs
@@ -172,6 +166,16 @@ def cut_runs_on(runs: Runs, k: int, base: int, n: int) -> Runs:
     if n > 0:
         _run_on(out, [(base, n)])
     return out
+
+
+def append_run(runs: Runs, first: int, count: int) -> None:
+    """Append hashes first..first+count-1 to `runs`, as part of the last run if it runs on."""
+    if runs:
+        last, n = runs[-1]
+        if last + n == first:
+            runs[-1] = (last, n + count)
+            return
+    runs.append((first, count))
 
 
 def _run_on(runs: Runs, more: Runs) -> None:

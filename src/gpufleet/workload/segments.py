@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from gpufleet.hash_runs import RunList, Runs
+from gpufleet.hash_runs import RunList, Runs, append_run
 
 # Segment kinds, packed into the key's high bits so keys of different kinds never collide.
 KIND_TRACE_BLOCK = 1  # a trace's named block (Mooncake hash_ids)
@@ -127,7 +127,7 @@ class SegmentHasher:
                     if count >= full:
                         if first != run_stop:
                             if run_stop:
-                                _add_run(runs, run_first, run_stop - run_first)
+                                append_run(runs, run_first, run_stop - run_first)
                             run_first = first
                         run_stop = first + full
                         parent = run_stop - 1
@@ -135,21 +135,21 @@ class SegmentHasher:
                             continue
                     else:  # longer than when first seen: the rest by hash, as before
                         if run_stop:
-                            _add_run(runs, run_first, run_stop - run_first)
+                            append_run(runs, run_first, run_stop - run_first)
                             run_first = run_stop = 0
-                        _add_run(runs, first, count)
+                        append_run(runs, first, count)
                         base = hash((parent, key, bs))
-                        _add_run(runs, base + count, full - count)
+                        append_run(runs, base + count, full - count)
                         parent = base + full - 1
                 else:
                     if run_stop:
-                        _add_run(runs, run_first, run_stop - run_first)
+                        append_run(runs, run_first, run_stop - run_first)
                         run_first = run_stop = 0
                     base = hash((parent, key, bs))
-                    _add_run(runs, base, full)
+                    append_run(runs, base, full)
                     parent = base + full - 1
             if run_stop:
-                _add_run(runs, run_first, run_stop - run_first)
+                append_run(runs, run_first, run_stop - run_first)
                 run_first = run_stop = 0
             while offset < n:
                 take = min(n - offset, bs - open_tokens)
@@ -158,11 +158,11 @@ class SegmentHasher:
                 offset += take
                 if open_tokens == bs:
                     parent = hash((parent, *pieces))
-                    _add_run(runs, parent, 1)
+                    append_run(runs, parent, 1)
                     pieces.clear()
                     open_tokens = 0
         if run_stop:
-            _add_run(runs, run_first, run_stop - run_first)
+            append_run(runs, run_first, run_stop - run_first)
         self._next_id = next_id
         return runs
 
@@ -173,15 +173,6 @@ class SegmentHasher:
             self._numbered[parent, key] = (next_id, full)
             return next_id, full, next_id + full
         return seen[0], seen[1], next_id
-
-
-def _add_run(runs: Runs, first: int, count: int) -> None:
-    if runs:
-        last, n = runs[-1]
-        if last + n == first:
-            runs[-1] = (last, n + count)
-            return
-    runs.append((first, count))
 
 
 def placeholder_token_ids(n_tokens: int) -> list[int]:
