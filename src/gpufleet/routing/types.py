@@ -69,11 +69,8 @@ class EngineStats:
         self.max_lora = max_lora
 
     def _values(self) -> tuple[object, ...]:
-        return (
-            self.num_running, self.num_waiting, self.kv_cache_usage, self.scraped_at_s,
-            self.in_flight_at_scrape, self.kv_reported, self.running_adapters,
-            self.waiting_adapters, self.max_lora,
-        )  # fmt: skip
+        """The fields in the dataclass's order (for `__eq__` and `__repr__`, never hot)."""
+        return tuple(getattr(self, name) for name in _ENGINE_STATS_FIELDS)
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
