@@ -168,9 +168,7 @@ def _rebuild_pipeline(
 def _batch_of(group: DecodeGroup, call: PipelineCall) -> ScheduledBatch:
     size = len(group.members)
     return ScheduledBatch(
-        entries=[
-            (r, group.computed[i] + call.index + 1) for i, r in enumerate(group.members)
-        ],
+        entries=[(r, group.computed[i] + call.index + 1) for i, r in enumerate(group.members)],
         batch=StepBatch(num_decode=size, decode_context_tokens=call.context_tokens),
         start_s=call.start_s,
         end_s=call.end_s,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpufleet.routing.base import PolicyBase, random_min_of, randbelow, sample_two
+from gpufleet.routing.base import PolicyBase, randbelow, random_min_of, sample_two
 from gpufleet.routing.types import ReplicaView, RequestInfo
 
 
