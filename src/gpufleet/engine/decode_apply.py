@@ -43,9 +43,10 @@ def apply_decode_run(engine: Engine, run: DecodeRun, num_steps: int) -> DecodeRu
         out, steps = emitted[g], scheduled[g]
         generate_tokens_for(group.members, out)
         in_flight = int(group.in_flight) + steps - out
-        for r, computed in zip(group.members, group.computed, strict=True):
+        computed_of = group.computed
+        for i, r in enumerate(group.members):  # (a zip with strict= is a generic call)
             r.num_output_tokens += out
-            r.num_computed_tokens = computed + steps
+            r.num_computed_tokens = computed_of[i] + steps
             r.in_flight = in_flight
         generated += out * len(group.members)
     if (
@@ -91,9 +92,10 @@ def apply_one_stage(engine: Engine, run: DecodeRun, n: int) -> DecodeRunOutcome:
     simulator's hot path, so written out lean)."""
     group = run.groups[0]
     members = group.members
-    for r, computed in zip(members, group.computed, strict=True):
+    computed_of = group.computed
+    for i, r in enumerate(members):  # (compiled, a zip with strict= is a generic call)
         r.num_output_tokens += n
-        r.num_computed_tokens = computed + n
+        r.num_computed_tokens = computed_of[i] + n
         # (r.in_flight stays 0: nothing is in flight between steps without PP)
     generate_tokens_for(members, n)  # (token ids do not depend on the counters)
     kv = engine.kv
@@ -166,9 +168,7 @@ def _rebuild_pipeline(
 def _batch_of(group: DecodeGroup, call: PipelineCall) -> ScheduledBatch:
     size = len(group.members)
     return ScheduledBatch(
-        entries=[
-            (r, c + call.index + 1) for r, c in zip(group.members, group.computed, strict=True)
-        ],
+        entries=[(r, group.computed[i] + call.index + 1) for i, r in enumerate(group.members)],
         batch=StepBatch(num_decode=size, decode_context_tokens=call.context_tokens),
         start_s=call.start_s,
         end_s=call.end_s,

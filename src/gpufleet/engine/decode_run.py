@@ -69,7 +69,9 @@ class DecodeGroup:
         """Phase -> (member, computed) whose blocks change at a step of that phase: a block
         handed out, or (with prefix caching) one filled and registered."""
         phases: list[list[tuple[EngineRequest, int]]] = [[] for _ in range(block_size)]
-        for r, c in zip(self.members, self.computed, strict=True):
+        computed = self.computed
+        for i, r in enumerate(self.members):  # (compiled, a zip with strict= is a generic call)
+            c = computed[i]
             new_block_phase = -c % block_size
             phases[new_block_phase].append((r, c))
             full_block_phase = (-c - 1) % block_size

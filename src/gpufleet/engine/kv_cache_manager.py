@@ -213,7 +213,8 @@ class KVCacheManager:
         tail = self._tail
         total = 0
         if not self.enable_caching:
-            for r, c in zip(members, computed, strict=True):
+            for i, r in enumerate(members):
+                c = computed[i]
                 k = -c // bs - -(c + num_steps) // bs  # blocks it gets: ceil(end/bs) - ceil(c/bs)
                 if k > 0:
                     tail[r.request_id] += k
@@ -228,7 +229,8 @@ class KVCacheManager:
         changes: list[tuple[str, int, int, int, Runs | None]] = []
         fresh: list[int] = []  # the hashes registered, in that order
         reserve: list[tuple[str, int, int, int, int]] = []  # (rid, base, first, stop, limit)
-        for r, c in zip(members, computed, strict=True):
+        for i, r in enumerate(members):  # (compiled, a zip with strict= is a generic call)
+            c = computed[i]
             end = c + num_steps
             k = -c // bs - -end // bs
             total += k

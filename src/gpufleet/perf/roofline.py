@@ -248,8 +248,8 @@ class RooflineStepTimeModel:
         dec_ctx_mean = batch.decode_context_tokens / n_dec if n_dec else 0.0
 
         full_pairs = 0.0
-        for n, ctx in zip(prefill_tokens, prefill_ctx, strict=True):
-            full_pairs += n * (ctx + (n + 1) / 2.0)
+        for i, n in enumerate(prefill_tokens):  # (compiled: no generic zip call)
+            full_pairs += n * (prefill_ctx[i] + (n + 1) / 2.0)
         moe_s = self._moe_s(tokens) if self._num_experts else 0.0
 
         hbm_bytes_s = self._hbm_bytes_s
@@ -269,8 +269,8 @@ class RooflineStepTimeModel:
                 pairs, dec_pairs = full_pairs, n_dec * dec_ctx_mean
             else:
                 pairs = 0.0
-                for n, ctx in zip(prefill_tokens, prefill_ctx, strict=True):
-                    pairs += n * min(ctx + (n + 1) / 2.0, window)
+                for i, n in enumerate(prefill_tokens):
+                    pairs += n * min(prefill_ctx[i] + (n + 1) / 2.0, window)
                 dec_pairs = n_dec * min(dec_ctx_mean, window)
             compute_s = (pairs * prefill_pair_flops + dec_pairs * decode_pair_flops) / attn_flops_s
             memory_s = dec_pairs * kv_bytes_layer / hbm_bytes_s

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpufleet.routing.base import PolicyBase, random_min_of
+from gpufleet.routing.base import PolicyBase, randbelow, random_min_of, sample_two
 from gpufleet.routing.types import ReplicaView, RequestInfo
 
 
@@ -32,7 +32,7 @@ class RandomChoice(PolicyBase):
     def choose(self, request: RequestInfo, replicas: Sequence[ReplicaView]) -> ReplicaView | None:
         if not replicas:
             return None
-        return self.rng.choice(replicas)
+        return replicas[randbelow(self.rng, len(replicas))]  # (`rng.choice`)
 
 
 class LeastOutstanding(PolicyBase):
@@ -57,7 +57,7 @@ class PowerOfTwo(PolicyBase):
             return None
         if len(replicas) == 1:
             return replicas[0]
-        a, b = self.rng.sample(range(len(replicas)), 2)
+        a, b = sample_two(self.rng, len(replicas))  # (`rng.sample(range(n), 2)`)
         pair = (replicas[a], replicas[b])
         keys = [r.in_flight + r.peer_in_flight for r in pair]  # (`in_flight` of each)
         return random_min_of(self.rng, pair, keys)

@@ -99,7 +99,7 @@ class ReplicaView:
     labels: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)  # (`__init__` below: compiled)
 class RequestInfo:
     """What a policy knows of one request. For a LoRA adapter (the client's `model` names
     one), `model` is its base model, whose replicas may serve it, and `adapter` its name."""
@@ -112,6 +112,27 @@ class RequestInfo:
     # chained hashes of the prompt's blocks (a tuple; the simulator's: a `HashChain`)
     prefix_hashes: Sequence[int] = ()
     adapter: str | None = None  # the LoRA adapter asked for; None: the base model
+
+    def __init__(
+        self,
+        request_id: str,
+        model: str,
+        prompt_tokens: int = 0,
+        tenant: str | None = None,
+        session_key: str | None = None,
+        prefix_hashes: Sequence[int] = (),
+        adapter: str | None = None,
+    ) -> None:
+        # The frozen dataclass's own `__init__`, written out: mypyc leaves a generated one
+        # interpreted (mypyc/mypyc#817), ~11,000 instructions a request.
+        setattr_ = object.__setattr__
+        setattr_(self, "request_id", request_id)
+        setattr_(self, "model", model)
+        setattr_(self, "prompt_tokens", prompt_tokens)
+        setattr_(self, "tenant", tenant)
+        setattr_(self, "session_key", session_key)
+        setattr_(self, "prefix_hashes", prefix_hashes)
+        setattr_(self, "adapter", adapter)
 
 
 class RoutingPolicy(Protocol):

@@ -153,6 +153,9 @@ class SimFleet:
 
     def on_step_done(self, payload: Any) -> None:
         """Iterations end: their tokens reach their clients, the next ones begin."""
+        # (typed: compiled, the attributes below are then read natively, not by name)
+        replica: SimReplica
+        advance: Advance
         replica, advance = payload
         if replica.stopped_at_s is not None:
             replica.stepping = False
