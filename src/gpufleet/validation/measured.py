@@ -29,6 +29,7 @@ from gpufleet.specs.gpus import GpuSpec, load_gpu
 from gpufleet.specs.models import ModelSpec
 from gpufleet.specs.quant import BF16, FP8, FP8_BLOCK, QuantScheme
 from gpufleet.validation.engine_loop import EngineLoopResult, simulate_closed_loop
+from gpufleet.validation.feasibility import infeasible_reason
 from gpufleet.validation.recipes import batch_wait_rules, recipe_rules
 from gpufleet.validation.rows import (
     QUANT_MODES,
@@ -67,9 +68,10 @@ def row_scheme(row: MeasuredRow) -> QuantScheme:
     block-scaled format."""
     gemm = QUANT_MODES.get(row.gemm_quant.lower())
     moe = QUANT_MODES.get(row.moe_quant.lower())
-    if row.model_path.lower().endswith("-fp8"):
+    if row.model_path.lower().endswith("-fp8") and not row.model_path.startswith("nvidia/"):
         # A published -FP8 checkpoint (Qwen's) is block-scaled (128 x 128, its config's
         # weight_block_size) whatever the row's "fp8" label: the engines serve its scales.
+        # NVIDIA's -FP8 exports (ModelOpt, quant_algo FP8) carry one scale per tensor.
         gemm = FP8_BLOCK if gemm == FP8 else gemm
         moe = FP8_BLOCK if moe == FP8 else moe
     if gemm is None or moe is None:
@@ -164,6 +166,9 @@ def model_row(
     gpu = load_gpu(row.system)
     how = row_layout(row, model, gpu)
     layout = how.layout
+    impossible = infeasible_reason(row, model, gpu, layout, row_scheme(row), how.clients_per_rank)
+    if impossible:
+        raise UserError(impossible, field="row", fix="check the row's labels and launch")
     rules = engine_rules(row.backend, gpu, tp=layout.tp, pp=layout.pp, dp=layout.dp)
     # The batch waiting a row's launch recipe set is always modelled (see batch_wait_rules);
     # the recipes' other options only on request.
