@@ -15,7 +15,7 @@ ROW = MeasuredRow(
 )  # fmt: skip
 
 
-def test_an_fp8_label_on_a_published_fp8_checkpoint_is_block_scaled() -> None:
+def test_an_fp8_label_on_a_block_scaled_checkpoint_is_block_scaled() -> None:
     # Qwen's -FP8 checkpoints carry 128 x 128 block scales (weight_block_size): what the
     # engines serve, and what picks vLLM's DeepGEMM MoE path.
     scheme = row_scheme(ROW)
@@ -26,3 +26,12 @@ def test_an_fp8_label_on_a_published_fp8_checkpoint_is_block_scaled() -> None:
 def test_an_fp8_label_elsewhere_stays_per_tensor() -> None:
     row = dataclasses.replace(ROW, model_path="Qwen/Qwen3-235B-A22B")
     assert row_scheme(row).format(0, "experts") == FP8
+
+
+def test_nvidia_modelopt_fp8_checkpoints_stay_per_tensor() -> None:
+    # nvidia/Llama-3.1-8B-Instruct-FP8 is a ModelOpt export (quant_algo FP8: per-tensor
+    # weight and activation scales), not block-scaled like Qwen's -FP8 checkpoints: an -FP8
+    # name alone does not make a checkpoint block-scaled.
+    row = dataclasses.replace(ROW, model_path="nvidia/Llama-3.1-8B-Instruct-FP8", moe_tp=1)
+    assert row_scheme(row).format(0, "attn") == FP8
+    assert row_scheme(row).format(0, "mlp") == FP8

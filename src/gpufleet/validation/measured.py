@@ -9,9 +9,11 @@ modelled raises UserError with the reason.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from gpufleet.errors import UserError
 from gpufleet.perf.calibration import BackendCalibration, Calibration, default_calibration
@@ -29,6 +31,7 @@ from gpufleet.specs.gpus import GpuSpec, load_gpu
 from gpufleet.specs.models import ModelSpec
 from gpufleet.specs.quant import BF16, FP8, FP8_BLOCK, QuantScheme
 from gpufleet.validation.engine_loop import EngineLoopResult, simulate_closed_loop
+from gpufleet.validation.feasibility import infeasible_reason
 from gpufleet.validation.recipes import batch_wait_rules, recipe_rules
 from gpufleet.validation.rows import (
     QUANT_MODES,
@@ -59,17 +62,28 @@ class RowPrediction:
     serving: ServingPrediction
     engine: EngineLoopResult | None = None  # what the engine measured (engine mode only)
     note: str = ""  # how the row's labels were read, when not as written
+    # Why the measured rate is impossible as labelled (validation.feasibility), else "".
+    infeasible: str = ""
+
+
+# Checkpoints the CSV names whose weights are block-scaled fp8 whatever the row's "fp8"
+# label. Their configs are not in the repo (specs/data/models holds the base models'), so
+# the fact is written here from each checkpoint's published quantization_config:
+# Qwen/Qwen3-235B-A22B-FP8: quant_method fp8, weight_block_size [128, 128].
+# Not listed, so per-tensor: nvidia/Llama-3.1-8B-Instruct-FP8 (ModelOpt, quant_algo FP8:
+# one weight and one activation scale per tensor).
+BLOCK_SCALED_FP8_CHECKPOINTS: Final = frozenset({"qwen/qwen3-235b-a22b-fp8"})
 
 
 def row_scheme(row: MeasuredRow) -> QuantScheme:
     """The row's weight formats: its GEMM quant mode for the dense modules, its MoE quant
-    mode for the experts; lm_head bf16. An "fp8" label on a -FP8 checkpoint is its
-    block-scaled format."""
+    mode for the experts; lm_head bf16. An "fp8" label on a block-scaled checkpoint
+    (`BLOCK_SCALED_FP8_CHECKPOINTS`) is its block-scaled format."""
     gemm = QUANT_MODES.get(row.gemm_quant.lower())
     moe = QUANT_MODES.get(row.moe_quant.lower())
-    if row.model_path.lower().endswith("-fp8"):
-        # A published -FP8 checkpoint (Qwen's) is block-scaled (128 x 128, its config's
-        # weight_block_size) whatever the row's "fp8" label: the engines serve its scales.
+    if row.model_path.lower() in BLOCK_SCALED_FP8_CHECKPOINTS:
+        # The engines serve the checkpoint's block scales (and vLLM picks its DeepGEMM MoE
+        # path for them).
         gemm = FP8_BLOCK if gemm == FP8 else gemm
         moe = FP8_BLOCK if moe == FP8 else moe
     if gemm is None or moe is None:
@@ -164,6 +178,8 @@ def model_row(
     gpu = load_gpu(row.system)
     how = row_layout(row, model, gpu)
     layout = how.layout
+    # Modelled all the same (issue 14: no row left out); the reason rides on the prediction.
+    infeasible = infeasible_reason(row, model, gpu, layout, row_scheme(row), how.clients_per_rank)
     rules = engine_rules(row.backend, gpu, tp=layout.tp, pp=layout.pp, dp=layout.dp)
     # The batch waiting a row's launch recipe set is always modelled (see batch_wait_rules);
     # the recipes' other options only on request.
@@ -181,9 +197,10 @@ def model_row(
     first_token_s = cal.first_token_overhead_s(row.backend, model.moe is not None)
     max_running = _kv_limited_running(model, gpu, layout, rules, row)
     if engine:
-        return _engine_row(
+        pred = _engine_row(
             row, step, b, rules, max_running, how.clients_per_rank, how.note, first_token_s
         )
+        return dataclasses.replace(pred, infeasible=infeasible or "")
     serving = predict_closed_loop(
         step,
         row.isl,
@@ -200,7 +217,12 @@ def model_row(
         requests_per_client=b.benchmark_requests_per_client,
     )
     return RowPrediction(
-        row=row, ttft_s=serving.ttft_s, tpot_s=serving.tpot_s, serving=serving, note=how.note
+        row=row,
+        ttft_s=serving.ttft_s,
+        tpot_s=serving.tpot_s,
+        serving=serving,
+        note=how.note,
+        infeasible=infeasible or "",
     )
 
 
