@@ -41,24 +41,34 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import UserError
-from gpufleet.perf.calibration import Calibration, default_calibration, prior_calibration
+from gpufleet.perf.calibration import (
+    calibration_to_dict,
+    default_calibration,
+)
 from gpufleet.stats import percentile
 from gpufleet.validation.fit import DEFAULT_LOSS, LOSSES, fit, objective
+from gpufleet.validation.fit_space import pinned_constants
 from gpufleet.validation.measured import (
     MeasuredRow,
     RowPrediction,
     default_csv,
     predict_rows,
     read_rows,
-    resolve_model,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from plan_refits import (
+    DEFAULT_SEEDS,
+    Refit,
+    arch_key,
+    in_sample_from_prior,
+    leave_one_out,
+)
 from record import RESULTS, write_result
 
 # Issue 14: held out (leave-one-model-out) TPOT <= 10 %, TTFT <= 20 %; in sample <= 6 / 12.
@@ -98,117 +108,34 @@ def group_by(preds: Sequence[RowPrediction], key: str) -> dict[str, dict[str, An
     return {k: summarize(v) for k, v in sorted(groups.items())}
 
 
-def leave_one_out(
-    rows: Sequence[MeasuredRow],
-    configs_dir: Path | None,
-    group_of: Callable[[MeasuredRow], Any],
-    *,
-    engine: bool = False,
-    rounds: int = 3,
-    recipes: bool = False,
-    folds: Sequence[str] = (),
-    loss: str = DEFAULT_LOSS,
-) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """Refit without each group's rows; score that group with constants fitted on the rest.
-    folds: only the groups whose name contains one of these (all when empty).
-
-    Every refit starts from `prior_calibration()`, never from the shipped constants: those
-    were fitted on all rows, the held-out group's included, and a local search started at
-    that optimum stays near it (the held-out figure would leak). The refit is the analytic
-    one (the engine path is too slow to fit through); with `engine` the held-out rows are
-    then predicted on the engine with those constants."""
-    held_out_preds: list[RowPrediction] = []
-    per_group: dict[str, dict[str, Any]] = {}
-    for name, held, rest in held_out_folds(rows, group_of, folds):
-        cal = fit(rest, prior_calibration(), rounds=rounds, recipes=recipes, loss=loss)
-        preds, _ = predict_rows(held, cal, configs_dir, engine=engine, recipes=recipes)
-        held_out_preds += preds
-        per_group[name] = summarize(preds)
-    return summarize(held_out_preds), per_group
-
-
-def held_out_folds(
-    rows: Sequence[MeasuredRow], group_of: Callable[[MeasuredRow], Any], folds: Sequence[str] = ()
-) -> Iterator[tuple[str, list[MeasuredRow], list[MeasuredRow]]]:
-    """Each group's name, its rows (held out) and the other rows, in name order: only the
-    groups whose name contains one of `folds` (all when empty), none that is every row."""
-    groups: dict[Any, list[MeasuredRow]] = defaultdict(list)
-    for r in rows:
-        groups[group_of(r)].append(r)
-    for name, held in sorted((_group_name(k, g), g) for k, g in groups.items()):
-        held_ids = {id(r) for r in held}
-        rest = [r for r in rows if id(r) not in held_ids]
-        if rest and (not folds or any(f in name for f in folds)):
-            yield name, held, rest
-
-
-def in_sample_from_prior(
-    rows: Sequence[MeasuredRow],
-    configs_dir: Path | None,
-    *,
-    engine: bool = False,
-    rounds: int = 3,
-    recipes: bool = False,
-    loss: str = DEFAULT_LOSS,
-) -> tuple[dict[str, Any], Calibration]:
-    """All rows scored with constants fitted on all rows by the held-out refits' own search
-    from the same prior: the in-sample figure the held-out ones compare with (same start,
-    same search, only the rows differ)."""
-    cal = fit(rows, prior_calibration(), rounds=rounds, recipes=recipes, loss=loss)
-    preds, _ = predict_rows(rows, cal, configs_dir, engine=engine, recipes=recipes)
-    return summarize(preds), cal
-
-
-def _group_name(key: Any, rows: Sequence[MeasuredRow]) -> str:
-    """A GPU group by its name; an architecture by its checkpoints' names."""
-    return key if isinstance(key, str) else " + ".join(sorted({r.model_path for r in rows}))
-
-
 def leave_one_model_out(
     rows: Sequence[MeasuredRow],
     configs_dir: Path | None,
     *,
+    refit: Refit = Refit(),
     engine: bool = False,
-    rounds: int = 3,
-    recipes: bool = False,
     folds: Sequence[str] = (),
-    loss: str = DEFAULT_LOSS,
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Models are held out by architecture, so that checkpoints of one architecture
     (DeepSeek-V3 / R1, Llama-3.1-8B-Instruct / its FP8 copy) leave together."""
-    return leave_one_out(
-        rows,
-        configs_dir,
-        lambda r: _arch_key(r, configs_dir),
-        engine=engine,
-        rounds=rounds,
-        recipes=recipes,
-        folds=folds,
-        loss=loss,
-    )
+    return leave_one_out(rows, configs_dir, lambda r: _arch_key(r, configs_dir), summarize,
+                         refit=refit, engine=engine, folds=folds)  # fmt: skip
 
 
 def leave_one_gpu_out(
     rows: Sequence[MeasuredRow],
     configs_dir: Path | None,
     *,
+    refit: Refit = Refit(),
     engine: bool = False,
-    rounds: int = 3,
-    recipes: bool = False,
     folds: Sequence[str] = (),
-    loss: str = DEFAULT_LOSS,
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """Each GPU kind's rows scored with constants fitted on the other GPUs' rows."""
-    return leave_one_out(
-        rows, configs_dir, lambda r: r.system, engine=engine, rounds=rounds, recipes=recipes,
-        folds=folds, loss=loss,
-    )  # fmt: skip
+    return leave_one_out(rows, configs_dir, lambda r: r.system, summarize, refit=refit,
+                         engine=engine, folds=folds)  # fmt: skip
 
 
-def _arch_key(row: MeasuredRow, configs_dir: Path | None) -> tuple[Any, ...]:
-    spec = resolve_model(row.model_path, configs_dir)
-    experts = spec.moe.num_experts if spec.moe else 0
-    return (spec.model_type, spec.hidden_size, spec.num_layers, experts)
+_arch_key = arch_key  # plan_fold_residuals.py's name for it
 
 
 def model_speed() -> dict[str, float]:
@@ -363,8 +290,12 @@ def run(
     folds: Sequence[str] = (),
     in_sample_prior: bool = True,
     loss: str = DEFAULT_LOSS,
+    seeds: int = DEFAULT_SEEDS,
+    workers: int = 1,
+    ridge: float = 0.0,
 ) -> dict[str, Any]:
     rows = read_rows(csv_path)
+    refit = Refit(refit_rounds, recipes, loss, ridge, seeds, workers)
     cal = default_calibration()
     if recipes:
         # The shipped constants were fitted on the engines' defaults: refit them first.
@@ -404,29 +335,41 @@ def run(
     report["fit_objective"] = {"shipped": round(objective(cal, modelled, recipes=recipes), 4)}
     if folds:
         report["folds"] = list(folds)
-    if loss != DEFAULT_LOSS:
-        report["refit_loss"] = loss
+    report["refit"] = {"loss": loss, "ridge": ridge, "rounds": refit_rounds, "seeds": seeds}
     if (lomo or logo) and preds and in_sample_prior:
-        overall, prior_fit = in_sample_from_prior(
-            modelled, configs_dir, engine=engine, rounds=refit_rounds, recipes=recipes,
-            loss=loss,
-        )  # fmt: skip
+        t0 = time.perf_counter()
+        overall, prior_fit, candidate = in_sample_from_prior(
+            modelled, configs_dir, summarize, refit=refit, engine=engine
+        )
         report["in_sample_from_prior"] = {"overall": overall}
         report["fit_objective"]["from_prior"] = round(
             objective(prior_fit, modelled, recipes=recipes), 4
         )
-    if lomo and preds:
-        overall, per_group = leave_one_model_out(
-            modelled, configs_dir, engine=engine, rounds=refit_rounds, recipes=recipes,
-            folds=folds, loss=loss,
-        )  # fmt: skip
-        report["leave_one_model_out"] = {"overall": overall, "per_group": per_group}
-    if logo and len({r.system for r in modelled}) > 1:
-        overall, per_group = leave_one_gpu_out(
-            modelled, configs_dir, engine=engine, rounds=refit_rounds, recipes=recipes,
-            folds=folds, loss=loss,
-        )  # fmt: skip
-        report["leave_one_gpu_out"] = {"overall": overall, "per_group": per_group}
+        # What the shipped constants would be by this procedure (the candidate for
+        # calibration.yaml), its training objective and any constant pressed to a bound.
+        candidate_cal = candidate.calibration
+        report["candidate_calibration"] = {
+            "start": candidate.label,
+            "training_objective": round(candidate.objective, 4),
+            "objective": round(objective(candidate_cal, modelled, recipes=recipes), 4),
+            "in_sample": summarize(
+                predict_rows(modelled, candidate_cal, configs_dir, recipes=recipes)[0]
+            ),
+            "pinned_at_a_bound": pinned_constants(candidate_cal),
+            "constants": calibration_to_dict(candidate_cal),
+        }
+        report["refit_s"] = {"in_sample": round(time.perf_counter() - t0, 1)}
+    for key, wanted, held_out in (
+        ("leave_one_model_out", lomo and bool(preds), leave_one_model_out),
+        ("leave_one_gpu_out", logo and len({r.system for r in modelled}) > 1, leave_one_gpu_out),
+    ):
+        if wanted:
+            t0 = time.perf_counter()
+            overall, per_group = held_out(
+                modelled, configs_dir, refit=refit, engine=engine, folds=folds
+            )
+            report[key] = {"overall": overall, "per_group": per_group}
+            report.setdefault("refit_s", {})[key] = round(time.perf_counter() - t0, 1)
     return report
 
 
@@ -469,6 +412,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--loss", choices=LOSSES, default=DEFAULT_LOSS, help="the refits' loss (validation.fit)"
     )
     parser.add_argument(
+        "--seeds",
+        type=int,
+        default=DEFAULT_SEEDS,
+        help="seeded perturbations of the prior each refit also starts from (beside the prior "
+        "and the midpoint; the in-sample one also from the shipped constants)",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=1, help="processes the refits' starts run in"
+    )
+    parser.add_argument(
+        "--ridge",
+        type=float,
+        default=0.0,
+        help="weight of the refits' pull toward the prior (validation.fit: a MAP fit)",
+    )
+    parser.add_argument(
         "--engine",
         action="store_true",
         help="play each row's closed loop out on gpufleet.engine instead of the analytic solver",
@@ -488,6 +447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.csv, args.model_configs, lomo=not args.no_lomo, engine=args.engine,
             logo=not args.no_logo, refit_rounds=args.refit_rounds, recipes=args.recipes,
             folds=args.folds, in_sample_prior=not args.no_prior_fit, loss=args.loss,
+            seeds=args.seeds, workers=args.workers, ridge=args.ridge,
         )  # fmt: skip
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

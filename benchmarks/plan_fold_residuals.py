@@ -47,7 +47,8 @@ from gpufleet.validation.measured import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plan_accuracy import _arch_key, held_out_folds
+from plan_refits import arch_key as _arch_key
+from plan_refits import held_out_folds
 from plan_residuals import _ape, _log_err, _versions, group_label
 from record import RESULTS, write_result
 

@@ -103,7 +103,7 @@ def test_an_engine_s_moe_constants_stay_at_the_start_without_moe_rows(
         starts.append(cal)
         return cal, 1.0 if len(starts) % 2 else 0.0  # the second (midpoint) start wins
 
-    monkeypatch.setattr(fit_module, "_descend", descend)
+    monkeypatch.setattr(fit_module, "descend", descend)
     start = prior_calibration()
     rows = [
         SimpleNamespace(backend="sglang", model_path="meta-llama/Llama-3.1-8B"),

@@ -67,10 +67,10 @@ def test_in_sample_from_prior_uses_the_same_start(
 
 
 def test_rounds_past_one_sweep_repeat_the_shrinking_steps() -> None:
-    from gpufleet.validation.fit import SWEEP, _steps
+    from gpufleet.validation.fit import SWEEP, sweep_steps
 
-    assert _steps(2) == list(SWEEP[:2])
-    assert _steps(7) == [*SWEEP, *SWEEP, SWEEP[0]]
+    assert sweep_steps(2) == list(SWEEP[:2])
+    assert sweep_steps(7) == [*SWEEP, *SWEEP, SWEEP[0]]
 
 
 def test_calibration_refit_from_the_prior_writes_loadable_constants(tmp_path: Path) -> None:
