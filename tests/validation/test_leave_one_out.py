@@ -163,3 +163,24 @@ def test_fit_holds_the_measured_constants_at_their_prior() -> None:
     start = dataclasses.replace(prior, gemm_efficiency=0.5, memory_efficiency=0.7)
     got = fit(_rows(), start, rounds=1)
     assert all(getattr(got, k) == getattr(prior, k) for k in frozen)
+
+
+def test_calibration_refit_from_several_starts_is_no_worse_than_from_the_prior(
+    tmp_path: Path,
+) -> None:
+    """`--seeds`: the prior is one of the starts, so the kept fit's objective is at most
+    the prior start's (the training objective decides, never held-out rows: there are none)."""
+    import yaml
+
+    from gpufleet.perf.calibration import calibration_from_dict
+    from gpufleet.validation.fit import main as calibration_main
+    from gpufleet.validation.fit import objective
+
+    rows = read_rows(SAMPLE)
+    out = tmp_path / "cal.yaml"
+    args = [str(SAMPLE), "--out", str(out), "--rounds", "1", "--from-prior", "--no-restart"]
+    assert calibration_main(args) == 0
+    one = objective(calibration_from_dict(yaml.safe_load(out.read_text())), rows)
+    assert calibration_main([*args, "--seeds", "1"]) == 0
+    several = objective(calibration_from_dict(yaml.safe_load(out.read_text())), rows)
+    assert several <= one + 1e-3

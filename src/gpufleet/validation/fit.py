@@ -349,6 +349,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--ridge", type=float, default=0.0, help="weight of the pull toward the prior (MAP fit)"
     )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=0,
+        help="> 0: fit from the prior, the midpoint, the shipped constants (not with "
+        "--from-prior) and this many seeded perturbations (validation.fit_starts), keep the best",
+    )
+    parser.add_argument("--workers", type=int, default=1, help="processes for --seeds' starts")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         args.csv = args.csv or default_csv()
@@ -356,9 +364,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    start = prior_calibration() if args.from_prior else default_calibration()
-    cal = fit(rows, start, rounds=args.rounds, loss=args.loss, restarts=not args.no_restart,
-              ridge=args.ridge)  # fmt: skip
+    if args.seeds > 0:
+        from gpufleet.validation import fit_starts as fs
+
+        jobs = [fs.FitJob(rows, label, args.rounds, False, args.loss, args.ridge)
+                for label in fs.start_labels(args.seeds, shipped=not args.from_prior)]  # fmt: skip
+        cal = fs.best_start(fs.fit_many(jobs, args.workers)).calibration
+    else:
+        start = prior_calibration() if args.from_prior else default_calibration()
+        cal = fit(rows, start, rounds=args.rounds, loss=args.loss, restarts=not args.no_restart,
+                  ridge=args.ridge)  # fmt: skip
     header = (
         "# Fitted by `python -m gpufleet.validation.fit` on "
         f"{args.csv.name} ({len(rows)} rows). Few, physical constants: see calibration.py.\n"
