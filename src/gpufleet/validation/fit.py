@@ -192,6 +192,12 @@ def _log_position(search: Search, cal: Calibration) -> dict[Knob, float]:
     return {k: to_log(k[0], value_of(cal, k)) for k in search.knobs}
 
 
+def _point(search: Search, cal: Calibration) -> tuple[float, ...]:
+    """Where `cal` is in the search's space, to 10 significant digits (a step and its
+    reverse come back to the same point up to rounding)."""
+    return tuple(float(f"{value_of(cal, k):.10g}") for k in search.knobs)
+
+
 def descend(search: Search, cal: Calibration, steps: Sequence[float]) -> tuple[Calibration, float]:
     """Coordinate search in log space (each constant in turn, steps that shrink, never past
     its bounds), then after each sweep a pattern move: the whole sweep's displacement tried
@@ -200,10 +206,19 @@ def descend(search: Search, cal: Calibration, steps: Sequence[float]) -> tuple[C
     their valley instead of zig-zagging one at a time down it."""
     errors = search.errors(cal)
     best = search.total(cal, errors)
+    # Points already scored: each was accepted (no better than now) or rejected (no better
+    # than the best then, and the best only falls), so none can be accepted again. After a
+    # run of accepted steps the reverse step is such a point: skip it, same path, fewer
+    # predictions.
+    visited = {_point(search, cal)}
 
     def attempt(changes: Sequence[tuple[Knob, float]]) -> bool:
         nonlocal cal, errors, best
         trial = moved(cal, changes)
+        point = _point(search, trial)
+        if point in visited:
+            return False
+        visited.add(point)
         trial_errors = list(errors)
         for i in search.affected([k for k, _ in changes]):
             trial_errors[i] = _errors(trial, search.rows[i], search.recipes)
