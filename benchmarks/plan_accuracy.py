@@ -245,7 +245,11 @@ def markdown(report: dict[str, Any]) -> str:
     return out
 
 
-_REFITS = ("in_sample_from_prior", "leave_one_model_out", "leave_one_gpu_out")
+_REFITS = {
+    "in_sample_from_prior": "in-sample, from the prior",
+    "leave_one_model_out": "leave-one-model-out",
+    "leave_one_gpu_out": "leave-one-GPU-out",
+}
 
 
 def _starts(report: dict[str, Any]) -> str:
@@ -271,10 +275,10 @@ def _starts(report: dict[str, Any]) -> str:
             f"| {t[0]:.1f}–{t[1]:.1f} | {s['tpot_median_ape_pct']:.1f} | {p[0]:.1f}–{p[1]:.1f} |"
         )
 
-    for key in _REFITS:
+    for key, title in _REFITS.items():
         if key not in report:
             continue
-        add(f"**{key.replace('_', ' ')}**", report[key]["overall"])
+        add(f"**{title}**", report[key]["overall"])
         for name, s in report[key].get("per_group", {}).items():
             add(name, s)
     return "\n".join(lines)
