@@ -4,7 +4,9 @@
 `gpufleet.validation.measured.default_csv()`) runs a log-space coordinate search (from
 the start and from the middle of the bounds, see `fit`) minimising the median absolute
 log-errors of TTFT and TPOT, each scaled by its accuracy target (`--loss grouped`: per
-campaign, averaged), and writes `gpufleet/perf/data/calibration.yaml`.
+campaign, averaged), and writes `gpufleet/perf/data/calibration.yaml`. `--seeds N` fits
+from several starts (`validation.fit_starts`) and keeps the lowest objective; `--ridge W`
+adds a pull of each constant toward its prior (a MAP fit, `Search.penalty`).
 """
 
 from __future__ import annotations
