@@ -2,6 +2,7 @@
 
     python benchmarks/plan_fold_residuals.py [CSV] [--model-configs DIR] [--fold TEXT ...]
                                              [--gpu] [--out PATH] [--refit-rounds N]
+                                             [--seeds N] [--workers N] [--ridge W]
 
 For each held-out architecture (as `plan_accuracy.py` groups them; --fold TEXT keeps the
 ones whose name contains TEXT; --gpu holds out each GPU kind instead), refits the
@@ -14,8 +15,8 @@ engine's held-out rows kept their in-sample errors (the share of the loss its co
 carry), and it lists the constants the fold moved most against the shipped ones (the
 ones only the held-out rows pinned).
 
-Writes benchmarks/results/plan_fold_residuals{,_gpu}.{json,md}. Slow: one refit per fold (a few
-minutes each on a quiet machine).
+Writes benchmarks/results/plan_fold_residuals{,_gpu}.{json,md}. Slow: one refit per fold and start
+(about a minute each on a quiet machine; --workers N runs the starts in N processes).
 """
 
 from __future__ import annotations
@@ -35,9 +36,8 @@ from gpufleet.perf.calibration import (
     Calibration,
     calibration_to_dict,
     default_calibration,
-    prior_calibration,
 )
-from gpufleet.validation.fit import fit
+from gpufleet.validation.fit_starts import best_start, fit_many
 from gpufleet.validation.measured import (
     MeasuredRow,
     RowPrediction,
@@ -47,7 +47,8 @@ from gpufleet.validation.measured import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plan_accuracy import _arch_key, held_out_folds
+from plan_refits import DEFAULT_SEEDS, Refit, held_out_folds
+from plan_refits import arch_key as _arch_key
 from plan_residuals import _ape, _log_err, _versions, group_label
 from record import RESULTS, write_result
 
@@ -126,9 +127,13 @@ def run(
     folds: Sequence[str] = (),
     rounds: int = 3,
     by_gpu: bool = False,
+    refit: Refit | None = None,
 ) -> dict[str, Any]:
-    """Each fold (an architecture, or with `by_gpu` a GPU kind) refitted from the prior
-    without its rows, and those rows scored with that fold's and the shipped constants."""
+    """Each fold (an architecture, or with `by_gpu` a GPU kind) refitted without its rows
+    from the prior and the other starts `plan_accuracy.py` uses (the start of lowest
+    training objective kept), and those rows scored with that fold's and the shipped
+    constants."""
+    refit = refit or Refit(rounds=rounds)
     rows = read_rows(csv_path)
     versions = _versions(csv_path)
     shipped = default_calibration()
@@ -140,11 +145,13 @@ def run(
         shipped_preds, _ = predict_rows(held, shipped, configs_dir)
         if not shipped_preds:  # none of its rows can be modelled: nothing to score
             continue
-        cal = fit(rest, prior_calibration(), rounds=rounds)
+        best = best_start(fit_many(refit.jobs(rest), refit.workers))
+        cal = best.calibration
         fold_preds, _ = predict_rows(held, cal, configs_dir)
         entry = compare(fold_preds, shipped_preds, versions)
         entry["moved_constants"] = moved_constants(cal, shipped)
         entry["calibration"] = calibration_to_dict(cal)
+        entry["start"] = best.label
         report["folds"][name] = entry
     return report
 
@@ -196,10 +203,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fold", action="append", default=[], help="held-out name contains")
     parser.add_argument("--gpu", action="store_true", help="hold out GPU kinds, not models")
     parser.add_argument("--refit-rounds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=DEFAULT_SEEDS, help="seeded starts per fit")
+    parser.add_argument("--workers", type=int, default=1, help="processes the starts run in")
+    parser.add_argument("--ridge", type=float, default=0.0, help="pull toward the prior")
     args = parser.parse_args(argv)
+    refit = Refit(args.refit_rounds, ridge=args.ridge, seeds=args.seeds, workers=args.workers)
     try:
         csv_path = args.csv or default_csv()
-        report = run(csv_path, args.model_configs, args.fold, args.refit_rounds, args.gpu)
+        report = run(csv_path, args.model_configs, args.fold, by_gpu=args.gpu, refit=refit)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -3,6 +3,7 @@ and the per-campaign loss, on synthetic objectives whose optimum is known."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -103,7 +104,7 @@ def test_an_engine_s_moe_constants_stay_at_the_start_without_moe_rows(
         starts.append(cal)
         return cal, 1.0 if len(starts) % 2 else 0.0  # the second (midpoint) start wins
 
-    monkeypatch.setattr(fit_module, "_descend", descend)
+    monkeypatch.setattr(fit_module, "descend", descend)
     start = prior_calibration()
     rows = [
         SimpleNamespace(backend="sglang", model_path="meta-llama/Llama-3.1-8B"),
@@ -161,3 +162,22 @@ def test_engine_loss_lets_a_minority_engine_set_its_constants(
     assert median.backend("sglang").ttft_overhead_s == start.backend("sglang").ttft_overhead_s
     by_engine = fit_module.fit(rows, start, restarts=False, loss="engine")
     assert by_engine.backend("sglang").ttft_overhead_s == pytest.approx(0.1, rel=0.05)
+
+
+def test_the_search_scores_no_point_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A point scored once can never be accepted later (the best only falls): the reverse
+    of an accepted step is skipped, not predicted again."""
+    seen: list[tuple[float, ...]] = []
+
+    def errors(cal: Calibration, row: Any, recipes: bool) -> tuple[float, float]:
+        b = cal.backend("sglang")
+        seen.append(tuple(float(f"{v:.9g}") for v in dataclasses.astuple(b)))
+        return 0.0, abs(math.log(b.step_overhead_s / 8e-3)) + abs(
+            math.log(b.seq_overhead_s / 50e-6)
+        )
+
+    _use(monkeypatch, errors)
+    monkeypatch.setattr(fit_module, "FITTED_SCALARS", ())
+    got = fit_module.fit(_rows(("m", 1)), prior_calibration(), restarts=False)
+    assert got.backend("sglang").step_overhead_s == pytest.approx(8e-3, rel=0.1)
+    assert len(seen) > 10 and len(set(seen)) == len(seen), "a point was scored twice"

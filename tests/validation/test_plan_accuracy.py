@@ -15,6 +15,8 @@ from gpufleet.perf.calibration import calibration_from_dict
 from gpufleet.validation.fit import main as calibration_main
 from gpufleet.validation.measured import MeasuredRow, model_row, read_rows
 
+from .helpers import benchmark_module
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "plan_accuracy.py"
 CONFIGS = ROOT / "src" / "gpufleet" / "specs" / "data" / "models"
@@ -66,6 +68,18 @@ def test_benchmark_reports_errors_per_group_and_names_unmodelled_rows(tmp_path: 
     assert "| **overall** |" in proc.stdout
     assert "row-on-unknown-gpu" in proc.stdout
     assert out_json.with_suffix(".md").exists()
+    # Rows impossible as labelled are listed apart, and stay counted in every figure.
+    assert report["infeasible_as_labelled"] == {"rows": 0, "ids": []}
+    report["infeasible_as_labelled"] = {
+        "rows": 1,
+        "ids": [["row-x", "needs the GPUs 157% busy"]],
+        "ttft_median_ape": 40.8,
+        "tpot_median_ape": 188.0,
+    }
+    with benchmark_module("plan_accuracy_md") as md:
+        text = md.markdown(report)
+    assert "Rows impossible as labelled" in text and "40.8 / 188.0 %" in text
+    assert "- row-x: needs the GPUs 157% busy" in text
 
 
 def test_csv_missing_a_column_is_a_user_error(tmp_path: Path) -> None:

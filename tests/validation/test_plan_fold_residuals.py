@@ -12,6 +12,8 @@ import pytest
 
 from gpufleet.perf.calibration import Calibration, default_calibration, prior_calibration
 from gpufleet.plan.closed_loop import ServingPrediction
+from gpufleet.validation import fit as fit_module
+from gpufleet.validation import fit_starts
 from gpufleet.validation.measured import MeasuredRow, RowPrediction
 
 from .helpers import CONFIGS, SAMPLE, benchmark_module
@@ -69,15 +71,23 @@ def test_moved_constants_are_those_off_the_shipped_ones(folds: ModuleType) -> No
 def test_each_fold_is_refitted_from_the_prior(
     folds: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Each fold's first start is the prior; none is the shipped constants."""
     seen: list[Calibration] = []
 
-    def recording_fit(rows: Any, start: Calibration, rounds: int = 3, **_: Any) -> Calibration:
-        seen.append(start)
-        return start
+    def recording_descend(search: Any, cal: Calibration, steps: Any) -> tuple[Calibration, float]:
+        seen.append(cal)
+        return cal, 1.0
 
-    monkeypatch.setattr(folds, "fit", recording_fit)
+    def no_shipped() -> Calibration:
+        raise AssertionError("a held-out refit read the shipped (all-rows) calibration")
+
+    monkeypatch.setattr(fit_module, "descend", recording_descend)
+    monkeypatch.setattr(fit_starts, "default_calibration", no_shipped)
     report = folds.run(SAMPLE, CONFIGS, rounds=1)
-    assert len(report["folds"]) == 2 and all(s == prior_calibration() for s in seen)
+    assert (
+        len(report["folds"]) == 2 and len(seen) == 8 and seen[0] == seen[4] == prior_calibration()
+    )
+    assert all(f["start"] == "prior" for f in report["folds"].values())  # first on a tie
     for f in report["folds"].values():
         assert f["rows"] >= 1 and f["per_campaign"] and "calibration" in f
     assert "### Held out:" in folds.markdown(report)

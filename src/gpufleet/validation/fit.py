@@ -4,7 +4,9 @@
 `gpufleet.validation.measured.default_csv()`) runs a log-space coordinate search (from
 the start and from the middle of the bounds, see `fit`) minimising the median absolute
 log-errors of TTFT and TPOT, each scaled by its accuracy target (`--loss grouped`: per
-campaign, averaged), and writes `gpufleet/perf/data/calibration.yaml`.
+campaign, averaged), and writes `gpufleet/perf/data/calibration.yaml`. `--seeds N` fits
+from several starts (`validation.fit_starts`) and keeps the lowest objective; `--ridge W`
+adds a pull of each constant toward its prior (a MAP fit, `Search.penalty`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -29,6 +30,16 @@ from gpufleet.perf.calibration import (
     calibration_to_dict,
     default_calibration,
     prior_calibration,
+)
+from gpufleet.validation.fit_space import (
+    Knob,
+    from_log,
+    inside_bounds,
+    log_midpoint,
+    moved,
+    replace_constant,
+    to_log,
+    value_of,
 )
 from gpufleet.validation.measured import default_csv, predict_row, read_rows, resolve_model
 
@@ -61,29 +72,6 @@ def objective(cal: Calibration, rows: Sequence[Any], *, recipes: bool = False) -
     return _combine([_errors(cal, r, recipes) for r in rows])
 
 
-def _replace(cal: Calibration, key: str, value: float, backend: str | None) -> Calibration:
-    changes: dict[str, Any] = {key: value}
-    if backend is None:
-        return dataclasses.replace(cal, **changes)
-    backends = dict(cal.backends)
-    backends[backend] = dataclasses.replace(cal.backend(backend), **changes)
-    return dataclasses.replace(cal, backends=MappingProxyType(backends))
-
-
-def _inside_bounds(cal: Calibration) -> Calibration:
-    """Start from constants moved inside their bounds (a calibration written under older,
-    wider bounds would otherwise stay outside: the search never steps back in past a
-    worse score)."""
-    for key in SCALAR_CONSTANTS:
-        lo, hi = BOUNDS[key]
-        cal = _replace(cal, key, min(hi, max(lo, float(getattr(cal, key)))), None)
-    for name, b in cal.backends.items():
-        for key in BACKEND_CONSTANTS:
-            lo, hi = BOUNDS[key]
-            cal = _replace(cal, key, min(hi, max(lo, float(getattr(b, key)))), name)
-    return cal
-
-
 # The shared constants the fit tunes: only those with no single measured figure
 # (attention kernels reach 0.1-0.65 of peak depending on shape; how skewed real routers
 # are). The others have a measured source and stay at their prior
@@ -111,36 +99,13 @@ def _is_moe(row: Any) -> bool:
         return False
 
 
-def _at_prior_where_frozen(cal: Calibration) -> Calibration:
+def at_prior_where_frozen(cal: Calibration) -> Calibration:
     """The shared constants the fit does not tune, at their prior (physical) values."""
     prior = prior_calibration()
     for key in SCALAR_CONSTANTS:
         if key not in FITTED_SCALARS:
-            cal = _replace(cal, key, float(getattr(prior, key)), None)
+            cal = replace_constant(cal, key, float(getattr(prior, key)), None)
     return cal
-
-
-def _offset(key: str) -> float:
-    """Log-space offset of a constant: 0 where its lower bound is positive; a hundredth of
-    its upper bound where the bound is 0, so the search can reach 0 (the old multiplicative
-    steps never could) and step out of it by the same ratios as elsewhere."""
-    lo, hi = BOUNDS[key]
-    return 0.0 if lo > 0 else hi * 0.01
-
-
-def _to_log(key: str, value: float) -> float:
-    return math.log(value + _offset(key))
-
-
-def _from_log(key: str, x: float) -> float:
-    lo, hi = BOUNDS[key]
-    return min(hi, max(lo, math.exp(x) - _offset(key)))
-
-
-def log_midpoint(key: str) -> float:
-    """The middle of a constant's bounds in the search's own coordinates."""
-    lo, hi = BOUNDS[key]
-    return _from_log(key, (_to_log(key, lo) + _to_log(key, hi)) / 2)
 
 
 # One sweep of shrinking multiplicative steps; rounds past three repeat it, so a start far
@@ -148,11 +113,9 @@ def log_midpoint(key: str) -> float:
 SWEEP: tuple[float, ...] = (1.5, 1.2, 1.07)
 
 
-def _steps(rounds: int) -> list[float]:
+def sweep_steps(rounds: int) -> list[float]:
     return [SWEEP[i % len(SWEEP)] for i in range(rounds)]
 
-
-Knob = tuple[str, str | None]
 
 # What the fit minimises. "median": the acceptance metrics over all rows (`_combine`).
 # "grouped": the same metrics per campaign (engine x checkpoint), averaged, so each
@@ -169,13 +132,34 @@ DEFAULT_LOSS = "median"
 
 
 @dataclasses.dataclass
-class _Search:
+class Search:
     rows: Sequence[Any]
     recipes: bool
     loss: str
     knobs: list[Knob]
     by_backend: dict[str, list[int]]
     groups: list[list[int]]
+    # MAP fit: a Gaussian prior on each fitted constant in the search's log coordinates,
+    # centred on its physical prior, one standard deviation = half its log range (`ridge`
+    # = 0: none). A constant the rows do not determine then stays near its prior instead of
+    # wherever the descent leaves it (to trade roles with another in the next fold).
+    ridge: float = 0.0
+    centre: dict[Knob, float] = dataclasses.field(default_factory=dict)
+
+    def penalty(self, cal: Calibration) -> float:
+        if not self.ridge:
+            return 0.0
+        total = 0.0
+        for knob in self.knobs:
+            lo, hi = BOUNDS[knob[0]]
+            half_width = (to_log(knob[0], hi) - to_log(knob[0], lo)) / 2
+            z = (to_log(knob[0], value_of(cal, knob)) - self.centre[knob]) / half_width
+            total += z * z
+        return self.ridge * total
+
+    def total(self, cal: Calibration, errors: Sequence[tuple[float, float] | None]) -> float:
+        """What the search minimises: the loss plus the prior's penalty."""
+        return self.score(errors) + self.penalty(cal)
 
     def errors(self, cal: Calibration) -> list[tuple[float, float] | None]:
         return [_errors(cal, r, self.recipes) for r in self.rows]
@@ -205,40 +189,42 @@ class _Search:
         return sorted({i for _, b in knobs for i in self.by_backend[str(b)]})
 
 
-def _value(cal: Calibration, knob: Knob) -> float:
-    key, backend = knob
-    return float(getattr(cal if backend is None else cal.backend(backend), key))
-
-
-def _log_position(search: _Search, cal: Calibration) -> dict[Knob, float]:
+def _log_position(search: Search, cal: Calibration) -> dict[Knob, float]:
     """Where `cal` sits in the search's log coordinates, per fitted constant."""
-    return {k: _to_log(k[0], _value(cal, k)) for k in search.knobs}
+    return {k: to_log(k[0], value_of(cal, k)) for k in search.knobs}
 
 
-def _moved(cal: Calibration, changes: Sequence[tuple[Knob, float]]) -> Calibration:
-    for (key, backend), value in changes:
-        cal = _replace(cal, key, value, backend)
-    return cal
+def _point(search: Search, cal: Calibration) -> tuple[float, ...]:
+    """Where `cal` is in the search's space, to 10 significant digits (a step and its
+    reverse come back to the same point up to rounding)."""
+    return tuple(float(f"{value_of(cal, k):.10g}") for k in search.knobs)
 
 
-def _descend(
-    search: _Search, cal: Calibration, steps: Sequence[float]
-) -> tuple[Calibration, float]:
+def descend(search: Search, cal: Calibration, steps: Sequence[float]) -> tuple[Calibration, float]:
     """Coordinate search in log space (each constant in turn, steps that shrink, never past
     its bounds), then after each sweep a pattern move: the whole sweep's displacement tried
     again, repeatedly while it improves, so constants that trade off against each other
     (an engine's per-step overhead against its kernels' efficiency) move together along
     their valley instead of zig-zagging one at a time down it."""
     errors = search.errors(cal)
-    best = search.score(errors)
+    best = search.total(cal, errors)
+    # Points already scored: each was accepted (no better than now) or rejected (no better
+    # than the best then, and the best only falls), so none can be accepted again. After a
+    # run of accepted steps the reverse step is such a point: skip it, same path, fewer
+    # predictions.
+    visited = {_point(search, cal)}
 
     def attempt(changes: Sequence[tuple[Knob, float]]) -> bool:
         nonlocal cal, errors, best
-        trial = _moved(cal, changes)
+        trial = moved(cal, changes)
+        point = _point(search, trial)
+        if point in visited:
+            return False
+        visited.add(point)
         trial_errors = list(errors)
         for i in search.affected([k for k, _ in changes]):
             trial_errors[i] = _errors(trial, search.rows[i], search.recipes)
-        s = search.score(trial_errors)
+        s = search.total(trial, trial_errors)
         if s < best - 1e-6:
             cal, errors, best = trial, trial_errors, s
             return True
@@ -250,19 +236,19 @@ def _descend(
             improved = True
             while improved:
                 improved = False
-                current = _value(cal, knob)
-                x = _to_log(knob[0], current)
+                current = value_of(cal, knob)
+                x = to_log(knob[0], current)
                 for dx in (math.log(step), -math.log(step)):
-                    cand = _from_log(knob[0], x + dx)
+                    cand = from_log(knob[0], x + dx)
                     if cand != current and attempt([(knob, cand)]):
                         improved = True
                         break
         for _ in range(4):  # a bounded number of pattern moves per sweep
             changes = []
             for knob, x0 in before.items():
-                x = _to_log(knob[0], _value(cal, knob))
-                cand = _from_log(knob[0], 2 * x - x0)
-                if abs(x - x0) > 1e-12 and cand != _value(cal, knob):
+                x = to_log(knob[0], value_of(cal, knob))
+                cand = from_log(knob[0], 2 * x - x0)
+                if abs(x - x0) > 1e-12 and cand != value_of(cal, knob):
                     changes.append((knob, cand))
             before = _log_position(search, cal)
             if not changes or not attempt(changes):
@@ -270,31 +256,26 @@ def _descend(
     return cal, best
 
 
-def _midpoint_start(cal: Calibration, knobs: Sequence[Knob]) -> Calibration:
+def midpoint_start(cal: Calibration, knobs: Sequence[Knob]) -> Calibration:
     """`cal` with every fitted constant at the middle of its bounds (log coordinates)."""
-    return _moved(cal, [(k, log_midpoint(k[0])) for k in knobs])
+    return moved(cal, [(k, log_midpoint(k[0])) for k in knobs])
 
 
-def fit(
+def prepare(
     rows: Sequence[Any],
     start: Calibration,
-    rounds: int = 3,
     *,
     recipes: bool = False,
     loss: str = DEFAULT_LOSS,
-    restarts: bool = True,
-) -> Calibration:
-    """Minimise `loss` over the fitted constants inside their physical bounds
-    (`perf.calibration.BOUNDS`): a log-space coordinate search with pattern moves
-    (`_descend`) from `start` and, with `restarts`, again from the middle of the bounds;
-    the lower loss wins (ties keep `start`'s). Two starts a data-independent distance
-    apart make the held-out figures depend less on where one search happened to stop.
-    A backend's own constants only move its rows' predictions, so only those are
-    recomputed when one changes. recipes: predict the rows as their launch recipes ran
-    them (`validation.recipes`)."""
+    ridge: float = 0.0,
+) -> tuple[Search, Calibration]:
+    """The search over `rows` (which constants it moves, how it scores) and `start` moved
+    inside the bounds with the unfitted constants at their prior."""
     if loss not in LOSSES:
         raise UserError(f"unknown fit loss {loss!r} (one of {', '.join(LOSSES)})")
-    cal = _at_prior_where_frozen(_inside_bounds(start))
+    if ridge < 0:
+        raise UserError(f"the fit's ridge must be >= 0, got {ridge}")
+    cal = at_prior_where_frozen(inside_bounds(start))
     # Each engine's own constants first, then the shared ones: from a far start (a prior),
     # shared efficiencies moved first absorb engine-specific offsets (they ran to their
     # bounds).
@@ -313,16 +294,47 @@ def fit(
     groups: dict[tuple[str, str], list[int]] = {}
     for i, r in enumerate(rows):
         groups.setdefault((r.backend, r.model_path), []).append(i)
-    search = _Search(
+    prior = prior_calibration()
+    search = Search(
         rows=rows,
         recipes=recipes,
         loss=loss,
         knobs=knobs,
         by_backend={b: [i for i, r in enumerate(rows) if r.backend == b] for b in backends},
         groups=list(groups.values()),
+        ridge=ridge,
+        centre={k: to_log(k[0], value_of(prior, k)) for k in knobs},
     )
-    starts = [cal, _midpoint_start(cal, knobs)] if restarts else [cal]
-    results = [_descend(search, s, _steps(rounds)) for s in starts]
+    return search, cal
+
+
+def training_objective(search: Search, cal: Calibration) -> float:
+    """What the search minimised, for `cal` (the loss plus the prior's penalty)."""
+    return search.total(cal, search.errors(cal))
+
+
+def fit(
+    rows: Sequence[Any],
+    start: Calibration,
+    rounds: int = 3,
+    *,
+    recipes: bool = False,
+    loss: str = DEFAULT_LOSS,
+    restarts: bool = True,
+    ridge: float = 0.0,
+) -> Calibration:
+    """Minimise `loss` over the fitted constants inside their physical bounds
+    (`perf.calibration.BOUNDS`): a log-space coordinate search with pattern moves
+    (`descend`) from `start` and, with `restarts`, again from the middle of the bounds;
+    the lower loss wins (ties keep `start`'s). Two starts a data-independent distance
+    apart make the held-out figures depend less on where one search happened to stop
+    (`validation.fit_starts` runs more). A backend's own constants only move its rows'
+    predictions, so only those are recomputed when one changes. recipes: predict the rows
+    as their launch recipes ran them (`validation.recipes`). ridge: the weight of a
+    Gaussian prior pulling each constant toward `prior_calibration()` (`Search.penalty`)."""
+    search, cal = prepare(rows, start, recipes=recipes, loss=loss, ridge=ridge)
+    starts = [cal, midpoint_start(cal, search.knobs)] if restarts else [cal]
+    results = [descend(search, s, sweep_steps(rounds)) for s in starts]
     return min(results, key=lambda r: r[1])[0]
 
 
@@ -351,6 +363,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--no-restart", action="store_true", help="one search from the start, no midpoint restart"
     )
+    parser.add_argument(
+        "--ridge", type=float, default=0.0, help="weight of the pull toward the prior (MAP fit)"
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=0,
+        help="> 0: fit from the prior, the midpoint, the shipped constants (not with "
+        "--from-prior) and this many seeded perturbations (validation.fit_starts), keep the best",
+    )
+    parser.add_argument("--workers", type=int, default=1, help="processes for --seeds' starts")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         args.csv = args.csv or default_csv()
@@ -358,8 +381,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    start = prior_calibration() if args.from_prior else default_calibration()
-    cal = fit(rows, start, rounds=args.rounds, loss=args.loss, restarts=not args.no_restart)
+    if args.seeds > 0:
+        from gpufleet.validation import fit_starts as fs
+
+        jobs = [fs.FitJob(rows, label, args.rounds, False, args.loss, args.ridge)
+                for label in fs.start_labels(args.seeds, shipped=not args.from_prior)]  # fmt: skip
+        cal = fs.best_start(fs.fit_many(jobs, args.workers)).calibration
+    else:
+        start = prior_calibration() if args.from_prior else default_calibration()
+        cal = fit(rows, start, rounds=args.rounds, loss=args.loss, restarts=not args.no_restart,
+                  ridge=args.ridge)  # fmt: skip
     header = (
         "# Fitted by `python -m gpufleet.validation.fit` on "
         f"{args.csv.name} ({len(rows)} rows). Few, physical constants: see calibration.py.\n"

@@ -1,0 +1,92 @@
+"""The fit's coordinates (`validation.fit`): a calibration's fitted constants as knobs
+(a constant, and the engine it belongs to or None), their values in log space with an
+offset that lets a search reach a zero bound, and moves inside the physical bounds."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from types import MappingProxyType
+from typing import Any
+
+from gpufleet.perf.calibration import BACKEND_CONSTANTS, BOUNDS, SCALAR_CONSTANTS, Calibration
+
+Knob = tuple[str, str | None]
+
+
+def replace_constant(cal: Calibration, key: str, value: float, backend: str | None) -> Calibration:
+    changes: dict[str, Any] = {key: value}
+    if backend is None:
+        return dataclasses.replace(cal, **changes)
+    backends = dict(cal.backends)
+    backends[backend] = dataclasses.replace(cal.backend(backend), **changes)
+    return dataclasses.replace(cal, backends=MappingProxyType(backends))
+
+
+def inside_bounds(cal: Calibration) -> Calibration:
+    """Start from constants moved inside their bounds (a calibration written under older,
+    wider bounds would otherwise stay outside: the search never steps back in past a
+    worse score)."""
+    for key in SCALAR_CONSTANTS:
+        lo, hi = BOUNDS[key]
+        cal = replace_constant(cal, key, min(hi, max(lo, float(getattr(cal, key)))), None)
+    for name, b in cal.backends.items():
+        for key in BACKEND_CONSTANTS:
+            lo, hi = BOUNDS[key]
+            cal = replace_constant(cal, key, min(hi, max(lo, float(getattr(b, key)))), name)
+    return cal
+
+
+def log_offset(key: str) -> float:
+    """Log-space offset of a constant: 0 where its lower bound is positive; a hundredth of
+    its upper bound where the bound is 0, so the search can reach 0 (the old multiplicative
+    steps never could) and step out of it by the same ratios as elsewhere."""
+    lo, hi = BOUNDS[key]
+    return 0.0 if lo > 0 else hi * 0.01
+
+
+def to_log(key: str, value: float) -> float:
+    return math.log(value + log_offset(key))
+
+
+def from_log(key: str, x: float) -> float:
+    lo, hi = BOUNDS[key]
+    return min(hi, max(lo, math.exp(x) - log_offset(key)))
+
+
+def log_midpoint(key: str) -> float:
+    """The middle of a constant's bounds in the search's own coordinates."""
+    lo, hi = BOUNDS[key]
+    return from_log(key, (to_log(key, lo) + to_log(key, hi)) / 2)
+
+
+def value_of(cal: Calibration, knob: Knob) -> float:
+    key, backend = knob
+    return float(getattr(cal if backend is None else cal.backend(backend), key))
+
+
+def moved(cal: Calibration, changes: Sequence[tuple[Knob, float]]) -> Calibration:
+    for (key, backend), value in changes:
+        cal = replace_constant(cal, key, value, backend)
+    return cal
+
+
+# Closer than this fraction of a bound's range to the bound counts as pinned at it (the
+# shipped constants' test, tests/plan/test_calibration.py, uses the same margin).
+PIN_MARGIN = 0.01
+
+
+def pinned_constants(cal: Calibration, margin: float = PIN_MARGIN) -> list[str]:
+    """The constants of `cal` at (or past) one of their bounds, by name: a fit that presses
+    a constant there compensates for something the model lacks."""
+    values = [(k, float(getattr(cal, k))) for k in SCALAR_CONSTANTS]
+    for name, b in sorted(cal.backends.items()):
+        values += [(f"{name}.{k}", float(getattr(b, k))) for k in BACKEND_CONSTANTS]
+    out = []
+    for name, v in values:
+        lo, hi = BOUNDS[name.rsplit(".", 1)[-1]]
+        slack = margin * (hi - lo)
+        if not lo + slack < v < hi - slack:
+            out.append(name)
+    return out

@@ -1,0 +1,112 @@
+"""The fit's starting points, its pull toward the prior (ridge) and the check that no
+constant is pressed against a bound, on synthetic objectives and calibrations."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from types import MappingProxyType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+from gpufleet.errors import UserError
+from gpufleet.perf.calibration import BOUNDS, Calibration, default_calibration, prior_calibration
+from gpufleet.validation import fit as fit_module
+from gpufleet.validation import fit_starts
+from gpufleet.validation.fit_space import log_midpoint, pinned_constants
+
+
+def _rows(backend: str = "sglang") -> list[Any]:
+    return [SimpleNamespace(backend=backend, model_path="m")]
+
+
+def _search(rows: list[Any], ridge: float = 0.0) -> tuple[Any, Calibration]:
+    return fit_module.prepare(rows, prior_calibration(), ridge=ridge)
+
+
+def test_seeded_starts_are_deterministic_inside_the_bounds_and_differ() -> None:
+    search, prior = _search(_rows())
+    a = fit_starts.start_point(search, prior, "seed1")
+    assert a == fit_starts.start_point(search, prior, "seed1")
+    assert a != fit_starts.start_point(search, prior, "seed2") and a != prior
+    for key, backend in search.knobs:
+        value = getattr(a if backend is None else a.backend(backend), key)
+        lo, hi = BOUNDS[key]
+        assert lo <= value <= hi
+
+
+def test_a_seed_moves_a_constant_alike_in_folds_with_other_engines() -> None:
+    """One random stream per (seed, constant): a fold without vLLM's rows does not shift
+    the draws of SGLang's constants."""
+    one, prior = _search(_rows("sglang"))
+    both, _ = _search([*_rows("sglang"), *_rows("vllm")])
+    a = fit_starts.start_point(one, prior, "seed3").backend("sglang")
+    b = fit_starts.start_point(both, prior, "seed3").backend("sglang")
+    assert a == b
+
+
+def test_the_midpoint_and_shipped_starts() -> None:
+    search, prior = _search(_rows())
+    mid = fit_starts.start_point(search, prior, "midpoint")
+    assert mid.backend("sglang").ttft_overhead_s == pytest.approx(log_midpoint("ttft_overhead_s"))
+    shipped = fit_starts.start_point(search, prior, "shipped")
+    got, want = shipped.backend("sglang"), default_calibration().backend("sglang")
+    for key in ("step_overhead_s", "seq_overhead_s", "ttft_overhead_s"):
+        assert getattr(got, key) == getattr(want, key)
+    # No MoE row here: the MoE constants are not fitted and stay at the prior.
+    assert got.moe_efficiency == prior.backend("sglang").moe_efficiency
+    with pytest.raises(UserError):
+        fit_starts.start_point(search, prior, "seedling")
+
+
+def test_the_lowest_training_objective_wins_first_on_ties() -> None:
+    fits = [fit_starts.StartFit(label, obj, {}) for label, obj in
+            (("prior", 2.0), ("midpoint", 1.0), ("seed1", 1.0))]  # fmt: skip
+    assert fit_starts.best_start(fits).label == "midpoint"
+
+
+def test_the_ridge_pulls_a_constant_no_row_informs_back_to_its_prior(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only SGLang's per-sequence overhead moves the (synthetic) errors; its step overhead
+    informs nothing. From the midpoint, the plain fit leaves the step overhead there; with
+    a ridge the search walks it back to the prior (3 ms) and still fits the informed one."""
+
+    def errors(cal: Calibration, row: Any, recipes: bool) -> tuple[float, float]:
+        return 0.0, abs(math.log(cal.backend("sglang").seq_overhead_s / 50e-6 + 1e-9))
+
+    monkeypatch.setattr(fit_module, "_errors", errors)
+    rows = _rows()
+    results = {}
+    for ridge in (0.0, 0.01):
+        search, prior = _search(rows, ridge)
+        start = fit_starts.start_point(search, prior, "midpoint")
+        results[ridge], _ = fit_module.descend(search, start, fit_module.sweep_steps(3))
+    plain, pulled = results[0.0].backend("sglang"), results[0.01].backend("sglang")
+    assert plain.step_overhead_s == pytest.approx(log_midpoint("step_overhead_s"))
+    assert pulled.step_overhead_s == pytest.approx(3e-3, rel=0.1)
+    assert pulled.seq_overhead_s == pytest.approx(50e-6, rel=0.1)
+
+
+def test_the_ridge_costs_nothing_at_the_prior_and_grows_away_from_it() -> None:
+    search, prior = _search(_rows(), ridge=0.1)
+    assert search.penalty(prior) == 0.0
+    mid = fit_starts.start_point(search, prior, "midpoint")
+    assert search.penalty(mid) > 0.0
+    with pytest.raises(UserError):
+        fit_module.prepare(_rows(), prior_calibration(), ridge=-1.0)
+
+
+def test_a_constant_at_a_bound_is_named_and_the_shipped_ones_are_not() -> None:
+    """The check the benchmark reports for its candidate calibration (and the shipped
+    constants' test, tests/plan/test_calibration.py) fails on a pinned constant."""
+    shipped = default_calibration()
+    assert pinned_constants(shipped) == []
+    hi = BOUNDS["ttft_overhead_s"][1]
+    backends = dict(shipped.backends)
+    backends["vllm"] = dataclasses.replace(backends["vllm"], ttft_overhead_s=hi)
+    pinned = dataclasses.replace(
+        shipped, backends=MappingProxyType(backends), routing_skew=BOUNDS["routing_skew"][0]
+    )
+    assert pinned_constants(pinned) == ["routing_skew", "vllm.ttft_overhead_s"]
