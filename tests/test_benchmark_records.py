@@ -14,6 +14,8 @@ HELPERS = (
     "live_client",
     "live_probes",
     "peers",
+    "plan_accuracy_md",
+    "plan_refits",
     "record",
     "routing_workloads",
 )  # modules benchmarks import, not benchmarks
