@@ -198,9 +198,10 @@ def run(
     seeds: int = DEFAULT_SEEDS,
     workers: int = 1,
     ridge: float = 0.0,
+    converge: bool = False,
 ) -> dict[str, Any]:
     rows = read_rows(csv_path)
-    refit = Refit(refit_rounds, recipes, loss, ridge, seeds, workers)
+    refit = Refit(refit_rounds, recipes, loss, ridge, seeds, workers, converge)
     cal = default_calibration()
     if recipes:
         # The shipped constants were fitted on the engines' defaults: refit them first.
@@ -242,7 +243,8 @@ def run(
     report["fit_objective"] = {"shipped": round(objective(cal, modelled, recipes=recipes), 4)}
     if folds:
         report["folds"] = list(folds)
-    report["refit"] = {"loss": loss, "ridge": ridge, "rounds": refit_rounds, "seeds": seeds}
+    report["refit"] = {"loss": loss, "ridge": ridge, "rounds": refit_rounds, "seeds": seeds,
+                       "until_converged": converge}  # fmt: skip
     if (lomo or logo) and preds and in_sample_prior:
         t0 = time.perf_counter()
         overall, prior_fit, candidate = in_sample_from_prior(
@@ -302,6 +304,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "repeats)",
     )
     parser.add_argument(
+        "--refit-until-converged",
+        action="store_true",
+        help="each refit sweeps on past --refit-rounds until a full cycle accepts no move",
+    )
+    parser.add_argument(
         "--fold",
         dest="folds",
         action="append",
@@ -355,6 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             logo=not args.no_logo, refit_rounds=args.refit_rounds, recipes=args.recipes,
             folds=args.folds, in_sample_prior=not args.no_prior_fit, loss=args.loss,
             seeds=args.seeds, workers=args.workers, ridge=args.ridge,
+            converge=args.refit_until_converged,
         )  # fmt: skip
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -35,10 +35,11 @@ class Refit:
     ridge: float = 0.0
     seeds: int = DEFAULT_SEEDS
     workers: int = 1
+    converge: bool = False  # each descent sweeps on until a cycle accepts nothing
 
     def jobs(self, rows: Sequence[MeasuredRow], *, shipped: bool = False) -> list[FitJob]:
         return [
-            FitJob(rows, label, self.rounds, self.recipes, self.loss, self.ridge)
+            FitJob(rows, label, self.rounds, self.recipes, self.loss, self.ridge, self.converge)
             for label in start_labels(self.seeds, shipped=shipped)
         ]
 

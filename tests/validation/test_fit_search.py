@@ -100,7 +100,7 @@ def test_an_engine_s_moe_constants_stay_at_the_start_without_moe_rows(
     them). The search is stubbed so that the restart's result is the one kept."""
     starts: list[Calibration] = []
 
-    def descend(search: Any, cal: Calibration, steps: Any) -> tuple[Calibration, float]:
+    def descend(search: Any, cal: Calibration, steps: Any, **_: Any) -> tuple[Calibration, float]:
         starts.append(cal)
         return cal, 1.0 if len(starts) % 2 else 0.0  # the second (midpoint) start wins
 

@@ -110,3 +110,22 @@ def test_a_constant_at_a_bound_is_named_and_the_shipped_ones_are_not() -> None:
         shipped, backends=MappingProxyType(backends), routing_skew=BOUNDS["routing_skew"][0]
     )
     assert pinned_constants(pinned) == ["routing_skew", "vllm.ttft_overhead_s"]
+
+
+def test_a_search_run_to_convergence_ends_no_higher_and_at_a_fixed_point() -> None:
+    """`descend(..., converge=True)` continues from where the fixed rounds stop, so on the
+    sample rows it ends at or below their objective; it stops, and where it stops a further
+    converged search accepts no move."""
+    from gpufleet.validation.measured import read_rows
+
+    from .helpers import SAMPLE
+
+    rows = [r for r in read_rows(SAMPLE) if r.system != "tpu_v9"]  # the modelled ones
+    search, prior = fit_module.prepare(rows, prior_calibration())
+    steps = fit_module.sweep_steps(1)
+    _, fixed = fit_module.descend(search, prior, steps)
+    cal, converged = fit_module.descend(search, prior, steps, converge=True)
+    assert converged <= fixed
+    assert converged == pytest.approx(fit_module.training_objective(search, cal))
+    again, settled = fit_module.descend(search, cal, [], converge=True)
+    assert settled == converged and again == cal

@@ -42,7 +42,9 @@ def starts(accuracy: ModuleType, monkeypatch: pytest.MonkeyPatch) -> Started:
     def no_shipped() -> Calibration:
         raise AssertionError("a held-out refit read the shipped (all-rows) calibration")
 
-    def recording_descend(search: Any, cal: Calibration, steps: Any) -> tuple[Calibration, float]:
+    def recording_descend(
+        search: Any, cal: Calibration, steps: Any, **_: Any
+    ) -> tuple[Calibration, float]:
         seen.append((cal, search.rows))
         return cal, cal.backend("sglang").step_overhead_s
 

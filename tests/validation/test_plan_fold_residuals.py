@@ -74,7 +74,9 @@ def test_each_fold_is_refitted_from_the_prior(
     """Each fold's first start is the prior; none is the shipped constants."""
     seen: list[Calibration] = []
 
-    def recording_descend(search: Any, cal: Calibration, steps: Any) -> tuple[Calibration, float]:
+    def recording_descend(
+        search: Any, cal: Calibration, steps: Any, **_: Any
+    ) -> tuple[Calibration, float]:
         seen.append(cal)
         return cal, 1.0
 

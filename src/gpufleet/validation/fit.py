@@ -200,12 +200,22 @@ def _point(search: Search, cal: Calibration) -> tuple[float, ...]:
     return tuple(float(f"{value_of(cal, k):.10g}") for k in search.knobs)
 
 
-def descend(search: Search, cal: Calibration, steps: Sequence[float]) -> tuple[Calibration, float]:
+# `descend(..., converge=True)`: after the given steps, whole cycles of `SWEEP` are repeated
+# until one cycle accepts no move (at most this many extra cycles: a bound, not a tolerance).
+MAX_CONVERGE_CYCLES = 30
+
+
+def descend(
+    search: Search, cal: Calibration, steps: Sequence[float], *, converge: bool = False
+) -> tuple[Calibration, float]:
     """Coordinate search in log space (each constant in turn, steps that shrink, never past
     its bounds), then after each sweep a pattern move: the whole sweep's displacement tried
     again, repeatedly while it improves, so constants that trade off against each other
     (an engine's per-step overhead against its kernels' efficiency) move together along
-    their valley instead of zig-zagging one at a time down it."""
+    their valley instead of zig-zagging one at a time down it. converge: then keep cycling
+    through `SWEEP` until a full cycle accepts nothing (a pattern search run to convergence
+    on the 1.07 grid; `MAX_CONVERGE_CYCLES` bounds it) — it only ever continues from where
+    the fixed rounds stop, so it never ends at a higher objective."""
     errors = search.errors(cal)
     best = search.total(cal, errors)
     # Points already scored: each was accepted (no better than now) or rejected (no better
@@ -230,7 +240,9 @@ def descend(search: Search, cal: Calibration, steps: Sequence[float]) -> tuple[C
             return True
         return False
 
-    for step in steps:
+    def sweep(step: float) -> bool:
+        """One pass over the constants at `step` and its pattern moves; any accepted?"""
+        start_best = best
         before = _log_position(search, cal)
         for knob in search.knobs:
             improved = True
@@ -252,6 +264,15 @@ def descend(search: Search, cal: Calibration, steps: Sequence[float]) -> tuple[C
                     changes.append((knob, cand))
             before = _log_position(search, cal)
             if not changes or not attempt(changes):
+                break
+        return best < start_best
+
+    for step in steps:
+        sweep(step)
+    if converge:
+        for _ in range(MAX_CONVERGE_CYCLES):
+            accepted = [sweep(step) for step in SWEEP]
+            if not any(accepted):
                 break
     return cal, best
 
@@ -322,6 +343,7 @@ def fit(
     loss: str = DEFAULT_LOSS,
     restarts: bool = True,
     ridge: float = 0.0,
+    converge: bool = False,
 ) -> Calibration:
     """Minimise `loss` over the fitted constants inside their physical bounds
     (`perf.calibration.BOUNDS`): a log-space coordinate search with pattern moves
@@ -331,10 +353,11 @@ def fit(
     (`validation.fit_starts` runs more). A backend's own constants only move its rows'
     predictions, so only those are recomputed when one changes. recipes: predict the rows
     as their launch recipes ran them (`validation.recipes`). ridge: the weight of a
-    Gaussian prior pulling each constant toward `prior_calibration()` (`Search.penalty`)."""
+    Gaussian prior pulling each constant toward `prior_calibration()` (`Search.penalty`).
+    converge: after the `rounds`, sweep on until a full cycle accepts nothing (`descend`)."""
     search, cal = prepare(rows, start, recipes=recipes, loss=loss, ridge=ridge)
     starts = [cal, midpoint_start(cal, search.knobs)] if restarts else [cal]
-    results = [descend(search, s, sweep_steps(rounds)) for s in starts]
+    results = [descend(search, s, sweep_steps(rounds), converge=converge) for s in starts]
     return min(results, key=lambda r: r[1])[0]
 
 
@@ -374,6 +397,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--from-prior) and this many seeded perturbations (validation.fit_starts), keep the best",
     )
     parser.add_argument("--workers", type=int, default=1, help="processes for --seeds' starts")
+    parser.add_argument(
+        "--until-converged",
+        action="store_true",
+        help="after --rounds, sweep on until a full cycle of steps accepts no move",
+    )
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         args.csv = args.csv or default_csv()
@@ -384,13 +412,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seeds > 0:
         from gpufleet.validation import fit_starts as fs
 
-        jobs = [fs.FitJob(rows, label, args.rounds, False, args.loss, args.ridge)
+        jobs = [fs.FitJob(rows, label, args.rounds, False, args.loss, args.ridge,
+                          args.until_converged)
                 for label in fs.start_labels(args.seeds, shipped=not args.from_prior)]  # fmt: skip
         cal = fs.best_start(fs.fit_many(jobs, args.workers)).calibration
     else:
         start = prior_calibration() if args.from_prior else default_calibration()
         cal = fit(rows, start, rounds=args.rounds, loss=args.loss, restarts=not args.no_restart,
-                  ridge=args.ridge)  # fmt: skip
+                  ridge=args.ridge, converge=args.until_converged)  # fmt: skip
     header = (
         "# Fitted by `python -m gpufleet.validation.fit` on "
         f"{args.csv.name} ({len(rows)} rows). Few, physical constants: see calibration.py.\n"

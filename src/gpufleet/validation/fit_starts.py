@@ -98,6 +98,7 @@ class FitJob:
     recipes: bool = False
     loss: str = fit_module.DEFAULT_LOSS
     ridge: float = 0.0
+    converge: bool = False  # sweep on until a full cycle accepts nothing (`fit.descend`)
 
 
 def fit_start(job: FitJob) -> StartFit:
@@ -106,7 +107,8 @@ def fit_start(job: FitJob) -> StartFit:
         job.rows, prior_calibration(), recipes=job.recipes, loss=job.loss, ridge=job.ridge
     )
     start = start_point(search, prior, job.label)
-    cal, objective = fit_module.descend(search, start, fit_module.sweep_steps(job.rounds))
+    steps = fit_module.sweep_steps(job.rounds)
+    cal, objective = fit_module.descend(search, start, steps, converge=job.converge)
     return StartFit(job.label, objective, _plain(cal))
 
 
