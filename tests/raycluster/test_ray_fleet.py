@@ -204,6 +204,12 @@ async def test_unhealthy_stays_crashed_is_replaced(ray_cluster: RayCluster) -> N
 
 
 async def test_a_lost_node_gets_its_replicas_replaced(ray_cluster: RayCluster) -> None:
+    import ray
+
+    # It needs both nodes whole: wait until the earlier tests' replicas have given their
+    # GPUs back (Ray releases a removed placement group's bundles asynchronously; a
+    # fresh clone's run once timed out waiting for the fourth replica).
+    await wait_for(lambda: ray.available_resources().get("GPU", 0) >= 8)
     gw = await start_gateway()
     act = make_actuator("t-node", gw)
     try:
