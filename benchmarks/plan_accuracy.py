@@ -88,10 +88,6 @@ TARGET_IN_SAMPLE_TPOT_MEDIAN_PCT = 6.0
 TARGET_IN_SAMPLE_TTFT_MEDIAN_PCT = 12.0
 
 
-def _pct(pred: float, measured: float) -> float:
-    return abs(pred - measured) / measured * 100.0
-
-
 def _p90(values: Sequence[float]) -> float:
     return percentile(values, 90.0) or 0.0  # gpufleet.stats: numpy's linear
 
@@ -100,8 +96,8 @@ def summarize(preds: Iterable[RowPrediction]) -> dict[str, Any]:
     ps = list(preds)
     if not ps:
         return {"rows": 0}
-    ttft = [_pct(p.ttft_s, p.row.ttft_s) for p in ps]
-    tpot = [_pct(p.tpot_s, p.row.tpot_s) for p in ps]
+    ttft = [p.ttft_ape_pct for p in ps]
+    tpot = [p.tpot_ape_pct for p in ps]
     return {
         "rows": len(ps),
         "ttft_median_ape_pct": round(statistics.median(ttft), 2),

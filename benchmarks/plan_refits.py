@@ -44,15 +44,11 @@ class Refit:
         ]
 
 
-def _pct(pred: float, measured: float) -> float:
-    return abs(pred - measured) / measured * 100.0
-
-
 def _medians(preds: Sequence[RowPrediction]) -> tuple[float, float]:
     if not preds:
         return float("nan"), float("nan")
-    ttft = statistics.median(_pct(p.ttft_s, p.row.ttft_s) for p in preds)
-    tpot = statistics.median(_pct(p.tpot_s, p.row.tpot_s) for p in preds)
+    ttft = statistics.median(p.ttft_ape_pct for p in preds)
+    tpot = statistics.median(p.tpot_ape_pct for p in preds)
     return round(ttft, 2), round(tpot, 2)
 
 

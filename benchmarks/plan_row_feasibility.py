@@ -22,7 +22,7 @@ from typing import Any
 from gpufleet.perf.step_batch import StepBatch
 from gpufleet.plan.perf_serving import layout_step_model
 from gpufleet.specs.gpus import load_gpu
-from gpufleet.validation.feasibility import BEST_RATES
+from gpufleet.validation.feasibility import BEST_RATES, measured_requests_per_s
 from gpufleet.validation.measured import (
     MeasuredRow,
     default_csv,
@@ -47,7 +47,7 @@ def row_bound(row: MeasuredRow) -> dict[str, Any]:
         scheme=row_scheme(row),
     )  # fmt: skip
     parts = step.breakdown_s(StepBatch(prefill_tokens=(row.isl,), prefill_context_tokens=(0,)))
-    rate = how.clients_per_rank / (row.ttft_s + (row.osl - 1) * row.tpot_s)
+    rate = measured_requests_per_s(row, how.clients_per_rank)
     pred = model_row(row)
     return {
         "id": row.id,
@@ -56,8 +56,8 @@ def row_bound(row: MeasuredRow) -> dict[str, Any]:
         "busy": rate * parts["total_s"],
         "busy_no_allreduce": rate * (parts["total_s"] - parts["allreduce_s"]),
         "prompt_tokens_per_s_per_gpu": rate * row.isl / how.layout.tp,
-        "ttft_ape": 100 * abs(pred.ttft_s / row.ttft_s - 1),
-        "tpot_ape": 100 * abs(pred.tpot_s / row.tpot_s - 1),
+        "ttft_ape": pred.ttft_ape_pct,
+        "tpot_ape": pred.tpot_ape_pct,
     }
 
 

@@ -65,6 +65,16 @@ class RowPrediction:
     # Why the measured rate is impossible as labelled (validation.feasibility), else "".
     infeasible: str = ""
 
+    @property
+    def ttft_ape_pct(self) -> float:
+        """Absolute percentage error of the predicted TTFT against the measured one."""
+        return abs(self.ttft_s - self.row.ttft_s) / self.row.ttft_s * 100.0
+
+    @property
+    def tpot_ape_pct(self) -> float:
+        """Absolute percentage error of the predicted TPOT against the measured one."""
+        return abs(self.tpot_s - self.row.tpot_s) / self.row.tpot_s * 100.0
+
 
 # Checkpoints the CSV names whose weights are block-scaled fp8 whatever the row's "fp8"
 # label. Their configs are not in the repo (specs/data/models holds the base models'), so
