@@ -62,6 +62,7 @@ from gpufleet.stats import percentile
 from gpufleet.validation.feasibility import infeasible_summary
 from gpufleet.validation.fit import DEFAULT_LOSS, LOSSES, fit, objective
 from gpufleet.validation.fit_space import pinned_constants
+from gpufleet.validation.fit_starts import DEFAULT_SEEDS, Refit
 from gpufleet.validation.measured import (
     MeasuredRow,
     RowPrediction,
@@ -73,8 +74,6 @@ from gpufleet.validation.measured import (
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plan_accuracy_md import markdown
 from plan_refits import (
-    DEFAULT_SEEDS,
-    Refit,
     arch_key,
     in_sample_from_prior,
     leave_one_out,

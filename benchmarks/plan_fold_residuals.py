@@ -37,7 +37,7 @@ from gpufleet.perf.calibration import (
     calibration_to_dict,
     default_calibration,
 )
-from gpufleet.validation.fit_starts import best_start, fit_many
+from gpufleet.validation.fit_starts import DEFAULT_SEEDS, Refit, best_start, fit_many
 from gpufleet.validation.measured import (
     MeasuredRow,
     RowPrediction,
@@ -47,8 +47,8 @@ from gpufleet.validation.measured import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plan_refits import DEFAULT_SEEDS, Refit, held_out_folds
 from plan_refits import arch_key as _arch_key
+from plan_refits import held_out_folds
 from plan_residuals import _ape, _log_err, _versions, group_label
 from record import RESULTS, write_result
 

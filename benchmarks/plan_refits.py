@@ -12,36 +12,12 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpufleet.perf.calibration import Calibration
-from gpufleet.validation.fit import DEFAULT_LOSS
-from gpufleet.validation.fit_starts import FitJob, StartFit, best_start, fit_many, start_labels
+from gpufleet.validation.fit_starts import Refit, StartFit, best_start, fit_many
 from gpufleet.validation.measured import MeasuredRow, RowPrediction, predict_rows, resolve_model
-
-DEFAULT_SEEDS = 2  # seeded perturbations of the prior per fit, beside the prior and midpoint
-
-
-@dataclass(frozen=True)
-class Refit:
-    """How the benchmark refits: the search (`rounds`, `loss`, `ridge`, `recipes`), the
-    starts (`seeds` perturbations beside the prior and the midpoint) and `workers` processes."""
-
-    rounds: int = 3
-    recipes: bool = False
-    loss: str = DEFAULT_LOSS
-    ridge: float = 0.0
-    seeds: int = DEFAULT_SEEDS
-    workers: int = 1
-    converge: bool = False  # each descent sweeps on until a cycle accepts nothing
-
-    def jobs(self, rows: Sequence[MeasuredRow], *, shipped: bool = False) -> list[FitJob]:
-        return [
-            FitJob(rows, label, self.rounds, self.recipes, self.loss, self.ridge, self.converge)
-            for label in start_labels(self.seeds, shipped=shipped)
-        ]
 
 
 def _medians(preds: Sequence[RowPrediction]) -> tuple[float, float]:

@@ -412,10 +412,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.seeds > 0:
         from gpufleet.validation import fit_starts as fs
 
-        jobs = [fs.FitJob(rows, label, args.rounds, False, args.loss, args.ridge,
-                          args.until_converged)
-                for label in fs.start_labels(args.seeds, shipped=not args.from_prior)]  # fmt: skip
-        cal = fs.best_start(fs.fit_many(jobs, args.workers)).calibration
+        refit = fs.Refit(rounds=args.rounds, loss=args.loss, ridge=args.ridge, seeds=args.seeds,
+                         workers=args.workers, converge=args.until_converged)  # fmt: skip
+        jobs = refit.jobs(rows, shipped=not args.from_prior)
+        cal = fs.best_start(fs.fit_many(jobs, refit.workers)).calibration
     else:
         start = prior_calibration() if args.from_prior else default_calibration()
         cal = fit(rows, start, rounds=args.rounds, loss=args.loss, restarts=not args.no_restart,

@@ -101,6 +101,31 @@ class FitJob:
     converge: bool = False  # sweep on until a full cycle accepts nothing (`fit.descend`)
 
 
+DEFAULT_SEEDS = 2  # seeded perturbations of the prior per fit, beside the prior and midpoint
+
+
+@dataclasses.dataclass(frozen=True)
+class Refit:
+    """How to refit: the search (`rounds`, `loss`, `ridge`, `recipes`, `converge`: sweep on
+    until a cycle accepts nothing), the starts (`seeds` perturbations beside the prior and
+    the midpoint) and `workers` processes."""
+
+    rounds: int = 3
+    recipes: bool = False
+    loss: str = fit_module.DEFAULT_LOSS
+    ridge: float = 0.0
+    seeds: int = DEFAULT_SEEDS
+    workers: int = 1
+    converge: bool = False
+
+    def jobs(self, rows: Sequence[Any], *, shipped: bool = False) -> list[FitJob]:
+        """One job per start (`start_labels`; `shipped` for in-sample fits only)."""
+        return [
+            FitJob(rows, label, self.rounds, self.recipes, self.loss, self.ridge, self.converge)
+            for label in start_labels(self.seeds, shipped=shipped)
+        ]
+
+
 def fit_start(job: FitJob) -> StartFit:
     """One descent from one start on `job.rows` (module-level: a pool's workers call it)."""
     search, prior = fit_module.prepare(
