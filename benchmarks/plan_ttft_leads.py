@@ -14,6 +14,10 @@
 2. MoE first-token gap: per TRT-LLM 1.0.0rc3 Qwen3-235B row, measured TTFT less the shipped
    model's TTFT with every first-token constant at 0 (the GPU part: own prefill, queue,
    iterations ahead), by TP, prompt length and clients (shortest output of each cell).
+3. The first-token cost's form: per engine x dense / MoE, the TTFT median APE when the
+   model's GPU part (as in 2) gets a constant, a number of the row's predicted decode
+   iterations, or both, each the best on a grid (an upper bound on what one constant per
+   group could do; it is scored on the rows it is chosen on), beside the shipped model.
 
 Writes benchmarks/results/plan_ttft_leads.{json,md}.
 """
@@ -95,11 +99,7 @@ def slot_table(rows: Sequence[MeasuredRow], cal: Calibration) -> list[dict[str, 
 
 
 def moe_gaps(rows: Sequence[MeasuredRow], cal: Calibration) -> list[dict[str, Any]]:
-    zero = dataclasses.replace(
-        cal,
-        moe_first_token_s=0.0,
-        backends={k: dataclasses.replace(v, ttft_overhead_s=0.0) for k, v in cal.backends.items()},
-    )
+    zero = _zeroed(cal)
     qwen = [r for r in rows if r.backend == "trtllm" and r.id.startswith("qwen_qwen3_235b")]
     shortest: dict[tuple[int, int, int, int], MeasuredRow] = {}
     for r in qwen:
@@ -123,7 +123,49 @@ def moe_gaps(rows: Sequence[MeasuredRow], cal: Calibration) -> list[dict[str, An
     ]
 
 
-def render(slots: list[dict[str, Any]], gaps: list[dict[str, Any]]) -> str:
+def _zeroed(cal: Calibration) -> Calibration:
+    """The calibration with every first-token constant at 0: TTFT is the GPU part."""
+    backends = {k: dataclasses.replace(v, ttft_overhead_s=0.0) for k, v in cal.backends.items()}
+    return dataclasses.replace(cal, moe_first_token_s=0.0, backends=backends)
+
+
+def _median_ape(
+    points: Sequence[tuple[float, float, float]], const_s: float, iters: float
+) -> float:
+    """Median APE % of TTFT = GPU part + const_s + iters x TPOT over (measured, GPU, TPOT)."""
+    return 100.0 * statistics.median(
+        abs((gpu + const_s + iters * tpot) / meas - 1.0) for meas, gpu, tpot in points
+    )
+
+
+def first_token_forms(rows: Sequence[MeasuredRow], cal: Calibration) -> list[dict[str, Any]]:
+    shipped = {p.row.id: p.ttft_s for p in predict(rows, cal, slots=False)}
+    groups: dict[str, list[tuple[float, float, float]]] = {}
+    ship: dict[str, list[float]] = {}
+    for p in predict(rows, _zeroed(cal), slots=False):
+        r = p.row
+        moe = any(m in r.model_path.lower() for m in ("qwen3", "deepseek"))
+        key = f"{r.backend} {'MoE' if moe else 'dense'}"
+        groups.setdefault(key, []).append((r.ttft_s, p.ttft_s, p.tpot_s))
+        ship.setdefault(key, []).append(abs(shipped[r.id] / r.ttft_s - 1.0) * 100.0)
+    consts = [i * 0.005 for i in range(81)]  # 0-0.4 s
+    iters = [i * 0.5 for i in range(81)]  # 0-40 iterations
+    out = []
+    for key, pts in sorted(groups.items()):
+        c = min((_median_ape(pts, s, 0.0), s) for s in consts)
+        k = min((_median_ape(pts, 0.0, n), n) for n in iters)
+        both = min((_median_ape(pts, s, n), s, n) for s in consts for n in iters)
+        out.append({
+            "group": key, "rows": len(pts), "shipped": statistics.median(ship[key]),
+            "const": c[0], "const_s": c[1], "iters": k[0], "iters_n": k[1],
+            "both": both[0], "both_s": both[1], "both_n": both[2],
+        })  # fmt: skip
+    return out
+
+
+def render(
+    slots: list[dict[str, Any]], gaps: list[dict[str, Any]], forms: Sequence[dict[str, Any]] = ()
+) -> str:
     keys = [k for k in slots[0] if k not in ("one_slot_fewer", "trtllm_ttft_overhead_s")]
     lines = [
         "In-sample median APE % (shipped constants but TRT-LLM's `ttft_overhead_s`):",
@@ -151,6 +193,20 @@ def render(slots: list[dict[str, Any]], gaps: list[dict[str, Any]]) -> str:
             f"| {g['measured_ttft_ms']:.0f} | {g['gpu_part_ms']:.0f} | {g['gap_ms']:.0f} "
             f"| {g['tpot_ms']:.1f} |"
         )
+    if forms:
+        lines += [
+            "",
+            "First-token cost on top of the GPU part, best on a grid (TTFT median APE %):",
+            "",
+            "| group | rows | shipped | constant | iterations | both |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for f in forms:
+            lines.append(
+                f"| {f['group']} | {f['rows']} | {f['shipped']:.1f} "
+                f"| {f['const']:.1f} ({f['const_s']:.3f} s) | {f['iters']:.1f} ({f['iters_n']:g}) "
+                f"| {f['both']:.1f} ({f['both_s']:.3f} s + {f['both_n']:g}) |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -163,10 +219,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     cal = default_calibration()
     slots = slot_table(rows, cal)
     gaps = moe_gaps(rows, cal)
+    forms = first_token_forms(rows, cal)
     unmodelled = len(rows) - len(predict(rows, cal, slots=False))
-    table = f"{len(rows)} rows, {unmodelled} not modelled.\n\n" + render(slots, gaps)
+    table = f"{len(rows)} rows, {unmodelled} not modelled.\n\n" + render(slots, gaps, forms)
     print(table)
-    data = {"rows": len(rows), "rows_unmodelled": unmodelled, "slots": slots, "moe_gaps": gaps}
+    data = {
+        "rows": len(rows),
+        "rows_unmodelled": unmodelled,
+        "slots": slots,
+        "moe_gaps": gaps,
+        "first_token_forms": forms,
+    }
     json_path, md_path = write_result(args.out, data, table)
     print(f"wrote {json_path} and {md_path}")
     return 0

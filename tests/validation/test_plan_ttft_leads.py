@@ -40,3 +40,11 @@ def test_the_table_scans_the_overheads_with_and_without_the_wait(leads: ModuleTy
     assert {t["one_slot_fewer"] for t in table} == {False, True}
     assert all(t["ttft"] >= 0 and t["tpot"] >= 0 and "trtllm L8 rc3" in t for t in table)
     assert "| one slot fewer (L8 rc3) |" in leads.render(table, [])
+
+
+def test_first_token_forms_with_both_terms_beat_either_alone(leads: ModuleType) -> None:
+    forms = leads.first_token_forms(read_rows(SAMPLE), default_calibration())
+    assert {f["group"] for f in forms} == {"vllm dense", "trtllm dense"}
+    for f in forms:  # "both" searches the same grids jointly (0 included in each)
+        assert 0.0 <= f["both"] <= min(f["const"], f["iters"]) + 1e-9
+        assert f["rows"] == 4  # the sample: four Llama-70B vLLM rows, four Llama-8B TRT-LLM
