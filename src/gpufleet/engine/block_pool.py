@@ -357,7 +357,14 @@ class BlockPool:
                         held[-1] = (last, m + b - h)
                         h = b
                         continue
-                self._add(Run(h, b - h, 1))
+                # `_add(Run(h, b - h, 1))`, written out: h starts no run and `starts` is
+                # unchanged since its bisection, so `insort` would put h at i (one
+                # bisection of ~1,000 hashes, Python longs, less a new run).
+                runs[h] = Run(h, b - h, 1)
+                if b - h > 1:
+                    starts.insert(i, h)
+                else:
+                    self._singles.setdefault(h >> _BUCKET_BITS, set()).add(h)
                 held.append((h, b - h))
                 h = b
 
