@@ -304,12 +304,12 @@ class KVCacheManager:
             return False
         if total:
             pool.allocate(total)
-        register, held = pool.register, self._held
+        held = self._held  # (`pool.register` called as a method: compiled, a native call)
         for rid, k, first, stop, chain in changes:  # in order: tails, then registration
             tail[rid] += k - (stop - first)
             num_cached[rid] = stop
             if chain is not None:
-                register(chain, held[rid])
+                pool.register(chain, held[rid])
         for rid, base, first, _stop, limit in reserve:
             self._add_reservation(rid, base, first, limit)
         return True
