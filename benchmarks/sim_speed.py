@@ -147,7 +147,7 @@ def build(name: str, scale: float, jump: bool) -> tuple[Scenario, list[SimReques
 def run_case(name: str, scale: float, jump: bool) -> dict[str, Any]:
     """Runs in the child process: build the requests, simulate, measure (the run's CPU
     time is the case's figure; building the requests and the fleet, which `gpufleet sim`
-    pays too, is `build_cpu_s`)."""
+    pays too, is `build_cpu_s`, and summarizing the result after it `summary_cpu_s`)."""
     build0 = time.process_time()
     sc, reqs, sim = build(name, scale, jump)
     build_cpu_s = time.process_time() - build0
@@ -155,7 +155,9 @@ def run_case(name: str, scale: float, jump: bool) -> dict[str, Any]:
     result = sim.run()
     cpu_s = time.process_time() - cpu0
     wall_s = time.perf_counter() - wall0
-    s = summarize(result)
+    summary0 = time.process_time()
+    s = summarize(result)  # (with the collector's first passes over what the run left)
+    summary_cpu_s = time.process_time() - summary0
     tokens = sum(r.output_tokens for r in result.requests)
     return {
         "case": name,
@@ -167,6 +169,7 @@ def run_case(name: str, scale: float, jump: bool) -> dict[str, Any]:
         "output_tokens": tokens,
         "cpu_s": cpu_s,
         "build_cpu_s": build_cpu_s,
+        "summary_cpu_s": summary_cpu_s,
         "wall_s": wall_s,
         "requests_per_cpu_s": len(reqs) / cpu_s,
         "tokens_per_cpu_s": tokens / cpu_s,

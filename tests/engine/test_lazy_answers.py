@@ -114,3 +114,26 @@ def test_the_pool_ends_as_eager_registration_leaves_it() -> None:
             kv.free(r)
         prints.append(kv.pool.fingerprint())
     assert prints[:3] == prints[3:]
+
+
+def test_extend_chain_adds_what_extend_range_adds() -> None:
+    """`extend_chain` (a counted answer's blocks base+len..base+stop-1) leaves a HashChain
+    and a list as `extend(range(...))` would: the same hashes, the HashChain's runs merged
+    where the answer runs on."""
+    from gpufleet.engine.block_runs import extend_chain
+    from gpufleet.hash_runs import HashChain
+
+    base = (1 << 63) - 50  # (beyond a compiled int's native range, as real hashes are)
+    for prompt in ([(7, 3)], [(7, 3), (base + 3, 2)]):
+        chain, expected = HashChain(prompt), HashChain(prompt)
+        extend_chain(chain, base, 9)
+        expected.extend(range(base + len(expected), base + 9))
+        assert list(chain) == list(expected) and chain.runs == expected.runs
+        assert len(chain) == 9
+        as_list = list(HashChain(prompt))
+        extend_chain(as_list, base, 9)
+        assert as_list == list(expected)
+    # nothing to add: unchanged
+    chain = HashChain([(7, 3)])
+    extend_chain(chain, base, 3)
+    assert chain.runs == [(7, 3)] and len(chain) == 3

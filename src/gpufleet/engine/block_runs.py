@@ -6,6 +6,8 @@ the cached prefix found for a request, `Held` what a request holds, in token ord
 
 from __future__ import annotations
 
+from gpufleet.hash_runs import HashChain
+
 
 class Run:
     """Hashes start..start+size-1, cached at `size` blocks with `refs` references each;
@@ -48,3 +50,14 @@ def append_held(held: Held, h: int | None, n: int) -> None:
             held[-1] = (last, m + n)
             return
     held.append((h, n))
+
+
+def extend_chain(hashes: list[int] | HashChain, base: int, stop: int) -> None:
+    """`hashes.extend(range(base + len(hashes), base + stop))`: a counted answer's blocks.
+    (A HashChain's run is added at once: compiled, building the range and reading its
+    start, step and length back by name cost ~1,000 instructions a decode run.)"""
+    have = len(hashes)
+    if isinstance(hashes, HashChain):
+        hashes.add_run(base + have, stop - have)
+    else:
+        hashes.extend(range(base + have, base + stop))

@@ -189,7 +189,6 @@ def _make_group(
     max_len = cfg.max_model_len
     new_blocks = [0] * bs
     computed: list[int] = []
-    keep = computed.append
     finish_after = 1 << 62
     lag = 0 if in_flight else 1
     flights = int(in_flight)
@@ -198,7 +197,7 @@ def _make_group(
         n_tokens = r.num_prompt_tokens + r.num_output_tokens
         if c != n_tokens - lag or r.in_flight != flights or r.first_token_s is None:
             return None
-        keep(c)
+        computed.append(c)  # (compiled: a bound method kept in a local is a generic call)
         out = r.num_output_tokens
         # tokens it still produces before `scheduler.finish_reason` ends it
         left = r.max_tokens - out

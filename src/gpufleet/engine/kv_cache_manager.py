@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from itertools import pairwise
 
 from gpufleet.engine.block_pool import BlockPool
-from gpufleet.engine.block_runs import NO_BLOCKS, Blocks, Held
+from gpufleet.engine.block_runs import NO_BLOCKS, Blocks, Held, extend_chain
 from gpufleet.engine.request import EngineRequest
 from gpufleet.hash_runs import HashChain, Runs, chain_runs, slice_runs
 
@@ -244,7 +244,7 @@ class KVCacheManager:
                 if stop > first:
                     hashes = r.block_hashes
                     if len(hashes) < stop:  # (a HashChain takes the range as one run)
-                        hashes.extend(range(pending[1] + len(hashes), pending[1] + stop))
+                        extend_chain(hashes, pending[1], stop)
                     changes.append((rid, k, first, stop, None))
                 elif k:
                     changes.append((rid, k, first, first, None))
@@ -264,7 +264,7 @@ class KVCacheManager:
                     base = r.answer_base
             if base is not None:
                 if len(hashes) < stop:
-                    hashes.extend(range(base + len(hashes), base + stop))
+                    extend_chain(hashes, base, stop)
                 if lazy:
                     limit = self._answer_limit(r)
                     if stop <= limit:
@@ -304,12 +304,12 @@ class KVCacheManager:
             return False
         if total:
             pool.allocate(total)
-        register, held = pool.register, self._held
+        held = self._held  # (`pool.register` called as a method: compiled, a native call)
         for rid, k, first, stop, chain in changes:  # in order: tails, then registration
             tail[rid] += k - (stop - first)
             num_cached[rid] = stop
             if chain is not None:
-                register(chain, held[rid])
+                pool.register(chain, held[rid])
         for rid, base, first, _stop, limit in reserve:
             self._add_reservation(rid, base, first, limit)
         return True

@@ -8,7 +8,7 @@ then sees this instant's arrivals), timeouts, and crashes last.
 
 from __future__ import annotations
 
-import heapq
+from heapq import heappush
 from typing import Any
 
 (
@@ -35,7 +35,7 @@ class EventQueue:
 
     def push(self, t: float, kind: int, payload: Any = None) -> None:
         self.seq += 1
-        heapq.heappush(self.heap, (t, kind, self.seq, payload))
+        heappush(self.heap, (t, kind, self.seq, payload))
 
     def reserve(self, count: int) -> int:
         """Take `count` sequence numbers for events pushed later (`push_reserved`), so they
@@ -45,7 +45,7 @@ class EventQueue:
         return first
 
     def push_reserved(self, t: float, kind: int, seq: int, payload: Any = None) -> None:
-        heapq.heappush(self.heap, (t, kind, seq, payload))
+        heappush(self.heap, (t, kind, seq, payload))
 
 
 class SimClock:

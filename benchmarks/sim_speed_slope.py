@@ -1,0 +1,85 @@
+"""CPU per request along one run of a `sim_speed.py` case: where a long run gets slower.
+
+    GPUFLEET_SHARED=../shared python benchmarks/sim_speed_slope.py [--case synthetic1m] [--scale 0.3] [--parts 10]
+                                         [--gpu-memory-utilization 0.9] [--drop-results]
+
+Runs the case (compiled where `make sim-compiled` built it) on one core and prints, for
+each tenth (`--parts`) of its requests, the CPU microseconds per request ended in it and
+how full the replicas' KV pools are (blocks never used yet, cached runs). The 1 M
+synthetic case's CPU per request rises as its 256 prefix caches fill, with the same
+instructions per request: docs/sim.md "How fast it runs". `--gpu-memory-utilization`
+shrinks the pools (a diagnostic: the predictions change); `--drop-results` drops the
+finished requests' results as it goes (nothing reads them here), to see whether the
+memory they hold costs anything. Prints only; no result file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+from pathlib import Path
+
+from gpufleet.native import is_compiled
+from gpufleet.routing import make_policy
+from gpufleet.sim.scenario import build_config, build_requests
+from gpufleet.sim.simulator import FleetSimulator, Progress
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sim_speed import case_scenarios
+
+
+def pool_fill(sim: FleetSimulator) -> tuple[float, float]:
+    """(fraction of KV blocks ever used, mean cached runs) over the replicas."""
+    pools = [r.engine.kv.pool for r in sim.replicas.values()]
+    used = sum(1.0 - p._fresh / p.num_blocks for p in pools) / len(pools)
+    return used, sum(len(p._runs) for p in pools) / len(pools)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--case", default="synthetic1m")
+    parser.add_argument("--scale", type=float, default=0.3)
+    parser.add_argument("--parts", type=int, default=10)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=None)
+    parser.add_argument("--drop-results", action="store_true")
+    args = parser.parse_args()
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, as sim_speed.py
+    sc, special = case_scenarios(args.scale)[args.case]
+    if special is not None:
+        parser.error(f"{args.case} is built by sim_speed.py itself; pick a scenario case")
+    if args.gpu_memory_utilization is not None:
+        sc = dataclasses.replace(sc, gpu_memory_utilization=args.gpu_memory_utilization)
+    reqs = build_requests(sc)
+    cfg = build_config(sc)
+    sim = FleetSimulator(cfg, reqs, make_policy(sc.routing, seed=sc.seed))
+    print(f"{args.case} at {args.scale}: {len(reqs)} requests, {cfg.engine.num_gpu_blocks} "
+          f"KV blocks a replica, compiled: {is_compiled(sys.modules[FleetSimulator.__module__])}")  # fmt: skip
+    step = max(1, len(reqs) // args.parts)
+    dropped = 0
+    last = [time.process_time(), 0]
+
+    def progress(p: Progress) -> None:
+        nonlocal dropped
+        done = p.requests_done + dropped
+        if args.drop_results:
+            dropped += len(sim.clients.results)
+            sim.clients.results.clear()
+        if done - last[1] >= step or done == len(reqs):
+            now = time.process_time()
+            used, runs = pool_fill(sim)
+            us = (now - last[0]) / max(1, done - last[1]) * 1e6
+            print(f"requests {last[1]:>8,}-{done:<8,} {us:6.1f} CPU µs/request   KV blocks "
+                  f"ever used {used:4.0%}, cached runs {runs:6.0f} a replica", flush=True)  # fmt: skip
+            last[:] = [time.process_time(), done]  # (the pools' census not counted)
+
+    cpu0 = time.process_time()
+    result = sim.run(progress)
+    print(f"run(): {time.process_time() - cpu0:.1f} CPU s, {result.events} events")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
