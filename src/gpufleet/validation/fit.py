@@ -32,9 +32,11 @@ from gpufleet.perf.calibration import (
     prior_calibration,
 )
 from gpufleet.validation.fit_space import (
+    TIE,
     Knob,
     from_log,
     inside_bounds,
+    knob_backends,
     log_midpoint,
     moved,
     replace_constant,
@@ -92,6 +94,15 @@ MOE_BACKEND_CONSTANTS: tuple[str, ...] = (
 )
 
 
+# Engine constants the fit does not tune (at their prior for every engine).
+FROZEN_BACKEND_CONSTANTS: tuple[str, ...] = ()
+
+# Engine constants the fit tunes as one value shared by every engine it fits: what the
+# engines' kernels have in common rather than their schedulers (and a fold without an
+# engine's MoE rows then gives it the others' value instead of the prior).
+SHARED_BACKEND_CONSTANTS: tuple[str, ...] = ()
+
+
 def _is_moe(row: Any) -> bool:
     try:
         return resolve_model(row.model_path).moe is not None
@@ -105,6 +116,9 @@ def at_prior_where_frozen(cal: Calibration) -> Calibration:
     for key in SCALAR_CONSTANTS:
         if key not in FITTED_SCALARS:
             cal = replace_constant(cal, key, float(getattr(prior, key)), None)
+    for name in cal.backends:
+        for key in FROZEN_BACKEND_CONSTANTS:
+            cal = replace_constant(cal, key, float(getattr(prior.backend(name), key)), name)
     return cal
 
 
@@ -186,7 +200,7 @@ class Search:
     def affected(self, knobs: Sequence[Knob]) -> Sequence[int]:
         if any(b is None for _, b in knobs):
             return range(len(self.rows))
-        return sorted({i for _, b in knobs for i in self.by_backend[str(b)]})
+        return sorted({i for _, b in knobs for n in knob_backends(b) for i in self.by_backend[n]})
 
 
 def _log_position(search: Search, cal: Calibration) -> dict[Knob, float]:
@@ -305,11 +319,22 @@ def prepare(
     # constrains them otherwise, and the midpoint restart would leave them wherever it set
     # them, not at the kernel measurements' prior (a held-out MoE model then gets them).
     moe_backends = {r.backend for r in rows if _is_moe(r)}
+    own = [k for k in BACKEND_CONSTANTS if k not in FROZEN_BACKEND_CONSTANTS]
     knobs: list[Knob] = [
         (k, b)
         for b in backends
-        for k in BACKEND_CONSTANTS
-        if b in moe_backends or k not in MOE_BACKEND_CONSTANTS
+        for k in own
+        if k not in SHARED_BACKEND_CONSTANTS
+        and (b in moe_backends or k not in MOE_BACKEND_CONSTANTS)
+    ]
+    # A shared constant moves every fitted engine's copy, MoE ones only where some engine
+    # served an MoE model (then an engine without MoE rows gets the others' value).
+    knobs += [
+        (k, TIE.join(backends))
+        for k in own
+        if k in SHARED_BACKEND_CONSTANTS
+        and backends
+        and (moe_backends or k not in MOE_BACKEND_CONSTANTS)
     ]
     knobs += [(k, None) for k in FITTED_SCALARS]
     groups: dict[tuple[str, str], list[int]] = {}
