@@ -152,13 +152,11 @@ def test_a_shared_engine_constant_is_one_knob_that_moves_every_engine_alike(
     assert moved.backend("sglang").moe_efficiency == moved.backend("vllm").moe_efficiency == 0.5
     assert fit_space.value_of(moved, ("moe_efficiency", "sglang+vllm")) == 0.5
     assert list(search.affected([("moe_efficiency", "sglang+vllm")])) == [0, 1]
-    shipped = dataclasses.replace(
-        default_calibration(),
-        backends=MappingProxyType(
-            {n: dataclasses.replace(b, moe_layer_overhead_s=1e-4)
-             for n, b in default_calibration().backends.items()}  # fmt: skip
-        ),
-    )
+    raised = {
+        n: dataclasses.replace(b, moe_layer_overhead_s=1e-4)
+        for n, b in default_calibration().backends.items()
+    }
+    shipped = dataclasses.replace(default_calibration(), backends=MappingProxyType(raised))
     frozen = fit_module.at_prior_where_frozen(shipped)
     for name in ("sglang", "vllm"):
         assert frozen.backend(name).moe_layer_overhead_s == prior.backend(name).moe_layer_overhead_s

@@ -53,9 +53,7 @@ def test_vllm_rows_at_the_engines_default_kv_dtype_read_bf16_kv_when_asked(
         "imax": dataclasses.replace(ROW, backend="vllm", id="2026_04_06_llama_row"),
         "trtllm": dataclasses.replace(ROW, backend="trtllm", id="aic_row"),
     }
-    assert {k: measured.row_kv_dtype(r, fp8) for k, r in rows.items()} == dict.fromkeys(
-        rows, "fp8"
-    )
+    assert {k: measured.row_kv_dtype(r, fp8) for k, r in rows.items()} == dict.fromkeys(rows, "fp8")
     monkeypatch.setattr(measured, "VLLM_DEFAULT_KV_DTYPE", True)
     got = {k: measured.row_kv_dtype(r, fp8) for k, r in rows.items()}
     assert got == {"vllm": "bf16", "imax": "fp8", "trtllm": "fp8"}

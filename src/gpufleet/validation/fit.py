@@ -94,12 +94,10 @@ MOE_BACKEND_CONSTANTS: tuple[str, ...] = (
 )
 
 
-# Engine constants the fit does not tune (at their prior for every engine).
+# Engine constants the fit leaves at their prior, and those it tunes as one value shared by
+# every engine it fits (a fold without an engine's MoE rows then gives that engine the
+# others' value, not the prior). Both empty: docs/performance-model.md, "Wave 15: held-out".
 FROZEN_BACKEND_CONSTANTS: tuple[str, ...] = ()
-
-# Engine constants the fit tunes as one value shared by every engine it fits: what the
-# engines' kernels have in common rather than their schedulers (and a fold without an
-# engine's MoE rows then gives it the others' value instead of the prior).
 SHARED_BACKEND_CONSTANTS: tuple[str, ...] = ()
 
 
@@ -320,22 +318,12 @@ def prepare(
     # them, not at the kernel measurements' prior (a held-out MoE model then gets them).
     moe_backends = {r.backend for r in rows if _is_moe(r)}
     own = [k for k in BACKEND_CONSTANTS if k not in FROZEN_BACKEND_CONSTANTS]
-    knobs: list[Knob] = [
-        (k, b)
-        for b in backends
-        for k in own
-        if k not in SHARED_BACKEND_CONSTANTS
-        and (b in moe_backends or k not in MOE_BACKEND_CONSTANTS)
-    ]
-    # A shared constant moves every fitted engine's copy, MoE ones only where some engine
-    # served an MoE model (then an engine without MoE rows gets the others' value).
-    knobs += [
-        (k, TIE.join(backends))
-        for k in own
-        if k in SHARED_BACKEND_CONSTANTS
-        and backends
-        and (moe_backends or k not in MOE_BACKEND_CONSTANTS)
-    ]
+    shared = [k for k in own if k in SHARED_BACKEND_CONSTANTS]
+    knobs: list[Knob] = [(k, b) for b in backends for k in own if k not in shared
+                         and (b in moe_backends or k not in MOE_BACKEND_CONSTANTS)]  # fmt: skip
+    # A shared MoE constant moves where any engine served an MoE model, for every engine.
+    knobs += [(k, TIE.join(backends)) for k in shared
+              if backends and (moe_backends or k not in MOE_BACKEND_CONSTANTS)]  # fmt: skip
     knobs += [(k, None) for k in FITTED_SCALARS]
     groups: dict[tuple[str, str], list[int]] = {}
     for i, r in enumerate(rows):
