@@ -39,12 +39,11 @@ def test_nvidia_modelopt_fp8_checkpoints_stay_per_tensor() -> None:
     assert row_scheme(row).format(0, "mlp") == FP8
 
 
-def test_vllm_rows_at_the_engines_default_kv_dtype_read_bf16_kv_when_asked(
+def test_vllm_rows_at_the_engines_default_kv_dtype_read_bf16_kv(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """`measured.VLLM_DEFAULT_KV_DTYPE` (off by default): vLLM's `--kv-cache-dtype auto`
-    keeps KV in bf16 for fp8 weights; InferenceMAX's vLLM recipe sets fp8, TRT-LLM rows
-    keep fp8."""
+    """`measured.VLLM_DEFAULT_KV_DTYPE` (on): vLLM's `--kv-cache-dtype auto` keeps KV in
+    bf16 for fp8 weights; InferenceMAX's vLLM recipe sets fp8, TRT-LLM rows keep fp8."""
     from gpufleet.validation import measured
 
     fp8 = QuantScheme.of({"attn": FP8})
@@ -53,7 +52,7 @@ def test_vllm_rows_at_the_engines_default_kv_dtype_read_bf16_kv_when_asked(
         "imax": dataclasses.replace(ROW, backend="vllm", id="2026_04_06_llama_row"),
         "trtllm": dataclasses.replace(ROW, backend="trtllm", id="aic_row"),
     }
-    assert {k: measured.row_kv_dtype(r, fp8) for k, r in rows.items()} == dict.fromkeys(rows, "fp8")
-    monkeypatch.setattr(measured, "VLLM_DEFAULT_KV_DTYPE", True)
     got = {k: measured.row_kv_dtype(r, fp8) for k, r in rows.items()}
     assert got == {"vllm": "bf16", "imax": "fp8", "trtllm": "fp8"}
+    monkeypatch.setattr(measured, "VLLM_DEFAULT_KV_DTYPE", False)  # as before wave 15
+    assert {measured.row_kv_dtype(r, fp8) for r in rows.values()} == {"fp8"}

@@ -119,9 +119,10 @@ class RowLayout:
 
 
 # vLLM's `--kv-cache-dtype auto` (its default) stores KV in the model's activation dtype
-# (bf16) whatever the weights; InferenceMAX's vLLM recipe sets `kv-cache-dtype: fp8`.
-# When True, vLLM rows outside InferenceMAX are read with a bf16 KV cache.
-VLLM_DEFAULT_KV_DTYPE = False
+# (bf16) whatever the weights; InferenceMAX's vLLM recipe sets `kv-cache-dtype: fp8`, the
+# other vLLM campaigns publish no launch. True: vLLM rows outside InferenceMAX are read
+# with a bf16 KV cache (docs/performance-model.md, "Wave 15: held-out").
+VLLM_DEFAULT_KV_DTYPE = True
 
 
 def row_kv_dtype(row: MeasuredRow, scheme: QuantScheme) -> str:
