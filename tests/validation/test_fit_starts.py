@@ -152,6 +152,11 @@ def test_a_shared_engine_constant_is_one_knob_that_moves_every_engine_alike(
     assert moved.backend("sglang").moe_efficiency == moved.backend("vllm").moe_efficiency == 0.5
     assert fit_space.value_of(moved, ("moe_efficiency", "sglang+vllm")) == 0.5
     assert list(search.affected([("moe_efficiency", "sglang+vllm")])) == [0, 1]
+    monkeypatch.setattr(fit_module, "SHARING_ENGINES", ("sglang", "vllm"))
+    three, _ = _search(
+        [*rows, *_rows("trtllm"), SimpleNamespace(backend="trtllm", model_path="moe")]
+    )
+    assert {("moe_efficiency", "sglang+vllm"), ("moe_efficiency", "trtllm")} <= set(three.knobs)
     raised = {
         n: dataclasses.replace(b, moe_layer_overhead_s=1e-4)
         for n, b in default_calibration().backends.items()

@@ -95,10 +95,11 @@ MOE_BACKEND_CONSTANTS: tuple[str, ...] = (
 
 
 # Engine constants the fit leaves at their prior, and those it tunes as one value shared by
-# every engine it fits (a fold without an engine's MoE rows then gives that engine the
-# others' value, not the prior). Both empty: docs/performance-model.md, "Wave 15: held-out".
+# the SHARING_ENGINES it fits (empty: all; a fold without an engine's MoE rows then gives it
+# the others' value, not the prior). Empty: docs/performance-model.md, "Wave 15: held-out".
 FROZEN_BACKEND_CONSTANTS: tuple[str, ...] = ()
 SHARED_BACKEND_CONSTANTS: tuple[str, ...] = ()
+SHARING_ENGINES: tuple[str, ...] = ()
 
 
 def _is_moe(row: Any) -> bool:
@@ -318,12 +319,13 @@ def prepare(
     # them, not at the kernel measurements' prior (a held-out MoE model then gets them).
     moe_backends = {r.backend for r in rows if _is_moe(r)}
     own = [k for k in BACKEND_CONSTANTS if k not in FROZEN_BACKEND_CONSTANTS]
-    shared = [k for k in own if k in SHARED_BACKEND_CONSTANTS]
-    knobs: list[Knob] = [(k, b) for b in backends for k in own if k not in shared
+    tied = [b for b in backends if not SHARING_ENGINES or b in SHARING_ENGINES]
+    shared = [k for k in own if k in SHARED_BACKEND_CONSTANTS and tied]
+    knobs: list[Knob] = [(k, b) for b in backends for k in own if (k not in shared or b not in tied)
                          and (b in moe_backends or k not in MOE_BACKEND_CONSTANTS)]  # fmt: skip
-    # A shared MoE constant moves where any engine served an MoE model, for every engine.
-    knobs += [(k, TIE.join(backends)) for k in shared
-              if backends and (moe_backends or k not in MOE_BACKEND_CONSTANTS)]  # fmt: skip
+    # A shared MoE constant moves where a sharing engine served an MoE model, for them all.
+    knobs += [(k, TIE.join(tied)) for k in shared
+              if moe_backends & set(tied) or k not in MOE_BACKEND_CONSTANTS]  # fmt: skip
     knobs += [(k, None) for k in FITTED_SCALARS]
     groups: dict[tuple[str, str], list[int]] = {}
     for i, r in enumerate(rows):

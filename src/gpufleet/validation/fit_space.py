@@ -79,7 +79,8 @@ def value_of(cal: Calibration, knob: Knob) -> float:
 
 def moved(cal: Calibration, changes: Sequence[tuple[Knob, float]]) -> Calibration:
     for (key, backend), value in changes:
-        for name in knob_backends(backend) or [None]:
+        names: list[str | None] = [*knob_backends(backend)] or [None]
+        for name in names:
             cal = replace_constant(cal, key, value, name)
     return cal
 
