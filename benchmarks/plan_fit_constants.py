@@ -1,14 +1,15 @@
 """Which fitted constants the held-out refits disagree on (issue 14's held-out accuracy).
 
-    python benchmarks/plan_fit_constants.py [JSON]
+    python benchmarks/plan_fit_constants.py [JSON] [--out PATH]
 
 Reads a `plan_accuracy.py` report (default benchmarks/results/plan_accuracy.json), whose
 refits list every start's fitted constants (`plan_refits`), and prints per constant, in
 fractions of its log range inside `BOUNDS` (the search's own coordinates): how far the kept
 start's value moves between folds, and how far the starts of one fold end apart on
-average. A constant the training rows pin sits at about the same place in every fold and
-from every start; one that moves between starts at a similar training objective is not
-pinned, and where it lands decides the held-out fold's figure.
+average (also written to benchmarks/results/plan_fit_constants.{json,md}, or --out). A
+constant the training rows pin sits at about the same place in every fold and from every
+start; one that moves between starts at a similar training objective is not pinned, and
+where it lands decides the held-out fold's figure.
 """
 
 from __future__ import annotations
@@ -89,13 +90,24 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    path = Path(args[0]) if args else RESULTS / "plan_accuracy.json"
-    rows = disagreement(json.loads(path.read_text()))
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("json", nargs="?", type=Path, default=RESULTS / "plan_accuracy.json")
+    parser.add_argument(
+        "--out", type=Path, default=RESULTS / "plan_fit_constants", help="path without suffix"
+    )
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    rows = disagreement(json.loads(args.json.read_text()))
     if not rows:
-        print(f"{path}: no refit lists its starts' constants (rerun plan_accuracy.py)")
+        print(f"{args.json}: no refit lists its starts' constants (rerun plan_accuracy.py)")
         return 1
-    print(markdown(rows))
+    table = markdown(rows)
+    print(table)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from record import write_result  # asks git for the commit: only when run
+
+    write_result(args.out, {"source": str(args.json), "constants": rows}, table)
     return 0
 
 
