@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpufleet.perf.calibration import Calibration
+from gpufleet.perf.calibration import Calibration, calibration_to_dict
 from gpufleet.validation.fit_starts import Refit, StartFit, best_start, fit_many
 from gpufleet.validation.measured import MeasuredRow, RowPrediction, predict_rows, resolve_model
 
@@ -44,6 +44,8 @@ def _starts_report(fits: Sequence[StartFit], preds: dict[str, list[RowPrediction
             "training_objective": round(f.objective, 4),
             "ttft_median_ape_pct": ttft,
             "tpot_median_ape_pct": tpot,
+            # The start's fitted constants: which ones the starts (and folds) disagree on.
+            "constants": calibration_to_dict(f.calibration),
         }
     return by_start
 

@@ -13,7 +13,7 @@ import pytest
 from gpufleet.errors import UserError
 from gpufleet.perf.calibration import BOUNDS, Calibration, default_calibration, prior_calibration
 from gpufleet.validation import fit as fit_module
-from gpufleet.validation import fit_starts
+from gpufleet.validation import fit_space, fit_starts
 from gpufleet.validation.fit_space import log_midpoint, pinned_constants
 
 
@@ -129,3 +129,39 @@ def test_a_search_run_to_convergence_ends_no_higher_and_at_a_fixed_point() -> No
     assert converged == pytest.approx(fit_module.training_objective(search, cal))
     again, settled = fit_module.descend(search, cal, [], converge=True)
     assert settled == converged and again == cal
+
+
+def test_a_shared_engine_constant_is_one_knob_that_moves_every_engine_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A shared MoE constant is fitted once for every engine of the fit: an engine that
+    served no MoE model in the training rows (vLLM below) gets the others' value, not
+    the prior; a frozen constant is no knob and stays at the prior."""
+    monkeypatch.setattr(fit_module, "_is_moe", lambda row: row.model_path == "moe")
+    monkeypatch.setattr(fit_module, "SHARED_BACKEND_CONSTANTS", ("moe_efficiency",))
+    monkeypatch.setattr(fit_module, "FROZEN_BACKEND_CONSTANTS", ("moe_layer_overhead_s",))
+    rows = [SimpleNamespace(backend="sglang", model_path="moe"), *_rows("vllm")]
+    search, prior = _search(rows)
+    knobs = set(search.knobs)
+    assert ("moe_efficiency", "sglang+vllm") in knobs
+    assert not {("moe_efficiency", "sglang"), ("moe_efficiency", "vllm")} & knobs
+    assert not any(k == "moe_layer_overhead_s" for k, _ in knobs)
+    assert ("moe_gemm_efficiency", "sglang") in knobs  # own, MoE rows: fitted
+    assert ("moe_gemm_efficiency", "vllm") not in knobs  # own, no MoE rows: prior
+    moved = fit_space.moved(prior, [(("moe_efficiency", "sglang+vllm"), 0.5)])
+    assert moved.backend("sglang").moe_efficiency == moved.backend("vllm").moe_efficiency == 0.5
+    assert fit_space.value_of(moved, ("moe_efficiency", "sglang+vllm")) == 0.5
+    assert list(search.affected([("moe_efficiency", "sglang+vllm")])) == [0, 1]
+    monkeypatch.setattr(fit_module, "SHARING_ENGINES", ("sglang", "vllm"))
+    three, _ = _search(
+        [*rows, *_rows("trtllm"), SimpleNamespace(backend="trtllm", model_path="moe")]
+    )
+    assert {("moe_efficiency", "sglang+vllm"), ("moe_efficiency", "trtllm")} <= set(three.knobs)
+    raised = {
+        n: dataclasses.replace(b, moe_layer_overhead_s=1e-4)
+        for n, b in default_calibration().backends.items()
+    }
+    shipped = dataclasses.replace(default_calibration(), backends=MappingProxyType(raised))
+    frozen = fit_module.at_prior_where_frozen(shipped)
+    for name in ("sglang", "vllm"):
+        assert frozen.backend(name).moe_layer_overhead_s == prior.backend(name).moe_layer_overhead_s

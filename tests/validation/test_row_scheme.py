@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpufleet.specs.quant import FP8, FP8_BLOCK
+import pytest
+
+from gpufleet.specs.quant import FP8, FP8_BLOCK, QuantScheme
 from gpufleet.validation.measured import row_scheme
 from gpufleet.validation.rows import MeasuredRow
 
@@ -35,3 +37,22 @@ def test_nvidia_modelopt_fp8_checkpoints_stay_per_tensor() -> None:
     row = dataclasses.replace(ROW, model_path="nvidia/Llama-3.1-8B-Instruct-FP8", moe_tp=1)
     assert row_scheme(row).format(0, "attn") == FP8
     assert row_scheme(row).format(0, "mlp") == FP8
+
+
+def test_vllm_rows_at_the_engines_default_kv_dtype_read_bf16_kv(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`measured.VLLM_DEFAULT_KV_DTYPE` (on): vLLM's `--kv-cache-dtype auto` keeps KV in
+    bf16 for fp8 weights; InferenceMAX's vLLM recipe sets fp8, TRT-LLM rows keep fp8."""
+    from gpufleet.validation import measured
+
+    fp8 = QuantScheme.of({"attn": FP8})
+    rows = {
+        "vllm": dataclasses.replace(ROW, backend="vllm", id="aic_row"),
+        "imax": dataclasses.replace(ROW, backend="vllm", id="2026_04_06_llama_row"),
+        "trtllm": dataclasses.replace(ROW, backend="trtllm", id="aic_row"),
+    }
+    got = {k: measured.row_kv_dtype(r, fp8) for k, r in rows.items()}
+    assert got == {"vllm": "bf16", "imax": "fp8", "trtllm": "fp8"}
+    monkeypatch.setattr(measured, "VLLM_DEFAULT_KV_DTYPE", False)  # as before wave 15
+    assert {measured.row_kv_dtype(r, fp8) for r in rows.values()} == {"fp8"}

@@ -32,9 +32,11 @@ from gpufleet.perf.calibration import (
     prior_calibration,
 )
 from gpufleet.validation.fit_space import (
+    TIE,
     Knob,
     from_log,
     inside_bounds,
+    knob_backends,
     log_midpoint,
     moved,
     replace_constant,
@@ -92,6 +94,14 @@ MOE_BACKEND_CONSTANTS: tuple[str, ...] = (
 )
 
 
+# Engine constants the fit leaves at their prior, and those it tunes as one value shared by
+# the SHARING_ENGINES it fits (empty: all; a fold without an engine's MoE rows then gives it
+# the others' value, not the prior). Empty: docs/performance-model.md, "Wave 15: held-out".
+FROZEN_BACKEND_CONSTANTS: tuple[str, ...] = ()
+SHARED_BACKEND_CONSTANTS: tuple[str, ...] = ()
+SHARING_ENGINES: tuple[str, ...] = ()
+
+
 def _is_moe(row: Any) -> bool:
     try:
         return resolve_model(row.model_path).moe is not None
@@ -105,6 +115,9 @@ def at_prior_where_frozen(cal: Calibration) -> Calibration:
     for key in SCALAR_CONSTANTS:
         if key not in FITTED_SCALARS:
             cal = replace_constant(cal, key, float(getattr(prior, key)), None)
+    for name in cal.backends:
+        for key in FROZEN_BACKEND_CONSTANTS:
+            cal = replace_constant(cal, key, float(getattr(prior.backend(name), key)), name)
     return cal
 
 
@@ -186,7 +199,7 @@ class Search:
     def affected(self, knobs: Sequence[Knob]) -> Sequence[int]:
         if any(b is None for _, b in knobs):
             return range(len(self.rows))
-        return sorted({i for _, b in knobs for i in self.by_backend[str(b)]})
+        return sorted({i for _, b in knobs for n in knob_backends(b) for i in self.by_backend[n]})
 
 
 def _log_position(search: Search, cal: Calibration) -> dict[Knob, float]:
@@ -305,12 +318,14 @@ def prepare(
     # constrains them otherwise, and the midpoint restart would leave them wherever it set
     # them, not at the kernel measurements' prior (a held-out MoE model then gets them).
     moe_backends = {r.backend for r in rows if _is_moe(r)}
-    knobs: list[Knob] = [
-        (k, b)
-        for b in backends
-        for k in BACKEND_CONSTANTS
-        if b in moe_backends or k not in MOE_BACKEND_CONSTANTS
-    ]
+    own = [k for k in BACKEND_CONSTANTS if k not in FROZEN_BACKEND_CONSTANTS]
+    tied = [b for b in backends if not SHARING_ENGINES or b in SHARING_ENGINES]
+    shared = [k for k in own if k in SHARED_BACKEND_CONSTANTS and tied]
+    knobs: list[Knob] = [(k, b) for b in backends for k in own if (k not in shared or b not in tied)
+                         and (b in moe_backends or k not in MOE_BACKEND_CONSTANTS)]  # fmt: skip
+    # A shared MoE constant moves where a sharing engine served an MoE model, for them all.
+    knobs += [(k, TIE.join(tied)) for k in shared
+              if moe_backends & set(tied) or k not in MOE_BACKEND_CONSTANTS]  # fmt: skip
     knobs += [(k, None) for k in FITTED_SCALARS]
     groups: dict[tuple[str, str], list[int]] = {}
     for i, r in enumerate(rows):

@@ -12,7 +12,16 @@ from typing import Any
 
 from gpufleet.perf.calibration import BACKEND_CONSTANTS, BOUNDS, SCALAR_CONSTANTS, Calibration
 
+# A constant and the engine it belongs to (None: a shared scalar). An engine field of
+# several names joined by "+" ("sglang+trtllm+vllm") is one knob that sets that constant
+# alike in each of them: one value the engines share (`validation.fit.SHARED_BACKEND_CONSTANTS`).
 Knob = tuple[str, str | None]
+TIE = "+"
+
+
+def knob_backends(backend: str | None) -> list[str]:
+    """The engines a knob's engine field names (none for a shared scalar)."""
+    return [] if backend is None else backend.split(TIE)
 
 
 def replace_constant(cal: Calibration, key: str, value: float, backend: str | None) -> Calibration:
@@ -62,13 +71,17 @@ def log_midpoint(key: str) -> float:
 
 
 def value_of(cal: Calibration, knob: Knob) -> float:
+    """A knob's value (a tied knob's: its first engine's; `moved` keeps them equal)."""
     key, backend = knob
-    return float(getattr(cal if backend is None else cal.backend(backend), key))
+    names = knob_backends(backend)
+    return float(getattr(cal.backend(names[0]) if names else cal, key))
 
 
 def moved(cal: Calibration, changes: Sequence[tuple[Knob, float]]) -> Calibration:
     for (key, backend), value in changes:
-        cal = replace_constant(cal, key, value, backend)
+        names: list[str | None] = [*knob_backends(backend)] or [None]
+        for name in names:
+            cal = replace_constant(cal, key, value, name)
     return cal
 
 

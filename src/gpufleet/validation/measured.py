@@ -32,7 +32,7 @@ from gpufleet.specs.models import ModelSpec
 from gpufleet.specs.quant import BF16, FP8, FP8_BLOCK, QuantScheme
 from gpufleet.validation.engine_loop import EngineLoopResult, simulate_closed_loop
 from gpufleet.validation.feasibility import infeasible_reason
-from gpufleet.validation.recipes import batch_wait_rules, recipe_rules
+from gpufleet.validation.recipes import batch_wait_rules, is_inferencemax, recipe_rules
 from gpufleet.validation.rows import (
     QUANT_MODES,
     MeasuredRow,
@@ -118,6 +118,21 @@ class RowLayout:
     note: str = ""
 
 
+# vLLM's `--kv-cache-dtype auto` (its default) stores KV in the model's activation dtype
+# (bf16) whatever the weights; InferenceMAX's vLLM recipe sets `kv-cache-dtype: fp8`, the
+# other vLLM campaigns publish no launch. True: vLLM rows outside InferenceMAX are read
+# with a bf16 KV cache (docs/performance-model.md, "Wave 15: held-out").
+VLLM_DEFAULT_KV_DTYPE = True
+
+
+def row_kv_dtype(row: MeasuredRow, scheme: QuantScheme) -> str:
+    """The KV cache dtype a row ran: fp8 where the attention weights are fp8, except vLLM
+    at its default dtype (`VLLM_DEFAULT_KV_DTYPE`)."""
+    if VLLM_DEFAULT_KV_DTYPE and row.backend == "vllm" and not is_inferencemax(row):
+        return "bf16"
+    return "fp8" if scheme.format(0, "attn").name == "fp8" else "bf16"
+
+
 def row_layout(row: MeasuredRow, model: ModelSpec, gpu: GpuSpec) -> RowLayout:
     """The row's layout: tp attention ranks in each of dp data-parallel groups; for MoE
     models the group's GPUs are moe_tp × moe_ep and dp = GPUs / tp. fp8 rows run an fp8
@@ -133,7 +148,7 @@ def row_layout(row: MeasuredRow, model: ModelSpec, gpu: GpuSpec) -> RowLayout:
         raise UserError("non-positive isl/osl/batch_size/tp/pp", field="row")
     scheme = row_scheme(row)
     headline = scheme.headline
-    kv = "fp8" if scheme.format(0, "attn").name == "fp8" else "bf16"
+    kv = row_kv_dtype(row, scheme)
     if model.moe is None:
         dp = max(1, row.attention_dp)
         layout = Layout(tp=row.tp, pp=row.pp, dp=dp, weight_dtype=headline, kv_dtype=kv)
