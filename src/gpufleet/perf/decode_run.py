@@ -149,7 +149,8 @@ def _ends_one_class(
     overhead_s = parts.overhead_s
     out: list[float] = []
     t = start_s
-    for ctx in range(context_tokens, context_tokens + n * num_steps, n):
+    ctx = context_tokens  # (a counted loop: see decode_run_ends_lean)
+    for _ in range(num_steps):
         dec_pairs = n * (ctx / n)
         compute_s = dec_pairs * pair_flops / attn_flops_s
         memory_s = dec_pairs * kv_bytes_layer / hbm_bytes_s
@@ -159,6 +160,7 @@ def _ends_one_class(
         step_s = total + overhead_s
         t += step_s if extra_s is None else step_s + extra_s
         out.append(t)  # (a method call: a bound method kept in a local is generic compiled)
+        ctx += n
     return out
 
 
@@ -202,14 +204,17 @@ def decode_run_ends_lean(
         return StepEnds(x.data)
     out: list[float] = []
     t = start_s
-    if extra_s is None:
-        for ctx in range(context_tokens, stop, n):
+    ctx = context_tokens  # (a counted loop: compiled, a range with a variable step iterates
+    if extra_s is None:  # generically, ~100 instructions a step)
+        for _ in range(num_steps):
             t += count * (gemm_s + n * (ctx / n) * per_pair / rate) + tail_s + overhead_s
             out.append(t)
+            ctx += n
     else:
-        for ctx in range(context_tokens, stop, n):
+        for _ in range(num_steps):
             t += count * (gemm_s + n * (ctx / n) * per_pair / rate) + tail_s + overhead_s + extra_s
             out.append(t)
+            ctx += n
     return out
 
 
