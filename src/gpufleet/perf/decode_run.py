@@ -150,7 +150,7 @@ def _ends_one_class(
     out: list[float] = []
     t = start_s
     ctx = context_tokens  # (a counted loop: see decode_run_ends_lean)
-    for _ in range(num_steps):
+    for _step in range(num_steps):  # (named: compiled, `_` is boxed)
         dec_pairs = n * (ctx / n)
         compute_s = dec_pairs * pair_flops / attn_flops_s
         memory_s = dec_pairs * kv_bytes_layer / hbm_bytes_s
@@ -206,12 +206,12 @@ def decode_run_ends_lean(
     t = start_s
     ctx = context_tokens  # (a counted loop: compiled, a range with a variable step iterates
     if extra_s is None:  # generically, ~100 instructions a step)
-        for _ in range(num_steps):
+        for _step in range(num_steps):
             t += count * (gemm_s + n * (ctx / n) * per_pair / rate) + tail_s + overhead_s
             out.append(t)
             ctx += n
     else:
-        for _ in range(num_steps):
+        for _step in range(num_steps):
             t += count * (gemm_s + n * (ctx / n) * per_pair / rate) + tail_s + overhead_s + extra_s
             out.append(t)
             ctx += n
