@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 
+from gpufleet.fleet_state.engine_metrics import ScrapedMetrics
+from gpufleet.fleet_state.lora_metrics import LoraRequestsInfo
 from gpufleet.perf.step_batch import StepBatch
 from gpufleet.routing.types import RequestInfo
 from gpufleet.sim.results import RequestResult
 
-WRITTEN_OUT: list[type[Any]] = [RequestInfo, RequestResult, StepBatch]
+WRITTEN_OUT: list[type[Any]] = [RequestInfo, RequestResult, ScrapedMetrics, StepBatch]
 
 
 def _distinct_values(cls: type[Any]) -> dict[str, Any]:
@@ -32,6 +34,10 @@ def _distinct_values(cls: type[Any]) -> dict[str, Any]:
             values[f.name] = None
         elif base in (tuple, collections.abc.Sequence):
             values[f.name] = (k + 1,)
+        elif base is bool:  # (before int: a bool is an int; the opposite of the default)
+            values[f.name] = f.default is not True
+        elif base is LoraRequestsInfo:
+            values[f.name] = LoraRequestsInfo(running=(f"v{k}",), max_lora=k)
         elif base is str:
             values[f.name] = f"v{k}"
         elif base is float:

@@ -37,6 +37,7 @@ MODULES = [
     "gpufleet/engine/request.py",
     "gpufleet/engine/scheduler.py",
     "gpufleet/fleet_state/arrivals.py",
+    "gpufleet/fleet_state/engine_metrics.py",
     "gpufleet/fleet_state/latency.py",
     "gpufleet/fleet_state/queue.py",
     "gpufleet/fleet_state/replica.py",

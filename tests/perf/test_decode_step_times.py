@@ -113,7 +113,8 @@ def test_lean_decode_run_ends_match_the_general_loop(bound: str) -> None:
                         kv_bytes, 3.35e12)  # fmt: skip
     assert parts.lean and parts.bound == (1 if bound == "memory" else -1)
     rng = random.Random(bound)
-    for steps in (1, 7, 9, 10, 55, 56, 57, 400, 5000):  # (n <= 8 from 10 steps: the table)
+    for steps in (1, 7, 9, 10, 55, 56, 57, 63, 64, 65, 400, 5000):  # (the table: n <= 8
+        # from 10 steps interpreted, 64 compiled)
         for n in (1, 2, 3, 4, 5, 8, 9, 64, 97, 256):
             # (short contexts too: batches of other sizes than powers of two read a table
             # only up to TABLE_MAX_ODD_CONTEXT)

@@ -23,7 +23,7 @@ handed out at once, so free counts and usage do not change.
 
 from __future__ import annotations
 
-from bisect import bisect_right, insort
+from bisect import bisect_right
 from collections.abc import Iterable
 from itertools import pairwise
 
@@ -48,7 +48,8 @@ class KVCacheManager:
         # base+limit-1 by their start
         self._lazy: dict[str, list[int]] = {}
         self._resv_starts: list[int] = []
-        self._resv: dict[int, tuple[int, str]] = {}  # start -> (end, request id)
+        # (end, request id) at its start's index in _resv_starts (no lookup by long hash)
+        self._resv_spans: list[tuple[int, str]] = []
         self.lazy_answers = enable_caching
 
     @property
@@ -342,17 +343,19 @@ class KVCacheManager:
         """Make `rid`'s answer lazy from block `first`, reserving hashes base+first ..
         base+limit-1 (the caller checked that none is cached or reserved)."""
         self._lazy[rid] = [first, base, limit]
-        insort(self._resv_starts, base + first)
-        self._resv[base + first] = (base + limit, rid)
+        starts = self._resv_starts
+        i = bisect_right(starts, base + first)
+        starts.insert(i, base + first)
+        self._resv_spans.insert(i, (base + limit, rid))
 
     def _reserved_among(self, chain: Runs) -> list[str]:
         """The requests whose reservations meet the hashes of `chain` (runs)."""
-        starts, resv = self._resv_starts, self._resv
+        starts, spans = self._resv_starts, self._resv_spans
         out: list[str] = []
         for h, n in chain:
             i = bisect_right(starts, h + n - 1) - 1
             while i >= 0:
-                end, rid = resv[starts[i]]
+                end, rid = spans[i]
                 if end <= h:
                     break  # (reservations are disjoint: those before end earlier)
                 out.append(rid)
@@ -372,8 +375,9 @@ class KVCacheManager:
         stop = self._num_cached[rid]
         start = base + first
         starts = self._resv_starts
-        del starts[bisect_right(starts, start) - 1]
-        del self._resv[start]
+        i = bisect_right(starts, start) - 1
+        del starts[i]
+        del self._resv_spans[i]
         if stop > first:
             self.pool.register([(start, stop - first)], self._held[rid])
 

@@ -47,7 +47,7 @@ _PREFIXES = tuple(
 Key = tuple[str, ...]  # one engine of a replica (its data-parallel rank labels)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)  # (`__init__` below: compiled)
 class ScrapedMetrics:
     """A replica's load as its /metrics told it."""
 
@@ -58,6 +58,27 @@ class ScrapedMetrics:
     engine: str | None = None  # which family of names matched; None: none did
     load_reported: bool = True  # False: no running/waiting gauge (route by in-flight counts)
     lora: LoraRequestsInfo | None = None  # vllm:lora_requests_info, when it exposes it
+
+    def __init__(
+        self,
+        num_running: int = 0,
+        num_waiting: int = 0,
+        kv_cache_usage: float | None = 0.0,
+        kv_capacity_tokens: int | None = None,
+        engine: str | None = None,
+        load_reported: bool = True,
+        lora: LoraRequestsInfo | None = None,
+    ) -> None:
+        # The frozen dataclass's own `__init__`, written out: mypyc leaves a generated one
+        # interpreted (mypyc/mypyc#817), ~13,500 instructions a scrape in the simulator.
+        setattr_ = object.__setattr__
+        setattr_(self, "num_running", num_running)
+        setattr_(self, "num_waiting", num_waiting)
+        setattr_(self, "kv_cache_usage", kv_cache_usage)
+        setattr_(self, "kv_capacity_tokens", kv_capacity_tokens)
+        setattr_(self, "engine", engine)
+        setattr_(self, "load_reported", load_reported)
+        setattr_(self, "lora", lora)
 
     @classmethod
     def no_load(cls, engine: str | None = None) -> ScrapedMetrics:

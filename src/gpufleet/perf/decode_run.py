@@ -22,15 +22,18 @@ from gpufleet.perf.step_ends import StepEnds
 # Runs at least this long are evaluated with numpy (a fixed cost of ~7 µs, then a few ns a
 # step); shorter ones step by step in Python (~0.2 µs a step, ~0.14 µs on the lean path of
 # a dense model whose attention is bound one way at every step: numpy pays from ~56 steps).
+# Compiled (tools/compile_sim.py), a step of the lean loop costs ~100 instructions and the
+# numpy calls ~5,800 a run, so the lean loop runs up to more steps there.
+_COMPILED = not __file__.endswith(".py")
 VECTOR_MIN_STEPS = 36
-LEAN_VECTOR_MIN_STEPS = 56
+LEAN_VECTOR_MIN_STEPS = 64 if _COMPILED else 56
 # Lean batches up to this size read their step times from a table by summed context (at
 # most this many times max_model_len floats each): a run of TABLE_MIN_STEPS or more costs a
 # slice. A power of two's table takes 7 passes to build, another size's 9: those are built
 # only up to TABLE_MAX_ODD_CONTEXT (long contexts see too few runs per entry to pay).
 TABLE_MAX_BATCH = 8
-TABLE_MIN_STEPS = 10
 TABLE_MAX_ODD_CONTEXT = 1 << 15
+TABLE_MIN_STEPS = 64 if _COMPILED else 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,9 +148,9 @@ def _ends_one_class(
     tails = parts.tail_s
     overhead_s = parts.overhead_s
     out: list[float] = []
-    keep = out.append
     t = start_s
-    for ctx in range(context_tokens, context_tokens + n * num_steps, n):
+    ctx = context_tokens  # (a counted loop: see decode_run_ends_lean)
+    for _step in range(num_steps):  # (named: compiled, `_` is boxed)
         dec_pairs = n * (ctx / n)
         compute_s = dec_pairs * pair_flops / attn_flops_s
         memory_s = dec_pairs * kv_bytes_layer / hbm_bytes_s
@@ -156,7 +159,8 @@ def _ends_one_class(
             total += part_s
         step_s = total + overhead_s
         t += step_s if extra_s is None else step_s + extra_s
-        keep(t)
+        out.append(t)  # (a method call: a bound method kept in a local is generic compiled)
+        ctx += n
     return out
 
 
@@ -199,16 +203,18 @@ def decode_run_ends_lean(
         np.add.accumulate(x, out=x)
         return StepEnds(x.data)
     out: list[float] = []
-    keep = out.append
     t = start_s
-    if extra_s is None:
-        for ctx in range(context_tokens, stop, n):
+    ctx = context_tokens  # (a counted loop: compiled, a range with a variable step iterates
+    if extra_s is None:  # generically, ~100 instructions a step)
+        for _step in range(num_steps):
             t += count * (gemm_s + n * (ctx / n) * per_pair / rate) + tail_s + overhead_s
-            keep(t)
+            out.append(t)
+            ctx += n
     else:
-        for ctx in range(context_tokens, stop, n):
+        for _step in range(num_steps):
             t += count * (gemm_s + n * (ctx / n) * per_pair / rate) + tail_s + overhead_s + extra_s
-            keep(t)
+            out.append(t)
+            ctx += n
     return out
 
 
