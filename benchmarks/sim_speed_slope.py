@@ -10,7 +10,8 @@ synthetic case's CPU per request rises as its 256 prefix caches fill, with the s
 instructions per request: docs/sim.md "How fast it runs". `--gpu-memory-utilization`
 shrinks the pools (a diagnostic: the predictions change); `--drop-results` drops the
 finished requests' results as it goes (nothing reads them here), to see whether the
-memory they hold costs anything. Prints only; no result file.
+memory they hold costs anything. Prints each part as it ends and writes the parts'
+table with `record.write_result` (`--out`, default benchmarks/results/sim_speed_slope).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from gpufleet.sim.scenario import build_config, build_requests
 from gpufleet.sim.simulator import FleetSimulator, Progress
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import write_result
 from sim_speed import case_scenarios
 
 
@@ -45,6 +47,7 @@ def main() -> int:
     parser.add_argument("--parts", type=int, default=10)
     parser.add_argument("--gpu-memory-utilization", type=float, default=None)
     parser.add_argument("--drop-results", action="store_true")
+    parser.add_argument("--out", default="sim_speed_slope", help="result stem (.json, .md)")
     args = parser.parse_args()
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core, as sim_speed.py
     sc, special = case_scenarios(args.scale)[args.case]
@@ -60,6 +63,7 @@ def main() -> int:
     step = max(1, len(reqs) // args.parts)
     dropped = 0
     last = [time.process_time(), 0]
+    parts: list[dict[str, float]] = []
 
     def progress(p: Progress) -> None:
         nonlocal dropped
@@ -73,11 +77,26 @@ def main() -> int:
             us = (now - last[0]) / max(1, done - last[1]) * 1e6
             print(f"requests {last[1]:>8,}-{done:<8,} {us:6.1f} CPU µs/request   KV blocks "
                   f"ever used {used:4.0%}, cached runs {runs:6.0f} a replica", flush=True)  # fmt: skip
+            parts.append({"first_request": last[1], "last_request": done, "cpu_us_per_request": us,
+                          "kv_blocks_ever_used": used, "cached_runs_per_replica": runs})  # fmt: skip
             last[:] = [time.process_time(), done]  # (the pools' census not counted)
 
     cpu0 = time.process_time()
     result = sim.run(progress)
-    print(f"run(): {time.process_time() - cpu0:.1f} CPU s, {result.events} events")
+    run_cpu_s = time.process_time() - cpu0
+    print(f"run(): {run_cpu_s:.1f} CPU s, {result.events} events")
+    table = "\n".join(
+        ["| requests | CPU µs / request | KV blocks ever used | cached runs a replica |",
+         "| --- | ---: | ---: | ---: |"]
+        + [f"| {p['first_request']:,.0f}-{p['last_request']:,.0f} | {p['cpu_us_per_request']:.1f} "
+           f"| {p['kv_blocks_ever_used']:.0%} | {p['cached_runs_per_replica']:.0f} |" for p in parts]
+    )  # fmt: skip
+    data = {"case": args.case, "scale": args.scale, "requests": len(reqs),
+            "compiled": is_compiled(sys.modules[FleetSimulator.__module__]),
+            "drop_results": args.drop_results, "run_cpu_s": run_cpu_s,
+            "events": result.events, "parts": parts}  # fmt: skip
+    for path in write_result(args.out, data, table):
+        print(f"wrote {path}")
     return 0
 
 
