@@ -24,7 +24,7 @@ from gpufleet.perf.step_ends import StepEnds
 # a dense model whose attention is bound one way at every step: numpy pays from ~56 steps).
 # Compiled (tools/compile_sim.py), a step of the lean loop costs ~100 instructions and the
 # numpy calls ~5,800 a run, so the lean loop runs up to more steps there.
-_COMPILED = not __file__.endswith(".py")
+_COMPILED = not __file__.endswith(".py")  # (native.is_compiled's rule; perf may not import it)
 VECTOR_MIN_STEPS = 36
 LEAN_VECTOR_MIN_STEPS = 64 if _COMPILED else 56
 # Lean batches up to this size read their step times from a table by summed context (at
