@@ -79,11 +79,17 @@ def ray_cluster() -> Iterator[RayCluster]:
         cluster.shutdown()
 
 
-async def wait_for(cond: Callable[[], bool], timeout_s: float = 90.0) -> None:
-    """Hang guard only: polls a condition, fails after a generous timeout."""
+async def wait_for(
+    cond: Callable[[], bool], timeout_s: float = 90.0, why: Callable[[], object] | None = None
+) -> None:
+    """Hang guard only: polls a condition, fails after a generous timeout, saying what `why`
+    reads then (a fleet's replicas and what they wait for: a rare timeout says its cause)."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout_s
     while not cond():
         if loop.time() > end:
-            raise AssertionError("condition not met before the hang guard")
+            state = f": {why()}" if why is not None else ""
+            raise AssertionError(
+                f"condition not met before the hang guard ({timeout_s:g} s){state}"
+            )
         await asyncio.sleep(0.1)

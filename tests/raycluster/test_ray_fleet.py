@@ -42,9 +42,34 @@ def _named_actors(fleet: str) -> list[str]:
     )
 
 
+def _gpu_holders() -> str:
+    """Free GPUs and who may still hold the rest: the 8-GPU wait's hang-guard message."""
+    import ray
+    from ray.util.placement_group import placement_group_table
+
+    from gpufleet.autoscale.raycluster.actuator import _free_by_node
+
+    groups = [f"{t.get('name') or '?'} {t['state']}" for t in placement_group_table().values()
+              if t["state"] != "REMOVED"]  # fmt: skip
+    actors = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
+    free = ray.available_resources().get("GPU", 0)
+    by_node = {n[:8]: v.get("GPU", 0) for n, v in _free_by_node().items()}
+    return (f"free GPUs {free:g} (by node {by_node}); placement groups not removed {groups}; "
+            f"named actors {actors}")  # fmt: skip
+
+
 def _all_ready(act, n: int) -> bool:  # type: ignore[no-untyped-def]
     reps = act.list()
     return len(reps) == n and all(r.state == ReplicaState.READY for r in reps)
+
+
+def _fleet_state(act) -> str:  # type: ignore[no-untyped-def]
+    """Each replica's state and what its placement waits for: the hang guard's message."""
+    import ray
+
+    reps = ", ".join(f"{r.replica_id} {r.state.value}" for r in act.list()) or "no replicas"
+    free_gpus = ray.available_resources().get("GPU", 0)
+    return f"{reps}; pending: {act.pending_reason()}; free GPUs {free_gpus:g}"
 
 
 async def test_scale_1_3_1_under_traffic_no_request_lost(ray_cluster: RayCluster) -> None:
@@ -52,11 +77,11 @@ async def test_scale_1_3_1_under_traffic_no_request_lost(ray_cluster: RayCluster
     act = make_actuator("t-scale", gw)
     try:
         await act.start(1)
-        await wait_for(lambda: _all_ready(act, 1))
+        await wait_for(lambda: _all_ready(act, 1), why=lambda: _fleet_state(act))
         async with traffic_through(gw) as traffic:
             await wait_for(lambda: traffic.ok >= 10)
             await act.start(2)
-            await wait_for(lambda: _all_ready(act, 3))
+            await wait_for(lambda: _all_ready(act, 3), why=lambda: _fleet_state(act))
             # Each TP=2 replica: one bundle on one node, two GPUs no other replica holds.
             devices: dict[str, list[set[str]]] = defaultdict(list)
             for r in act.list():
@@ -98,7 +123,9 @@ async def test_pp2_tp2_replica_spans_two_nodes(ray_cluster: RayCluster) -> None:
     act = make_actuator("t-pp", gw, tp=2, pp=2)
     try:
         [r] = await act.start(1)
-        await wait_for(lambda: _all_ready(act, 1))
+        await wait_for(lambda: _all_ready(act, 1), why=lambda: _fleet_state(act))
+        # what a hang guard would say: the replica, nothing pending, 8 - 4 - 4 GPUs free
+        assert _fleet_state(act) == f"{r.replica_id} ready; pending: None; free GPUs 0"
         where = act.placement(r.replica_id)
         assert len(set(where["bundle_nodes"])) == 2 and "" not in where["bundle_nodes"]
         assert where["bundle_nodes"][0] == where["node_id"]  # the command runs on stage 0
@@ -152,7 +179,7 @@ async def test_one_controller_per_fleet_and_a_restarted_one_adopts(
     second = make_actuator("t-adopt", gw)
     try:
         await first.start(2)
-        await wait_for(lambda: _all_ready(first, 2))
+        await wait_for(lambda: _all_ready(first, 2), why=lambda: _fleet_state(first))
         before = sorted((r.replica_id, r.url, r.pid) for r in first.list())
         abandon(first)  # the controller dies; its replicas keep running in Ray
         for rid, _, _ in before:
@@ -162,7 +189,7 @@ async def test_one_controller_per_fleet_and_a_restarted_one_adopts(
                         lifetime="detached")  # fmt: skip
         adopted = await second.adopt()
         assert sorted((r.replica_id, r.url, r.pid) for r in adopted) == before
-        await wait_for(lambda: _all_ready(second, 2))
+        await wait_for(lambda: _all_ready(second, 2), why=lambda: _fleet_state(second))
         assert sorted(r["id"] for r in gw.list_replicas()) == [rid for rid, _, _ in before]
         assert len(_live_groups("t-adopt")) == 2  # the orphan is gone, none started twice
         assert _named_actors("t-adopt") == ["t-adopt/replica-1.0", "t-adopt/replica-2.0"]
@@ -181,7 +208,7 @@ async def test_unhealthy_stays_crashed_is_replaced(ray_cluster: RayCluster) -> N
     act = make_actuator("t-crash", gw)
     try:
         [r] = await act.start(1)
-        await wait_for(lambda: _all_ready(act, 1))
+        await wait_for(lambda: _all_ready(act, 1), why=lambda: _fleet_state(act))
         first = act.placement(r.replica_id)
         async with aiohttp.ClientSession() as s:
             # /health fails but the actor and its process live: not replaced (only the
@@ -192,7 +219,9 @@ async def test_unhealthy_stays_crashed_is_replaced(ray_cluster: RayCluster) -> N
             await asyncio.sleep(checks)
             assert act.placement(r.replica_id)["generation"] == 0 and r.restarts == 0
             await s.post(f"{r.url}/admin/faults", json={"unhealthy": False, "exit": True})
-        await wait_for(lambda: r.restarts == 1 and _all_ready(act, 1))
+        await wait_for(
+            lambda: r.restarts == 1 and _all_ready(act, 1), why=lambda: _fleet_state(act)
+        )
         now = act.placement(r.replica_id)
         assert now["generation"] == 1 and now["pid"] != first["pid"]
         assert [x["url"] for x in gw.list_replicas()] == [now["url"]]
@@ -209,12 +238,13 @@ async def test_a_lost_node_gets_its_replicas_replaced(ray_cluster: RayCluster) -
     # It needs both nodes whole: wait until the earlier tests' replicas have given their
     # GPUs back (Ray releases a removed placement group's bundles asynchronously; a
     # fresh clone's run once timed out waiting for the fourth replica).
-    await wait_for(lambda: ray.available_resources().get("GPU", 0) >= 8)
+    await wait_for(lambda: ray.available_resources().get("GPU", 0) >= 8, why=_gpu_holders)
+    assert _gpu_holders().startswith("free GPUs 8 (by node {")
     gw = await start_gateway()
     act = make_actuator("t-node", gw)
     try:
         await act.start(4)  # 8 GPUs in all: both nodes full
-        await wait_for(lambda: _all_ready(act, 4))
+        await wait_for(lambda: _all_ready(act, 4), why=lambda: _fleet_state(act))
         where = {r.replica_id: act.placement(r.replica_id) for r in act.list()}
         victim = next(n for n in ray_cluster.nodes if n.node_id == where["replica-1"]["node_id"])
         lost = {rid: w["url"] for rid, w in where.items() if w["node_id"] == victim.node_id}
@@ -226,7 +256,7 @@ async def test_a_lost_node_gets_its_replicas_replaced(ray_cluster: RayCluster) -
         assert all(act.list()[i].state != ReplicaState.READY or
                    act.list()[i].url not in lost.values() for i in range(4))  # fmt: skip
         ray_cluster.add_gpu_node()  # room for the replacements
-        await wait_for(lambda: _all_ready(act, 4), 120)
+        await wait_for(lambda: _all_ready(act, 4), 120, why=lambda: _fleet_state(act))
         for rid in lost:
             now = act.placement(rid)
             assert now["node_id"] != victim.node_id and now["url"] != lost[rid]
