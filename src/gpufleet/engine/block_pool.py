@@ -114,10 +114,15 @@ class BlockPool:
             end = starts[j]
         return self._first_single(h, end) if end - h > 1 else end
 
-    def _add(self, run: Run) -> None:
+    def _add(self, run: Run, at: int = -1) -> None:
+        """Cache `run`; `at`: where its start goes in `_starts` when the caller's own
+        bisection found it (no second bisection of ~1,000 Python-long hashes), else -1."""
         self._runs[run.start] = run
         if run.size > 1:
-            insort(self._starts, run.start)
+            if at < 0:
+                insort(self._starts, run.start)
+            else:
+                self._starts.insert(at, run.start)
         else:
             self._singles.setdefault(run.start >> _BUCKET_BITS, set()).add(run.start)
 
@@ -361,14 +366,8 @@ class BlockPool:
                         held[-1] = (last, m + b - h)
                         h = b
                         continue
-                # `_add(Run(h, b - h, 1))`, written out: h starts no run and `starts` is
-                # unchanged since its bisection, so `insort` would put h at i (one
-                # bisection of ~1,000 hashes, Python longs, less a new run).
-                runs[h] = Run(h, b - h, 1)
-                if b - h > 1:
-                    starts.insert(i, h)
-                else:
-                    self._singles.setdefault(h >> _BUCKET_BITS, set()).add(h)
+                # h starts no run and `starts` is unchanged since its bisection: h goes at i
+                self._add(Run(h, b - h, 1), i)
                 held.append((h, b - h))
                 h = b
 
