@@ -45,6 +45,7 @@ from gpufleet.perf.comm import CUSTOM_ALL_REDUCE_MAX_BYTES, AllReduceCurve, send
 from gpufleet.perf.decode_run import DecodeParts, decode_run_ends_s, decode_run_times_s
 from gpufleet.perf.expert_routing import expert_routing
 from gpufleet.perf.layer_costs import compute_dtype, layer_classes
+from gpufleet.perf.moe_traffic import moe_activation_bytes
 from gpufleet.perf.step_time import StepBatch
 from gpufleet.specs.dtypes import BYTES_PER_PARAM
 from gpufleet.specs.gpus import GpuSpec
@@ -175,6 +176,11 @@ class RooflineStepTimeModel:
         self._pad_rows = max(0, moe_padded_expert_rows)
         self._local_experts = math.ceil(moe.num_experts / ep) if moe else 0
         self._expert_bytes = expert_params_gpu * exp_fmt.bytes_per_param
+        # Activation bytes each token-expert assignment moves (`moe_activation_bytes`).
+        inter = moe.expert_intermediate_size / moe_tp if moe else 0.0
+        self._moe_gemm_act_bytes, self._moe_side_act_bytes = moe_activation_bytes(
+            h, inter, self._top_k, ACT_BYTES
+        )
         self._expert_flops_per_assignment = 2.0 * expert_params_gpu
         self._moe_gpus = stage_gpus
         # The experts' dense GEMM rate (DeepGEMM's padding runs at it), and the fused-MoE
@@ -315,10 +321,13 @@ class RooflineStepTimeModel:
             touched = routing.rank_distinct_experts(global_tokens)
         expert_s = max(
             flops_s,
-            (touched * self._expert_bytes + assignments * self._h * ACT_BYTES * 2)
+            (touched * self._expert_bytes + assignments * self._moe_gemm_act_bytes)
             / self._moe_hbm_bytes_s,
         )
-        return expert_s + self._exchange_s(tokens)
+        # The kernels between the grouped GEMMs (gated activation, top-k combine) stream
+        # every assignment's activations once more, at the copy bandwidth.
+        side_s = assignments * self._moe_side_act_bytes / self._hbm_bytes_s
+        return expert_s + side_s + self._exchange_s(tokens)
 
     def _exchange_s(self, tokens: int) -> float:
         """One MoE layer's token exchange between the GPUs holding experts."""
