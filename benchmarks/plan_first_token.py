@@ -86,6 +86,11 @@ def gaps(rows: Sequence[MeasuredRow], cal: Calibration) -> list[dict[str, Any]]:
     return out
 
 
+def engine_constants(cal: Calibration, backend: str) -> dict[str, float]:
+    b = cal.backend(backend)
+    return {"ttft_overhead_s": b.ttft_overhead_s, KNOB: b.first_token_iterations}
+
+
 def scores(rows: Sequence[MeasuredRow], cal: Calibration) -> dict[str, Any]:
     preds, _ = predict_rows(rows, cal)
     return {
@@ -94,10 +99,7 @@ def scores(rows: Sequence[MeasuredRow], cal: Calibration) -> dict[str, Any]:
         "tpot": statistics.median(p.tpot_ape_pct for p in preds),
         "rows_over_12": sum(p.ttft_ape_pct > 12 for p in preds),
         "pinned": pinned_constants(cal),
-        "engines": {
-            b: {"ttft_overhead_s": cal.backend(b).ttft_overhead_s, KNOB: cal.backend(b).first_token_iterations}
-            for b in ("sglang", "trtllm", "vllm")
-        },  # fmt: skip
+        "engines": {b: engine_constants(cal, b) for b in ("sglang", "trtllm", "vllm")},
         "moe_first_token_s": cal.moe_first_token_s,
     }
 
@@ -165,7 +167,9 @@ def render(gap_rows: list[dict[str, Any]], forms: list[dict[str, Any]], fe: dict
         for form in forms:
             for tag in ("start", "refit"):
                 s = form[tag]
-                eng = " / ".join(f"{v['ttft_overhead_s']:.3f} + {v[KNOB]:.2f}" for v in s["engines"].values())
+                eng = " / ".join(
+                    f"{v['ttft_overhead_s']:.3f} + {v[KNOB]:.2f}" for v in s["engines"].values()
+                )
                 lines.append(
                     f"| {form['form']} ({tag}) | {s['objective']:.4f} | {s['ttft']:.2f} | {s['tpot']:.2f} "
                     f"| {s['rows_over_12']} | {eng} | {s['moe_first_token_s']:.4f} | {', '.join(s['pinned'])} |"

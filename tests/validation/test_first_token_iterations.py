@@ -17,6 +17,7 @@ from gpufleet.plan.perf_serving import predict_serving, scheduler_for
 from gpufleet.specs.catalog import load_model
 from gpufleet.specs.gpus import load_gpu
 from gpufleet.validation.measured import model_row, read_rows
+
 from .helpers import SAMPLE
 
 LINEAR = LinearStepTimeModel(base_s=0.01, per_token_s=2e-5, per_context_token_s=1e-8)

@@ -96,11 +96,8 @@ MOE_BACKEND_CONSTANTS: tuple[str, ...] = (
 
 # Engine constants the fit leaves at their prior, and those it tunes as one value shared by
 # the SHARING_ENGINES it fits (empty: all; a fold without an engine's MoE rows then gives it
-# the others' value, not the prior). Shared: none (docs/performance-model.md, "Wave 15:
-# held-out"). Frozen: the first-token iterations at the closed loop's phase (half an
-# iteration), the engines' loops giving no more; fitted, they trade with `ttft_overhead_s`
-# from start to start and the candidate presses a constant to its bound
-# (docs/performance-model.md, "Wave 16: first-token cost").
+# the others' value, not the prior). docs/performance-model.md, "Wave 15: held-out"; frozen:
+# the first-token iterations at the closed loop's phase (0.5), "Wave 16: first-token cost".
 FROZEN_BACKEND_CONSTANTS: tuple[str, ...] = ("first_token_iterations",)
 SHARED_BACKEND_CONSTANTS: tuple[str, ...] = ()
 SHARING_ENGINES: tuple[str, ...] = ()
