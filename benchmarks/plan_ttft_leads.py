@@ -125,7 +125,10 @@ def moe_gaps(rows: Sequence[MeasuredRow], cal: Calibration) -> list[dict[str, An
 
 def _zeroed(cal: Calibration) -> Calibration:
     """The calibration with every first-token constant at 0: TTFT is the GPU part."""
-    backends = {k: dataclasses.replace(v, ttft_overhead_s=0.0) for k, v in cal.backends.items()}
+    backends = {
+        k: dataclasses.replace(v, ttft_overhead_s=0.0, first_token_iterations=0.0)
+        for k, v in cal.backends.items()
+    }
     return dataclasses.replace(cal, moe_first_token_s=0.0, backends=backends)
 
 

@@ -38,6 +38,14 @@ class BackendCalibration:
         back, the grouped GEMM's launch (a dozen small kernels).
     ttft_overhead_s: per-request time outside the GPU before the first token (HTTP,
         tokenization, the scheduler's hand-off).
+    first_token_iterations: iterations of the engine's loop a request's first token costs
+        beyond the running iteration's rest (half of one) and those overlap scheduling has
+        already formed (`plan.closed_loop.SchedulerShape`), each as long as the decode
+        iteration then: in a closed loop a prompt is sent on another request's last token,
+        so it reaches the scheduler just after the next iteration started (a whole one to
+        wait, not half: +0.5), and the front-end process that streams every running
+        request's tokens between iterations delays the prompt's hand-off and its first
+        token by its share of each iteration.
     moe_efficiency: the backend's fused-MoE kernels' achieved HBM bandwidth relative to its
         dense GEMMs when reading expert weights (decode: bandwidth-bound; grouped GEMMs on
         an H200 reach 55-75 % of a dense GEMV).
@@ -57,6 +65,7 @@ class BackendCalibration:
     eager_layer_overhead_s: float = 100e-6
     moe_layer_overhead_s: float = 30e-6
     ttft_overhead_s: float = 0.02
+    first_token_iterations: float = 0.5
     moe_efficiency: float = 0.65
     moe_gemm_efficiency: float = 0.9
     frontend_tokens_per_s: float = 20000.0
@@ -127,6 +136,9 @@ BOUNDS: Final[Mapping[str, tuple[float, float]]] = MappingProxyType({
     "eager_layer_overhead_s": (0.0, 300e-6),
     "moe_layer_overhead_s": (0.0, 300e-6),
     "ttft_overhead_s": (0.0, 0.4),
+    # A few iterations at most: the phase of the closed loop (0.5), the output's and the
+    # next prompt's passes through the front-end process.
+    "first_token_iterations": (0.0, 8.0),
     # Relative to memory_efficiency: expert reads can at best reach HBM peak, so the
     # product stays <= 1 at the prior's copy efficiency (the roofline also caps it at peak).
     "moe_efficiency": (0.2, round(1.0 / COPY_EFFICIENCY, 3)),
@@ -194,6 +206,9 @@ def prior_calibration() -> Calibration:
         moe_layer_overhead_s=30e-6,
         # HTTP request, tokenization and the scheduler's hand-off: tens of milliseconds.
         ttft_overhead_s=20e-3,
+        # The closed loop's phase: a prompt sent on another's last token waits a whole
+        # iteration for the one that just began, half more than a random arrival.
+        first_token_iterations=0.5,
         # Grouped-GEMM expert reads on an H200 reach 55-75 % of a dense GEMV's bandwidth.
         moe_efficiency=0.65,
         # Compute-bound grouped GEMMs reach 85-95 % of dense GEMMs on an H200.

@@ -59,6 +59,11 @@ class SchedulerShape:
     # Iterations already formed when a request arrives (overlap scheduling: 1): it waits
     # for the running one to end and for these before its prefill starts.
     iterations_ahead: int = 0
+    # Iterations of the engine's loop a request's first token costs beyond those (a
+    # calibrated count, `BackendCalibration.first_token_iterations`): the closed loop's
+    # phase (a prompt sent on another's last token arrives as the next iteration starts,
+    # so it waits a whole one, not half) and the front-end's share of each iteration.
+    first_token_iterations: float = 0.0
     # Batch waiting (TRT-LLM's batch_wait_timeout_iters / batch_wait_max_tokens_ratio, both
     # off by default): while decodes run, new prompts are held until this many iterations
     # have passed since the first of them was held, or until the held prompts plus the
@@ -245,8 +250,9 @@ def predict_closed_loop(
         # queue * (N-1)/N others ahead, each costing work_per_prompt_s.
         ahead = queue * (running - 1) / running
         wait_s = queue_scale * ahead * work_per_prompt_s
-        # The running iteration's rest (half of one on average) and those already formed.
-        ahead_s = (0.5 + sched.iterations_ahead) * new_tpot
+        # The running iteration's rest (half of one on average), those already formed and
+        # the engine's first-token iterations.
+        ahead_s = (0.5 + sched.iterations_ahead + sched.first_token_iterations) * new_tpot
         if sched.batch_wait_iterations and n_dec >= 1.0 and osl > 1:
             ahead_s += new_tpot * batch_wait_iterations(
                 sched.batch_wait_iterations,

@@ -102,6 +102,7 @@ def scheduler_for(
         max_output_tokens_per_s=cal.frontend_tokens_per_s,
         max_num_batched_tokens=budget,
         attention_dp=dp,
+        first_token_iterations=cal.first_token_iterations,
     )
 
 
@@ -112,11 +113,13 @@ def shape_of(
     max_output_tokens_per_s: float,
     max_num_batched_tokens: int | None = None,
     attention_dp: int = 1,
+    first_token_iterations: float = 0.0,
 ) -> SchedulerShape:
     """The closed-loop solver's view of an engine's scheduling rules: its token budget
     (`rules`' unless given), `max_running` at once, chunk interleaving, overlap scheduling,
     batch waiting (its threshold a fraction of the budget, as TRT-LLM sets it) and the
-    attention-DP balancing across `attention_dp` ranks."""
+    attention-DP balancing across `attention_dp` ranks, and the engine's calibrated
+    first-token iterations."""
     budget = max_num_batched_tokens or rules.max_num_batched_tokens
     return SchedulerShape(
         max_num_batched_tokens=budget,
@@ -128,6 +131,7 @@ def shape_of(
         batch_wait_tokens=int(rules.batch_wait_max_tokens_ratio * budget),
         balance_timeout_iterations=rules.adp_balance_timeout_iters if attention_dp > 1 else 0,
         balance_ranks=attention_dp,
+        first_token_iterations=first_token_iterations,
     )
 
 

@@ -96,8 +96,9 @@ MOE_BACKEND_CONSTANTS: tuple[str, ...] = (
 
 # Engine constants the fit leaves at their prior, and those it tunes as one value shared by
 # the SHARING_ENGINES it fits (empty: all; a fold without an engine's MoE rows then gives it
-# the others' value, not the prior). Empty: docs/performance-model.md, "Wave 15: held-out".
-FROZEN_BACKEND_CONSTANTS: tuple[str, ...] = ()
+# the others' value, not the prior). docs/performance-model.md, "Wave 15: held-out"; frozen:
+# the first-token iterations at the closed loop's phase (0.5), "Wave 16: first-token cost".
+FROZEN_BACKEND_CONSTANTS: tuple[str, ...] = ("first_token_iterations",)
 SHARED_BACKEND_CONSTANTS: tuple[str, ...] = ()
 SHARING_ENGINES: tuple[str, ...] = ()
 

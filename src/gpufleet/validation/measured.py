@@ -236,6 +236,7 @@ def model_row(
             max_running=max_running,
             max_output_tokens_per_s=b.frontend_tokens_per_s,
             attention_dp=layout.dp,
+            first_token_iterations=b.first_token_iterations,
         ),
         ttft_overhead_s=first_token_s,
         queue_scale=FIXED_LENGTH_QUEUE_SCALE,
@@ -276,6 +277,7 @@ def _engine_row(
     )
     k = max(1.0, b.benchmark_requests_per_client)
     ttft_s = first_token_s + sim.ttft_s + (sim.first_wave_ttft_s - sim.ttft_s) / k
+    ttft_s += b.first_token_iterations * sim.tpot_s  # the engine's first-token iterations
     tpot_s = sim.tpot_s
     rate = clients / (ttft_s + (row.osl - 1) * tpot_s)
     serving = ServingPrediction(
