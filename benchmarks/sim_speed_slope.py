@@ -37,7 +37,7 @@ def pool_fill(sim: FleetSimulator) -> tuple[float, float]:
     """(fraction of KV blocks ever used, mean cached runs) over the replicas."""
     pools = [r.engine.kv.pool for r in sim.replicas.values()]
     used = sum(1.0 - p._fresh / p.num_blocks for p in pools) / len(pools)
-    return used, sum(len(p._runs) for p in pools) / len(pools)
+    return used, sum(p.num_cached_runs for p in pools) / len(pools)
 
 
 def main() -> int:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
+from itertools import pairwise
 
 import pytest
 
 from gpufleet.engine import BlockPool
-from gpufleet.engine.block_runs import Held
+from gpufleet.engine.block_pool import _SPAN_BITS
+from gpufleet.engine.block_runs import Held, Run
 from gpufleet.hash_runs import chain_runs, consecutive
 
 
@@ -162,14 +164,30 @@ def test_pool_matches_the_reference_pool(seed: int) -> None:
         probe = rng.choice(chains)[: rng.randrange(1, 10)]
         assert pool.any_cached(chain_runs(probe)) == any(h in ref.cached for h in probe)
         assert pool.fingerprint() == ref.fingerprint()
-        runs = pool._runs.values()  # (runs of 2 or more are found by their first hash)
-        assert pool._starts == sorted(r.start for r in runs if r.size > 1)
-        singles = {r.start for r in runs if r.size == 1}
-        assert set().union(*pool._singles.values()) == singles
+        assert_spans_index_runs(pool)
     for req in held:
         pool.release(req.held, req.tail)
         ref.release(req.blocks)
     assert pool.fingerprint() == ref.fingerprint()
+
+
+def assert_spans_index_runs(pool: BlockPool) -> None:
+    """Each cached run is under exactly the spans of 256 hashes it meets, runs never
+    overlap, and the pool counts them."""
+    under: dict[int, list[int]] = {}
+    runs = {}
+    for k, got in pool._spans.items():
+        for run in [got] if isinstance(got, Run) else got:
+            assert run.size >= 1
+            under.setdefault(id(run), []).append(k)
+            runs[id(run)] = run
+    for key, run in runs.items():
+        first, last = run.start >> _SPAN_BITS, (run.start + run.size - 1) >> _SPAN_BITS
+        assert sorted(under[key]) == list(range(first, last + 1))
+    ordered = sorted(runs.values(), key=lambda r: r.start)
+    for a, b in pairwise(ordered):
+        assert a.start + a.size <= b.start
+    assert pool.num_cached_runs == len(runs)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -245,3 +263,40 @@ def test_a_hit_in_the_middle_of_a_free_run_keeps_the_rest_in_place() -> None:
     pool.release(list(hits.runs))
     ref.release(ref_hits)
     assert pool.fingerprint() == ref.fingerprint()
+
+
+def test_runs_over_many_spans_are_found_split_and_evicted_like_the_reference() -> None:
+    """Runs longer than a span of the index (and 64-bit hashes beyond a machine int, at
+    span edges) are found, split by a hit in their middle, grown and evicted block by
+    block as the reference pool does."""
+    for base in (1000, (1 << 63) - 700, -(1 << 63) + 3):
+        pool, ref = BlockPool(1500), ReferencePool(1500)
+        chain = list(range(base, base + 1200))
+        pool.allocate(1200)
+        blocks = ref.allocate(1200)
+        held: Held = []
+        pool.register(chain_runs(chain, 0, 1000), held)
+        pool.register(chain_runs(chain, 1000, 1200), held)  # (grows its run)
+        ref.cache_range(blocks, chain, 0, 1200)
+        assert held == [(base, 1200)]
+        assert_spans_index_runs(pool)
+        pool.release(held)
+        ref.release(blocks)
+        middle = chain[300:900]
+        hits = pool.cached_prefix(chain_runs(middle), len(middle))
+        assert len(hits) == len(ref.cached_prefix(middle, len(middle))) == 600
+        pool.touch(hits)  # (splits the run in three)
+        ref_hits = ref.cached_prefix(middle, 600)
+        ref.touch(ref_hits)
+        assert_spans_index_runs(pool)
+        assert pool.num_cached_runs == 3
+        for n in (1, 255, 257, 300):  # (the free parts, upper first, from their tops)
+            pool.allocate(n)
+            ref.allocate(n)
+            assert pool.fingerprint() == ref.fingerprint()
+            assert_spans_index_runs(pool)
+        assert pool.any_cached([(base + 287, 20)])  # (the held middle from 300)
+        # (300 never used blocks went first, then 513 from the free parts' tops)
+        assert not pool.any_cached([(base + 87, 213), (base + 900, 300)])
+        assert pool.any_cached([(base + 86, 1)])
+        assert pool.cached_prefix([(base + 300, 600)], 600).runs == [(base + 300, 600)]

@@ -14,22 +14,24 @@ evicted in a few steps each instead of 750. A run is split where a request share
 part of it, and grows while its only holder's decode fills blocks. The free queue holds
 anonymous block counts and (run, generation) entries; a free run taken as a prefix hit
 stays in the queue until it is reached (its entry is stale once the run is held or freed
-again). A live replica's hashes are unrelated (runs of one): those are found by hash
-alone and registered and freed in bulk, still ~6x the cost of per-block dicts there
-(~1.5 ms to admit, cache and free a 10k-token prompt: its tokenizer hashing is ~0.4).
+again). The runs are found through one dict by the spans of 256 hashes they cover: no
+sorted list of starts to bisect, whose int objects, scattered in memory, made each step
+of a bisection a cache miss once 256 replicas' pools were full. A live replica's hashes
+are unrelated (runs of one), each a run under its own span.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right, insort
 from collections import deque
 from collections.abc import Iterator, Sequence
-from itertools import repeat
 
 from gpufleet.engine.block_runs import NO_BLOCKS, Blocks, Held, Run, append_held
 from gpufleet.hash_runs import Runs, consecutive
 
-_BUCKET_BITS = 12  # runs of one are kept in buckets of 4096 hashes
+# The runs are indexed by the spans of 256 hashes they cover (hash >> 8): a lookup is one
+# dict read, with no sorted list of ~1,100 starts to bisect (each of its ~11 steps read an
+# int object somewhere in memory: with 256 full pools, a cache miss each).
+_SPAN_BITS = 8
 
 
 class BlockPool:
@@ -41,15 +43,19 @@ class BlockPool:
         self._fresh = num_blocks  # never used blocks (handed out first)
         self._num_free = num_blocks
         self._order: deque[int | tuple[Run, int]] = deque()  # freed, oldest first
-        self._runs: dict[int, Run] = {}  # first hash -> run (runs never overlap)
-        # the first hashes of the runs of 2 or more, sorted; the runs of one by their hash's
-        # high bits (chains of unrelated hashes, a live replica's, cost no sorted insert)
-        self._starts: list[int] = []
-        self._singles: dict[int, set[int]] = {}
+        # span (hash >> _SPAN_BITS) -> the run, or the runs, holding hashes in it (runs
+        # never overlap; a run is under each span it meets)
+        self._spans: dict[int, Run | list[Run]] = {}
+        self._num_runs = 0
 
     @property
     def num_free(self) -> int:
         return self._num_free
+
+    @property
+    def num_cached_runs(self) -> int:
+        """How many runs of cached hashes the pool keeps (a diagnostic)."""
+        return self._num_runs
 
     @property
     def usage(self) -> float:
@@ -62,94 +68,102 @@ class BlockPool:
             return False
         queued = self._num_free - self._fresh
         self._order = deque([queued] if queued else [])
-        self._runs.clear()
-        self._starts.clear()
-        self._singles.clear()
+        self._spans.clear()
+        self._num_runs = 0
         return True
 
     # ------------------------------------------------------------ the index of runs
 
     def _find(self, h: int) -> Run | None:
         """The run holding hash h, if it is cached."""
-        # hash_runs.RunIndex.find, written out here: delegating to a shared helper costs
-        # 4-9 % of the Mooncake hour's CPU (measured back to back).
-        run = self._runs.get(h)
-        if run is not None:
-            return run
-        starts = self._starts
-        i = bisect_right(starts, h) - 1
-        if i >= 0:
-            run = self._runs[starts[i]]
-            if h < run.start + run.size:
+        got = self._spans.get(h >> _SPAN_BITS)
+        if got is None:
+            return None
+        if isinstance(got, Run):
+            return got if got.start <= h < got.start + got.size else None
+        for run in got:
+            if run.start <= h < run.start + run.size:
                 return run
         return None
 
-    def _overlaps(self, h: int, n: int) -> bool:
-        """Whether any of hashes h..h+n-1 is cached."""
-        starts = self._starts
-        i = bisect_right(starts, h + n - 1) - 1
-        if i >= 0:
-            run = self._runs[starts[i]]
-            if run.start + run.size > h:
-                return True
-        return self._first_single(h - 1, h + n) < h + n
-
-    def _first_single(self, h: int, end: int) -> int:
-        """The first run of one among hashes h+1..end-1, or `end`."""
-        singles = self._singles
-        if not singles:
-            return end
+    def _next_start(self, h: int, end: int) -> int:
+        """The first hash of h+1..end-1 that starts a run, or `end`: the first cached one
+        there when h is not cached or its run ends at h."""
         first = end
-        for k in range((h + 1) >> _BUCKET_BITS, ((end - 1) >> _BUCKET_BITS) + 1):
-            for x in singles.get(k, ()):
-                if h < x < first:
-                    first = x
+        spans = self._spans
+        for k in range((h + 1) >> _SPAN_BITS, ((end - 1) >> _SPAN_BITS) + 1):
+            got = spans.get(k)
+            if got is None:
+                continue
+            if isinstance(got, Run):
+                if h < got.start < first:
+                    first = got.start
+                continue
+            for run in got:
+                if h < run.start < first:
+                    first = run.start
         return first
 
-    def _first_cached(self, h: int, end: int) -> int:
-        """The first of hashes h..end-1 that is cached, or `end` (h itself is not)."""
-        starts = self._starts
-        j = bisect_right(starts, h)
-        if j < len(starts) and starts[j] < end:
-            end = starts[j]
-        return self._first_single(h, end) if end - h > 1 else end
+    def _overlaps(self, h: int, n: int) -> bool:
+        """Whether any of hashes h..h+n-1 is cached."""
+        end = h + n
+        spans = self._spans
+        for k in range(h >> _SPAN_BITS, ((end - 1) >> _SPAN_BITS) + 1):
+            got = spans.get(k)
+            if got is None:
+                continue
+            if isinstance(got, Run):
+                if got.start < end and got.start + got.size > h:
+                    return True
+                continue
+            for run in got:
+                if run.start < end and run.start + run.size > h:
+                    return True
+        return False
 
-    def _add(self, run: Run, at: int = -1) -> None:
-        """Cache `run`; `at`: where its start goes in `_starts` when the caller's own
-        bisection found it (no second bisection of ~1,000 Python-long hashes), else -1."""
-        self._runs[run.start] = run
-        if run.size > 1:
-            if at < 0:
-                insort(self._starts, run.start)
+    def _put(self, run: Run, k: int, stop: int) -> None:
+        """Index `run` under spans k..stop-1."""
+        spans = self._spans
+        while k < stop:
+            got = spans.get(k)
+            if got is None:
+                spans[k] = run
+            elif isinstance(got, Run):
+                spans[k] = [got, run]
             else:
-                self._starts.insert(at, run.start)
-        else:
-            self._singles.setdefault(run.start >> _BUCKET_BITS, set()).add(run.start)
+                got.append(run)
+            k += 1
+
+    def _take(self, run: Run, k: int, stop: int) -> None:
+        """Take `run` off spans k..stop-1."""
+        spans = self._spans
+        while k < stop:
+            got = spans[k]
+            if isinstance(got, Run):
+                del spans[k]
+            else:
+                got.remove(run)
+                if len(got) == 1:
+                    spans[k] = got[0]
+            k += 1
+
+    def _add(self, run: Run) -> None:
+        """Cache `run`."""
+        self._put(run, run.start >> _SPAN_BITS, ((run.start + run.size - 1) >> _SPAN_BITS) + 1)
+        self._num_runs += 1
 
     def _drop(self, run: Run) -> None:
-        del self._runs[run.start]
-        if run.size > 1:
-            starts = self._starts
-            del starts[bisect_right(starts, run.start) - 1]
-        else:
-            self._drop_single(run.start)
-
-    def _drop_single(self, h: int) -> None:
-        bucket = self._singles[h >> _BUCKET_BITS]
-        bucket.discard(h)
-        if not bucket:
-            del self._singles[h >> _BUCKET_BITS]
+        self._take(run, run.start >> _SPAN_BITS, ((run.start + run.size - 1) >> _SPAN_BITS) + 1)
+        self._num_runs -= 1
 
     def _resize(self, run: Run, size: int) -> None:
-        """Make `run` hold its first `size` hashes (or more), indexed as its size says."""
-        if (run.size > 1) != (size > 1):
-            starts = self._starts
-            if size > 1:
-                self._drop_single(run.start)
-                insort(starts, run.start)
-            else:
-                del starts[bisect_right(starts, run.start) - 1]
-                self._singles.setdefault(run.start >> _BUCKET_BITS, set()).add(run.start)
+        """Make `run` hold its first `size` hashes (1 or more)."""
+        was = ((run.start + run.size - 1) >> _SPAN_BITS) + 1
+        now = ((run.start + size - 1) >> _SPAN_BITS) + 1
+        if now > was:
+            self._put(run, was, now)
+        elif now < was:
+            self._take(run, now, was)
         run.size = size
 
     def _isolate(self, run: Run, a: int, b: int) -> Run:
@@ -313,81 +327,39 @@ class BlockPool:
             if total:
                 append_held(held, None, total)
             return
-        starts, runs = self._starts, self._runs
-        if not starts and self._register_singles(chain, held):
-            return
         for h, n in chain:
             end = h + n
             last, m = held[-1] if held else (None, 0)
             if last is not None and last + m == h:  # (a decode's blocks: the usual case)
-                # the run holding h - 1 (this request holds it): usually one that starts at
-                # `last` (a decode's run, grown here), else found by its start
-                own = runs.get(last)
-                if own is None or own.start + own.size != h:
-                    own = runs.get(h - 1) or runs[starts[bisect_right(starts, h - 1) - 1]]
+                own = self._find(h - 1)  # (this request holds it: cached)
                 if (
-                    own.refs == 1
+                    own is not None
+                    and own.refs == 1
                     and own.start + own.size == h
-                    # none of them cached (a run holding h would start there: `own` ends)
-                    and h not in runs
-                    and (n == 1 or self._first_cached(h, end) == end)
+                    and self._next_start(h - 1, end) == end  # (none of them cached)
                 ):
                     self._resize(own, own.size + n)  # (only this request holds it)
                     held[-1] = (last, m + n)
                     continue
             while h < end:
-                # (`_find(h)`, `_first_cached(h, end)` and `_find(h - 1)` written out: one
-                # bisection serves the three, as h starts no run when none holds it)
-                run = runs.get(h)
-                i = 0
-                if run is None:
-                    i = bisect_right(starts, h)
-                    if i:
-                        run = runs[starts[i - 1]]
-                        if h >= run.start + run.size:
-                            run = None
+                run = self._find(h)
                 if run is not None:  # cached elsewhere: this block holds nothing
                     b = min(end, run.start + run.size)
                     append_held(held, None, b - h)
                     h = b
                     continue
-                b = starts[i] if i < len(starts) and starts[i] < end else end
-                if b - h > 1:
-                    b = self._first_single(h, b)
+                b = self._next_start(h, end)
                 last, m = held[-1] if held else (None, 0)
                 if last is not None and last + m == h:  # (a decode's blocks, usually)
-                    run = runs.get(h - 1)
-                    if run is None and i:
-                        run = runs[starts[i - 1]]
-                        if h - 1 >= run.start + run.size:
-                            run = None
+                    run = self._find(h - 1)
                     if run is not None and run.refs == 1 and run.start + run.size == h:
                         self._resize(run, run.size + b - h)  # (only it holds the run)
                         held[-1] = (last, m + b - h)
                         h = b
                         continue
-                # h starts no run and `starts` is unchanged since its bisection: h goes at i
-                self._add(Run(h, b - h, 1), i)
+                self._add(Run(h, b - h, 1))
                 held.append((h, b - h))
                 h = b
-
-    def _register_singles(self, chain: Runs, held: Held) -> bool:
-        """`register` in bulk for a chain of unrelated hashes none of which is cached (a
-        live replica's), while no run holds 2 or more; False (nothing done) otherwise."""
-        hashes = [h for h, n in chain if n == 1]
-        runs = self._runs
-        if (
-            len(hashes) < len(chain)
-            or not runs.keys().isdisjoint(hashes)
-            or len(set(hashes)) < len(hashes)
-        ):
-            return False
-        runs.update(zip(hashes, map(Run, hashes, repeat(1), repeat(1)), strict=False))
-        singles = self._singles
-        for h in hashes:
-            singles.setdefault(h >> _BUCKET_BITS, set()).add(h)
-        held += chain
-        return True
 
     def release(self, held: Held, more: int = 0) -> None:
         """Drop one reference on each of `held`'s blocks, then on `more` blocks that hold
@@ -396,14 +368,15 @@ class BlockPool:
         freed = more
         if more:
             self._queue_anonymous(more)
-        runs = self._runs
         for h, n in reversed(held):
             if h is None:
                 self._queue_anonymous(n)
                 freed += n
                 continue
-            run = runs.get(h)
-            if run is not None and run.size == n:  # (one whole run: the usual case)
+            run = self._find(h)
+            if (
+                run is not None and run.start == h and run.size == n
+            ):  # (one whole run: the usual case)
                 run.refs -= 1
                 if not run.refs:
                     run.gen += 1
@@ -438,9 +411,11 @@ class BlockPool:
             run, gen = entry  # type: ignore[misc]
             if run.gen == gen and not run.refs and run.size:
                 free += range(run.start + run.size - 1, run.start - 1, -1)
+        runs: dict[int, Run] = {}
+        for got in self._spans.values():
+            for run in [got] if isinstance(got, Run) else got:
+                runs[run.start] = run
         cached = sorted(
-            (h, run.refs)
-            for run in self._runs.values()
-            for h in range(run.start, run.start + run.size)
+            (h, run.refs) for run in runs.values() for h in range(run.start, run.start + run.size)
         )
         return tuple(free), tuple(cached)
