@@ -37,6 +37,16 @@ PHASES = (
 MEAN_IN, MEAN_OUT = 1500, 250
 
 
+def base_scenario(seed: int) -> Scenario:
+    """The ramp's scenario, before a policy is set (also `autoscale_minutes.py --ramp`)."""
+    return Scenario(
+        model=study.MODEL, gpu=study.GPU, tp=study.TP, rate_steps=PHASES,
+        input_tokens=MEAN_IN, output_tokens=MEAN_OUT, range_ratio=0.8,
+        routing="least_outstanding", startup_s=study.COLD_START_S, drain_deadline_s=600.0,
+        seed=seed, replicas=3, min_replicas=1, max_replicas=20,
+    )  # fmt: skip
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = ["| policy | attainment (requests) | attainment (1-min windows) | GPU-hours | peak "
              "| scale-outs / -ins (drains taken back) | TTFT p99 s | TPOT p99 ms |", "|" + " --- |" * 8]  # fmt: skip
@@ -63,12 +73,7 @@ def main() -> None:
     capacity = study.slo_capacity(MEAN_IN, MEAN_OUT)
     unloaded = study.unloaded_latency(MEAN_IN, MEAN_OUT)
     weight = study.resolve_weight(args.prompt_token_weight, MEAN_IN, MEAN_OUT, capacity)
-    base = Scenario(
-        model=study.MODEL, gpu=study.GPU, tp=study.TP, rate_steps=PHASES,
-        input_tokens=MEAN_IN, output_tokens=MEAN_OUT, range_ratio=0.8,
-        routing="least_outstanding", startup_s=study.COLD_START_S, drain_deadline_s=600.0,
-        seed=args.seed, replicas=3, min_replicas=1, max_replicas=20,
-    )  # fmt: skip
+    base = base_scenario(args.seed)
     jobs: list[dict[str, Any]] = []
     for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
         params = study.policy_params(policy, capacity, unloaded, weight)
