@@ -10,6 +10,8 @@ window. Policies that compare loads divide a replica's in-flight count by its
 
 from __future__ import annotations
 
+import math
+
 MIN_WEIGHT = 0.1  # Envoy's min_weight_percent default (10 %)
 AGGRESSION = 1.0  # Envoy's aggression default: a linear ramp
 
@@ -21,4 +23,4 @@ def slow_start_weight(
     if window_s <= 0 or age_s >= window_s:
         return 1.0
     time_factor = max(0.0, age_s) / window_s
-    return max(min_weight, time_factor ** (1.0 / aggression))
+    return max(min_weight, math.pow(time_factor, 1.0 / aggression))
