@@ -15,6 +15,7 @@ def test_the_weight_ramps_as_envoys_slow_start_from_its_floor_to_one() -> None:
     assert slow_start_weight(0.0, 10.0) == 0.1  # min_weight_percent's default
     assert slow_start_weight(5.0, 10.0) == 0.5  # aggression 1: linear
     assert slow_start_weight(2.5, 10.0, aggression=2.0) == pytest.approx(0.5)
+    assert slow_start_weight(0.0, 4.0) == 0.25  # Envoy counts at least a second
     assert slow_start_weight(10.0, 10.0) == 1.0
     assert slow_start_weight(3.0, 0.0) == 1.0  # window 0: off
 
