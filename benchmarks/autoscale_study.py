@@ -244,6 +244,7 @@ def base_scenario(args: argparse.Namespace) -> Scenario:
         model=MODEL, gpu=GPU, tp=TP, trace=str(trace_file()), trace_copies=args.copies,
         trace_start_s=args.start_s, duration_s=args.duration_s, routing="least_outstanding",
         startup_s=COLD_START_S, drain_deadline_s=600.0, seed=args.seed,
+        slow_start_s=getattr(args, "slow_start_s", 0.0),
     )  # fmt: skip
 
 
@@ -381,6 +382,8 @@ def main() -> None:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--static", type=int, default=None, help="skip the search: this size")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--slow-start-s", type=float, default=0.0,
+                    help="the gateway's slow start for replicas that become ready (0: off)")  # fmt: skip
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_study")
     ap.add_argument("--oracle", type=Path, default=RESULTS / "autoscale_oracle.json",
@@ -438,7 +441,8 @@ def main() -> None:
                   "cold_start_s": COLD_START_S, "ttft_p90_slo_s": TTFT_SLO_S,
                   "tpot_slo_s": TPOT_SLO_S, "capacity_per_replica": capacity,
                   "busiest_minute_rps": peak_rps, "mean_rps": mean_rps,
-                  "initial_replicas": initial, "planned_static": planned},
+                  "initial_replicas": initial, "planned_static": planned,
+                  "slow_start_s": args.slow_start_s},
         "static": static, "static_tried": {n: {k: v for k, v in r.items() if k not in (
             "fleet_timeline", "ttft_p90_by_minute_s")} for n, r in tried},
         "rows": rows,

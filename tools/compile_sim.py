@@ -54,6 +54,7 @@ MODULES = [
     "gpufleet/routing/prefix_index.py",
     "gpufleet/routing/prefix_uses.py",
     "gpufleet/routing/simple.py",
+    "gpufleet/routing/slow_start.py",
     "gpufleet/routing/types.py",
     "gpufleet/sim/clients.py",
     "gpufleet/sim/events.py",

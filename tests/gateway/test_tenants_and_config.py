@@ -11,7 +11,7 @@ import yaml
 
 from gpufleet.errors import UserError
 from gpufleet.gateway.config import load_config, validate_config
-from gpufleet.gateway.server import Gateway
+from gpufleet.gateway.server import Gateway, build_fleet
 from gpufleet.routing.types import ReplicaState
 
 from .conftest import GatewayFactory, wait_until
@@ -99,6 +99,7 @@ async def test_per_tenant_policy(stubs: list[StubBackend], make_gateway: Gateway
         ({"tenants": [{"name": "a", "api_keys": []}]}, "tenants[0].api_keys"),
         ({"limits": {"max_body_bytes": "big"}}, "limits.max_body_bytes"),
         ({"prot": 1}, "prot"),
+        ({"slow_start_s": -1}, "slow_start_s"),
         ({"tenants": [{"name": "a", "api_keys": ["k"]}, {"name": "b", "api_keys": ["k"]}]},
          "tenants[1].api_keys"),
     ],
@@ -108,6 +109,11 @@ def test_config_errors_name_the_field(data: dict, field: str) -> None:
         validate_config(data, source="fleet.yaml")
     assert field in str(info.value)
     assert "fix:" in str(info.value)
+
+
+def test_slow_start_reaches_the_fleet_core_and_is_off_by_default() -> None:
+    assert build_fleet(validate_config({})).slow_start_s == 0.0
+    assert build_fleet(validate_config({"slow_start_s": 20})).slow_start_s == 20.0
 
 
 def test_unknown_policy_is_a_user_error() -> None:

@@ -133,6 +133,10 @@ def _parse_sweep(text: str) -> tuple[str, list[tuple[str, Any]]]:
 @click.option("--autoscale-interval-s", default=1.0, show_default=True, type=float)
 @click.option("--drain-deadline-s", default=60.0, show_default=True, type=float)
 @click.option("--scrape-interval-s", default=1.0, show_default=True, type=float)
+@click.option(
+    "--slow-start-s", default=0.0, show_default=True, type=float,
+    help="A replica that becomes ready ramps its routing share over this window (0: off).",
+)  # fmt: skip
 @click.option("--queue-timeout-s", default=60.0, show_default=True, type=float)
 @click.option(
     "--queue-max-size", default=256, show_default=True, type=click.IntRange(min=0),
@@ -268,6 +272,7 @@ def command(**kw: Any) -> None:
         autoscale_interval_s=kw["autoscale_interval_s"],
         drain_deadline_s=kw["drain_deadline_s"],
         scrape_interval_s=kw["scrape_interval_s"],
+        slow_start_s=kw["slow_start_s"],
         queue_timeout_s=kw["queue_timeout_s"],
         queue_max_size=kw["queue_max_size"],
         tail_s=kw["tail_s"],

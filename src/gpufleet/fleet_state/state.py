@@ -23,6 +23,7 @@ from gpufleet.fleet_state.queue import AdmissionQueue, QueueTicket, Refusal
 from gpufleet.fleet_state.replica import FleetReplica
 from gpufleet.fleet_state.signals import GatewaySignals, build_signals
 from gpufleet.fleet_state.table import ReplicaTable
+from gpufleet.routing.slow_start import slow_start_weight
 from gpufleet.routing.types import EngineStats, RequestInfo, RoutingPolicy
 
 R = TypeVar("R", bound=FleetReplica)
@@ -49,8 +50,13 @@ class FleetState(Generic[R]):
         signals_window_s: float = 60.0,
         outlier: OutlierConfig | None = None,
         adapters: Iterable[AdapterSpec] = (),
+        slow_start_s: float = 0.0,
     ) -> None:
         self.policy = policy
+        # Slow start (routing.slow_start): a replica that becomes ready ramps its weight
+        # over this window; 0: off. `ramping`: replica id -> when it became ready.
+        self.slow_start_s = slow_start_s
+        self.ramping: dict[str, float] = {}
         self.tenant_policies: dict[str, RoutingPolicy] = dict(tenant_policies or {})
         self.policies: tuple[RoutingPolicy, ...] = (policy, *self.tenant_policies.values())
         self.needs_prefix = any(needs_prefix_hashes(p) for p in self.policies)
@@ -96,6 +102,28 @@ class FleetState(Generic[R]):
             return self.tenant_policies.get(tenant, self.policy)
         return self.policy
 
+    # -- slow start -----------------------------------------------------------------------
+    def became_ready(self, replica: R, now_s: float) -> None:
+        """`replica` became ready at `now_s` (drivers call this; a no-op without slow
+        start): it starts its ramp at the lowest weight."""
+        if self.slow_start_s > 0:
+            self.ramping[replica.replica_id] = now_s
+            replica.slow_start_weight = slow_start_weight(0.0, self.slow_start_s)
+
+    def ramp(self, now_s: float) -> None:
+        """Time passes: the weights of replicas in slow start follow their age; those past
+        the window (or gone) leave it. Drivers call this on admission and now and then."""
+        if not self.ramping:
+            return
+        by_id = self.table.by_id
+        for replica_id, since_s in list(self.ramping.items()):
+            replica = by_id.get(replica_id)
+            weight = slow_start_weight(now_s - since_s, self.slow_start_s)
+            if replica is not None:
+                replica.slow_start_weight = weight
+            if replica is None or weight >= 1.0:
+                del self.ramping[replica_id]
+
     # -- admission ------------------------------------------------------------------------
     def model_known(self, model: str) -> bool:
         """Whether a request for `model` may be served (now or after waiting)."""
@@ -121,6 +149,8 @@ class FleetState(Generic[R]):
         load it; 503 when every replica of the model refuses to load it."""
         if ticket is not None:
             adapter = ticket.adapter
+        if self.ramping:
+            self.ramp(now_s)
         candidates = self.table.eligible(model, pool)
         if candidates and adapter is not None:
             able = [r for r in candidates if can_serve_adapter(r, adapter)]

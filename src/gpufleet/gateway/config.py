@@ -187,6 +187,9 @@ class GatewayConfig(_Strict):
     adapters: list[AdapterConfig] = Field(default_factory=list)
     scrape_interval_s: float = Field(default=1.0, gt=0)
     signals_window_s: float = Field(default=60.0, gt=0)
+    # Slow start: a replica that becomes ready ramps its routing weight over this many
+    # seconds (routing.slow_start; least_outstanding, power_of_two); 0 = off.
+    slow_start_s: float = Field(default=0.0, ge=0)
     # Re-read the config file's replica list when it changes (0 = only on SIGHUP or admin).
     reload_interval_s: float = Field(default=2.0, ge=0)
     health: HealthConfig = Field(default_factory=HealthConfig)

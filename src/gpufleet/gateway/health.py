@@ -78,6 +78,7 @@ class HealthChecks:
                 self.fleet.adapters.learn(cards)  # its adapters: cards with a parent
             was = replica.state
             if table.mark_ready(replica):
+                self.fleet.became_ready(replica, now_s)  # slow start, when on
                 log.info("replica %s %s -> ready (%s)", replica.replica_id, was, result.reason)
         finally:
             self._probing.discard(replica.replica_id)
@@ -92,7 +93,9 @@ class HealthChecks:
         """Ejections run out and the success-rate detector runs (the table's clock)."""
         step_s = min(1.0, self.config.outlier.base_ejection_time_s / 4)
         while True:
-            self.fleet.table.tick(time.monotonic())
+            now_s = time.monotonic()
+            self.fleet.table.tick(now_s)
+            self.fleet.ramp(now_s)  # slow start's weights follow the replicas' age
             await asyncio.sleep(step_s)
 
     async def scrape_one(self, replica: Replica) -> None:

@@ -65,6 +65,7 @@ def build_fleet(cfg: GatewayConfig) -> FleetState[Replica]:
         eject_after_failures=cfg.health.eject_after_failures,
         readmit_after_successes=cfg.health.readmit_after_successes,
         signals_window_s=cfg.signals_window_s,
+        slow_start_s=cfg.slow_start_s,
         outlier=cfg.outlier.core(),
         adapters=cfg.adapter_specs(),
     )

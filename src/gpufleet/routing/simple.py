@@ -35,16 +35,27 @@ class RandomChoice(PolicyBase):
         return replicas[randbelow(self.rng, len(replicas))]  # (`rng.choice`)
 
 
+def _loads(replicas: Sequence[ReplicaView]) -> list[float]:
+    """Each replica's in-flight count (this gateway's and its peers'), divided by its
+    slow-start weight while it ramps up (`routing.slow_start`; ints when none does, so a
+    fleet without slow start routes exactly as before)."""
+    loads: list[float] = [r.in_flight + r.peer_in_flight for r in replicas]
+    for i, r in enumerate(replicas):
+        if r.slow_start_weight != 1.0:
+            loads[i] = loads[i] / r.slow_start_weight
+    return loads
+
+
 class LeastOutstanding(PolicyBase):
-    """Fewest requests in flight as counted by this gateway; random among ties."""
+    """Fewest requests in flight as counted by this gateway; random among ties. A replica
+    in slow start counts its requests divided by its weight."""
 
     name = "least_outstanding"
 
     def choose(self, request: RequestInfo, replicas: Sequence[ReplicaView]) -> ReplicaView | None:
         if not replicas:
             return None
-        # `in_flight` of each, in one comprehension (a call per replica costs more than it)
-        return random_min_of(self.rng, replicas, [r.in_flight + r.peer_in_flight for r in replicas])
+        return random_min_of(self.rng, replicas, _loads(replicas))
 
 
 class PowerOfTwo(PolicyBase):
@@ -59,5 +70,4 @@ class PowerOfTwo(PolicyBase):
             return replicas[0]
         a, b = sample_two(self.rng, len(replicas))  # (`rng.sample(range(n), 2)`)
         pair = (replicas[a], replicas[b])
-        keys = [r.in_flight + r.peer_in_flight for r in pair]  # (`in_flight` of each)
-        return random_min_of(self.rng, pair, keys)
+        return random_min_of(self.rng, pair, _loads(pair))

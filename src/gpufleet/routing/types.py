@@ -97,6 +97,9 @@ class ReplicaView:
     stats: EngineStats | None = None
     pool: str | None = None  # tenant pool this replica belongs to; None = shared
     labels: dict[str, str] = field(default_factory=dict)
+    # Slow start (routing.slow_start): < 1 while it ramps up after becoming ready; the
+    # fleet core sets it. Load-comparing policies divide its in-flight count by it.
+    slow_start_weight: float = 1.0
 
 
 @dataclass(frozen=True, slots=True, init=False)  # (`__init__` below: compiled)

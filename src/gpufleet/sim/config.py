@@ -86,6 +86,7 @@ class SimConfig:
     autoscale: AutoscaleSpec | None = None
     scrape_interval_s: float = 1.0  # gateway: scrape_interval_s
     signals_window_s: float = 60.0  # gateway: signals_window_s
+    slow_start_s: float = 0.0  # gateway: slow_start_s (a new replica's ramp; 0: off)
     queue_timeout_s: float = 60.0  # gateway: queue.timeout_s
     queue_max_size: int = 256  # gateway: queue.max_size (beyond it: 503)
     queue_retry_after_s: int = 5  # gateway: queue.retry_after_s
@@ -157,6 +158,8 @@ class SimConfig:
         tenants = [t.name for t in self.tenants]
         if len(set(tenants)) != len(tenants) or any(t.share <= 0 for t in self.tenants):
             raise ValueError("tenant names must differ and their shares be > 0")
+        if not self.slow_start_s >= 0:
+            raise ValueError(f"slow_start_s must be >= 0 (0: off), got {self.slow_start_s}")
         if self.max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
         if self.faults is not None and not self.faults.mtbf_s > 0:

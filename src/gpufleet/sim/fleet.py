@@ -248,6 +248,7 @@ class SimFleet:
         replica.last_change_s = now
         self.note_cold_start(now - replica.spawned_s)
         self.record_size()
+        self.fleet.became_ready(replica.view, now)  # slow start, when on
         self.fleet.table.add(replica.view)  # the queue is re-admitted
 
     def note_cold_start(self, seconds: float) -> None:

@@ -38,6 +38,7 @@ def build_fleet(
         served_models=(config.model,),
         queue=queue,
         signals_window_s=config.signals_window_s,
+        slow_start_s=config.slow_start_s,
     )
 
 

@@ -99,6 +99,7 @@ class Scenario:
     drain_deadline_s: float = 60.0
     scrape_interval_s: float = 1.0
     signals_window_s: float = 60.0
+    slow_start_s: float = 0.0  # a replica that becomes ready ramps its share (0: off)
     queue_timeout_s: float = 60.0
     queue_max_size: int = 256
     tail_s: float = 0.0
@@ -220,6 +221,8 @@ def build_config(sc: Scenario) -> SimConfig:
         )
     if sc.queue_max_size < 0:
         raise UserError("must be >= 0", field="--queue-max-size")
+    if not sc.slow_start_s >= 0:
+        raise UserError("must be >= 0", field="--slow-start-s", fix="0 turns slow start off")
     if not sc.autoscale and sc.fleet is None and sc.replicas < 1:
         raise UserError("must be >= 1", field="--replicas", fix="or pass --autoscale POLICY")
     if not 1 <= sc.max_attempts <= 10:
@@ -240,6 +243,7 @@ def build_config(sc: Scenario) -> SimConfig:
         scrape_phase_s=sc.scrape_phase_s,
         scrape_interval_s=sc.scrape_interval_s,
         signals_window_s=sc.signals_window_s,
+        slow_start_s=sc.slow_start_s,
         queue_timeout_s=sc.queue_timeout_s,
         queue_max_size=sc.queue_max_size,
         closed_loop_clients=sc.concurrency,
