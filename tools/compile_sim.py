@@ -40,6 +40,7 @@ MODULES = [
     "gpufleet/fleet_state/engine_metrics.py",
     "gpufleet/fleet_state/latency.py",
     "gpufleet/fleet_state/queue.py",
+    "gpufleet/fleet_state/recent_times.py",
     "gpufleet/fleet_state/replica.py",
     "gpufleet/fleet_state/state.py",
     "gpufleet/fleet_state/table.py",

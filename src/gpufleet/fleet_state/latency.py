@@ -9,25 +9,21 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
+from gpufleet.fleet_state.recent_times import RecentTimes
 from gpufleet.stats import percentiles
 
 SIGNAL_QUANTILES = (0.5, 0.9, 0.99)
 
 
-class RecentWindow:
+class RecentWindow(RecentTimes):
     """(time, value) samples of the last `window_s` seconds, bounded in count; its
     percentiles are `gpufleet.stats`' (numpy's linear), keyed 'p50', 'p99', ...
-
-    The samples are two arrays of doubles, not a tuple and two floats each: a simulated
-    fleet adds four to six windows' samples per request and keeps 20,000 of each, objects
-    that filled the CPU's cache with nothing read until they were freed."""
+    The values are an array of doubles beside the times (`RecentTimes`)."""
 
     def __init__(self, window_s: float, max_samples: int = 20000) -> None:
+        super().__init__(max_samples)
         self.window_s = window_s
-        self.max_samples = max_samples
-        self._times = array("d")
         self._values = array("d")
-        self._head = 0  # the samples before it are gone
 
     @property
     def samples(self) -> list[tuple[float, float]]:
@@ -36,28 +32,15 @@ class RecentWindow:
         return list(zip(self._times[head:], self._values[head:], strict=True))
 
     def add(self, now_s: float, value: float) -> None:
-        self._times.append(now_s)
         self._values.append(value)
-        if len(self._times) - self._head > self.max_samples:
-            self._head += 1
-            if self._head >= 4096 and 2 * self._head >= len(self._times):
-                self._compact()
+        self._add_time(now_s)
 
-    def _compact(self) -> None:
-        del self._times[: self._head]
-        del self._values[: self._head]
-        self._head = 0
+    def _drop_first(self, n: int) -> None:
+        del self._values[:n]
 
     def _trim(self, now_s: float) -> None:
         """Drop the samples older than the window."""
-        cutoff = now_s - self.window_s
-        times = self._times
-        head, n = self._head, len(times)
-        while head < n and times[head] < cutoff:
-            head += 1
-        self._head = head
-        if head >= 4096 and 2 * head >= n:
-            self._compact()
+        self._trim_before(now_s - self.window_s)
 
     def percentiles(self, now_s: float, qs: tuple[float, ...]) -> dict[str, float | None]:
         self._trim(now_s)
@@ -66,13 +49,10 @@ class RecentWindow:
         values: list[float | None] = [*got] if got is not None else [None] * len(qs)
         return dict(zip(keys, values, strict=True))
 
-    def count(self) -> int:
-        return len(self._times) - self._head
-
     def mean(self, now_s: float) -> float | None:
         """The mean over the window (None: empty)."""
         self._trim(now_s)
-        n = len(self._times) - self._head
+        n = self.count()
         return sum(self._values[self._head :].tolist()) / n if n else None
 
 
