@@ -66,3 +66,13 @@ def test_the_running_cap_holds_prompts_back() -> None:
     # Two run, the other two wait for them to finish: 10 decode steps and a second batch.
     assert capped.prefill_batches == 2
     assert capped.ttft_s == pytest.approx(PREFILL_S + (PREFILL_S + 10 * DECODE_S) / 2)
+
+
+def test_unequal_output_lengths_break_the_cohorts_up() -> None:
+    kw = {"chunk_tokens": 1000, "max_running": 4096, "requests_per_client": 4}
+    step = simulate_sglang_loop(FixedSteps(), 1000, 101, 8, **kw)
+    spread = simulate_sglang_loop(FixedSteps(), 1000, 101, 8, output_spread=0.2, **kw)
+    assert step.ttft_s == pytest.approx(step.first_wave_ttft_s)  # every wave a first wave
+    later_step = (step.ttft_s * 32 - step.first_wave_ttft_s * 8) / 24
+    later_spread = (spread.ttft_s * 32 - spread.first_wave_ttft_s * 8) / 24
+    assert later_spread < 0.8 * later_step

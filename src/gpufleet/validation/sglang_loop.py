@@ -13,10 +13,13 @@ get_new_batch_prefill, managers/schedule_policy.py PrefillAdder), for a closed l
   prefill batch. A prompt's first token comes at the end of the batch that finishes it.
 * A decode step advances every running request by one token; a finished request's client
   sends its next prompt `round_trip_s` later, plus a uniform jitter of up to `jitter_s`
-  (the front end, HTTP and the client; seeded, so runs repeat).
+  (the front end, HTTP and the client). A request's output length is `output_tokens`, or
+  drawn uniformly within +-`output_spread` of it (a benchmark's random lengths); seeded,
+  so runs repeat.
 
-Requests that start decoding in the same step finish in the same step, so the prompts of
-clients that arrive together stay together (a cohort): only the jitter breaks them up.
+Requests that start decoding in the same step and have the same length finish in the same
+step, so the prompts of clients that arrive together stay together (a cohort): only the
+jitter or unequal lengths break them up.
 What SGLang does not do here (no KV admission beyond `max_running`, no retraction) does not
 bind on the rows this is used for (`benchmarks/plan_sglang_queue.py`). Pure: no I/O, no
 clocks; the analytic solver (`plan.closed_loop`) is the planner's path, this a check of it.
@@ -51,6 +54,7 @@ class _Request:
     prefilled: int = 0  # prompt tokens prefilled so far
     generated: int = 0  # output tokens so far (the first comes from the prefill)
     first_token_s: float = 0.0
+    output_tokens: int = 1
 
 
 def simulate_sglang_loop(
@@ -64,13 +68,14 @@ def simulate_sglang_loop(
     requests_per_client: int = 5,
     round_trip_s: float = 0.0,
     jitter_s: float = 0.0,
+    output_spread: float = 0.0,
     seed: int = 0,
 ) -> SglangLoopResult:
     """Play SGLang's loop out until every client has sent `requests_per_client` prompts."""
     if min(input_tokens, output_tokens, concurrency, chunk_tokens, max_running) < 1:
         raise ValueError("token counts, concurrency, chunk and max_running must be >= 1")
-    if requests_per_client < 1:
-        raise ValueError("requests_per_client must be >= 1")
+    if requests_per_client < 1 or not 0.0 <= output_spread < 1.0:
+        raise ValueError("requests_per_client must be >= 1 and output_spread in [0, 1)")
     rng = random.Random(seed)
     arrivals: list[tuple[float, int]] = [(0.0, c) for c in range(concurrency)]
     sent = [1] * concurrency
@@ -95,14 +100,14 @@ def simulate_sglang_loop(
         ttfts.append(now - req.arrival_s)
         if sent[req.client] == 1:
             first_wave.append(now - req.arrival_s)
-        if output_tokens == 1:
+        if req.output_tokens == 1:
             finish(req)
         else:
             running.append(req)
 
     def finish(req: _Request) -> None:
-        if output_tokens > 1:
-            tpots.append((now - req.first_token_s) / (output_tokens - 1))
+        if req.output_tokens > 1:
+            tpots.append((now - req.first_token_s) / (req.output_tokens - 1))
         if sent[req.client] < requests_per_client:
             sent[req.client] += 1
             delay = round_trip_s + (rng.uniform(0.0, jitter_s) if jitter_s > 0 else 0.0)
@@ -111,7 +116,11 @@ def simulate_sglang_loop(
     while arrivals or waiting or chunked is not None or running:
         while arrivals and arrivals[0][0] <= now:
             at, client = heapq.heappop(arrivals)
-            waiting.append(_Request(client, at))
+            length = output_tokens
+            if output_spread > 0.0:
+                spread = rng.uniform(-output_spread, output_spread)
+                length = max(1, round(output_tokens * (1.0 + spread)))
+            waiting.append(_Request(client, at, output_tokens=length))
         # (a chunked prompt continues whatever the running count, as SGLang's does)
         if chunked is not None or (waiting and len(running) < max_running):
             budget = chunk_tokens
@@ -147,7 +156,7 @@ def simulate_sglang_loop(
             still: list[_Request] = []
             for req in running:
                 req.generated += 1
-                if req.generated >= output_tokens:
+                if req.generated >= req.output_tokens:
                     finish(req)
                 else:
                     still.append(req)
