@@ -1,6 +1,6 @@
 """Does SGLang's scheduling of new prompts explain its Llama-3.1-8B TTFTs? (issue 14, wave 17)
 
-    python benchmarks/plan_sglang_queue.py [CSV] [--out PATH] [--case JITTER:SPREAD ...]
+    python benchmarks/plan_sglang_queue.py [CSV] [--out PATH] [--case JITTER:SPREAD[:spread] ...]
 
 On the shared CSV's SGLang Llama-3.1-8B rows (0.5.6.post2, H200, 46 rows), beside the
 shipped model's error:
@@ -17,7 +17,9 @@ shipped model's error:
 4. The rules played out (`validation.sglang_loop`: prefill first, batches up to the chunk,
    decodes paused while prompts wait) on the row's step model, each client sending
    `benchmark_requests_per_client` prompts, arrivals spread by a uniform jitter of up to
-   JITTER seconds, output lengths uniform within +-SPREAD of the row's.
+   JITTER seconds, output lengths uniform within +-SPREAD of the row's; with ":spread" the
+   clients start evenly spread over one decode phase and their first prompts are left out
+   (a steady state that starts out of step).
 
 Writes benchmarks/results/plan_sglang_queue.{json,md}.
 """
@@ -51,7 +53,16 @@ from gpufleet.specs.gpus import load_gpu
 from record import RESULTS, write_result
 
 HIGH_CLIENTS = 240  # wave 16's "high concurrency" rows
-DEFAULT_CASES = ("0:0", "1:0", "0:0.02", "0:0.1")
+DEFAULT_CASES = ("0:0", "1:0", "0:0.02", "0:0.1", "0:0:spread")
+
+
+def case_tag(jitter: float, spread: float, start_spread: bool) -> str:
+    return f"{jitter:g}:{spread:g}" + (":spread" if start_spread else "")
+
+
+def parse_case(text: str) -> tuple[float, float, bool]:
+    jitter, spread, *rest = text.split(":")
+    return float(jitter), float(spread), rest == ["spread"]
 
 
 def sglang_llama8b(rows: Sequence[MeasuredRow]) -> list[MeasuredRow]:
@@ -69,7 +80,9 @@ def medians(per_row: list[dict[str, Any]], key: str) -> dict[str, float]:
     return {"all": round(statistics.median(every), 1), "high": round(statistics.median(high), 1)}
 
 
-def analyse(rows: Sequence[MeasuredRow], cases: Sequence[tuple[float, float]]) -> dict[str, Any]:
+def analyse(
+    rows: Sequence[MeasuredRow], cases: Sequence[tuple[float, float, bool]]
+) -> dict[str, Any]:
     cal = default_calibration()
     b = cal.backend("sglang")
     per_row: list[dict[str, Any]] = []
@@ -101,14 +114,14 @@ def analyse(rows: Sequence[MeasuredRow], cases: Sequence[tuple[float, float]]) -
             model, gpu, layout, backend="sglang", calibration=cal, scheme=row_scheme(r),
             rules=rules,
         )  # fmt: skip
-        for jitter, spread in cases:
+        for jitter, spread, start_spread in cases:
             sim = simulate_sglang_loop(
                 step, r.isl, r.osl, r.batch_size,
                 chunk_tokens=rules.max_num_batched_tokens, max_running=cap,
                 requests_per_client=max(1, round(b.benchmark_requests_per_client)),
-                jitter_s=jitter, output_spread=spread,
+                jitter_s=jitter, output_spread=spread, start_spread=start_spread,
             )  # fmt: skip
-            tag = f"{jitter:g}:{spread:g}"
+            tag = case_tag(jitter, spread, start_spread)
             entry[f"loop_ttft_ape_{tag}"] = ape(b.ttft_overhead_s + sim.ttft_s, r.ttft_s)
             entry[f"loop_tpot_ape_{tag}"] = ape(sim.tpot_s, r.tpot_s)
         per_row.append(entry)
@@ -117,9 +130,11 @@ def analyse(rows: Sequence[MeasuredRow], cases: Sequence[tuple[float, float]]) -
         "shipped model TPOT": medians(per_row, "shipped_tpot_ape"),
         "rules + measured TPOT, TTFT": medians(per_row, "oracle_ttft_ape"),
     }
-    for jitter, spread in cases:
-        tag = f"{jitter:g}:{spread:g}"
+    for jitter, spread, start_spread in cases:
+        tag = case_tag(jitter, spread, start_spread)
         name = f"loop played out, jitter {jitter:g} s, lengths +-{spread:g}"
+        if start_spread:
+            name += ", clients started spread"
         forms[f"{name}, TTFT"] = medians(per_row, f"loop_ttft_ape_{tag}")
         forms[f"{name}, TPOT"] = medians(per_row, f"loop_tpot_ape_{tag}")
     capped = [e["row"] for e in per_row if e["running_cap"] < e["clients"]]
@@ -162,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(repeatable; default 0:0, 1:0, 0:0.02, 0:0.1)",
     )  # fmt: skip
     args = parser.parse_args(argv)
-    cases = [(float(j), float(s)) for j, s in (c.split(":") for c in args.case or DEFAULT_CASES)]
+    cases = [parse_case(c) for c in args.case or DEFAULT_CASES]
     rows = sglang_llama8b(read_rows(args.csv or default_csv()))
     data = analyse(rows, cases)
     table = markdown(data)

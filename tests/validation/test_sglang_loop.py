@@ -76,3 +76,14 @@ def test_unequal_output_lengths_break_the_cohorts_up() -> None:
     later_step = (step.ttft_s * 32 - step.first_wave_ttft_s * 8) / 24
     later_spread = (spread.ttft_s * 32 - spread.first_wave_ttft_s * 8) / 24
     assert later_spread < 0.8 * later_step
+
+
+def test_clients_started_out_of_step_merge_only_where_prefill_is_much_of_the_time() -> None:
+    # Started spread over a decode phase, a client whose prompt lands in another's prefill
+    # phase joins that cohort for good: with prefill a tenth of the cycle (10 decodes) they
+    # merge within a few cycles, with prefill a small share (1000 decodes) few do.
+    kw = {"chunk_tokens": 1000, "max_running": 4096, "requests_per_client": 6}
+    short = simulate_sglang_loop(FixedSteps(), 1000, 11, 8, start_spread=True, **kw)
+    long = simulate_sglang_loop(FixedSteps(), 1000, 1001, 8, start_spread=True, **kw)
+    assert short.requests == long.requests == 48
+    assert long.ttft_s < 1.5 * PREFILL_S < 3 * PREFILL_S < short.ttft_s

@@ -55,6 +55,7 @@ class _Request:
     generated: int = 0  # output tokens so far (the first comes from the prefill)
     first_token_s: float = 0.0
     output_tokens: int = 1
+    first: bool = False  # the client's first prompt
 
 
 def simulate_sglang_loop(
@@ -69,15 +70,27 @@ def simulate_sglang_loop(
     round_trip_s: float = 0.0,
     jitter_s: float = 0.0,
     output_spread: float = 0.0,
+    start_spread: bool = False,
     seed: int = 0,
 ) -> SglangLoopResult:
-    """Play SGLang's loop out until every client has sent `requests_per_client` prompts."""
+    """Play SGLang's loop out until every client has sent `requests_per_client` prompts.
+
+    start_spread: the clients' first prompts arrive evenly over one decode phase of the
+    whole batch instead of at once, and the means leave them out (a steady state that
+    starts out of step); first_wave_ttft_s is then theirs."""
     if min(input_tokens, output_tokens, concurrency, chunk_tokens, max_running) < 1:
         raise ValueError("token counts, concurrency, chunk and max_running must be >= 1")
     if requests_per_client < 1 or not 0.0 <= output_spread < 1.0:
         raise ValueError("requests_per_client must be >= 1 and output_spread in [0, 1)")
     rng = random.Random(seed)
-    arrivals: list[tuple[float, int]] = [(0.0, c) for c in range(concurrency)]
+    phase_s = 0.0
+    if start_spread:
+        full = StepBatch(
+            num_decode=concurrency,
+            decode_context_tokens=concurrency * (input_tokens + output_tokens // 2),
+        )
+        phase_s = max(1, output_tokens - 1) * model.step_time_s(full)
+    arrivals = [(c * phase_s / concurrency, c) for c in range(concurrency)]
     sent = [1] * concurrency
     waiting: deque[_Request] = deque()
     chunked: _Request | None = None  # a prompt part-way through its prefill
@@ -97,16 +110,17 @@ def simulate_sglang_loop(
 
     def first_token(req: _Request) -> None:
         req.generated, req.first_token_s = 1, now
-        ttfts.append(now - req.arrival_s)
         if sent[req.client] == 1:
             first_wave.append(now - req.arrival_s)
+        if not (start_spread and sent[req.client] == 1):
+            ttfts.append(now - req.arrival_s)
         if req.output_tokens == 1:
             finish(req)
         else:
             running.append(req)
 
     def finish(req: _Request) -> None:
-        if req.output_tokens > 1:
+        if req.output_tokens > 1 and not (start_spread and req.first):
             tpots.append((now - req.first_token_s) / (req.output_tokens - 1))
         if sent[req.client] < requests_per_client:
             sent[req.client] += 1
@@ -120,7 +134,7 @@ def simulate_sglang_loop(
             if output_spread > 0.0:
                 spread = rng.uniform(-output_spread, output_spread)
                 length = max(1, round(output_tokens * (1.0 + spread)))
-            waiting.append(_Request(client, at, output_tokens=length))
+            waiting.append(_Request(client, at, output_tokens=length, first=sent[client] == 1))
         # (a chunked prompt continues whatever the running count, as SGLang's does)
         if chunked is not None or (waiting and len(running) < max_running):
             budget = chunk_tokens
@@ -165,10 +179,10 @@ def simulate_sglang_loop(
         if arrivals:
             now = max(now, arrivals[0][0])
     return SglangLoopResult(
-        ttft_s=sum(ttfts) / len(ttfts),
+        ttft_s=sum(ttfts) / len(ttfts) if ttfts else 0.0,
         tpot_s=sum(tpots) / len(tpots) if tpots else 0.0,
         first_wave_ttft_s=sum(first_wave) / len(first_wave),
-        requests=len(ttfts),
+        requests=len(first_wave) + len(ttfts) if start_spread else len(ttfts),
         prefill_batches=prefill_batches,
         decode_steps=decode_steps,
     )
