@@ -104,12 +104,60 @@ class EngineRules:
             return float(input_tokens + output_tokens)
         held = input_tokens + output_tokens / 2.0  # blocks filled so far, on average
         if self.name == "sglang":  # plus the decayed reservation of what is still to come
-            return held + SGLANG_MIN_NEW_TOKEN_RATIO * output_tokens / 2.0
+            return held + SGLANG_MIN_NEW_TOKEN_RATIO * sglang_mean_reserved_tokens(output_tokens)
         return held
 
 
-# SGLang's new_token_ratio floor: init 0.7 × min factor 0.14 (global_config defaults).
-SGLANG_MIN_NEW_TOKEN_RATIO = 0.7 * 0.14
+# SGLang's scheduler defaults (python/sglang/srt: managers/schedule_policy.py PrefillAdder,
+# managers/scheduler.py, model_executor/model_runner.py, env SGLANG_* defaults):
+# - new_token_ratio starts at SGLANG_INIT_NEW_TOKEN_RATIO x --schedule-conservativeness (1.0)
+#   and decays by (init - min) / SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS every decode step to
+#   init x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR; a retraction raises it again.
+SGLANG_INIT_NEW_TOKEN_RATIO = 0.7
+SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
+SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS = 600
+SGLANG_MIN_NEW_TOKEN_RATIO = SGLANG_INIT_NEW_TOKEN_RATIO * SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR
+# A running request reserves new_token_ratio x min(max_new_tokens - generated, this) KV
+# tokens (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION); a request joining a prefill batch
+# reserves its prompt plus min(max_new_tokens, this) at ratio 1 for that batch.
+SGLANG_CLIP_MAX_NEW_TOKENS = 4096
+# --max-prefill-tokens: prompt tokens one prefill batch takes at most; the chunk budget
+# (--chunked-prefill-size, `_sglang_sizes`) caps it first on every GPU up to 16384.
+SGLANG_MAX_PREFILL_TOKENS = 16384
+# max_running_requests when not given: the request pool, KV tokens / context_len x 512
+# clamped to [2048, 4096], and at most KV tokens / 2 (ModelRunner's max_num_reqs).
+SGLANG_REQUESTS_PER_CONTEXT = 512
+SGLANG_MIN_REQUEST_POOL = 2048
+SGLANG_MAX_REQUEST_POOL = 4096
+
+
+def sglang_mean_reserved_tokens(output_tokens: int) -> float:
+    """Mean over a running request's life of min(tokens still to generate,
+    SGLANG_CLIP_MAX_NEW_TOKENS): what SGLang's admission reserves for it, per unit of
+    new_token_ratio (generated tokens spread evenly over 0 .. output_tokens)."""
+    clip = SGLANG_CLIP_MAX_NEW_TOKENS
+    if output_tokens <= clip:
+        return output_tokens / 2.0
+    return clip - clip * clip / (2.0 * output_tokens)
+
+
+def sglang_max_running_requests(kv_capacity_tokens: int, context_tokens: int) -> int:
+    """SGLang's default max_running_requests for a KV pool of `kv_capacity_tokens` and a
+    model context of `context_tokens` (ModelRunner: the request pool, then the KV half)."""
+    pool = int(kv_capacity_tokens / max(1, context_tokens) * SGLANG_REQUESTS_PER_CONTEXT)
+    pool = min(max(pool, SGLANG_MIN_REQUEST_POOL), SGLANG_MAX_REQUEST_POOL)
+    return max(1, min(pool, kv_capacity_tokens // 2))
+
+
+def engine_max_running(rules: EngineRules, kv_capacity_tokens: int, context_tokens: int) -> int:
+    """Requests the engine runs at once at most by its own default, before its KV
+    admission rule: vLLM's and TRT-LLM's fixed max_num_seqs / max_batch_size, SGLang's
+    from its KV pool and the model's context (`sglang_max_running_requests`)."""
+    if rules.name == "sglang":
+        return min(
+            rules.max_num_seqs, sglang_max_running_requests(kv_capacity_tokens, context_tokens)
+        )
+    return rules.max_num_seqs
 
 
 def _sglang_sizes(gpu: GpuSpec, tp: int) -> tuple[int, int]:
@@ -171,7 +219,8 @@ def engine_rules(
         chunk, graph_bs = _sglang_sizes(gpu, tp)
         frac = memory_fraction or sglang_mem_fraction_static(gpu, tp, pp, dp)
         return EngineRules(
-            name, frac, "--mem-fraction-static", chunk, 4096, False, graph_bs, 1, True,
+            name, frac, "--mem-fraction-static", min(chunk, SGLANG_MAX_PREFILL_TOKENS),
+            SGLANG_MAX_REQUEST_POOL, False, graph_bs, 1, True,
         )  # fmt: skip
     if name == "trtllm":
         return EngineRules(

@@ -16,7 +16,12 @@ from gpufleet.plan.closed_loop import (
     max_concurrency_within_slo,
     predict_closed_loop,
 )
-from gpufleet.plan.engines import EngineRules, engine_rules, moe_padded_expert_rows
+from gpufleet.plan.engines import (
+    EngineRules,
+    engine_max_running,
+    engine_rules,
+    moe_padded_expert_rows,
+)
 from gpufleet.specs.gpus import GpuSpec
 from gpufleet.specs.models import ModelSpec
 from gpufleet.specs.quant import QuantScheme
@@ -76,9 +81,11 @@ def scheduler_for(
     calibration: Calibration | None = None,
     tp: int = 1,
     dp: int = 1,
+    context_tokens: int | None = None,
 ) -> SchedulerShape:
     """The engine's limits: token budget (its default for the GPU unless given), how many
-    requests run at once (max_num_seqs, or fewer when the KV cache holds fewer requests
+    requests run at once (max_num_seqs, or the engine's default for its KV pool and the
+    model's `context_tokens` (SGLang's), or fewer when the KV cache holds fewer requests
     of `tokens_per_request` tokens — the engine's admission footprint), and its front-end
     ceiling. A KV cache that holds no request at all is a UserError, never one request at
     a time."""
@@ -86,6 +93,8 @@ def scheduler_for(
     cal = (calibration or default_calibration()).backend(backend)
     budget = max_num_batched_tokens or rules.max_num_batched_tokens
     running = max_num_seqs or rules.max_num_seqs
+    if not max_num_seqs and kv_capacity_tokens is not None and context_tokens:
+        running = engine_max_running(rules, kv_capacity_tokens, context_tokens)
     if kv_capacity_tokens is not None and tokens_per_request > 0:
         fits = int(kv_capacity_tokens // tokens_per_request)
         if fits < 1:
@@ -163,6 +172,7 @@ def _serving_setup(
         calibration=cal,
         tp=layout.tp,
         dp=dp,
+        context_tokens=model.max_position_embeddings,
     )
     return cal, step, sched
 

@@ -23,7 +23,7 @@ from gpufleet.plan.closed_loop import (
     ServingPrediction,
     predict_closed_loop,
 )
-from gpufleet.plan.engines import EngineRules, engine_rules
+from gpufleet.plan.engines import EngineRules, engine_max_running, engine_rules
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.memory import memory_breakdown
 from gpufleet.plan.perf_serving import layout_step_model, shape_of
@@ -316,7 +316,8 @@ def _kv_limited_running(
                 field="layout",
                 fix="check the row's layout and quantization",
             )
-        _KV_CACHE[key] = min(rules.max_num_seqs, fits)
+        cap = engine_max_running(rules, mem.kv_capacity_tokens, model.max_position_embeddings)
+        _KV_CACHE[key] = min(cap, fits)
     return _KV_CACHE[key]
 
 
