@@ -18,6 +18,7 @@ from typing import Final
 from gpufleet.errors import UserError
 from gpufleet.perf.calibration import BackendCalibration, Calibration, default_calibration
 from gpufleet.perf.roofline import RooflineStepTimeModel
+from gpufleet.perf.speculative import SpeculativeStepModel
 from gpufleet.plan.closed_loop import (
     FIXED_LENGTH_QUEUE_SCALE,
     ServingPrediction,
@@ -32,7 +33,12 @@ from gpufleet.specs.models import ModelSpec
 from gpufleet.specs.quant import BF16, FP8, FP8_BLOCK, QuantScheme
 from gpufleet.validation.engine_loop import EngineLoopResult, simulate_closed_loop
 from gpufleet.validation.feasibility import infeasible_reason
-from gpufleet.validation.recipes import batch_wait_rules, is_inferencemax, recipe_rules
+from gpufleet.validation.recipes import (
+    batch_wait_rules,
+    is_inferencemax,
+    recipe_rules,
+    speculative_rules,
+)
 from gpufleet.validation.rows import (
     QUANT_MODES,
     MeasuredRow,
@@ -209,6 +215,8 @@ def model_row(
     # The batch waiting a row's launch recipe set is always modelled (see batch_wait_rules);
     # the recipes' other options only on request.
     rules = recipe_rules(row, rules) if recipes else batch_wait_rules(row, rules)
+    # So is the multi-token prediction it turned on (`speculative_rules`).
+    rules = speculative_rules(row, rules)
     step = layout_step_model(
         model,
         gpu,
@@ -227,7 +235,9 @@ def model_row(
         )
         return dataclasses.replace(pred, infeasible=infeasible or "")
     serving = predict_closed_loop(
-        step,
+        SpeculativeStepModel(step, rules.mtp_draft_tokens, model.num_layers)
+        if rules.mtp_draft_tokens
+        else step,
         row.isl,
         row.osl,
         how.clients_per_rank,
@@ -237,6 +247,7 @@ def model_row(
             max_output_tokens_per_s=b.frontend_tokens_per_s,
             attention_dp=layout.dp,
             first_token_iterations=b.first_token_iterations,
+            mtp_acceptance_rate=cal.mtp_acceptance_rate,
         ),
         ttft_overhead_s=first_token_s,
         queue_scale=FIXED_LENGTH_QUEUE_SCALE,
