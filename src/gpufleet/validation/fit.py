@@ -80,16 +80,11 @@ def objective(cal: Calibration, rows: Sequence[Any], *, recipes: bool = False) -
 # (`perf.calibration.prior_calibration`: GEMM and copy efficiency from the H200 kernel
 # measurements, the one-shot all-reduce latency, the per-kernel fixed time), scaled to
 # other GPUs by the GPU's own peak figures: fitted to these rows' two GPUs they absorb
-# what other terms miss and stop carrying over (leave-one-model-out TPOT 15.6 -> 12.8 %
-# when frozen, benchmarks/results/plan_accuracy.md). MoE models' first-token time has no
-# documented source either, so it is fitted (from 0, its prior); nor does a benchmark's
-# multi-token-prediction acceptance on random-token prompts (from DeepSeek's 0.85).
-FITTED_SCALARS: tuple[str, ...] = (
-    "attention_efficiency",
-    "routing_skew",
-    "moe_first_token_s",
-    "mtp_acceptance_rate",
-)
+# what other terms miss and stop carrying over (LOMO TPOT 15.6 -> 12.8 % when frozen).
+# MoE models' first-token time has no documented source, so it is fitted (from 0, its
+# prior); nor MTP's acceptance on random prompts (from DeepSeek's natural-text 0.85).
+FITTED_SCALARS: tuple[str, ...] = ("attention_efficiency", "routing_skew",
+                                    "moe_first_token_s", "mtp_acceptance_rate")  # fmt: skip
 
 
 # Backend constants only MoE models' predictions depend on.
