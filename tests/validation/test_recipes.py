@@ -11,6 +11,7 @@ from gpufleet.specs.gpus import load_gpu
 from gpufleet.validation import measured, recipes
 from gpufleet.validation.measured import MeasuredRow, model_row
 from gpufleet.validation.recipes import batch_wait_rules, is_inferencemax, recipe_rules
+from gpufleet.validation.rows import resolve_model
 
 H200 = load_gpu("h200_sxm")
 
@@ -125,7 +126,11 @@ def _deepseek(**kw: object) -> MeasuredRow:
     return _row(**base)
 
 
-def test_the_inferencemax_mtp_sweep_runs_mtp3_and_mtp1_under_attention_dp() -> None:
+def test_the_inferencemax_mtp_sweep_runs_mtp3_and_mtp1_under_attention_dp(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(recipes, "MTP_SWEEP_MODELLED", True)
+    assert recipes.runs_mtp_recipe(_deepseek())
     trt = engine_rules("trtllm", H200, tp=8)
     assert recipes.speculative_rules(_deepseek(), trt).mtp_draft_tokens == 3
     adp = _deepseek(tp=1, attention_dp=8, batch_size=16)
@@ -141,8 +146,27 @@ def test_the_inferencemax_mtp_sweep_runs_mtp3_and_mtp1_under_attention_dp() -> N
         assert recipes.speculative_rules(plain, trt) == trt
 
 
-def test_mtp_shows_in_the_row_prediction() -> None:
+def test_mtp_shows_in_the_row_prediction(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Switched off (`MTP_SWEEP_MODELLED`), the row is predicted as a plain one.
+    monkeypatch.setattr(recipes, "MTP_SWEEP_MODELLED", False)
+    assert model_row(_deepseek()).tpot_s == model_row(_deepseek(id=_PLAIN_ID)).tpot_s
+    monkeypatch.setattr(recipes, "MTP_SWEEP_MODELLED", True)
     mtp = model_row(_deepseek())
     plain = model_row(_deepseek(id=_PLAIN_ID))
     # The same layout and load, but each iteration emits 1 + a + a^2 + a^3 tokens.
     assert mtp.tpot_s < 0.8 * plain.tpot_s
+
+
+def test_inferencemax_trtllm_deepseek_rows_run_their_experts_expert_parallel() -> None:
+    # InferenceMAX's scripts set EP_SIZE = TP: a row labelled MoE TP 8 x EP 1 ran EP 8.
+    cfg83 = _deepseek(id="dsr1_h200_trtllm_fp8_agg_1024x1024_c4_cfg83", moe_tp=8, moe_ep=1)
+    assert recipes.recipe_expert_parallel(cfg83)
+    model = resolve_model(cfg83.model_path)
+    assert measured.row_layout(cfg83, model, H200).layout.ep == 8
+    # Labelled EP already, other engines, other campaigns: as labelled.
+    assert not recipes.recipe_expert_parallel(_deepseek())
+    sglang = _deepseek(id="dsr1_h200_sglang_fp8_agg_1024x1024_c4_cfg81", backend="sglang",
+                       moe_tp=8, moe_ep=1)  # fmt: skip
+    assert measured.row_layout(sglang, model, H200).layout.ep == 1
+    other = _deepseek(id="deepseek_v3_h200_sxm_trtllm_agg_1024x1024_c4", moe_tp=8, moe_ep=1)
+    assert measured.row_layout(other, model, H200).layout.ep == 1

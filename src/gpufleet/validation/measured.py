@@ -36,6 +36,7 @@ from gpufleet.validation.feasibility import infeasible_reason
 from gpufleet.validation.recipes import (
     batch_wait_rules,
     is_inferencemax,
+    recipe_expert_parallel,
     recipe_rules,
     speculative_rules,
 )
@@ -131,6 +132,11 @@ class RowLayout:
 VLLM_DEFAULT_KV_DTYPE = True
 
 
+# Read the InferenceMAX TRT-LLM DeepSeek rows labelled MoE TP with the expert parallelism
+# their launch scripts set (`recipes.recipe_expert_parallel`).
+EXPERT_PARALLEL_AS_LAUNCHED = True
+
+
 def row_kv_dtype(row: MeasuredRow, scheme: QuantScheme) -> str:
     """The KV cache dtype a row ran: fp8 where the attention weights are fp8, except vLLM
     at its default dtype (`VLLM_DEFAULT_KV_DTYPE`)."""
@@ -160,6 +166,8 @@ def row_layout(row: MeasuredRow, model: ModelSpec, gpu: GpuSpec) -> RowLayout:
         layout = Layout(tp=row.tp, pp=row.pp, dp=dp, weight_dtype=headline, kv_dtype=kv)
         return RowLayout(layout, row.batch_size)
     tp, moe_tp, ep = row.tp, row.moe_tp, row.moe_ep
+    if EXPERT_PARALLEL_AS_LAUNCHED and recipe_expert_parallel(row):
+        moe_tp, ep = 1, moe_tp * ep  # the recipe's EP_SIZE = TP
     gpus = moe_tp * ep
     if gpus % tp:
         raise UserError(

@@ -167,14 +167,35 @@ def runs_mtp_recipe(row: MeasuredRow) -> bool:
     )
 
 
+# Whether `speculative_rules` models the MTP sweep's drafts (docs/performance-model.md,
+# "Wave 17: DeepSeek": with them the refit presses no constant to a bound; without,
+# TRT-LLM's step overhead goes to 0 to make the MTP rows' decode fast enough).
+MTP_SWEEP_MODELLED = True
+
+
 def speculative_rules(row: MeasuredRow, rules: EngineRules) -> EngineRules:
     """The rules with the multi-token prediction the row's launch recipe turned on
-    (`runs_mtp_recipe`); unchanged for every other row. Applied to every prediction of a
-    measured row, as `batch_wait_rules` is: it is what those servers ran."""
-    if not runs_mtp_recipe(row):
+    (`runs_mtp_recipe`) when `MTP_SWEEP_MODELLED`; unchanged for every other row. Applied
+    to every prediction of a measured row, as `batch_wait_rules` is: it is what those
+    servers ran."""
+    if not (MTP_SWEEP_MODELLED and runs_mtp_recipe(row)):
         return rules
     drafts = MTP_DRAFT_TOKENS_ADP if row.attention_dp > 1 else MTP_DRAFT_TOKENS
     return dataclasses.replace(rules, mtp_draft_tokens=drafts)
+
+
+def recipe_expert_parallel(row: MeasuredRow) -> bool:
+    """Whether the row's launch recipe ran its experts expert-parallel over all of its
+    GPUs whatever its labels say: InferenceMAX's H200 TRT-LLM DeepSeek scripts set
+    `EP_SIZE=$TP` in every version (benchmarks/dsr1_fp8_h200_trt*_slurm.sh, 2025-09 on),
+    yet the shared CSV labels one copy of their plain sweep MoE TP 8 x EP 1 (`cfg83`, and
+    its dated `tp8_ep1` copies), equal to the EP 8-labelled `cfg181` rows within 0-3 %."""
+    return (
+        row.backend == "trtllm"
+        and "deepseek" in row.model_path.lower()
+        and is_inferencemax(row)
+        and row.moe_ep == 1
+    )
 
 
 # InferenceMAX's TRT-LLM DeepSeek recipe with attention DP: attention_dp_config.timeout_iters
