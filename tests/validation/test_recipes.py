@@ -160,11 +160,17 @@ def test_mtp_shows_in_the_row_prediction(monkeypatch: pytest.MonkeyPatch) -> Non
     assert mtp.tpot_s < 0.8 * plain.tpot_s
 
 
-def test_inferencemax_trtllm_deepseek_rows_run_their_experts_expert_parallel() -> None:
+def test_inferencemax_trtllm_deepseek_rows_run_their_experts_expert_parallel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # InferenceMAX's scripts set EP_SIZE = TP: a row labelled MoE TP 8 x EP 1 ran EP 8.
     cfg83 = _deepseek(id="dsr1_h200_trtllm_fp8_agg_1024x1024_c4_cfg83", moe_tp=8, moe_ep=1)
     assert recipes.recipe_expert_parallel(cfg83)
     model = resolve_model(cfg83.model_path)
+    # Off by default (`EXPERT_PARALLEL_AS_LAUNCHED`): read as labelled.
+    monkeypatch.setattr(measured, "EXPERT_PARALLEL_AS_LAUNCHED", False)
+    assert measured.row_layout(cfg83, model, H200).layout.ep == 1
+    monkeypatch.setattr(measured, "EXPERT_PARALLEL_AS_LAUNCHED", True)
     assert measured.row_layout(cfg83, model, H200).layout.ep == 8
     # Labelled EP already, other engines, other campaigns: as labelled.
     assert not recipes.recipe_expert_parallel(_deepseek())

@@ -82,9 +82,8 @@ def objective(cal: Calibration, rows: Sequence[Any], *, recipes: bool = False) -
 # other GPUs by the GPU's own peak figures: fitted to these rows' two GPUs they absorb
 # what other terms miss and stop carrying over (LOMO TPOT 15.6 -> 12.8 % when frozen).
 # MoE models' first-token time has no documented source, so it is fitted (from 0, its
-# prior); nor MTP's acceptance on random prompts (from DeepSeek's natural-text 0.85).
-FITTED_SCALARS: tuple[str, ...] = ("attention_efficiency", "routing_skew",
-                                    "moe_first_token_s", "mtp_acceptance_rate")  # fmt: skip
+# prior). (MTP's acceptance joins them when `recipes.MTP_SWEEP_MODELLED` is on.)
+FITTED_SCALARS: tuple[str, ...] = ("attention_efficiency", "routing_skew", "moe_first_token_s")
 
 
 # Backend constants only MoE models' predictions depend on.
