@@ -6,11 +6,13 @@ import dataclasses
 
 import pytest
 
+from gpufleet.perf.calibration import default_calibration
 from gpufleet.plan.engines import EngineRules, engine_rules
 from gpufleet.specs.gpus import load_gpu
-from gpufleet.validation import measured
+from gpufleet.validation import measured, recipes
 from gpufleet.validation.measured import MeasuredRow, model_row
 from gpufleet.validation.recipes import batch_wait_rules, is_inferencemax, recipe_rules
+from gpufleet.validation.rows import resolve_model
 
 H200 = load_gpu("h200_sxm")
 
@@ -110,3 +112,70 @@ def test_inferencemax_trtllm_deepseek_with_attention_dp_balances_its_ranks(
 
     monkeypatch.setattr(measured, "recipe_rules", without_balance)
     assert held.ttft_s - model_row(row, recipes=True).ttft_s > 20 * held.tpot_s
+
+
+_MTP_ID = "2026_03_25_deepseek_r1_h200_sxm_trtllm_fp8_agg_1024x1024_c4_tp8_0_ep8_0_1252"
+_PLAIN_ID = "dsr1_h200_trtllm_fp8_agg_1024x1024_c4_cfg181"
+
+
+def _deepseek(**kw: object) -> MeasuredRow:
+    base: dict[str, object] = dict(
+        id=_MTP_ID, model_path="deepseek-ai/DeepSeek-R1", gemm_quant="fp8", moe_quant="fp8",
+        tp=8, moe_tp=1, moe_ep=8, ttft_s=0.494, tpot_s=0.00858,
+    )  # fmt: skip
+    base.update(kw)
+    return _row(**base)
+
+
+def test_the_inferencemax_mtp_sweep_runs_mtp3_and_mtp1_under_attention_dp(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(recipes, "MTP_SWEEP_MODELLED", True)
+    assert recipes.runs_mtp_recipe(_deepseek())
+    trt = engine_rules("trtllm", H200, tp=8)
+    assert recipes.speculative_rules(_deepseek(), trt).mtp_draft_tokens == 3
+    adp = _deepseek(tp=1, attention_dp=8, batch_size=16)
+    assert recipes.speculative_rules(adp, trt).mtp_draft_tokens == 1
+    # The plain sweep's rows (dsr1_ ids; the dated campaign's EP 1 copies), other models
+    # and other engines run no drafts.
+    for plain in (
+        _deepseek(id=_PLAIN_ID, tp=64, moe_tp=8),
+        _deepseek(moe_tp=8, moe_ep=1),
+        _row(),
+        _deepseek(backend="sglang"),
+    ):
+        assert recipes.speculative_rules(plain, trt) == trt
+
+
+def test_mtp_shows_in_the_row_prediction(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Switched off (`MTP_SWEEP_MODELLED`), the row is predicted as a plain one.
+    monkeypatch.setattr(recipes, "MTP_SWEEP_MODELLED", False)
+    assert model_row(_deepseek()).tpot_s == model_row(_deepseek(id=_PLAIN_ID)).tpot_s
+    monkeypatch.setattr(recipes, "MTP_SWEEP_MODELLED", True)
+    # At DeepSeek's own acceptance (the prior: 0.85), not whatever a fit left.
+    cal = dataclasses.replace(default_calibration(), mtp_acceptance_rate=0.85)
+    mtp = model_row(_deepseek(), cal)
+    plain = model_row(_deepseek(id=_PLAIN_ID), cal)
+    # The same layout and load, but each iteration emits 1 + a + a^2 + a^3 tokens.
+    assert mtp.tpot_s < 0.8 * plain.tpot_s
+
+
+def test_inferencemax_trtllm_deepseek_rows_run_their_experts_expert_parallel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # InferenceMAX's scripts set EP_SIZE = TP: a row labelled MoE TP 8 x EP 1 ran EP 8.
+    cfg83 = _deepseek(id="dsr1_h200_trtllm_fp8_agg_1024x1024_c4_cfg83", moe_tp=8, moe_ep=1)
+    assert recipes.recipe_expert_parallel(cfg83)
+    model = resolve_model(cfg83.model_path)
+    # Off by default (`EXPERT_PARALLEL_AS_LAUNCHED`): read as labelled.
+    monkeypatch.setattr(measured, "EXPERT_PARALLEL_AS_LAUNCHED", False)
+    assert measured.row_layout(cfg83, model, H200).layout.ep == 1
+    monkeypatch.setattr(measured, "EXPERT_PARALLEL_AS_LAUNCHED", True)
+    assert measured.row_layout(cfg83, model, H200).layout.ep == 8
+    # Labelled EP already, other engines, other campaigns: as labelled.
+    assert not recipes.recipe_expert_parallel(_deepseek())
+    sglang = _deepseek(id="dsr1_h200_sglang_fp8_agg_1024x1024_c4_cfg81", backend="sglang",
+                       moe_tp=8, moe_ep=1)  # fmt: skip
+    assert measured.row_layout(sglang, model, H200).layout.ep == 1
+    other = _deepseek(id="deepseek_v3_h200_sxm_trtllm_agg_1024x1024_c4", moe_tp=8, moe_ep=1)
+    assert measured.row_layout(other, model, H200).layout.ep == 1

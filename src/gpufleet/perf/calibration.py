@@ -96,6 +96,12 @@ class Calibration:
     # is no GPU iteration's time. One constant for all engines: what the rows show is a
     # property of MoE serving, and each held-out MoE model is then told it by the others.
     moe_first_token_s: float = 0.0
+    # Multi-token prediction (`perf.speculative`): the probability that a draft token is
+    # accepted given that the drafts before it were. Only rows whose launch recipe turned
+    # MTP on depend on it. Prior: DeepSeek-V3's report (section 5.4.3) measures 85-90 %
+    # acceptance of the second token on natural text; a benchmark's random-token prompts
+    # may accept fewer, which is what a fit learns.
+    mtp_acceptance_rate: float = 0.85
     backends: Mapping[str, BackendCalibration] = field(
         default_factory=lambda: MappingProxyType({"default": BackendCalibration()})
     )
@@ -113,7 +119,7 @@ class Calibration:
 
 SCALAR_CONSTANTS: Final = ("gemm_efficiency", "attention_efficiency", "memory_efficiency",
                            "allreduce_latency_s", "routing_skew", "kernel_fixed_s",
-                           "moe_first_token_s")  # fmt: skip
+                           "moe_first_token_s", "mtp_acceptance_rate")  # fmt: skip
 BACKEND_CONSTANTS: Final = tuple(f.name for f in dataclasses.fields(BackendCalibration))
 
 # Device-to-device copies on an H200 reach 0.87 of HBM peak (kernel measurements, not the
@@ -131,6 +137,8 @@ BOUNDS: Final[Mapping[str, tuple[float, float]]] = MappingProxyType({
     "routing_skew": (0.0, 1.5),
     "kernel_fixed_s": (0.5e-6, 30e-6),
     "moe_first_token_s": (0.0, 0.5),
+    # A probability: from drafts that hardly ever hold to drafts that nearly always do.
+    "mtp_acceptance_rate": (0.1, 0.95),
     "step_overhead_s": (0.0, 0.02),
     "seq_overhead_s": (0.0, 200e-6),
     "eager_layer_overhead_s": (0.0, 300e-6),
@@ -239,5 +247,7 @@ def prior_calibration() -> Calibration:
         # with a 2 ms floor, ~32 ms, the leave-one-model-out refits came out TTFT 27.9 %
         # vs 24.7 % from 0, every architecture worse; leave-one-GPU-out 30.1 vs 37.7 %.)
         moe_first_token_s=0.0,
+        # DeepSeek-V3 technical report, section 5.4.3: 85-90 % second-token acceptance.
+        mtp_acceptance_rate=0.85,
         backends=MappingProxyType(backends),
     )

@@ -75,6 +75,10 @@ class SchedulerShape:
     # the `balance_ranks` ranks holds one or `balance_timeout_iterations` have passed.
     balance_timeout_iterations: int = 0
     balance_ranks: int = 1
+    # Tokens a decoding request emits per iteration: 1, or with speculative decoding its
+    # accepted drafts plus one (`perf.speculative.accepted_tokens`); the step model then
+    # prices the drafts and their verification (`perf.speculative.SpeculativeStepModel`).
+    accepted_tokens: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +193,8 @@ def predict_closed_loop(
         )
 
     alone_s = sum(_chunk_times(model, isl, sched.max_num_batched_tokens))
-    tpot_s = decode_step_s(running) if osl > 1 else 0.0
+    per_iteration = max(1.0, sched.accepted_tokens)  # tokens a decode emits per iteration
+    tpot_s = decode_step_s(running) / per_iteration if osl > 1 else 0.0
     ttft_s = alone_s + ttft_overhead_s
     rate = running / (ttft_s + (osl - 1) * tpot_s)
     queue = 0.0
@@ -210,7 +215,7 @@ def predict_closed_loop(
         if not sched.mixed_prefill:
             # A prefill-only iteration takes every prompt that arrived since the last one
             # (about one decode iteration's worth of arrivals), paying its fixed costs once.
-            waiting = max(waiting, rate * tpot_s)
+            waiting = max(waiting, rate * tpot_s * per_iteration)
         packed = prefill_batch(min(budget, max(isl, int(isl * waiting))))
         packed_tokens = sum(packed.prefill_tokens)
         if sched.mixed_prefill:
@@ -234,7 +239,7 @@ def predict_closed_loop(
             own_s += step_s(with_decodes(chunk, n) if sched.mixed_prefill else chunk)
 
         share = min(_MAX_PREFILL_SHARE, rate * work_per_prompt_s * lockstep_ranks)
-        new_tpot = t_decode / (1.0 - share) if osl > 1 else 0.0
+        new_iteration = t_decode / (1.0 - share) if osl > 1 else 0.0
         # The front-end streams at most so many tokens per second: past that, requests
         # wait before their prefill (TTFT), the GPU's iterations are unaffected.
         rate_cap = sched.max_output_tokens_per_s / osl / lockstep_ranks
@@ -243,31 +248,32 @@ def predict_closed_loop(
             # rest in prefill. Past that, prefill throughput is capped and prompts queue.
             full_batch = with_decodes(prefill_batch(budget), n)
             full_s = step_s(full_batch)
-            new_tpot = min(new_tpot, full_s)
+            new_iteration = min(new_iteration, full_s)
             budget_cap = sum(full_batch.prefill_tokens) / (full_s * isl) / lockstep_ranks
             rate_cap = min(rate_cap, budget_cap)
         # Closed-network queue at the prefill station (Schweitzer): a prompt finds
         # queue * (N-1)/N others ahead, each costing work_per_prompt_s.
         ahead = queue * (running - 1) / running
         wait_s = queue_scale * ahead * work_per_prompt_s
+        new_tpot = new_iteration / per_iteration
         # The running iteration's rest (half of one on average), those already formed and
         # the engine's first-token iterations.
-        ahead_s = (0.5 + sched.iterations_ahead + sched.first_token_iterations) * new_tpot
+        ahead_s = (0.5 + sched.iterations_ahead + sched.first_token_iterations) * new_iteration
         if sched.batch_wait_iterations and n_dec >= 1.0 and osl > 1:
-            ahead_s += new_tpot * batch_wait_iterations(
+            ahead_s += new_iteration * batch_wait_iterations(
                 sched.batch_wait_iterations,
                 sched.batch_wait_tokens,
                 isl,
                 n,
-                rate * new_tpot,
+                rate * new_iteration,
             )
         if sched.balance_timeout_iterations and running >= 2 and n_dec >= 1.0 and osl > 1:
             # A rank whose only client is the one prompting has no decode, which releases
             # the hold at once: with two or more clients per rank the others decode.
-            ahead_s += new_tpot * balance_wait_iterations(
+            ahead_s += new_iteration * balance_wait_iterations(
                 sched.balance_timeout_iterations,
                 sched.balance_ranks,
-                rate * new_tpot * sched.balance_ranks,
+                rate * new_iteration * sched.balance_ranks,
             )
         new_ttft = ttft_overhead_s + ahead_s + wait_s + own_s
         new_rate = running / (new_ttft + (osl - 1) * new_tpot)

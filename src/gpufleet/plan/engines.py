@@ -96,6 +96,10 @@ class EngineRules:
     # TRT-LLM's attention-DP balancing (attention_dp_config: enable_balance, timeout_iters;
     # off by default, set by some launch recipes): 0 when off.
     adp_balance_timeout_iters: int = 0
+    # TRT-LLM's multi-token prediction (speculative_config decoding_type MTP,
+    # num_nextn_predict_layers): draft tokens per sequence per iteration; off (0) by
+    # default, set by some launch recipes (`perf.speculative`).
+    mtp_draft_tokens: int = 0
 
     def admission_tokens(self, input_tokens: int, output_tokens: int) -> float:
         """KV tokens one running request counts against the cache, on average over its

@@ -8,6 +8,7 @@ from __future__ import annotations
 from gpufleet.errors import UserError
 from gpufleet.perf.calibration import Calibration, default_calibration
 from gpufleet.perf.roofline import LayoutLike, RooflineStepTimeModel
+from gpufleet.perf.speculative import accepted_tokens
 from gpufleet.perf.step_time import StepTimeModel
 from gpufleet.plan.closed_loop import (
     FIXED_LENGTH_QUEUE_SCALE,
@@ -123,12 +124,14 @@ def shape_of(
     max_num_batched_tokens: int | None = None,
     attention_dp: int = 1,
     first_token_iterations: float = 0.0,
+    mtp_acceptance_rate: float = 0.0,
 ) -> SchedulerShape:
     """The closed-loop solver's view of an engine's scheduling rules: its token budget
     (`rules`' unless given), `max_running` at once, chunk interleaving, overlap scheduling,
     batch waiting (its threshold a fraction of the budget, as TRT-LLM sets it) and the
-    attention-DP balancing across `attention_dp` ranks, and the engine's calibrated
-    first-token iterations."""
+    attention-DP balancing across `attention_dp` ranks, the engine's calibrated
+    first-token iterations, and the tokens a decode emits per iteration under the rules'
+    multi-token prediction at `mtp_acceptance_rate`."""
     budget = max_num_batched_tokens or rules.max_num_batched_tokens
     return SchedulerShape(
         max_num_batched_tokens=budget,
@@ -141,6 +144,7 @@ def shape_of(
         balance_timeout_iterations=rules.adp_balance_timeout_iters if attention_dp > 1 else 0,
         balance_ranks=attention_dp,
         first_token_iterations=first_token_iterations,
+        accepted_tokens=accepted_tokens(rules.mtp_draft_tokens, mtp_acceptance_rate),
     )
 
 

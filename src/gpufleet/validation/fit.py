@@ -80,9 +80,9 @@ def objective(cal: Calibration, rows: Sequence[Any], *, recipes: bool = False) -
 # (`perf.calibration.prior_calibration`: GEMM and copy efficiency from the H200 kernel
 # measurements, the one-shot all-reduce latency, the per-kernel fixed time), scaled to
 # other GPUs by the GPU's own peak figures: fitted to these rows' two GPUs they absorb
-# what other terms miss and stop carrying over (leave-one-model-out TPOT 15.6 -> 12.8 %
-# when frozen, benchmarks/results/plan_accuracy.md). MoE models' first-token time has no
-# documented source either, so it is fitted (from 0, its prior).
+# what other terms miss and stop carrying over (LOMO TPOT 15.6 -> 12.8 % when frozen).
+# MoE models' first-token time has no documented source, so it is fitted (from 0, its
+# prior). (MTP's acceptance joins them when `recipes.MTP_SWEEP_MODELLED` is on.)
 FITTED_SCALARS: tuple[str, ...] = ("attention_efficiency", "routing_skew", "moe_first_token_s")
 
 

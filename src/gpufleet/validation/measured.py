@@ -18,6 +18,7 @@ from typing import Final
 from gpufleet.errors import UserError
 from gpufleet.perf.calibration import BackendCalibration, Calibration, default_calibration
 from gpufleet.perf.roofline import RooflineStepTimeModel
+from gpufleet.perf.speculative import SpeculativeStepModel
 from gpufleet.plan.closed_loop import (
     FIXED_LENGTH_QUEUE_SCALE,
     ServingPrediction,
@@ -32,7 +33,13 @@ from gpufleet.specs.models import ModelSpec
 from gpufleet.specs.quant import BF16, FP8, FP8_BLOCK, QuantScheme
 from gpufleet.validation.engine_loop import EngineLoopResult, simulate_closed_loop
 from gpufleet.validation.feasibility import infeasible_reason
-from gpufleet.validation.recipes import batch_wait_rules, is_inferencemax, recipe_rules
+from gpufleet.validation.recipes import (
+    batch_wait_rules,
+    is_inferencemax,
+    recipe_expert_parallel,
+    recipe_rules,
+    speculative_rules,
+)
 from gpufleet.validation.rows import (
     QUANT_MODES,
     MeasuredRow,
@@ -125,6 +132,13 @@ class RowLayout:
 VLLM_DEFAULT_KV_DTYPE = True
 
 
+# Read the InferenceMAX TRT-LLM DeepSeek rows labelled MoE TP with the expert parallelism
+# their launch scripts set (`recipes.recipe_expert_parallel`). Off: refitted from the
+# shipped constants the objective rises 1.1713 -> 1.1773 (docs/performance-model.md,
+# "Wave 17: DeepSeek").
+EXPERT_PARALLEL_AS_LAUNCHED = False
+
+
 def row_kv_dtype(row: MeasuredRow, scheme: QuantScheme) -> str:
     """The KV cache dtype a row ran: fp8 where the attention weights are fp8, except vLLM
     at its default dtype (`VLLM_DEFAULT_KV_DTYPE`)."""
@@ -154,6 +168,8 @@ def row_layout(row: MeasuredRow, model: ModelSpec, gpu: GpuSpec) -> RowLayout:
         layout = Layout(tp=row.tp, pp=row.pp, dp=dp, weight_dtype=headline, kv_dtype=kv)
         return RowLayout(layout, row.batch_size)
     tp, moe_tp, ep = row.tp, row.moe_tp, row.moe_ep
+    if EXPERT_PARALLEL_AS_LAUNCHED and recipe_expert_parallel(row):
+        moe_tp, ep = 1, moe_tp * ep  # the recipe's EP_SIZE = TP
     gpus = moe_tp * ep
     if gpus % tp:
         raise UserError(
@@ -209,6 +225,8 @@ def model_row(
     # The batch waiting a row's launch recipe set is always modelled (see batch_wait_rules);
     # the recipes' other options only on request.
     rules = recipe_rules(row, rules) if recipes else batch_wait_rules(row, rules)
+    # So is the multi-token prediction it turned on (`speculative_rules`).
+    rules = speculative_rules(row, rules)
     step = layout_step_model(
         model,
         gpu,
@@ -227,7 +245,9 @@ def model_row(
         )
         return dataclasses.replace(pred, infeasible=infeasible or "")
     serving = predict_closed_loop(
-        step,
+        SpeculativeStepModel(step, rules.mtp_draft_tokens, model.num_layers)
+        if rules.mtp_draft_tokens
+        else step,
         row.isl,
         row.osl,
         how.clients_per_rank,
@@ -237,6 +257,7 @@ def model_row(
             max_output_tokens_per_s=b.frontend_tokens_per_s,
             attention_dp=layout.dp,
             first_token_iterations=b.first_token_iterations,
+            mtp_acceptance_rate=cal.mtp_acceptance_rate,
         ),
         ttft_overhead_s=first_token_s,
         queue_scale=FIXED_LENGTH_QUEUE_SCALE,

@@ -139,6 +139,68 @@ def batch_wait_rules(row: MeasuredRow, rules: EngineRules) -> EngineRules:
     return rules
 
 
+# InferenceMAX's `dsr1-fp8-h200-trt-mtp` sweep (benchmarks/dsr1_fp8_h200_trt_mtp*.sh,
+# image 1.1.0rc2.post2): `speculative_config: {decoding_type: MTP,
+# num_nextn_predict_layers: 3}`, 1 with attention DP ("MTP=3 (or MTP=1 when DP_ATTN=true)").
+MTP_DRAFT_TOKENS = 3
+MTP_DRAFT_TOKENS_ADP = 1
+_DATED_ID = re.compile(r"^\d{4}_\d\d_\d\d_")
+
+
+def runs_mtp_recipe(row: MeasuredRow) -> bool:
+    """Whether the row is one of InferenceMAX's TRT-LLM DeepSeek MTP sweep.
+
+    InferenceMAX's H200 TRT-LLM DeepSeek sweeps both run EP = TP = 8 (attention DP at high
+    concurrency), one plain (`dsr1-fp8-h200-trt`), one with MTP (`...-trt-mtp`), and only
+    the MTP sweep goes past 64 clients at 1k/1k (attention DP from 128) or past 64 at 8k/1k.
+    The shared CSV's dated TRT-LLM DeepSeek campaign labelled EP 8 holds those rows (1k/1k
+    at 128 and 256 clients under attention DP 8; 8k/1k at 128 and 256), so it is the MTP
+    sweep; its TPOT is what MTP gives (1k/8k at 0.80-0.83 of 1k/1k at 4-32 clients, where
+    the plain population reads 0.97-0.99: acceptance grows over long generations). The
+    `dsr1_...cfg181/183` rows (EP 8 labels, plain sweep's grid: 8k/1k stops at 64 clients)
+    and the campaign's EP 1-labelled copies are the plain sweep."""
+    return (
+        row.backend == "trtllm"
+        and "deepseek" in row.model_path.lower()
+        and bool(_DATED_ID.match(row.id))
+        and row.moe_ep > 1
+    )
+
+
+# Whether `speculative_rules` models the MTP sweep's drafts. Off: with them (and the
+# expert parallelism as launched) the fit's objective rises from both starts, 1.1713 ->
+# 1.1811 from the shipped constants and 1.3149 -> 1.3745 from the prior, and the fitted
+# acceptance (0.29) stands in for TRT-LLM's DeepSeek decode, 1.45x slower in both sweeps
+# than Qwen3's rows set (docs/performance-model.md, "Wave 17: DeepSeek"). Switching it on
+# means adding `mtp_acceptance_rate` to `validation.fit.FITTED_SCALARS`.
+MTP_SWEEP_MODELLED = False
+
+
+def speculative_rules(row: MeasuredRow, rules: EngineRules) -> EngineRules:
+    """The rules with the multi-token prediction the row's launch recipe turned on
+    (`runs_mtp_recipe`) when `MTP_SWEEP_MODELLED`; unchanged for every other row. Applied
+    to every prediction of a measured row, as `batch_wait_rules` is: it is what those
+    servers ran."""
+    if not (MTP_SWEEP_MODELLED and runs_mtp_recipe(row)):
+        return rules
+    drafts = MTP_DRAFT_TOKENS_ADP if row.attention_dp > 1 else MTP_DRAFT_TOKENS
+    return dataclasses.replace(rules, mtp_draft_tokens=drafts)
+
+
+def recipe_expert_parallel(row: MeasuredRow) -> bool:
+    """Whether the row's launch recipe ran its experts expert-parallel over all of its
+    GPUs whatever its labels say: InferenceMAX's H200 TRT-LLM DeepSeek scripts set
+    `EP_SIZE=$TP` in every version (benchmarks/dsr1_fp8_h200_trt*_slurm.sh, 2025-09 on),
+    yet the shared CSV labels one copy of their plain sweep MoE TP 8 x EP 1 (`cfg83`, and
+    its dated `tp8_ep1` copies), equal to the EP 8-labelled `cfg181` rows within 0-3 %."""
+    return (
+        row.backend == "trtllm"
+        and "deepseek" in row.model_path.lower()
+        and is_inferencemax(row)
+        and row.moe_ep == 1
+    )
+
+
 # InferenceMAX's TRT-LLM DeepSeek recipe with attention DP: attention_dp_config.timeout_iters
 # (enable_balance: true, batching_wait_iters: 0).
 ADP_BALANCE_TIMEOUT_ITERS = 60
