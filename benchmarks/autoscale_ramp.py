@@ -70,6 +70,8 @@ def main() -> None:
     ap.add_argument("--prefill-weight", type=float, default=1.0,
                     help="least_outstanding counts a request awaiting its first token this "
                          "many times (1: off)")  # fmt: skip
+    ap.add_argument("--join-quiet-s", type=float, default=0.0,
+                    help="default's capacity: no bound from above this long after a join")  # fmt: skip
     ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_ramp")
     ap.add_argument("--merge", action="store_true",
                     help="keep the rows of --out's JSON for the policies not rerun")  # fmt: skip
@@ -82,7 +84,7 @@ def main() -> None:
     base = base_scenario(args.seed, args.slow_start_s, args.prefill_weight)
     jobs: list[dict[str, Any]] = []
     for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
-        params = study.policy_params(policy, capacity, unloaded, weight)
+        params = study.policy_params(policy, capacity, unloaded, weight, args.join_quiet_s)
         sc = base.with_field("autoscale", policy)
         jobs.append({"name": policy, "scenario": sc.with_field("autoscale_params",
                                                                tuple(params.items()))})  # fmt: skip
@@ -95,7 +97,8 @@ def main() -> None:
                       "phases": [dataclasses.asdict(p) for p in PHASES],
                       "capacity_per_replica": capacity, "unloaded_ttft_tpot_s": unloaded,
                       "slow_start_s": args.slow_start_s,
-                      "prefill_weight": args.prefill_weight},
+                      "prefill_weight": args.prefill_weight,
+                      "join_quiet_s": args.join_quiet_s},
             "rows": rows}  # fmt: skip
     write_result(args.out, data, table, note=f"rows kept from {kept}" if kept else "")
     print(table)

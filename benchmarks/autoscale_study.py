@@ -136,6 +136,7 @@ def policy_params(
     capacity: int,
     unloaded: tuple[float, float] | None = None,
     prompt_weight: float | None = None,
+    join_quiet_s: float = 0.0,
 ) -> dict[str, Any]:
     if policy == "default":
         ttft0, tpot0 = unloaded if unloaded is not None else (None, None)
@@ -143,7 +144,8 @@ def policy_params(
                 "tpot_p90_slo_s": TPOT_SLO_S, "cold_start_s": COLD_START_S,
                 "slo_attainment": TARGET, "capacity_source": "planner, within the SLO",
                 "ttft_unloaded_s": ttft0, "tpot_unloaded_s": tpot0,
-                **({"prompt_token_weight": prompt_weight} if prompt_weight else {})}  # fmt: skip
+                **({"prompt_token_weight": prompt_weight} if prompt_weight else {}),
+                **({"capacity_join_quiet_s": join_quiet_s} if join_quiet_s else {})}  # fmt: skip
     if policy == "queue_depth":
         return {"capacity_per_replica": capacity}
     if policy == "hpa":
@@ -460,6 +462,9 @@ def main() -> None:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--static", type=int, default=None,
                     help="skip the search: this size (and the peak's, unless --peak-static)")  # fmt: skip
+    ap.add_argument("--static-from", type=Path, default=None,
+                    help="take the static row from this earlier run's JSON (same slice and "
+                         "routing: the autoscaler does not change it)")  # fmt: skip
     ap.add_argument("--peak-static", type=int, default=None,
                     help="the fleet sized for the peak minute: skip its search, this size")  # fmt: skip
     ap.add_argument("--peak-search", action="store_true",
@@ -470,6 +475,9 @@ def main() -> None:
     ap.add_argument("--prefill-weight", type=float, default=1.0,
                     help="least_outstanding counts a request awaiting its first token this "
                          "many times (1: off; routing.simple._loads)")  # fmt: skip
+    ap.add_argument("--join-quiet-s", type=float, default=0.0,
+                    help="default's capacity takes no bound from above this long after a "
+                         "replica joins (0: off; SloCapacity.join_quiet_s)")  # fmt: skip
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_study")
     ap.add_argument("--oracle", type=Path, default=RESULTS / "autoscale_oracle.json",
@@ -491,7 +499,9 @@ def main() -> None:
     print(f"capacity {capacity} in flight/replica (~{per_replica_rps:.1f} req/s); busiest minute "
           f"{peak_rps:.1f} req/s -> {planned} replicas", file=sys.stderr)  # fmt: skip
     base = base_scenario(args)
-    if args.static is not None:
+    if args.static_from is not None:  # the static row of an earlier run, not run again
+        static, tried = json.loads(args.static_from.read_text())["static"], []
+    elif args.static is not None:
         job = {
             "name": f"static {args.static}",
             "scenario": base.with_field("replicas", args.static),
@@ -505,7 +515,7 @@ def main() -> None:
         job = {"name": f"static {args.peak_static}",
                "scenario": base.with_field("replicas", args.peak_static)}  # fmt: skip
         peak = run_jobs([job], 1)[0]
-    elif args.static is None or args.peak_search:
+    elif (args.static is None and args.static_from is None) or args.peak_search:
         known = dict(tried) if tried else {n_static: static}
         peak, tried = static_fleet(base, peak_start(args, n_static), args.workers,
                                    meets_every_minute, known)  # fmt: skip
@@ -514,7 +524,8 @@ def main() -> None:
     for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
         sc = base.with_field("autoscale", policy).with_field("replicas", initial)
         sc = sc.with_field("min_replicas", 1).with_field("max_replicas", 2 * n_static)
-        params = policy_params(policy, capacity, unloaded_latency(mean_in, mean_out), weight)
+        params = policy_params(policy, capacity, unloaded_latency(mean_in, mean_out), weight,
+                               args.join_quiet_s)  # fmt: skip
         sc = sc.with_field("autoscale_params", tuple(params.items()))
         jobs.append({"name": policy, "scenario": sc})
     for name, schedule in oracle_schedules(args).items():
@@ -542,7 +553,8 @@ def main() -> None:
                   "tpot_slo_s": TPOT_SLO_S, "capacity_per_replica": capacity,
                   "busiest_minute_rps": peak_rps, "mean_rps": mean_rps,
                   "initial_replicas": initial, "planned_static": planned,
-                  "slow_start_s": args.slow_start_s, "prefill_weight": args.prefill_weight},
+                  "slow_start_s": args.slow_start_s, "prefill_weight": args.prefill_weight,
+                  "join_quiet_s": args.join_quiet_s},
         "static": static, "static_peak": peak, "static_tried": {str(n): {k: v for k, v in r.items() if k not in (
             "fleet_timeline", "ttft_p90_by_minute_s")} for n, r in tried},
         "rows": rows,
