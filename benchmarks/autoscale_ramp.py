@@ -72,6 +72,8 @@ def main() -> None:
                          "many times (1: off)")  # fmt: skip
     ap.add_argument("--join-quiet-s", type=float, default=0.0,
                     help="default's capacity: no bound from above this long after a join")  # fmt: skip
+    ap.add_argument("--default-param", action="append", default=[],
+                    help="one more parameter of default, KEY=VALUE (a number; repeatable)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_ramp")
     ap.add_argument("--merge", action="store_true",
                     help="keep the rows of --out's JSON for the policies not rerun")  # fmt: skip
@@ -85,6 +87,8 @@ def main() -> None:
     jobs: list[dict[str, Any]] = []
     for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
         params = study.policy_params(policy, capacity, unloaded, weight, args.join_quiet_s)
+        if policy == "default":
+            params.update(study.default_params(args.default_param))
         sc = base.with_field("autoscale", policy)
         jobs.append({"name": policy, "scenario": sc.with_field("autoscale_params",
                                                                tuple(params.items()))})  # fmt: skip
@@ -98,7 +102,8 @@ def main() -> None:
                       "capacity_per_replica": capacity, "unloaded_ttft_tpot_s": unloaded,
                       "slow_start_s": args.slow_start_s,
                       "prefill_weight": args.prefill_weight,
-                      "join_quiet_s": args.join_quiet_s},
+                      "join_quiet_s": args.join_quiet_s,
+                      "default_params": args.default_param},
             "rows": rows}  # fmt: skip
     write_result(args.out, data, table, note=f"rows kept from {kept}" if kept else "")
     print(table)

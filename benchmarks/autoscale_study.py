@@ -276,6 +276,15 @@ def base_scenario(args: argparse.Namespace) -> Scenario:
     )  # fmt: skip
 
 
+def default_params(pairs: list[str]) -> dict[str, float]:
+    """--default-param KEY=VALUE (numbers), e.g. headroom_fraction=0.2."""
+    out = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        out[key.strip()] = float(value)
+    return out
+
+
 def routing_options(prefill_weight: float) -> tuple[tuple[str, Any], ...]:
     """least_outstanding's options: none at weight 1 (the default routing, unchanged)."""
     return () if prefill_weight == 1.0 else (("prefill_weight", prefill_weight),)
@@ -484,6 +493,8 @@ def main() -> None:
     ap.add_argument("--join-quiet-s", type=float, default=0.0,
                     help="default's capacity takes no bound from above this long after a "
                          "replica joins (0: off; SloCapacity.join_quiet_s)")  # fmt: skip
+    ap.add_argument("--default-param", action="append", default=[],
+                    help="one more parameter of default, KEY=VALUE (a number; repeatable)")  # fmt: skip
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_study")
     ap.add_argument("--oracle", type=Path, default=RESULTS / "autoscale_oracle.json",
@@ -532,6 +543,8 @@ def main() -> None:
         sc = sc.with_field("min_replicas", 1).with_field("max_replicas", 2 * n_static)
         params = policy_params(policy, capacity, unloaded_latency(mean_in, mean_out), weight,
                                args.join_quiet_s)  # fmt: skip
+        if policy == "default":
+            params.update(default_params(args.default_param))
         sc = sc.with_field("autoscale_params", tuple(params.items()))
         jobs.append({"name": policy, "scenario": sc})
     for name, schedule in oracle_schedules(args).items():
@@ -560,7 +573,7 @@ def main() -> None:
                   "busiest_minute_rps": peak_rps, "mean_rps": mean_rps,
                   "initial_replicas": initial, "planned_static": planned,
                   "slow_start_s": args.slow_start_s, "prefill_weight": args.prefill_weight,
-                  "join_quiet_s": args.join_quiet_s},
+                  "join_quiet_s": args.join_quiet_s, "default_params": args.default_param},
         "static": static, "static_peak": peak, "static_tried": {str(n): {k: v for k, v in r.items() if k not in (
             "fleet_timeline", "ttft_p90_by_minute_s")} for n, r in tried},
         "rows": rows,
