@@ -38,25 +38,37 @@ def main() -> None:
     ap.add_argument("--ramp", action="store_true", help="autoscale_ramp.py's scenario")
     ap.add_argument("--seed", type=int, default=None, help="the scenario's (0; --ramp: 1)")
     ap.add_argument("--minute-s", type=float, default=study.WINDOW_S, help="rows' span")
+    ap.add_argument("--prefill-weight", type=float, default=1.0,
+                    help="least_outstanding's prefill_weight (1: off)")  # fmt: skip
+    ap.add_argument("--join-quiet-s", type=float, default=0.0,
+                    help="default's capacity_join_quiet_s (0: off)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_minutes")
     args = ap.parse_args()
     if args.ramp:
         mean_in, mean_out = ramp.MEAN_IN, ramp.MEAN_OUT
-        sc = ramp.base_scenario(1 if args.seed is None else args.seed)
+        sc = ramp.base_scenario(1 if args.seed is None else args.seed,
+                                prefill_weight=args.prefill_weight)  # fmt: skip
     else:
         setup = argparse.Namespace(
-            copies=args.copies, start_s=0.0, duration_s=None, seed=args.seed or 0
+            copies=args.copies,
+            start_s=0.0,
+            duration_s=None,
+            seed=args.seed or 0,
+            prefill_weight=args.prefill_weight,
         )
         peak_rps, start_rps, _, mean_in, mean_out = study.arrival_profile(setup)
         initial = max(1, math.ceil(args.static * start_rps / peak_rps))
         sc = study.base_scenario(setup).with_field("replicas", initial)
         sc = sc.with_field("min_replicas", 1).with_field("max_replicas", 2 * args.static)
     capacity = study.slo_capacity(mean_in, mean_out)
-    params = study.policy_params(args.policy, capacity, study.unloaded_latency(mean_in, mean_out))
+    unloaded = study.unloaded_latency(mean_in, mean_out)
+    params = study.policy_params(args.policy, capacity, unloaded, None, args.join_quiet_s)
     sc = sc.with_field("autoscale", args.policy)
     sc = sc.with_field("autoscale_params", tuple(params.items()))
     result = FleetSimulator(
-        build_config(sc), build_requests(sc), make_routing_policy(sc.routing, seed=sc.seed)
+        build_config(sc),
+        build_requests(sc),
+        make_routing_policy(sc.routing, seed=sc.seed, **dict(sc.routing_options)),
     ).run()
     minutes: dict[int, tuple[list[bool], list[float], list[float]]] = {}
     # Misses on a replica that became ready (after the start) less than JOINED_S before:
@@ -99,6 +111,7 @@ def main() -> None:
     table = "\n".join(lines)
     data = {"setup": {"policy": args.policy, "static": args.static, "copies": args.copies,
                       "ramp": args.ramp, "seed": sc.seed, "minute_s": args.minute_s,
+                      "prefill_weight": args.prefill_weight, "join_quiet_s": args.join_quiet_s,
                       "from_s": args.from_s, "to_s": args.to_s if math.isfinite(args.to_s) else None},
             "minutes": rows, "decisions": decisions}  # fmt: skip
     write_result(args.out, data, table)

@@ -51,7 +51,8 @@ def per_minute(job: dict[str, Any]) -> dict[str, Any]:
     whether the window's p90 TTFT and TPOT hold."""
     sc = job["scenario"]
     result = FleetSimulator(build_config(sc), build_requests(sc),
-                            make_routing_policy(sc.routing, seed=sc.seed)).run()  # fmt: skip
+                            make_routing_policy(sc.routing, seed=sc.seed,
+                                               **dict(sc.routing_options))).run()  # fmt: skip
     minutes: dict[int, list[Any]] = {}
     for r in result.requests:
         minutes.setdefault(int(r.arrival_s // study.WINDOW_S), []).append(r)

@@ -37,13 +37,14 @@ PHASES = (
 MEAN_IN, MEAN_OUT = 1500, 250
 
 
-def base_scenario(seed: int, slow_start_s: float = 0.0) -> Scenario:
+def base_scenario(seed: int, slow_start_s: float = 0.0, prefill_weight: float = 1.0) -> Scenario:
     """The ramp's scenario, before a policy is set (also `autoscale_minutes.py --ramp`)."""
     return Scenario(
         model=study.MODEL, gpu=study.GPU, tp=study.TP, rate_steps=PHASES,
         input_tokens=MEAN_IN, output_tokens=MEAN_OUT, range_ratio=0.8,
         routing="least_outstanding", startup_s=study.COLD_START_S, drain_deadline_s=600.0,
         seed=seed, replicas=3, min_replicas=1, max_replicas=20, slow_start_s=slow_start_s,
+        routing_options=study.routing_options(prefill_weight),
     )  # fmt: skip
 
 
@@ -66,6 +67,13 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--slow-start-s", type=float, default=0.0,
                     help="the gateway's slow start for replicas that become ready (0: off)")  # fmt: skip
+    ap.add_argument("--prefill-weight", type=float, default=1.0,
+                    help="least_outstanding counts a request awaiting its first token this "
+                         "many times (1: off)")  # fmt: skip
+    ap.add_argument("--join-quiet-s", type=float, default=0.0,
+                    help="default's capacity: no bound from above this long after a join")  # fmt: skip
+    ap.add_argument("--default-param", action="append", default=[],
+                    help="one more parameter of default, KEY=VALUE (a number; repeatable)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_ramp")
     ap.add_argument("--merge", action="store_true",
                     help="keep the rows of --out's JSON for the policies not rerun")  # fmt: skip
@@ -75,10 +83,12 @@ def main() -> None:
     capacity = study.slo_capacity(MEAN_IN, MEAN_OUT)
     unloaded = study.unloaded_latency(MEAN_IN, MEAN_OUT)
     weight = study.resolve_weight(args.prompt_token_weight, MEAN_IN, MEAN_OUT, capacity)
-    base = base_scenario(args.seed, args.slow_start_s)
+    base = base_scenario(args.seed, args.slow_start_s, args.prefill_weight)
     jobs: list[dict[str, Any]] = []
     for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
-        params = study.policy_params(policy, capacity, unloaded, weight)
+        params = study.policy_params(policy, capacity, unloaded, weight, args.join_quiet_s)
+        if policy == "default":
+            params.update(study.default_params(args.default_param))
         sc = base.with_field("autoscale", policy)
         jobs.append({"name": policy, "scenario": sc.with_field("autoscale_params",
                                                                tuple(params.items()))})  # fmt: skip
@@ -90,7 +100,10 @@ def main() -> None:
     data = {"setup": {"model": study.MODEL, "gpu": study.GPU, "tp": study.TP,
                       "phases": [dataclasses.asdict(p) for p in PHASES],
                       "capacity_per_replica": capacity, "unloaded_ttft_tpot_s": unloaded,
-                      "slow_start_s": args.slow_start_s},
+                      "slow_start_s": args.slow_start_s,
+                      "prefill_weight": args.prefill_weight,
+                      "join_quiet_s": args.join_quiet_s,
+                      "default_params": args.default_param},
             "rows": rows}  # fmt: skip
     write_result(args.out, data, table, note=f"rows kept from {kept}" if kept else "")
     print(table)

@@ -51,6 +51,7 @@ instead of after the windows over the SLO. Pure: samples come in with their time
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from gpufleet.autoscale.forecast import ArrivalRate, WindowMean, WindowMedian, WindowMin
@@ -83,6 +84,12 @@ class SloCapacity:
     # request's work is its output tokens + this × its prompt tokens (a prompt token's
     # cost on a replica in output tokens', from the step-time model). None: off.
     prompt_token_weight: float | None = None
+    # No bound from above within this long of a replica becoming ready (0: off): a window
+    # over the SLO then may be the router's herd onto it, not what a replica holds
+    # (docs/up.md, Wave 16; measured in Wave 17, not on by default).
+    join_quiet_s: float = 0.0
+    _ready_n: int = 0
+    _joined_s: float = -math.inf
     _rate: ArrivalRate = field(default_factory=ArrivalRate)
     _ready: WindowMean = field(default_factory=WindowMean)
     _since_s: float | None = None
@@ -103,6 +110,9 @@ class SloCapacity:
         self._lower.window_s = self._upper.window_s = self.smooth_s
         self._rate.add(now_s, float(signals.admitted_total))
         self._ready.add(now_s, float(len(signals.ready)))
+        if len(signals.ready) > self._ready_n:
+            self._joined_s = now_s
+        self._ready_n = len(signals.ready)
         if self._since_s is None:
             self._since_s = now_s
         work = self._work_of(signals)
@@ -151,7 +161,7 @@ class SloCapacity:
         if within:
             factor = min(min(lower_factors), self.max_extrapolation)
             self._lower.add(now_s, per_replica * factor)
-        elif not signals.starting:
+        elif not signals.starting and now_s - self._joined_s >= self.join_quiet_s:
             # Over the SLO while replicas are starting: the fleet is short and already
             # growing; the window says so, not what a replica holds.
             self._upper.add(now_s, per_replica * min(upper_factors))

@@ -26,7 +26,6 @@ class FleetReplica(ReplicaView):
     ejections: int = 0  # the ejection-time multiplier (see fleet_state.outlier)
     window_requests: int = 0  # requests finished in this success-rate interval
     window_failures: int = 0
-    streaming: int = 0  # of in_flight, those whose first token reached the client
     kv_capacity_tokens: int | None = None  # from the engine's metrics, when it reports it
     down_reason: str = ""  # why the last probe failed ("" once healthy), as a person reads it
     engine: str | None = None  # vllm | sglang | tgi | trtllm | openai; None: not known yet

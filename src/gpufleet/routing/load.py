@@ -16,6 +16,12 @@ def in_flight(replica: ReplicaView) -> int:
     return replica.in_flight + replica.peer_in_flight
 
 
+def awaiting_first_token(replica: ReplicaView) -> int:
+    """Of this gateway's requests on `replica`, those whose first token has not come back:
+    prompts it still has to prefill (or queues). Peers' requests are not split so."""
+    return max(0, replica.in_flight - replica.streaming)
+
+
 def requests_since_scrape(replica: ReplicaView) -> int:
     """Requests sent (positive) or finished (negative) since the scrape, per this gateway."""
     if replica.stats is None:

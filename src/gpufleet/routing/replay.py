@@ -322,11 +322,13 @@ def replay(
             heapq.heappush(events, (done + req.output_tokens * timing.tpot_s, _FINISH, seq, idx))
         elif kind == _FIRST_TOKEN:
             info, view = infos[idx]
+            view.streaming += 1  # (as the fleet core counts it: `FleetState.first_token`)
             policy.on_first_token(info, by_id[view.replica_id])
         else:
             info, view = infos.pop(idx)
             caches[view.replica_id].release(leases.pop(idx))
             view.in_flight -= 1
+            view.streaming -= 1  # (every request here gets its first token before it ends)
             policy.on_finished(info, view, True)
     return report
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpufleet.routing.base import PolicyBase, randbelow, random_min_of, sample_two
+from gpufleet.routing.load import awaiting_first_token
 from gpufleet.routing.types import ReplicaView, RequestInfo
 
 
@@ -35,11 +36,30 @@ class RandomChoice(PolicyBase):
         return replicas[randbelow(self.rng, len(replicas))]  # (`rng.choice`)
 
 
-def _loads(replicas: Sequence[ReplicaView]) -> list[float]:
-    """Each replica's in-flight count (this gateway's and its peers'), divided by its
-    slow-start weight while it ramps up (`routing.slow_start`; ints when none does, so a
-    fleet without slow start routes exactly as before)."""
+def check_prefill_weight(prefill_weight: float) -> float:
+    if not prefill_weight >= 1.0:
+        raise ValueError(f"prefill_weight must be >= 1 (1: off), got {prefill_weight}")
+    return float(prefill_weight)
+
+
+def _loads(replicas: Sequence[ReplicaView], prefill_weight: float = 1.0) -> list[float]:
+    """Each replica's in-flight count (this gateway's and its peers'), a request still
+    awaiting its first token counted `prefill_weight` times, divided by its slow-start
+    weight while it ramps up (`routing.slow_start`; ints when neither applies, so such a
+    fleet routes exactly as before).
+
+    Why weigh prefill: a replica that just became ready holds nothing, and counted by
+    requests alone it wins every arrival until it holds as many as the others (40-110 on
+    the autoscale study): that many whole prompts to prefill at once, a TTFT tail of 2-9 s
+    (docs/up.md, Wave 16). Counting prompts not yet prefilled more heavily lets it take a
+    few, and more as it answers their first tokens: it fills at the rate it prefills.
+    Dynamo's KV router likewise adds a worker's active prefill tokens to its decode load.
+    """
     loads: list[float] = [r.in_flight + r.peer_in_flight for r in replicas]
+    if prefill_weight != 1.0:
+        extra = prefill_weight - 1.0
+        for i, r in enumerate(replicas):
+            loads[i] = loads[i] + extra * awaiting_first_token(r)
     for i, r in enumerate(replicas):
         if r.slow_start_weight != 1.0:
             loads[i] = loads[i] / r.slow_start_weight
@@ -47,21 +67,31 @@ def _loads(replicas: Sequence[ReplicaView]) -> list[float]:
 
 
 class LeastOutstanding(PolicyBase):
-    """Fewest requests in flight as counted by this gateway; random among ties. A replica
-    in slow start counts its requests divided by its weight."""
+    """Fewest requests in flight as counted by this gateway; random among ties. A request
+    awaiting its first token counts `prefill_weight` times (1: as any other; `_loads`); a
+    replica in slow start counts its requests divided by its weight."""
 
     name = "least_outstanding"
+
+    def __init__(self, *, seed: int | None = None, prefill_weight: float = 1.0) -> None:
+        super().__init__(seed=seed)
+        self.prefill_weight = check_prefill_weight(prefill_weight)
 
     def choose(self, request: RequestInfo, replicas: Sequence[ReplicaView]) -> ReplicaView | None:
         if not replicas:
             return None
-        return random_min_of(self.rng, replicas, _loads(replicas))
+        return random_min_of(self.rng, replicas, _loads(replicas, self.prefill_weight))
 
 
 class PowerOfTwo(PolicyBase):
-    """Two distinct replicas at random; the one with fewer in flight (random on a tie)."""
+    """Two distinct replicas at random; the one with fewer in flight (random on a tie),
+    weighed as `LeastOutstanding` weighs them."""
 
     name = "power_of_two"
+
+    def __init__(self, *, seed: int | None = None, prefill_weight: float = 1.0) -> None:
+        super().__init__(seed=seed)
+        self.prefill_weight = check_prefill_weight(prefill_weight)
 
     def choose(self, request: RequestInfo, replicas: Sequence[ReplicaView]) -> ReplicaView | None:
         if not replicas:
@@ -70,4 +100,4 @@ class PowerOfTwo(PolicyBase):
             return replicas[0]
         a, b = sample_two(self.rng, len(replicas))  # (`rng.sample(range(n), 2)`)
         pair = (replicas[a], replicas[b])
-        return random_min_of(self.rng, pair, _loads(pair))
+        return random_min_of(self.rng, pair, _loads(pair, self.prefill_weight))

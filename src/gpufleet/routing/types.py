@@ -100,6 +100,9 @@ class ReplicaView:
     # Slow start (routing.slow_start): < 1 while it ramps up after becoming ready; the
     # fleet core sets it. Load-comparing policies divide its in-flight count by it.
     slow_start_weight: float = 1.0
+    # Of `in_flight`, those whose first token came back (the fleet core counts them); the
+    # rest still wait for their prefill (`routing.load.awaiting_first_token`).
+    streaming: int = 0
 
 
 @dataclass(frozen=True, slots=True, init=False)  # (`__init__` below: compiled)

@@ -13,8 +13,7 @@
   in-flight trend. With SLOs set, what a replica holds is measured on the fleet (`SloCapacity`: the
   rate it serves within the SLO, as a queue), not taken from the planner, and no replica
   is removed before it has been.
-- Replicas already starting count as capacity arriving at their expected ready time, so a
-  burst does not start a second wave of replicas while the first is still loading.
+- Replicas starting count as capacity due at their ready time: no second wave for a burst.
 - Scale in only when N−1 replicas would have stayed below the saturation thresholds at
   the recent peak (demand and KV, over at least a cold start: the demand the next cold
   start may bring back) and within the latency SLOs at the attainment's quantile (p99
@@ -63,15 +62,15 @@ class DefaultPolicy:
     # window's p90 latency, 0.99 on its p99 (`SloCapacity`).
     slo_attainment: float = 0.9
     measure_capacity: bool = True  # within the SLO, on the fleet (`SloCapacity`), with SLOs
-    # Measure it as a token rate (`SloCapacity.in_tokens`). Off: on the Azure study (wave
-    # 12) 99.81 % at 49.4 GPU-h against 99.60 % at 42.8 in requests (tokens unweighted).
+    # Measure it as a token rate (`SloCapacity.in_tokens`). Off: on the Azure study (wave 12)
+    # 99.81 % at 49.4 GPU-h against 99.60 % at 42.8 in requests (tokens unweighted).
     capacity_in_tokens: bool = False
     # Or of work, output + this × prompt tokens (`SloCapacity.prompt_token_weight`). Off:
     # wave 13b, the step model's 0.19 on the study: 49.7 GPU-h against 43.2 (docs/up.md).
     prompt_token_weight: float | None = None
-    # One request alone on a replica (the planner's): where its latency starts to queue from.
+    capacity_join_quiet_s: float = 0.0  # `SloCapacity.join_quiet_s` (0: off)
     ttft_unloaded_s: float | None = None
-    tpot_unloaded_s: float | None = None
+    tpot_unloaded_s: float | None = None  # these two: one request alone (the planner's)
     cold_start_s: float = 30.0  # used until the actuator reports observed cold starts
     headroom_fraction: float = 0.1  # warm capacity kept above forecast demand
     # Both windows stretch to the cold start when it is longer (`_windows`): a trend
@@ -137,6 +136,7 @@ class DefaultPolicy:
         self._slo_capacity.tpot_unloaded_s = self.tpot_unloaded_s
         self._slo_capacity.in_tokens = self.capacity_in_tokens
         self._slo_capacity.prompt_token_weight = self.prompt_token_weight
+        self._slo_capacity.join_quiet_s = self.capacity_join_quiet_s
         self._windows(self.cold_start_s)
 
     def _windows(self, cold_start_s: float) -> None:

@@ -1,0 +1,39 @@
+"""`SloCapacity.join_quiet_s`: a window over the SLO just after a replica joined (the
+router's herd onto it, docs/up.md Wave 16) is not a bound from above when asked; it is
+by default."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from autoscale.helpers import even, fleet
+from gpufleet.autoscale.capacity import SloCapacity
+from gpufleet.autoscale.signals import FleetSignals, Percentiles
+
+
+def signals(n_ready: int, admitted: int, tpot_p99_s: float) -> FleetSignals:
+    tpot = Percentiles(tpot_p99_s / 3, tpot_p99_s / 2, tpot_p99_s)
+    return replace(fleet(even(n_ready, 40)), admitted_total=admitted, tpot_s=tpot,
+                   window_s=60.0, latency_requests=500)  # fmt: skip
+
+
+def run(cap: SloCapacity) -> float:
+    """4 replicas at 5 req/s each within the SLO for 200 s; then a fifth joins and the
+    next 30 s are over the SLO: the estimate after them."""
+    admitted = 0
+    for t in range(0, 200):
+        admitted += 20
+        cap.add(float(t), signals(4, admitted, 0.05))
+    before = cap.estimate_rps()
+    for t in range(200, 230):
+        admitted += 20
+        cap.add(float(t), signals(5, admitted, 0.3))
+    after = cap.estimate_rps()
+    assert before is not None and after is not None
+    return after / before
+
+
+def test_windows_over_the_slo_just_after_a_join_cut_the_estimate_unless_quiet() -> None:
+    kw = {"tpot_slo_s": 0.1, "quantile": 0.99, "smooth_s": 60.0, "tpot_unloaded_s": 0.02}
+    assert run(SloCapacity(**kw)) < 0.9  # the herd's windows bound it from above
+    assert run(SloCapacity(join_quiet_s=60.0, **kw)) == 1.0
