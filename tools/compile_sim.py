@@ -45,7 +45,6 @@ MODULES = [
     "gpufleet/fleet_state/state.py",
     "gpufleet/fleet_state/table.py",
     "gpufleet/perf/decode_run.py",
-    "gpufleet/perf/host_overlap.py",
     "gpufleet/perf/roofline.py",
     "gpufleet/perf/step_batch.py",
     "gpufleet/perf/step_ends.py",

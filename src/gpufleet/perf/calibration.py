@@ -54,11 +54,6 @@ class BackendCalibration:
     frontend_tokens_per_s: streamed output tokens per second the engine's API process
         delivers (detokenize + SSE in one Python process): a replica's throughput ceiling
         whatever the GPUs could do.
-    host_seq_overhead_s: an engine that overlaps its host loop with the GPU (SGLang,
-        TRT-LLM; `perf.host_overlap`): the loop's work per running request each iteration
-        (its output processed, its token streamed, its next input formed), which sets a
-        floor on the iteration instead of adding to it. The other overheads stay on the
-        critical path.
     benchmark_requests_per_client: the measured benchmarks ran a finite number of
         requests per client, all clients starting at once; the first wave's queueing
         weighs 1/this in their mean TTFT (a property of each backend's benchmark harness,
@@ -75,7 +70,6 @@ class BackendCalibration:
     moe_gemm_efficiency: float = 0.9
     frontend_tokens_per_s: float = 20000.0
     benchmark_requests_per_client: float = 8.0
-    host_seq_overhead_s: float = 10e-6
 
 
 @dataclass(frozen=True)
@@ -151,7 +145,6 @@ BOUNDS: Final[Mapping[str, tuple[float, float]]] = MappingProxyType({
     "moe_gemm_efficiency": (0.2, 1.0),
     "frontend_tokens_per_s": (2000.0, 200000.0),
     "benchmark_requests_per_client": (1.0, 50.0),
-    "host_seq_overhead_s": (0.0, 200e-6),
 })  # fmt: skip
 
 
@@ -224,9 +217,6 @@ def prior_calibration() -> Calibration:
         frontend_tokens_per_s=_geometric_midpoint("frontend_tokens_per_s"),
         # A property of each benchmark harness, undocumented: the bounds' midpoint (~7).
         benchmark_requests_per_client=_geometric_midpoint("benchmark_requests_per_client"),
-        # A running request's turn in a Python host loop (append its token, check its stop
-        # conditions, stream it, form its next input): ~10 µs, as seq_overhead_s's.
-        host_seq_overhead_s=10e-6,
     )
     backends = {"default": backend} | {name: backend for name in PRIOR_BACKENDS}
     return Calibration(

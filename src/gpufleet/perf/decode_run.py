@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from gpufleet.perf.host_overlap import overlapped_step_s
 from gpufleet.perf.step_ends import StepEnds
 
 # Runs at least this long are evaluated with numpy (a fixed cost of ~7 µs, then a few ns a
@@ -49,9 +48,6 @@ class DecodeParts:
     attn_flops_s: float
     kv_bytes_per_token_layer: float
     hbm_bytes_s: float
-    # An engine that overlaps its host loop with the GPU (`perf.host_overlap`): the loop's
-    # time; each step is the longer of it and the rest (the Python loop).
-    host_s: float | None = None
     # +1: every decode step's attention is memory-bound, -1: compute-bound, 0: either
     bound: int = field(init=False, default=0)
     # one layer class without window or MoE (dense models): `_ends_one_class`
@@ -70,7 +66,6 @@ class DecodeParts:
         object.__setattr__(self, "bound", bound)
         layers = self.layers
         one_class = len(layers) == 1 and layers[0][2] is None and layers[0][3] is None
-        one_class = one_class and self.host_s is None
         object.__setattr__(self, "one_class", one_class)
         object.__setattr__(self, "lean", one_class and bound != 0 and len(self.tail_s) == 1)
 
@@ -80,8 +75,7 @@ def decode_run_times_s(
 ) -> list[float]:
     """Each step's time of a decode run of `num_decode` sequences whose summed context is
     `context_tokens` at the first step and grows by `num_decode` a step."""
-    host_s = parts.host_s
-    if num_steps >= VECTOR_MIN_STEPS and host_s is None:
+    if num_steps >= VECTOR_MIN_STEPS:
         return _times_np(parts, num_decode, context_tokens, num_steps)
     n = num_decode
     pair_flops, attn_flops_s = parts.decode_pair_flops, parts.attn_flops_s
@@ -101,10 +95,7 @@ def decode_run_times_s(
             total += count * layer_s
         for part_s in parts.tail_s:
             total += part_s
-        if host_s is None:
-            out.append(total + parts.overhead_s)
-        else:
-            out.append(overlapped_step_s(total + parts.overhead_s, host_s))
+        out.append(total + parts.overhead_s)
     return out
 
 
@@ -121,7 +112,7 @@ def decode_run_ends_s(
     what accumulating `decode_run_times_s` gives (numpy's cumulative sum adds in order)."""
     if parts.lean:
         return decode_run_ends_lean(parts, num_decode, context_tokens, num_steps, start_s, extra_s)
-    if num_steps >= VECTOR_MIN_STEPS and parts.host_s is None:
+    if num_steps >= VECTOR_MIN_STEPS:
         ends = np.empty(num_steps + 1)
         ends[0] = start_s
         times = ends[1:]

@@ -28,8 +28,7 @@ Per layer, on one GPU of the group:
 * lm_head for the sequences that sample; per-iteration engine overhead (scheduler,
   sampler) plus a per-sequence part; iterations the engine does not replay from a CUDA
   graph (prefill, or decode batches above the captured sizes) pay the kernel launches of
-  every layer. An engine that overlaps its host loop with the GPU (`host_overlap`) takes
-  at least the loop's per-request work (`perf.host_overlap`).
+  every layer.
 
 Everything that does not depend on the batch is computed once in __init__; `step_time_s`
 does a few dozen float operations (the engine calls it every iteration).
@@ -45,7 +44,6 @@ from gpufleet.perf.calibration import Calibration, default_calibration
 from gpufleet.perf.comm import CUSTOM_ALL_REDUCE_MAX_BYTES, AllReduceCurve, send_recv_s
 from gpufleet.perf.decode_run import DecodeParts, decode_run_ends_s, decode_run_times_s
 from gpufleet.perf.expert_routing import expert_routing
-from gpufleet.perf.host_overlap import overlapped_step_s
 from gpufleet.perf.layer_costs import compute_dtype, layer_classes
 from gpufleet.perf.moe_traffic import moe_activation_bytes
 from gpufleet.perf.step_time import StepBatch
@@ -113,9 +111,6 @@ class RooflineStepTimeModel:
     moe_padded_expert_rows: rows the engine's grouped GEMM computes for every local expert
     each step, routed to or not (`plan.engines.moe_padded_expert_rows`; 0: only the
     experts the batch touches are read).
-    host_overlap: the engine prepares each iteration while the GPU runs the one before
-    (`plan.engines.EngineRules.overlap_scheduling`): an iteration takes the longer of the
-    above and its host loop's per-request work (`perf.host_overlap`).
     """
 
     def __init__(
@@ -131,7 +126,6 @@ class RooflineStepTimeModel:
         moe_weight_dtype: str | None = None,
         cuda_graph_max_batch: int | None = None,
         moe_padded_expert_rows: int = 0,
-        host_overlap: bool = False,
     ) -> None:
         cal = calibration or default_calibration()
         self.model = model
@@ -150,8 +144,6 @@ class RooflineStepTimeModel:
         self._eager_s = b.eager_layer_overhead_s * model.num_layers
         self._moe_fixed_s = b.moe_layer_overhead_s * model.num_moe_layers if model.moe else 0.0
         self._graph_max = cuda_graph_max_batch
-        self._host_overlap = host_overlap
-        self._host_seq_s = b.host_seq_overhead_s
 
         sch = scheme or model.weight_scheme(layout.weight_dtype)
         self._classes = layer_classes(
@@ -252,22 +244,12 @@ class RooflineStepTimeModel:
         return s
 
     def step_time_s(self, batch: StepBatch) -> float:
-        n_dec = batch.num_decode
-        n_seqs = len(batch.prefill_tokens) + n_dec
-        if n_seqs == 0:
-            return 0.0
-        has_prefill = bool(batch.prefill_tokens)
-        step_s = self._gpu_s(batch) + self._overheads_s(n_seqs, n_dec, has_prefill)
-        if self._host_overlap:
-            return overlapped_step_s(step_s, self._host_seq_s * n_seqs)
-        return step_s
-
-    def _gpu_s(self, batch: StepBatch) -> float:
-        """The iteration's time without the engine's overheads (`_overheads_s`)."""
         prefill_tokens = batch.prefill_tokens
         prefill_ctx = batch.prefill_context_tokens
         n_dec = batch.num_decode
         n_seqs = len(prefill_tokens) + n_dec
+        if n_seqs == 0:
+            return 0.0
         tokens = sum(prefill_tokens) + n_dec
         dec_ctx_mean = batch.decode_context_tokens / n_dec if n_dec else 0.0
 
@@ -311,7 +293,7 @@ class RooflineStepTimeModel:
         if self.pipeline_stages > 1:
             hop = send_recv_s(tokens * self._h * ACT_BYTES, self._pp_link_gbps, 5e-6)
             total += (self.pipeline_stages - 1) * hop
-        return total
+        return total + self._overheads_s(n_seqs, n_dec, bool(prefill_tokens))
 
     def _allreduce_s(self, tokens: int) -> float:
         if not self._allreduces_per_layer:
@@ -420,7 +402,6 @@ class RooflineStepTimeModel:
             self._attn_flops_s,
             self._kv_bytes_per_token_layer,
             self._hbm_bytes_s,
-            self._host_seq_s * n if self._host_overlap else None,
         )
         self._decode_parts[n] = parts
         return parts
@@ -429,13 +410,11 @@ class RooflineStepTimeModel:
         """Where one iteration's time goes (for the planner's explanations)."""
         total = self.step_time_s(batch)
         ar = self._allreduce_s(batch.num_tokens) if batch.num_seqs else 0.0
-        overhead = 0.0
-        if batch.num_seqs and self._host_overlap:  # all the time beyond the GPU's
-            overhead = total - self._gpu_s(batch)
-        elif batch.num_seqs:
-            overhead = self._overheads_s(
-                batch.num_seqs, batch.num_decode, bool(batch.prefill_tokens)
-            )
+        overhead = (
+            self._overheads_s(batch.num_seqs, batch.num_decode, bool(batch.prefill_tokens))
+            if batch.num_seqs
+            else 0.0
+        )
         exchange = 0.0
         if self._num_experts and batch.num_seqs:
             exchange = self.model.num_moe_layers * self._exchange_s(batch.num_tokens)

@@ -28,9 +28,8 @@ batch their CUDA graphs cover.
 
 SGLang and TRT-LLM (PyTorch backend) overlap scheduling with the GPU by default: the next
 iteration's batch is formed while the current one runs, so a new request joins one
-iteration later than it would otherwise, and the host's work per iteration hides behind
-the GPU's (an iteration costs the longer of the two, `perf.host_overlap`). vLLM's async
-scheduling is opt-in (`--async-scheduling`) up to 0.12; the default from PR #27614 on.
+iteration later than it would otherwise. vLLM's async scheduling is opt-in
+(`--async-scheduling`).
 
 Routed experts in block-scaled fp8 on Hopper: vLLM (<= 0.12) runs them through DeepGEMM's
 contiguous grouped GEMM unless TP is 8 (fp8.py's backend choice; PR #29346 turned it off
@@ -88,8 +87,7 @@ class EngineRules:
     block_tokens: int  # KV block (page) size
     # The scheduler builds iteration i+1 while the GPU runs iteration i (SGLang's overlap
     # schedule, TRT-LLM's overlap scheduler: both on by default; vLLM's async scheduling is
-    # opt-in up to 0.12): a request that arrives during iteration i waits for i+1 as well,
-    # and an iteration costs the longer of its host and GPU times (`perf.host_overlap`).
+    # opt-in): a request that arrives during iteration i waits for i+1 as well.
     overlap_scheduling: bool = False
     # TRT-LLM's batch waiting (batch_wait_timeout_iters, batch_wait_max_tokens_ratio of
     # max_num_tokens): off by default, set by some launch recipes (see closed_loop).

@@ -48,8 +48,7 @@ def layout_step_model(
     scheme: QuantScheme | None = None,
     rules: EngineRules | None = None,
 ) -> RooflineStepTimeModel:
-    """The roofline model of `layout` with the engine's CUDA-graph sizes, MoE padding and
-    overlap of host and GPU work.
+    """The roofline model of `layout` with the engine's CUDA-graph sizes and MoE padding.
 
     scheme: the weights' quantization (default: the layout's weight dtype's scheme);
     rules: the engine as launched (default: its defaults for the layout), e.g. a launch
@@ -68,7 +67,6 @@ def layout_step_model(
         scheme=scheme,
         cuda_graph_max_batch=rules.cuda_graph_max_batch,
         moe_padded_expert_rows=moe_padded_expert_rows(backend, gpu, model, scheme, layout.tp),
-        host_overlap=rules.overlap_scheduling,
     )
 
 

@@ -41,7 +41,6 @@ _NO_OVERHEAD: Final = BackendCalibration(
     step_overhead_s=0.0,
     seq_overhead_s=0.0,
     eager_layer_overhead_s=0.0,
-    host_seq_overhead_s=0.0,
     moe_layer_overhead_s=0.0,
     ttft_overhead_s=0.0,
     moe_efficiency=BOUNDS["moe_efficiency"][1],
