@@ -37,6 +37,24 @@ class DecodeStepTimes(Protocol):
         ...
 
 
+StepTimeFn = Callable[[StepBatch], float]
+
+
+def memoised_step_time_fn(model: StepTimeModel) -> StepTimeFn:
+    """`model.step_time_s` evaluating each distinct batch once: fixed points and played-out
+    loops revisit the same few batches (the model is pure, so a cached answer is exact)."""
+    memo: dict[StepBatch, float] = {}
+    step_time_s = model.step_time_s
+
+    def memoised(batch: StepBatch) -> float:
+        t = memo.get(batch)
+        if t is None:
+            t = memo[batch] = step_time_s(batch)
+        return t
+
+    return memoised
+
+
 DecodeStepTimesFn = Callable[[int, int, int], list[float]]
 
 

@@ -27,7 +27,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from gpufleet.perf.step_time import StepBatch, StepTimeModel
+from gpufleet.perf.step_time import StepBatch, StepTimeModel, memoised_step_time_fn
 
 _ITERATIONS = 60
 # Queueing at the prefill station scales with the variability of arrivals and service,
@@ -159,14 +159,7 @@ def predict_closed_loop(
     isl, osl = input_tokens, output_tokens
     running = max(1, min(concurrency, sched.max_running))
     decode_ctx = isl + osl / 2.0  # mean KV length of a decoding request
-    memo: dict[StepBatch, float] = {}
-
-    def step_s(batch: StepBatch) -> float:
-        # The fixed point revisits the same few batches: evaluate each once.
-        t = memo.get(batch)
-        if t is None:
-            t = memo[batch] = model.step_time_s(batch)
-        return t
+    step_s = memoised_step_time_fn(model)  # the same few batches, each once
 
     def decode_step_s(n: int) -> float:
         if n <= 0:

@@ -32,7 +32,7 @@ import random
 from collections import deque
 from dataclasses import dataclass
 
-from gpufleet.perf.step_time import StepBatch, StepTimeModel
+from gpufleet.perf.step_time import StepBatch, StepTimeModel, memoised_step_time_fn
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,13 +100,7 @@ def simulate_sglang_loop(
     tpots: list[float] = []
     now = 0.0
     prefill_batches = decode_steps = 0
-    memo: dict[StepBatch, float] = {}
-
-    def step_s(batch: StepBatch) -> float:
-        t = memo.get(batch)
-        if t is None:
-            t = memo[batch] = model.step_time_s(batch)
-        return t
+    step_s = memoised_step_time_fn(model)  # the same few batches, each once
 
     def first_token(req: _Request) -> None:
         req.generated, req.first_token_s = 1, now
