@@ -7,6 +7,7 @@ window holds fewer than three samples it makes no forecast rather than a wild on
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -39,6 +40,21 @@ class LinearTrend(_Window):
             return None
         slope, mean_t, mean_v = fit
         return mean_v + slope * (at_s - mean_t)
+
+    def forecast_low(self, at_s: float, z: float, span_s: float) -> float | None:
+        """The line's value at `at_s` less `z` standard errors of it, from the scatter
+        about the line (None: too few samples). Samples that each count over `span_s`
+        overlap: the window holds window_s / span_s independent ones, not one a sample."""
+        fit = self._fit()
+        n = len(self._samples)
+        if fit is None or n < 4:
+            return None
+        slope, mean_t, mean_v = fit
+        resid_sq = sum((v - mean_v - slope * (t - mean_t)) ** 2 for t, v in self._samples)
+        sxx = sum((t - mean_t) ** 2 for t, _ in self._samples)
+        n_eff = max(2.0, min(float(n), self.window_s / span_s)) if span_s > 0 else float(n)
+        var = resid_sq / (n - 2) * (1.0 / n_eff + (at_s - mean_t) ** 2 / (sxx * n_eff / n))
+        return mean_v + slope * (at_s - mean_t) - z * math.sqrt(var)
 
     def rising(self) -> bool:
         """The fitted line slopes up (False with too few samples to fit)."""
