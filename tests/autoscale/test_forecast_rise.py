@@ -10,7 +10,10 @@ import pytest
 
 from autoscale.helpers import windowed
 from gpufleet.autoscale.forecast import LinearTrend
+from gpufleet.autoscale.decision import ReplicaBounds
 from gpufleet.autoscale.little import LittleDemand
+from gpufleet.autoscale.policies import DefaultPolicy
+from gpufleet.autoscale.signals import Percentiles
 
 
 def test_forecast_low_is_the_line_on_an_exact_line_and_below_it_with_scatter() -> None:
@@ -70,3 +73,28 @@ def test_noise_about_a_flat_rate_is_not_carried_ahead() -> None:
         assert rise <= peak * 1.05, (rise, peak)
         above += rise > peak
     assert above <= 3
+
+
+def test_default_asks_a_cold_start_earlier_on_a_long_rise_with_forecast_rise_z() -> None:
+    # 20 req/s on 4 replicas at the TPOT SLO (p99 100 ms): a replica holds 5 req/s. Then
+    # 6 replicas, and 20 → 40 req/s over 400 s (8 s in the system). Sized by the rate's
+    # recent peak, the 7th is asked for once the rate is past 6 × 5 / 1.1 = 27.3 req/s;
+    # the line carried a cold start ahead, less its error, asks for it ~50 s earlier.
+    kw = {"tpot_p90_slo_s": 0.1, "slo_attainment": 0.99, "tpot_unloaded_s": 0.02}
+    on = DefaultPolicy(ReplicaBounds(1, 40), capacity_per_replica=500, cold_start_s=120.0,
+                       forecast_rise_z=2.0, **kw)  # type: ignore[arg-type]  # fmt: skip
+    off = DefaultPolicy(ReplicaBounds(1, 40), capacity_per_replica=500, cold_start_s=120.0,
+                        **kw)  # type: ignore[arg-type]  # fmt: skip
+    at_slo = Percentiles(0.03, 0.05, 0.1)
+    admitted = 0.0
+    first: dict[str, float] = {}
+    for t in range(0, 800):
+        rate = 20.0 + 20.0 * min(max(t - 300, 0), 400) / 400.0
+        admitted += rate
+        s = windowed(4 if t < 300 else 6, round(rate * 8), round(admitted), tpot=at_slo)
+        for name, p in (("on", on), ("off", off)):
+            d = p.decide(float(t), s)
+            if t >= 300 and d.desired_replicas > 6 and name not in first:
+                first[name] = float(t)
+    assert "on" in first and "off" in first, first
+    assert first["off"] - first["on"] > 30.0, first
