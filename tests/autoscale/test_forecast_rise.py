@@ -98,3 +98,16 @@ def test_default_asks_a_cold_start_earlier_on_a_long_rise_with_forecast_rise_z()
                 first[name] = float(t)
     assert "on" in first and "off" in first, first
     assert first["off"] - first["on"] > 30.0, first
+
+
+def test_forecast_low_waits_for_three_independent_spans() -> None:
+    # 30 s rates sampled every 5 s from t = 15: smooth (overlapping), steep at first.
+    # Before the samples cover three spans (90 s of arrivals) the scatter says nothing:
+    # at the study's start such a line asked for 24 replicas where 8 held.
+    trend = LinearTrend(window_s=120.0)
+    for t in range(15, 56, 5):
+        trend.add(float(t), 10.0 + 0.2 * t)
+    assert trend.forecast_low(175.0, 2.0, 30.0) is None
+    for t in range(60, 76, 5):
+        trend.add(float(t), 10.0 + 0.2 * t)
+    assert trend.forecast_low(195.0, 2.0, 30.0) is not None

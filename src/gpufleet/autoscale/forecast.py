@@ -43,16 +43,20 @@ class LinearTrend(_Window):
 
     def forecast_low(self, at_s: float, z: float, span_s: float) -> float | None:
         """The line's value at `at_s` less `z` standard errors of it, from the scatter
-        about the line (None: too few samples). Samples that each count over `span_s`
-        overlap: the window holds window_s / span_s independent ones, not one a sample."""
+        about the line. Samples that each count over `span_s` overlap: those of the window
+        count (last − first + span_s) / span_s independent ones, not one a sample. None:
+        fewer than 3 such (no scatter left to judge a line by)."""
         fit = self._fit()
         n = len(self._samples)
         if fit is None or n < 4:
             return None
+        covered_s = self._samples[-1][0] - self._samples[0][0] + max(span_s, 0.0)
+        n_eff = min(float(n), covered_s / span_s) if span_s > 0 else float(n)
+        if n_eff < 3.0:
+            return None
         slope, mean_t, mean_v = fit
         resid_sq = sum((v - mean_v - slope * (t - mean_t)) ** 2 for t, v in self._samples)
         sxx = sum((t - mean_t) ** 2 for t, _ in self._samples)
-        n_eff = max(2.0, min(float(n), self.window_s / span_s)) if span_s > 0 else float(n)
         var = resid_sq / (n - 2) * (1.0 / n_eff + (at_s - mean_t) ** 2 / (sxx * n_eff / n))
         return mean_v + slope * (at_s - mean_t) - z * math.sqrt(var)
 
