@@ -100,14 +100,14 @@ def test_default_asks_a_cold_start_earlier_on_a_long_rise_with_forecast_rise_z()
     assert first["off"] - first["on"] > 30.0, first
 
 
-def test_forecast_low_waits_for_three_independent_spans() -> None:
+def test_forecast_low_waits_for_a_full_window() -> None:
     # 30 s rates sampled every 5 s from t = 15: smooth (overlapping), steep at first.
-    # Before the samples cover three spans (90 s of arrivals) the scatter says nothing:
-    # at the study's start such a line asked for 24 replicas where 8 held.
+    # Until the samples span the window the line is carried further ahead than it is
+    # long: at the study's start such a line asked for 24 replicas where 8 held.
     trend = LinearTrend(window_s=120.0)
-    for t in range(15, 56, 5):
+    for t in range(15, 121, 5):
         trend.add(float(t), 10.0 + 0.2 * t)
-    assert trend.forecast_low(175.0, 2.0, 30.0) is None
-    for t in range(60, 76, 5):
+    assert trend.forecast_low(240.0, 2.0, 30.0) is None
+    for t in range(125, 131, 5):
         trend.add(float(t), 10.0 + 0.2 * t)
-    assert trend.forecast_low(195.0, 2.0, 30.0) is not None
+    assert trend.forecast_low(250.0, 2.0, 30.0) is not None

@@ -44,15 +44,17 @@ class LinearTrend(_Window):
     def forecast_low(self, at_s: float, z: float, span_s: float) -> float | None:
         """The line's value at `at_s` less `z` standard errors of it, from the scatter
         about the line. Samples that each count over `span_s` overlap: those of the window
-        count (last − first + span_s) / span_s independent ones, not one a sample. None:
-        fewer than 3 such (no scatter left to judge a line by)."""
+        count (last − first + span_s) / span_s independent ones, not one a sample. None
+        until the samples span the window (carried as far ahead as the window is long, a
+        shorter line's error grows as (ahead / its span)²; at the study's start one over
+        45 s asked for 24 replicas where 8 held), or with fewer than 3 independent ones."""
         fit = self._fit()
         n = len(self._samples)
         if fit is None or n < 4:
             return None
-        covered_s = self._samples[-1][0] - self._samples[0][0] + max(span_s, 0.0)
-        n_eff = min(float(n), covered_s / span_s) if span_s > 0 else float(n)
-        if n_eff < 3.0:
+        seen_s = self._samples[-1][0] - self._samples[0][0]
+        n_eff = min(float(n), (seen_s + span_s) / span_s) if span_s > 0 else float(n)
+        if seen_s < 0.9 * self.window_s or n_eff < 3.0:
             return None
         slope, mean_t, mean_v = fit
         resid_sq = sum((v - mean_v - slope * (t - mean_t)) ** 2 for t, v in self._samples)
