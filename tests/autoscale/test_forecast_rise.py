@@ -9,8 +9,8 @@ import random
 import pytest
 
 from autoscale.helpers import windowed
-from gpufleet.autoscale.forecast import LinearTrend
 from gpufleet.autoscale.decision import ReplicaBounds
+from gpufleet.autoscale.forecast import LinearTrend
 from gpufleet.autoscale.little import LittleDemand
 from gpufleet.autoscale.policies import DefaultPolicy
 from gpufleet.autoscale.signals import Percentiles
