@@ -42,6 +42,8 @@ def main() -> None:
                     help="least_outstanding's prefill_weight (1: off)")  # fmt: skip
     ap.add_argument("--join-quiet-s", type=float, default=0.0,
                     help="default's capacity_join_quiet_s (0: off)")  # fmt: skip
+    ap.add_argument("--default-param", action="append", default=[],
+                    help="one more parameter of default, KEY=VALUE (a number; repeatable)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_minutes")
     args = ap.parse_args()
     if args.ramp:
@@ -63,6 +65,8 @@ def main() -> None:
     capacity = study.slo_capacity(mean_in, mean_out)
     unloaded = study.unloaded_latency(mean_in, mean_out)
     params = study.policy_params(args.policy, capacity, unloaded, None, args.join_quiet_s)
+    if args.policy == "default":
+        params.update(study.default_params(args.default_param))
     sc = sc.with_field("autoscale", args.policy)
     sc = sc.with_field("autoscale_params", tuple(params.items()))
     result = FleetSimulator(

@@ -7,6 +7,7 @@ window holds fewer than three samples it makes no forecast rather than a wild on
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -39,6 +40,27 @@ class LinearTrend(_Window):
             return None
         slope, mean_t, mean_v = fit
         return mean_v + slope * (at_s - mean_t)
+
+    def forecast_low(self, at_s: float, z: float, span_s: float) -> float | None:
+        """The line's value at `at_s` less `z` standard errors of it, from the scatter
+        about the line. Samples that each count over `span_s` overlap: those of the window
+        count (last − first + span_s) / span_s independent ones, not one a sample. None
+        until the samples span the window (carried as far ahead as the window is long, a
+        shorter line's error grows as (ahead / its span)²; at the study's start one over
+        45 s asked for 24 replicas where 8 held), or with fewer than 3 independent ones."""
+        fit = self._fit()
+        n = len(self._samples)
+        if fit is None or n < 4:
+            return None
+        seen_s = self._samples[-1][0] - self._samples[0][0]
+        n_eff = min(float(n), (seen_s + span_s) / span_s) if span_s > 0 else float(n)
+        if seen_s < 0.9 * self.window_s or n_eff < 3.0:
+            return None
+        slope, mean_t, mean_v = fit
+        resid_sq = sum((v - mean_v - slope * (t - mean_t)) ** 2 for t, v in self._samples)
+        sxx = sum((t - mean_t) ** 2 for t, _ in self._samples)
+        var = resid_sq / (n - 2) * (1.0 / n_eff + (at_s - mean_t) ** 2 / (sxx * n_eff / n))
+        return mean_v + slope * (at_s - mean_t) - z * math.sqrt(var)
 
     def rising(self) -> bool:
         """The fitted line slopes up (False with too few samples to fit)."""

@@ -55,6 +55,16 @@ class LittleDemand:
         time_s, rate = self._time_in_system.median(), self._rate_trend.forecast(at_s)
         return None if time_s is None or rate is None else time_s * max(rate, 0.0)
 
+    def rise_in_flight(self, at_s: float, z: float) -> float | None:
+        """The time in the system × the rate's line carried to `at_s`, less `z` of its
+        own standard errors (`LinearTrend.forecast_low`): the part of a rise the line is
+        sure of. A rate counted over `rate_s` is the rate of its span's middle, so the
+        line is read half a span later. None: no line yet."""
+        time_s = self._time_in_system.median()
+        span_s = self._rate.rate_s
+        rate = self._rate_trend.forecast_low(at_s + span_s / 2.0, z, span_s)
+        return None if time_s is None or rate is None else time_s * max(rate, 0.0)
+
     def time_in_system_s(self) -> float | None:
         return self._time_in_system.median()
 

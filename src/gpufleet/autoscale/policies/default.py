@@ -69,14 +69,15 @@ class DefaultPolicy:
     # wave 13b, the step model's 0.19 on the study: 49.7 GPU-h against 43.2 (docs/up.md).
     prompt_token_weight: float | None = None
     capacity_join_quiet_s: float = 0.0  # `SloCapacity.join_quiet_s` (0: off)
+    # Size also for the rate's line a cold start ahead less this many of its standard
+    # errors (`LittleDemand.rise_in_flight`; None: off): the recent peak lags a long rise.
+    forecast_rise_z: float | None = None
     ttft_unloaded_s: float | None = None
     tpot_unloaded_s: float | None = None  # these two: one request alone (the planner's)
     cold_start_s: float = 30.0  # used until the actuator reports observed cold starts
     headroom_fraction: float = 0.1  # warm capacity kept above forecast demand
-    # Both windows stretch to the cold start when it is longer (`_windows`): a trend
-    # extrapolated one cold start ahead from a shorter window multiplies its noise by
-    # cold start / window, and N−1 must hold the demand the next cold start may bring,
-    # which the peak of the last one predicts.
+    # Both stretch to the cold start when it is longer (`_windows`): a trend carried a cold
+    # start ahead from a shorter window multiplies its noise by cold start / window.
     trend_window_s: float = 30.0
     peak_window_s: float = 60.0
     scale_in_stabilization_s: float = 30.0  # the N−1 check must hold this long
@@ -90,9 +91,8 @@ class DefaultPolicy:
     # requests, against 42.8 for 99.60 % with it: the guard held surplus replicas for
     # minutes after each peak on slopes that carried the rate up by less than a replica.
     scale_in_ahead: bool = True
-    # Lower the capacity only after this many observations (over peak_window_s) of a
-    # replica queueing requests below it: one snapshot can catch a request between its
-    # arrival and the next engine step.
+    # Lower the capacity only after this many observations (over peak_window_s) of a replica
+    # queueing below it: one snapshot can catch a request before the next engine step.
     learn_min_observations: int = 5
     # Waiting requests mean saturation only when the same replica shows them on this many
     # ticks in a row (or the gateway queues on as many): a request that arrived just before
@@ -102,8 +102,7 @@ class DefaultPolicy:
     # a few prefill steps) costs its requests part of their TTFT budget, which the TTFT p90
     # signal weighs, and is gone long before a replica started for it could be ready.
     waiting_ticks: int = 2
-    # Likewise a forecast alone (nothing saturated yet) must call for more replicas on
-    # this many ticks in a row: at low rates one noisy sample bends a short trend.
+    # A forecast alone (nothing saturated) must call for more on this many ticks in a row.
     forecast_ticks: int = 2
     name: str = "default"
     _trend: LinearTrend = field(default_factory=LinearTrend)
@@ -209,6 +208,9 @@ class DefaultPolicy:
                 # capacity is a rate × the same time: sized by rates, the demand now is
                 # the rate now, which its recent peak already covers.)
                 return max(peak, float(demand))
+            if self.forecast_rise_z is not None:
+                rise = self._little.rise_in_flight(now_s + cold_start_s, self.forecast_rise_z)
+                return max(peak, rise or 0.0)
             return peak
         forecast = self.forecast(now_s + cold_start_s)
         return max(float(demand), forecast if forecast is not None else 0.0)
@@ -257,8 +259,7 @@ class DefaultPolicy:
             + (f" ({late} due after a new one)" if late else "")
         )
 
-        # Scale out: saturated now, or saturated one cold start ahead (with headroom).
-        desired = current
+        desired = current  # scale out: saturated now, or one cold start ahead
         self._forecast_streak = self._forecast_streak + 1 if needed > arriving else 0
         needed_now = math.ceil(demand * (1.0 + self.headroom_fraction) / cap)
         confirmed = (
@@ -306,8 +307,7 @@ class DefaultPolicy:
 
     def forecast(self, at_s: float) -> float | None:
         """Demand at `at_s` by the steeper of two trends: the full window (steady) and its
-        last third (sees a ramp begin). Erring high costs a replica for a while; erring
-        low costs every request of a burst a cold start."""
+        last third (sees a ramp begin)."""
         values = [
             f
             for f in (self._trend.forecast(at_s), self._trend_short.forecast(at_s))
