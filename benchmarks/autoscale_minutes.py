@@ -43,7 +43,7 @@ def main() -> None:
     ap.add_argument("--join-quiet-s", type=float, default=None,
                     help="default's capacity_join_quiet_s (default: the policy's, 60; 0: off)")  # fmt: skip
     ap.add_argument("--default-param", action="append", default=[],
-                    help="one more parameter of default, KEY=VALUE (a number; repeatable)")  # fmt: skip
+                    help="one more parameter of default, KEY=VALUE (a number, or none; repeatable)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_minutes")
     args = ap.parse_args()
     if args.ramp:

@@ -76,7 +76,7 @@ def main() -> None:
                     help="default's capacity: no bound from above this long after a join "
                          "(default: the policy's, 60; 0: off)")  # fmt: skip
     ap.add_argument("--default-param", action="append", default=[],
-                    help="one more parameter of default, KEY=VALUE (a number; repeatable)")  # fmt: skip
+                    help="one more parameter of default, KEY=VALUE (a number, or none; repeatable)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_ramp")
     ap.add_argument("--merge", action="store_true",
                     help="keep the rows of --out's JSON for the policies not rerun")  # fmt: skip

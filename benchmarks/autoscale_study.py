@@ -278,12 +278,13 @@ def base_scenario(args: argparse.Namespace) -> Scenario:
     )  # fmt: skip
 
 
-def default_params(pairs: list[str]) -> dict[str, float]:
-    """--default-param KEY=VALUE (numbers), e.g. headroom_fraction=0.2."""
-    out = {}
+def default_params(pairs: list[str]) -> dict[str, float | None]:
+    """--default-param KEY=VALUE (numbers, or none), e.g. headroom_fraction=0.2, or
+    forecast_rise_z=none to turn the forecast off (on by default since wave 17)."""
+    out: dict[str, float | None] = {}
     for pair in pairs:
         key, _, value = pair.partition("=")
-        out[key.strip()] = float(value)
+        out[key.strip()] = None if value.strip().lower() in ("none", "null") else float(value)
     return out
 
 
@@ -512,7 +513,7 @@ def main() -> None:
                          "replica joins (default: the policy's, 60; 0: off; "
                          "SloCapacity.join_quiet_s)")  # fmt: skip
     ap.add_argument("--default-param", action="append", default=[],
-                    help="one more parameter of default, KEY=VALUE (a number; repeatable)")  # fmt: skip
+                    help="one more parameter of default, KEY=VALUE (a number, or none; repeatable)")  # fmt: skip
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_study")
     ap.add_argument("--oracle", type=Path, default=RESULTS / "autoscale_oracle.json",

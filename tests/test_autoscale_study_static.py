@@ -84,3 +84,8 @@ def test_the_study_passes_an_explicit_off_and_leaves_the_defaults_to_the_policie
     assert study.policy_params("default", 100, join_quiet_s=0.0)["capacity_join_quiet_s"] == 0.0
     args = argparse.Namespace(prefill_weight=None, join_quiet_s=None)
     assert study.effective_options(args) == {"prefill_weight": 4.0, "join_quiet_s": 60.0}
+    # and the old defaults, all off (the forecast's None written as none):
+    assert study.default_params(["forecast_rise_z=none", "headroom_fraction=0.2"]) == {
+        "forecast_rise_z": None,
+        "headroom_fraction": 0.2,
+    }
