@@ -68,15 +68,10 @@ class DefaultPolicy:
     # Or of work, output + this × prompt tokens (`SloCapacity.prompt_token_weight`). Off:
     # wave 13b, the step model's 0.19 on the study: 49.7 GPU-h against 43.2 (docs/up.md).
     prompt_token_weight: float | None = None
-    # `SloCapacity.join_quiet_s` (0: off). 60 since wave 17, with routing's prefill weight
-    # and forecast_rise_z = 3: the study 99.46-99.58 % at 40.2-40.5 GPU-h (seeds 0-2, 0.69 x
-    # the fleet sized for the peak), against 99.50-99.79 % at 42.7-46.0 without (docs/up.md).
-    capacity_join_quiet_s: float = 60.0
+    capacity_join_quiet_s: float = 60.0  # `SloCapacity.join_quiet_s` (0: off)
     # Size also for the rate's line a cold start ahead less this many of its standard
     # errors (`LittleDemand.rise_in_flight`; None: off): the recent peak lags a long rise.
-    # 3 since wave 17: the study unchanged to the digit, the ramp's long rise carried
-    # (seed 2: 1,491 -> 3 misses in 600-750 s).
-    forecast_rise_z: float | None = 3.0
+    forecast_rise_z: float | None = 3.0  # (both on since wave 17: docs/up.md, the defaults)
     ttft_unloaded_s: float | None = None
     tpot_unloaded_s: float | None = None  # these two: one request alone (the planner's)
     cold_start_s: float = 30.0  # used until the actuator reports observed cold starts
