@@ -38,12 +38,12 @@ def main() -> None:
     ap.add_argument("--ramp", action="store_true", help="autoscale_ramp.py's scenario")
     ap.add_argument("--seed", type=int, default=None, help="the scenario's (0; --ramp: 1)")
     ap.add_argument("--minute-s", type=float, default=study.WINDOW_S, help="rows' span")
-    ap.add_argument("--prefill-weight", type=float, default=1.0,
-                    help="least_outstanding's prefill_weight (1: off)")  # fmt: skip
-    ap.add_argument("--join-quiet-s", type=float, default=0.0,
-                    help="default's capacity_join_quiet_s (0: off)")  # fmt: skip
+    ap.add_argument("--prefill-weight", type=float, default=None,
+                    help="least_outstanding's prefill_weight (default: the policy's, 4; 1: off)")  # fmt: skip
+    ap.add_argument("--join-quiet-s", type=float, default=None,
+                    help="default's capacity_join_quiet_s (default: the policy's, 60; 0: off)")  # fmt: skip
     ap.add_argument("--default-param", action="append", default=[],
-                    help="one more parameter of default, KEY=VALUE (a number; repeatable)")  # fmt: skip
+                    help="one more parameter of default, KEY=VALUE (a number, or none; repeatable)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_minutes")
     args = ap.parse_args()
     if args.ramp:
@@ -115,7 +115,7 @@ def main() -> None:
     table = "\n".join(lines)
     data = {"setup": {"policy": args.policy, "static": args.static, "copies": args.copies,
                       "ramp": args.ramp, "seed": sc.seed, "minute_s": args.minute_s,
-                      "prefill_weight": args.prefill_weight, "join_quiet_s": args.join_quiet_s,
+                      **study.effective_options(args),
                       "from_s": args.from_s, "to_s": args.to_s if math.isfinite(args.to_s) else None},
             "minutes": rows, "decisions": decisions}  # fmt: skip
     write_result(args.out, data, table)

@@ -37,7 +37,9 @@ PHASES = (
 MEAN_IN, MEAN_OUT = 1500, 250
 
 
-def base_scenario(seed: int, slow_start_s: float = 0.0, prefill_weight: float = 1.0) -> Scenario:
+def base_scenario(
+    seed: int, slow_start_s: float = 0.0, prefill_weight: float | None = None
+) -> Scenario:
     """The ramp's scenario, before a policy is set (also `autoscale_minutes.py --ramp`)."""
     return Scenario(
         model=study.MODEL, gpu=study.GPU, tp=study.TP, rate_steps=PHASES,
@@ -67,13 +69,14 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--slow-start-s", type=float, default=0.0,
                     help="the gateway's slow start for replicas that become ready (0: off)")  # fmt: skip
-    ap.add_argument("--prefill-weight", type=float, default=1.0,
+    ap.add_argument("--prefill-weight", type=float, default=None,
                     help="least_outstanding counts a request awaiting its first token this "
-                         "many times (1: off)")  # fmt: skip
-    ap.add_argument("--join-quiet-s", type=float, default=0.0,
-                    help="default's capacity: no bound from above this long after a join")  # fmt: skip
+                         "many times (default: the policy's, 4; 1: off)")  # fmt: skip
+    ap.add_argument("--join-quiet-s", type=float, default=None,
+                    help="default's capacity: no bound from above this long after a join "
+                         "(default: the policy's, 60; 0: off)")  # fmt: skip
     ap.add_argument("--default-param", action="append", default=[],
-                    help="one more parameter of default, KEY=VALUE (a number; repeatable)")  # fmt: skip
+                    help="one more parameter of default, KEY=VALUE (a number, or none; repeatable)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_ramp")
     ap.add_argument("--merge", action="store_true",
                     help="keep the rows of --out's JSON for the policies not rerun")  # fmt: skip
@@ -101,8 +104,7 @@ def main() -> None:
                       "phases": [dataclasses.asdict(p) for p in PHASES],
                       "capacity_per_replica": capacity, "unloaded_ttft_tpot_s": unloaded,
                       "slow_start_s": args.slow_start_s,
-                      "prefill_weight": args.prefill_weight,
-                      "join_quiet_s": args.join_quiet_s,
+                      **study.effective_options(args),
                       "default_params": args.default_param},
             "rows": rows}  # fmt: skip
     write_result(args.out, data, table, note=f"rows kept from {kept}" if kept else "")

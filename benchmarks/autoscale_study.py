@@ -67,10 +67,12 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.autoscale.decision import ScalingDecision
+from gpufleet.autoscale.policies.default import DefaultPolicy
 from gpufleet.autoscale.signals import FleetSignals
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.perf_serving import max_serving_concurrency_within_slo, predict_serving
 from gpufleet.routing import make_policy as make_routing_policy
+from gpufleet.routing.simple import DEFAULT_PREFILL_WEIGHT
 from gpufleet.shared_data import shared_file
 from gpufleet.sim.report import summarize
 from gpufleet.sim.results import SimResult
@@ -142,7 +144,7 @@ def policy_params(
     capacity: int,
     unloaded: tuple[float, float] | None = None,
     prompt_weight: float | None = None,
-    join_quiet_s: float = 0.0,
+    join_quiet_s: float | None = None,
 ) -> dict[str, Any]:
     if policy == "default":
         ttft0, tpot0 = unloaded if unloaded is not None else (None, None)
@@ -151,7 +153,7 @@ def policy_params(
                 "slo_attainment": TARGET, "capacity_source": "planner, within the SLO",
                 "ttft_unloaded_s": ttft0, "tpot_unloaded_s": tpot0,
                 **({"prompt_token_weight": prompt_weight} if prompt_weight else {}),
-                **({"capacity_join_quiet_s": join_quiet_s} if join_quiet_s else {})}  # fmt: skip
+                **({"capacity_join_quiet_s": join_quiet_s} if join_quiet_s is not None else {})}  # fmt: skip
     if policy == "queue_depth":
         return {"capacity_per_replica": capacity}
     if policy == "hpa":
@@ -272,22 +274,38 @@ def base_scenario(args: argparse.Namespace) -> Scenario:
         trace_start_s=args.start_s, duration_s=args.duration_s, routing="least_outstanding",
         startup_s=COLD_START_S, drain_deadline_s=600.0, seed=args.seed,
         slow_start_s=getattr(args, "slow_start_s", 0.0),
-        routing_options=routing_options(getattr(args, "prefill_weight", 1.0)),
+        routing_options=routing_options(getattr(args, "prefill_weight", None)),
     )  # fmt: skip
 
 
-def default_params(pairs: list[str]) -> dict[str, float]:
-    """--default-param KEY=VALUE (numbers), e.g. headroom_fraction=0.2."""
-    out = {}
+def default_params(pairs: list[str]) -> dict[str, float | None]:
+    """--default-param KEY=VALUE (numbers, or none), e.g. headroom_fraction=0.2, or
+    forecast_rise_z=none to turn the forecast off (on by default since wave 17)."""
+    out: dict[str, float | None] = {}
     for pair in pairs:
         key, _, value = pair.partition("=")
-        out[key.strip()] = float(value)
+        out[key.strip()] = None if value.strip().lower() in ("none", "null") else float(value)
     return out
 
 
-def routing_options(prefill_weight: float) -> tuple[tuple[str, Any], ...]:
-    """least_outstanding's options: none at weight 1 (the default routing, unchanged)."""
-    return () if prefill_weight == 1.0 else (("prefill_weight", prefill_weight),)
+def routing_options(prefill_weight: float | None) -> tuple[tuple[str, Any], ...]:
+    """least_outstanding's options: none when not given (the policy's default weight, 4;
+    a given 1 is passed, so that it routes unweighted)."""
+    return () if prefill_weight is None else (("prefill_weight", prefill_weight),)
+
+
+# (a slotted dataclass: the class attribute is the slot, the default is the field's)
+DEFAULT_JOIN_QUIET_S = next(
+    f.default for f in dataclasses.fields(DefaultPolicy) if f.name == "capacity_join_quiet_s"
+)
+
+
+def effective_options(args: argparse.Namespace) -> dict[str, float]:
+    """The prefill weight and join-quiet window the run used, the defaults filled in."""
+    return {"prefill_weight": DEFAULT_PREFILL_WEIGHT if args.prefill_weight is None
+            else args.prefill_weight,
+            "join_quiet_s": DEFAULT_JOIN_QUIET_S if args.join_quiet_s is None
+            else args.join_quiet_s}  # fmt: skip
 
 
 def arrival_profile(args: argparse.Namespace) -> tuple[float, float, float, int, int]:
@@ -487,14 +505,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--slow-start-s", type=float, default=0.0,
                     help="the gateway's slow start for replicas that become ready (0: off)")  # fmt: skip
-    ap.add_argument("--prefill-weight", type=float, default=1.0,
+    ap.add_argument("--prefill-weight", type=float, default=None,
                     help="least_outstanding counts a request awaiting its first token this "
-                         "many times (1: off; routing.simple._loads)")  # fmt: skip
-    ap.add_argument("--join-quiet-s", type=float, default=0.0,
+                         "many times (default: the policy's, 4; 1: off; routing.simple._loads)")  # fmt: skip
+    ap.add_argument("--join-quiet-s", type=float, default=None,
                     help="default's capacity takes no bound from above this long after a "
-                         "replica joins (0: off; SloCapacity.join_quiet_s)")  # fmt: skip
+                         "replica joins (default: the policy's, 60; 0: off; "
+                         "SloCapacity.join_quiet_s)")  # fmt: skip
     ap.add_argument("--default-param", action="append", default=[],
-                    help="one more parameter of default, KEY=VALUE (a number; repeatable)")  # fmt: skip
+                    help="one more parameter of default, KEY=VALUE (a number, or none; repeatable)")  # fmt: skip
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--out", type=Path, default=RESULTS / "autoscale_study")
     ap.add_argument("--oracle", type=Path, default=RESULTS / "autoscale_oracle.json",
@@ -572,8 +591,8 @@ def main() -> None:
                   "tpot_slo_s": TPOT_SLO_S, "capacity_per_replica": capacity,
                   "busiest_minute_rps": peak_rps, "mean_rps": mean_rps,
                   "initial_replicas": initial, "planned_static": planned,
-                  "slow_start_s": args.slow_start_s, "prefill_weight": args.prefill_weight,
-                  "join_quiet_s": args.join_quiet_s, "default_params": args.default_param},
+                  "slow_start_s": args.slow_start_s, **effective_options(args),
+                  "default_params": args.default_param},
         "static": static, "static_peak": peak, "static_tried": {str(n): {k: v for k, v in r.items() if k not in (
             "fleet_timeline", "ttft_p90_by_minute_s")} for n, r in tried},
         "rows": rows,

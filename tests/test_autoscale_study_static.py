@@ -69,3 +69,23 @@ def test_the_peak_search_starts_where_the_oracle_sweep_says(study: Any, tmp_path
     assert study.peak_start(args, 12) == 13
     args.copies = 3  # another slice: the sweep says nothing
     assert study.peak_start(args, 12) == 12
+
+
+def test_the_study_passes_an_explicit_off_and_leaves_the_defaults_to_the_policies(
+    study: Any,
+) -> None:
+    """With routing's prefill weight 4 and `default`'s 60 s join quiet now the defaults,
+    `--prefill-weight 1` / `--join-quiet-s 0` must reach the policies (an option equal to
+    the old default was dropped, which would now run the new default), and no flag must
+    pass nothing, so that the policies' own defaults apply."""
+    assert study.routing_options(None) == ()
+    assert study.routing_options(1.0) == (("prefill_weight", 1.0),)
+    assert "capacity_join_quiet_s" not in study.policy_params("default", 100)
+    assert study.policy_params("default", 100, join_quiet_s=0.0)["capacity_join_quiet_s"] == 0.0
+    args = argparse.Namespace(prefill_weight=None, join_quiet_s=None)
+    assert study.effective_options(args) == {"prefill_weight": 4.0, "join_quiet_s": 60.0}
+    # and the old defaults, all off (the forecast's None written as none):
+    assert study.default_params(["forecast_rise_z=none", "headroom_fraction=0.2"]) == {
+        "forecast_rise_z": None,
+        "headroom_fraction": 0.2,
+    }

@@ -84,7 +84,7 @@ def test_default_asks_a_cold_start_earlier_on_a_long_rise_with_forecast_rise_z()
     on = DefaultPolicy(ReplicaBounds(1, 40), capacity_per_replica=500, cold_start_s=120.0,
                        forecast_rise_z=2.0, **kw)  # type: ignore[arg-type]  # fmt: skip
     off = DefaultPolicy(ReplicaBounds(1, 40), capacity_per_replica=500, cold_start_s=120.0,
-                        **kw)  # type: ignore[arg-type]  # fmt: skip
+                        forecast_rise_z=None, **kw)  # type: ignore[arg-type]  # fmt: skip
     at_slo = Percentiles(0.03, 0.05, 0.1)
     admitted = 0.0
     first: dict[str, float] = {}

@@ -3,14 +3,25 @@ just-ready replica takes a few prompts at a time, not every arrival (pure)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from gpufleet.errors import UserError
 from gpufleet.fleet_state import FleetReplica, FleetState
 from gpufleet.routing import make_policy
+from gpufleet.routing.base import PolicyBase, random_min_of
 from gpufleet.routing.load import awaiting_first_token
+from gpufleet.routing.types import ReplicaView, RequestInfo
 
 from .helpers import request, views
+
+
+class _PlainLeastOutstanding(PolicyBase):
+    """Fewest in flight, random among ties: the count before the prefill weight."""
+
+    def choose(self, request: RequestInfo, replicas: Sequence[ReplicaView]) -> ReplicaView | None:
+        return random_min_of(self.rng, replicas, [r.in_flight + r.peer_in_flight for r in replicas])
 
 
 def _fleet_with_a_new_replica() -> list:
@@ -42,11 +53,22 @@ def test_awaiting_first_token_is_in_flight_less_streaming() -> None:
     assert awaiting_first_token(rs[0]) == 2
 
 
-def test_least_outstanding_herds_by_default_and_takes_a_few_prompts_when_weighted() -> None:
-    assert _picks_of_the_new_one("least_outstanding") == 20  # every arrival: the herd
+def test_least_outstanding_herds_unweighted_and_takes_a_few_prompts_when_weighted() -> None:
+    # weight 1 (off): every arrival goes to the new replica, the herd
+    assert _picks_of_the_new_one("least_outstanding", prefill_weight=1.0) == 20
     # weight 4: the others count 18 + 2 x 4 = 26, the new one 4 a prompt: it takes 7,
     # then every new prompt counts 4 wherever it goes and they share the rest
     assert _picks_of_the_new_one("least_outstanding", prefill_weight=4.0) == 10
+
+
+@pytest.mark.parametrize("policy", ["least_outstanding", "power_of_two"])
+def test_the_default_weight_is_4(policy: str) -> None:
+    """On by default since wave 17 (docs/up.md): the gateway, `gpufleet sim` and `up` get
+    it through the constructor unless their options set another."""
+    assert make_policy(policy, seed=0).prefill_weight == 4.0
+    assert _picks_of_the_new_one(policy, arrivals=60) == _picks_of_the_new_one(
+        policy, arrivals=60, prefill_weight=4.0
+    )
 
 
 def test_the_new_replica_takes_more_as_its_prompts_get_their_first_tokens() -> None:
@@ -62,17 +84,16 @@ def test_the_new_replica_takes_more_as_its_prompts_get_their_first_tokens() -> N
 
 
 def test_power_of_two_weighs_prefill_the_same_way() -> None:
-    off = _picks_of_the_new_one("power_of_two", arrivals=60)
+    off = _picks_of_the_new_one("power_of_two", arrivals=60, prefill_weight=1.0)
     on = _picks_of_the_new_one("power_of_two", arrivals=60, prefill_weight=4.0)
     assert on < off  # (60 arrivals over 4 replicas: 15 is a fair share)
 
 
 def test_weight_one_is_the_plain_count_and_below_one_is_refused() -> None:
+    """Weight 1 routes exactly as the plain in-flight count (a reference written here)."""
     rs = _fleet_with_a_new_replica()
-    plain, weighted = (
-        make_policy("least_outstanding", seed=3),
-        make_policy("least_outstanding", seed=3, prefill_weight=1.0),
-    )
+    plain = _PlainLeastOutstanding(seed=3)
+    weighted = make_policy("least_outstanding", seed=3, prefill_weight=1.0)
     for i in range(30):
         a, b = plain.choose(request(i), rs), weighted.choose(request(i), rs)
         assert a is b and a is not None

@@ -6,15 +6,17 @@ import pytest
 
 from gpufleet.engine import EngineConfig
 from gpufleet.errors import UserError
+from gpufleet.routing import make_policy
 from gpufleet.sim.scenario import Scenario, build_config
-from gpufleet.sim.simulator import AutoscaleSpec
+from gpufleet.sim.simulator import AutoscaleSpec, FleetSimulator
 
-from .test_simulator import ScriptedScaling, config, run, synthetic_requests
+from .test_simulator import ScriptedScaling, config, synthetic_requests
 
 
 def _joining_replica_first_second(slow_start_s: float) -> tuple[int, int, float]:
     """Three replicas under load, a fourth ready at t = 6 s: of the requests arriving in
-    its first second, (how many, how many it took, their largest TTFT)."""
+    its first second, (how many, how many it took, their largest TTFT). Routed by plain
+    request counts (prefill weight 1, not the default 4): slow start alone against the herd."""
     reqs = synthetic_requests(num_requests=900, rate=60.0, input_tokens=1500,
                               output_tokens=300, seed=0)  # fmt: skip
     spec = AutoscaleSpec(ScriptedScaling([(0.0, 3), (4.0, 4)]), startup_s=2.0,
@@ -22,7 +24,8 @@ def _joining_replica_first_second(slow_start_s: float) -> tuple[int, int, float]
     engine = EngineConfig(num_gpu_blocks=40000, block_size=16, max_num_seqs=256,
                           max_num_batched_tokens=2048, max_model_len=4096)  # fmt: skip
     cfg = config(replicas=3, autoscale=spec, slow_start_s=slow_start_s, engine=engine)
-    result = run(cfg, reqs, "least_outstanding")
+    policy = make_policy("least_outstanding", seed=cfg.seed, prefill_weight=1.0)
+    result = FleetSimulator(cfg, reqs, policy).run()
     ready_s = min(r.arrival_s for r in result.requests if r.replica_id == "r3")
     window = [r for r in result.requests if ready_s <= r.arrival_s < ready_s + 1.0]
     ttfts = [r.ttft_s for r in window if r.ttft_s is not None]

@@ -86,7 +86,7 @@ class SloCapacity:
     prompt_token_weight: float | None = None
     # No bound from above within this long of a replica becoming ready (0: off): a window
     # over the SLO then may be the router's herd onto it, not what a replica holds
-    # (docs/up.md, Wave 16; measured in Wave 17, not on by default).
+    # (docs/up.md, Wave 16; measured in Wave 17: the default policy sets it to 60 s).
     join_quiet_s: float = 0.0
     _ready_n: int = 0
     _joined_s: float = -math.inf

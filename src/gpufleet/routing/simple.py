@@ -36,6 +36,13 @@ class RandomChoice(PolicyBase):
         return replicas[randbelow(self.rng, len(replicas))]  # (`rng.choice`)
 
 
+# A request awaiting its first token counts this many times by default (`_loads`; 1: off):
+# what it still owes a replica over what a decoding one owes, by the step-time model, is
+# 4.2 on the autoscale study's mix and 4.0 on the ramp's (docs/up.md, Wave 17). On by
+# default since wave 17: mean TTFT -12 to -25 % on every replay workload (docs/gateway.md).
+DEFAULT_PREFILL_WEIGHT = 4.0
+
+
 def check_prefill_weight(prefill_weight: float) -> float:
     if not prefill_weight >= 1.0:
         raise ValueError(f"prefill_weight must be >= 1 (1: off), got {prefill_weight}")
@@ -68,12 +75,14 @@ def _loads(replicas: Sequence[ReplicaView], prefill_weight: float = 1.0) -> list
 
 class LeastOutstanding(PolicyBase):
     """Fewest requests in flight as counted by this gateway; random among ties. A request
-    awaiting its first token counts `prefill_weight` times (1: as any other; `_loads`); a
-    replica in slow start counts its requests divided by its weight."""
+    awaiting its first token counts `prefill_weight` times (4 by default, 1: as any other;
+    `_loads`); a replica in slow start counts its requests divided by its weight."""
 
     name = "least_outstanding"
 
-    def __init__(self, *, seed: int | None = None, prefill_weight: float = 1.0) -> None:
+    def __init__(
+        self, *, seed: int | None = None, prefill_weight: float = DEFAULT_PREFILL_WEIGHT
+    ) -> None:
         super().__init__(seed=seed)
         self.prefill_weight = check_prefill_weight(prefill_weight)
 
@@ -89,7 +98,9 @@ class PowerOfTwo(PolicyBase):
 
     name = "power_of_two"
 
-    def __init__(self, *, seed: int | None = None, prefill_weight: float = 1.0) -> None:
+    def __init__(
+        self, *, seed: int | None = None, prefill_weight: float = DEFAULT_PREFILL_WEIGHT
+    ) -> None:
         super().__init__(seed=seed)
         self.prefill_weight = check_prefill_weight(prefill_weight)
 

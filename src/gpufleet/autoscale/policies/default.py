@@ -68,10 +68,10 @@ class DefaultPolicy:
     # Or of work, output + this × prompt tokens (`SloCapacity.prompt_token_weight`). Off:
     # wave 13b, the step model's 0.19 on the study: 49.7 GPU-h against 43.2 (docs/up.md).
     prompt_token_weight: float | None = None
-    capacity_join_quiet_s: float = 0.0  # `SloCapacity.join_quiet_s` (0: off)
+    capacity_join_quiet_s: float = 60.0  # `SloCapacity.join_quiet_s` (0: off)
     # Size also for the rate's line a cold start ahead less this many of its standard
     # errors (`LittleDemand.rise_in_flight`; None: off): the recent peak lags a long rise.
-    forecast_rise_z: float | None = None
+    forecast_rise_z: float | None = 3.0  # (both on since wave 17: docs/up.md, the defaults)
     ttft_unloaded_s: float | None = None
     tpot_unloaded_s: float | None = None  # these two: one request alone (the planner's)
     cold_start_s: float = 30.0  # used until the actuator reports observed cold starts
