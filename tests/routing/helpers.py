@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from gpufleet.routing.base import PolicyBase
 from gpufleet.routing.replay import ReplayRequest
 from gpufleet.routing.types import EngineStats, ReplicaView, RequestInfo
 
@@ -57,3 +58,17 @@ def hot_prefix_workload(
         own = tuple(-(i * 1000 + b + 1) for b in range(suffix_blocks))
         out.append(ReplayRequest(t, shared + own, output_tokens))
     return out
+
+
+def arrivals_taken_by(
+    policy: PolicyBase, replicas: Sequence[ReplicaView], target: int, arrivals: int
+) -> int:
+    """How many of `arrivals` requests (none finishes or gets its first token meanwhile)
+    `policy` sends to `replicas[target]`."""
+    taken = 0
+    for i in range(arrivals):
+        chosen = policy.choose(request(i), replicas)
+        assert chosen is not None
+        chosen.in_flight += 1
+        taken += chosen is replicas[target]
+    return taken

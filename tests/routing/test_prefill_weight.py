@@ -14,7 +14,7 @@ from gpufleet.routing.base import PolicyBase, random_min_of
 from gpufleet.routing.load import awaiting_first_token
 from gpufleet.routing.types import ReplicaView, RequestInfo
 
-from .helpers import request, views
+from .helpers import arrivals_taken_by, request, views
 
 
 class _PlainLeastOutstanding(PolicyBase):
@@ -37,14 +37,7 @@ def _picks_of_the_new_one(policy: str, arrivals: int = 20, **options: float) -> 
     """How many of the next `arrivals` (none gets its first token meanwhile) go to the
     new replica."""
     rs = _fleet_with_a_new_replica()
-    p = make_policy(policy, seed=0, **options)
-    new = 0
-    for i in range(arrivals):
-        chosen = p.choose(request(i), rs)
-        assert chosen is not None
-        chosen.in_flight += 1
-        new += chosen is rs[3]
-    return new
+    return arrivals_taken_by(make_policy(policy, seed=0, **options), rs, 3, arrivals)
 
 
 def test_awaiting_first_token_is_in_flight_less_streaming() -> None:

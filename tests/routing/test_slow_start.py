@@ -8,7 +8,7 @@ from gpufleet.fleet_state import FleetReplica, FleetState
 from gpufleet.routing import make_policy
 from gpufleet.routing.slow_start import slow_start_weight
 
-from .helpers import request, views
+from .helpers import arrivals_taken_by, views
 
 
 def test_the_weight_ramps_as_envoys_slow_start_from_its_floor_to_one() -> None:
@@ -25,14 +25,7 @@ def _picks_of_the_new_one(policy: str, weight: float, arrivals: int = 20) -> int
     How many of the next `arrivals` go to the new one."""
     rs = views(4, [20, 20, 20, 0])
     rs[3].slow_start_weight = weight
-    p = make_policy(policy, seed=0)
-    new = 0
-    for i in range(arrivals):
-        chosen = p.choose(request(i), rs)
-        assert chosen is not None
-        chosen.in_flight += 1
-        new += chosen is rs[3]
-    return new
+    return arrivals_taken_by(make_policy(policy, seed=0), rs, 3, arrivals)
 
 
 def test_least_outstanding_herds_onto_a_new_replica_without_slow_start_not_with_it() -> None:
