@@ -62,14 +62,15 @@ def _loads(replicas: Sequence[ReplicaView], prefill_weight: float = 1.0) -> list
     few, and more as it answers their first tokens: it fills at the rate it prefills.
     Dynamo's KV router likewise adds a worker's active prefill tokens to its decode load.
     """
-    loads: list[float] = [r.in_flight + r.peer_in_flight for r in replicas]
-    if prefill_weight != 1.0:
-        extra = prefill_weight - 1.0
-        for i, r in enumerate(replicas):
-            loads[i] = loads[i] + extra * awaiting_first_token(r)
-    for i, r in enumerate(replicas):
+    extra = prefill_weight - 1.0
+    loads: list[float] = []
+    for r in replicas:  # one pass: this runs for every request routed
+        load: float = r.in_flight + r.peer_in_flight
+        if extra:
+            load = load + extra * awaiting_first_token(r)
         if r.slow_start_weight != 1.0:
-            loads[i] = loads[i] / r.slow_start_weight
+            load = load / r.slow_start_weight
+        loads.append(load)
     return loads
 
 
