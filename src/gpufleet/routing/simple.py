@@ -52,8 +52,8 @@ def check_prefill_weight(prefill_weight: float) -> float:
 def _loads(replicas: Sequence[ReplicaView], prefill_weight: float = 1.0) -> list[float]:
     """Each replica's in-flight count (this gateway's and its peers'), a request still
     awaiting its first token counted `prefill_weight` times, divided by its slow-start
-    weight while it ramps up (`routing.slow_start`; ints when neither applies, so such a
-    fleet routes exactly as before).
+    weight while it ramps up (`routing.slow_start`; the counts exactly, as floats, when
+    neither applies, so such a fleet routes exactly as before).
 
     Why weigh prefill: a replica that just became ready holds nothing, and counted by
     requests alone it wins every arrival until it holds as many as the others (40-110 on
@@ -65,7 +65,7 @@ def _loads(replicas: Sequence[ReplicaView], prefill_weight: float = 1.0) -> list
     extra = prefill_weight - 1.0
     loads: list[float] = []
     for r in replicas:  # one pass: this runs for every request routed
-        load: float = r.in_flight + r.peer_in_flight
+        load = float(r.in_flight + r.peer_in_flight)  # exact: counts are small ints
         if extra:
             load = load + extra * awaiting_first_token(r)
         if r.slow_start_weight != 1.0:
