@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import random
 import sys
@@ -154,6 +155,26 @@ class _TrueIndex:
         return None
 
 
+def interpreted_prefix_aware() -> type[PrefixAware]:
+    """PrefixAware from its source file, never the compiled module: the oracles swap its index
+    for _TrueIndex, which a compiled PrefixAware refuses (its `index` attribute is typed
+    PrefixIndex and checked at run time). The same rules either way: mypyc compiles the same
+    source, and the interpreted one imports the compiled PrefixIndex it calls."""
+    import gpufleet.routing.prefix_aware as module
+
+    source = module.__file__ or ""
+    if source.endswith(".py"):
+        return PrefixAware
+    spec = importlib.util.spec_from_file_location(
+        "gpufleet.routing._prefix_aware_interpreted", Path(source).with_name("prefix_aware.py")
+    )
+    assert spec is not None and spec.loader is not None
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    cls: type[PrefixAware] = loaded.PrefixAware
+    return cls
+
+
 def make_router(
     spec: str,
     caches: dict[str, EngineCacheModel],
@@ -177,7 +198,7 @@ def make_router(
     if name in PEER_MODELS:
         return CacheAwarePeer(seed=seed, **options)
     if name in ORACLES:
-        policy = PrefixAware(seed=seed, **options)
+        policy = interpreted_prefix_aware()(seed=seed, **options)
         policy.index = _TrueIndex(caches, by_routing)  # type: ignore[assignment]
         return policy
     if name == "prefix_aware":
