@@ -165,3 +165,61 @@ def test_a_shared_engine_constant_is_one_knob_that_moves_every_engine_alike(
     frozen = fit_module.at_prior_where_frozen(shipped)
     for name in ("sglang", "vllm"):
         assert frozen.backend(name).moe_layer_overhead_s == prior.backend(name).moe_layer_overhead_s
+
+
+def test_constants_no_row_informs_take_the_informed_engines_log_mean(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An engine that served no MoE model in the training rows gets the MoE constants the
+    engines that did reached (their mean in log coordinates), not the kernels' prior; an
+    engine with no rows gets every fitted constant so; frozen constants and the planner's
+    "default" engine stay at the prior; without the switch nothing is pooled."""
+    monkeypatch.setattr(fit_module, "_is_moe", lambda row: row.model_path == "moe")
+    rows = [SimpleNamespace(backend=b, model_path="moe") for b in ("sglang", "trtllm")]
+    search, prior = _search([*rows, *_rows("vllm")])
+    assert ("moe_gemm_efficiency", "vllm") not in search.knobs
+    cal = fit_space.moved(
+        prior,
+        [
+            (("moe_gemm_efficiency", "sglang"), 0.3),
+            (("moe_gemm_efficiency", "trtllm"), 0.5),
+            (("moe_layer_overhead_s", "sglang"), 20e-6),
+            (("moe_layer_overhead_s", "trtllm"), 80e-6),
+            (("ttft_overhead_s", "vllm"), 0.05),
+        ],
+    )
+    pooled = fit_space.pooled_where_uninformed(cal, search.knobs)
+    vllm = pooled.backend("vllm")
+    assert vllm.moe_gemm_efficiency == pytest.approx(math.sqrt(0.3 * 0.5))
+    offset = fit_space.log_offset("moe_layer_overhead_s")
+    want = math.sqrt((20e-6 + offset) * (80e-6 + offset)) - offset
+    assert vllm.moe_layer_overhead_s == pytest.approx(want)
+    assert vllm.ttft_overhead_s == 0.05  # informed by vLLM's own rows: its own value
+    assert pooled.backend("sglang") == cal.backend("sglang")
+    assert pooled.backend("default") == prior.backend("default")
+    assert vllm.first_token_iterations == prior.backend("vllm").first_token_iterations
+    # An engine with no rows at all: every fitted constant pooled.
+    two, _ = _search(rows)
+    alone = fit_space.pooled_where_uninformed(cal, two.knobs).backend("vllm")
+    assert alone.ttft_overhead_s == pytest.approx(math.sqrt(0.02 * 0.02))
+    assert alone.moe_gemm_efficiency == pytest.approx(math.sqrt(0.3 * 0.5))
+    monkeypatch.setattr(fit_space, "POOL_UNINFORMED", False)
+    assert fit_space.pooled_where_uninformed(cal, search.knobs) == cal
+
+
+def test_pooling_leaves_the_training_objective_unchanged() -> None:
+    """The sample rows hold no SGLang row: the fit pools SGLang's constants, and the
+    objective it reports is the pooled calibration's own on the training rows."""
+    from gpufleet.validation.measured import read_rows
+
+    from .helpers import SAMPLE
+
+    rows = [r for r in read_rows(SAMPLE) if r.system != "tpu_v9"]
+    search, prior = fit_module.prepare(rows, prior_calibration())
+    cal, best = fit_module.descend(search, prior, fit_module.sweep_steps(1))
+    assert cal.backend("sglang") != prior.backend("sglang")
+    assert best == pytest.approx(fit_module.training_objective(search, cal))
+    ttft = [cal.backend(b).ttft_overhead_s for b in ("trtllm", "vllm")]
+    offset = fit_space.log_offset("ttft_overhead_s")
+    want = math.sqrt((ttft[0] + offset) * (ttft[1] + offset)) - offset
+    assert cal.backend("sglang").ttft_overhead_s == pytest.approx(want)

@@ -39,6 +39,7 @@ from gpufleet.validation.fit_space import (
     knob_backends,
     log_midpoint,
     moved,
+    pooled_where_uninformed,
     replace_constant,
     to_log,
     value_of,
@@ -214,8 +215,8 @@ def _point(search: Search, cal: Calibration) -> tuple[float, ...]:
     return tuple(float(f"{value_of(cal, k):.10g}") for k in search.knobs)
 
 
-# `descend(..., converge=True)`: after the given steps, whole cycles of `SWEEP` are repeated
-# until one cycle accepts no move (at most this many extra cycles: a bound, not a tolerance).
+# `descend(..., converge=True)`: after the given steps, whole cycles of `SWEEP` repeat until
+# one cycle accepts no move (at most this many extra cycles: a bound, not a tolerance).
 MAX_CONVERGE_CYCLES = 30
 
 
@@ -228,8 +229,8 @@ def descend(
     (an engine's per-step overhead against its kernels' efficiency) move together along
     their valley instead of zig-zagging one at a time down it. converge: then keep cycling
     through `SWEEP` until a full cycle accepts nothing (a pattern search run to convergence
-    on the 1.07 grid; `MAX_CONVERGE_CYCLES` bounds it) — it only ever continues from where
-    the fixed rounds stop, so it never ends at a higher objective."""
+    on the 1.07 grid; `MAX_CONVERGE_CYCLES` bounds it) — it never ends higher than the fixed
+    rounds. Constants no row informs are then pooled (`fit_space.pooled_where_uninformed`)."""
     errors = search.errors(cal)
     best = search.total(cal, errors)
     # Points already scored: each was accepted (no better than now) or rejected (no better
@@ -288,7 +289,7 @@ def descend(
             accepted = [sweep(step) for step in SWEEP]
             if not any(accepted):
                 break
-    return cal, best
+    return pooled_where_uninformed(cal, search.knobs), best
 
 
 def midpoint_start(cal: Calibration, knobs: Sequence[Knob]) -> Calibration:

@@ -6,11 +6,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from collections.abc import Sequence
 from types import MappingProxyType
 from typing import Any
 
-from gpufleet.perf.calibration import BACKEND_CONSTANTS, BOUNDS, SCALAR_CONSTANTS, Calibration
+from gpufleet.perf.calibration import (
+    BACKEND_CONSTANTS,
+    BOUNDS,
+    PRIOR_BACKENDS,
+    SCALAR_CONSTANTS,
+    Calibration,
+)
 
 # A constant and the engine it belongs to (None: a shared scalar). An engine field of
 # several names joined by "+" ("sglang+trtllm+vllm") is one knob that sets that constant
@@ -82,6 +89,37 @@ def moved(cal: Calibration, changes: Sequence[tuple[Knob, float]]) -> Calibratio
         names: list[str | None] = [*knob_backends(backend)] or [None]
         for name in names:
             cal = replace_constant(cal, key, value, name)
+    return cal
+
+
+# An engine constant that no training row informs (an engine that served no MoE model in
+# the rows: its MoE constants; an engine with no rows at all: all of its constants) takes
+# the mean, in the search's log coordinates, of the values the engines whose rows do inform
+# it reached, instead of the data-free prior: every engine's rows reject that prior the
+# same way (MoE GEMMs at 0.21-0.45 of dense against the kernels' 0.9, first-token overheads
+# of 30-110 ms against 20, per-sequence costs of 21-86 µs against 10), so what the other
+# engines show is the better a priori value for one the rows do not measure. Those constants
+# move no training row's prediction, so the training objective is unchanged; only held-out
+# rows of an engine the training rows lack (a fold's) read them. docs/performance-model.md,
+# "Wave 18: what the rows cannot pin". The planner's "default" engine stays at the prior.
+POOL_UNINFORMED = True
+
+
+def pooled_where_uninformed(cal: Calibration, knobs: Sequence[Knob]) -> Calibration:
+    """`cal` with each engine constant that no knob moves for an engine of
+    `perf.calibration.PRIOR_BACKENDS`, but some knob moves for another, at the informed
+    engines' mean in log coordinates (`POOL_UNINFORMED`; frozen constants are no knob and
+    stay at the prior)."""
+    if not POOL_UNINFORMED:
+        return cal
+    for key in BACKEND_CONSTANTS:
+        informed = sorted({n for k, b in knobs if k == key for n in knob_backends(b)})
+        if not informed:
+            continue
+        x = statistics.fmean(to_log(key, float(getattr(cal.backend(n), key))) for n in informed)
+        for name in PRIOR_BACKENDS:
+            if name not in informed:
+                cal = replace_constant(cal, key, from_log(key, x), name)
     return cal
 
 
