@@ -137,10 +137,13 @@ def with_frontend(cal: Calibration, engine: str, tokens_per_s: float) -> Calibra
 
 def score(preds: Sequence[RowPrediction], focus: Callable[[MeasuredRow], bool]) -> dict[str, Any]:
     """In-sample medians, the fit's objective (`validation.fit._combine`'s), and the
-    TTFT median of the rows `focus` selects and of the other TRT-LLM rows."""
+    TTFT median of the rows `focus` selects and of the other TRT-LLM rows (None: no rows)."""
     ttft = [abs(math.log(p.ttft_s / p.row.ttft_s)) for p in preds]
     tpot = [abs(math.log(p.tpot_s / p.row.tpot_s)) for p in preds]
-    rest = [p for p in preds if p.row.backend == "trtllm" and not focus(p.row)]
+
+    def median_ape(ps: Sequence[RowPrediction]) -> float | None:
+        return round(statistics.median(ape(p) for p in ps), 1) if ps else None
+
     return {
         "ttft_median_ape_pct": round(statistics.median(ape(p) for p in preds), 2),
         "tpot_median_ape_pct": round(
@@ -148,10 +151,10 @@ def score(preds: Sequence[RowPrediction], focus: Callable[[MeasuredRow], bool]) 
         ),
         "above_target": sum(ape(p) > TARGET_PCT for p in preds),
         "objective": round(statistics.median(ttft) / 0.2 + statistics.median(tpot) / 0.1, 4),
-        "focus_ttft_median_ape_pct": round(
-            statistics.median(ape(p) for p in preds if focus(p.row)), 1
+        "focus_ttft_median_ape_pct": median_ape([p for p in preds if focus(p.row)]),
+        "other_trtllm_ttft_median_ape_pct": median_ape(
+            [p for p in preds if p.row.backend == "trtllm" and not focus(p.row)]
         ),
-        "other_trtllm_ttft_median_ape_pct": round(statistics.median(ape(p) for p in rest), 1),
     }
 
 
@@ -335,10 +338,14 @@ def markdown(report: dict[str, Any]) -> str:
     for name, w in report["what_ifs"].items():
         out.append(
             f"| {name} | {w['ttft_median_ape_pct']:.2f} | {w['tpot_median_ape_pct']:.2f} "
-            f"| {w['above_target']} | {w['objective']:.4f} | {w['focus_ttft_median_ape_pct']:.1f} "
-            f"| {w['other_trtllm_ttft_median_ape_pct']:.1f} |"
+            f"| {w['above_target']} | {w['objective']:.4f} | {_pct(w['focus_ttft_median_ape_pct'])} "
+            f"| {_pct(w['other_trtllm_ttft_median_ape_pct'])} |"
         )
     return "\n".join(out)
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
