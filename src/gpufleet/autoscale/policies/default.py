@@ -68,6 +68,9 @@ class DefaultPolicy:
     # Or of work, output + this × prompt tokens (`SloCapacity.prompt_token_weight`). Off:
     # wave 13b, the step model's 0.19 on the study: 49.7 GPU-h against 43.2 (docs/up.md).
     prompt_token_weight: float | None = None
+    # Without an SLO also size for the in-flight trend a cold start ahead (`expected_demand`).
+    # Off: at 120 s cold starts it read a rate step as a ramp (~2×); the demo's 9 s need it.
+    batch_trend: bool = False
     capacity_join_quiet_s: float = 60.0  # `SloCapacity.join_quiet_s` (0: off)
     # Size also for the rate's line a cold start ahead less this many of its standard
     # errors (`LittleDemand.rise_in_flight`; None: off): the recent peak lags a long rise.
@@ -197,17 +200,21 @@ class DefaultPolicy:
         gateway counts admissions (`LittleDemand`; the demand now until a rate's span has
         been seen, and at least the demand now while the capacity is a batch, not
         measured), else the steeper in-flight trend, or the demand now."""
+        # `batch_trend`: with no SLO to measure a replica by, the capacity stays a batch,
+        # and the in-flight trend carried a cold start ahead sizes for a ramp that the
+        # rate's 30 s span lags (wave 18: the demo's 30 s ramp and 9 s cold starts).
+        trend = self.forecast(now_s + cold_start_s) if self._batch_trend_on() else None
         if self._little.known:
             peak = self._little.peak_in_flight()
             if peak is None:
-                return float(demand)
+                return max(float(demand), trend or 0.0)
             if self.measured_capacity() is None:
                 # A capacity in requests in flight (a batch) is held against the demand
                 # now too: the rate's span and the time in the system both lag a steep
                 # ramp, and a backlog is in flight that no rate shows. (A measured
                 # capacity is a rate × the same time: sized by rates, the demand now is
                 # the rate now, which its recent peak already covers.)
-                return max(peak, float(demand))
+                return max(peak, float(demand), trend or 0.0)
             if self.forecast_rise_z is not None:
                 rise = self._little.rise_in_flight(now_s + cold_start_s, self.forecast_rise_z)
                 return max(peak, rise or 0.0)
@@ -304,6 +311,11 @@ class DefaultPolicy:
         if desired != current:
             self._last_change_s = now_s
         return ScalingDecision(desired, f"{why} → {desired}", self.name, now_s, current)
+
+    def _batch_trend_on(self) -> bool:
+        """No capacity is measured within an SLO: none declared (or not measured)."""
+        no_slo = self.ttft_p90_slo_s is None and self.tpot_p90_slo_s is None
+        return self.batch_trend and (no_slo or not self.measure_capacity)
 
     def forecast(self, at_s: float) -> float | None:
         """Demand at `at_s` by the steeper of two trends: the full window (steady) and its
