@@ -48,7 +48,7 @@ from record import RESULTS, write_result  # noqa: E402
 
 def fleet_for(policy: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(json.dumps(demo_fleet_data(policy)))
-    data["gateway"] = {"port": 0}
+    data["gateway"]["port"] = 0  # the demo's routing options kept
     return data
 
 

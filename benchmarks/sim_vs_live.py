@@ -244,8 +244,8 @@ class GatewayHashes(PrefixAware):
     of a new replica in the burst sits on such margins. The simulator names request i
     `sim-i`."""
 
-    def __init__(self, hashes: list[tuple[int, ...]], seed: int) -> None:
-        super().__init__(seed=seed)
+    def __init__(self, hashes: list[tuple[int, ...]], seed: int, **options: Any) -> None:
+        super().__init__(seed=seed, **options)
         self._hashes = {f"sim-{i}": h for i, h in enumerate(hashes)}
 
     def choose(self, request: RequestInfo, replicas: Sequence[ReplicaView]) -> ReplicaView | None:
@@ -255,13 +255,16 @@ class GatewayHashes(PrefixAware):
         return super().choose(dataclasses.replace(request, prefix_hashes=hashes), replicas)
 
 
-def routing_policy(name: str, plan: tuple[RatePhase, ...], seed: int) -> RoutingPolicy:
+def routing_policy(
+    name: str, plan: tuple[RatePhase, ...], seed: int, options: dict[str, Any] | None = None
+) -> RoutingPolicy:
+    """The gateway's routing policy with its options (`gateway.policy_options`)."""
     if name != "prefix_aware":
-        return make_routing_policy(name, seed=seed)
+        return make_routing_policy(name, seed=seed, **(options or {}))
     convs = text_conversations(synthetic_shapes(demo_workload(plan, seed)))
     return GatewayHashes([request_prefix_hashes({"messages": [{"role": "user", "content":
                                                  c.turns[0].text}]}, "/v1/chat/completions")
-                          for c in convs], seed)  # fmt: skip
+                          for c in convs], seed, **(options or {}))  # fmt: skip
 
 
 def sim_once(
@@ -285,7 +288,7 @@ def sim_once(
         tick_phase_s=phase_s, scrape_phase_s=(phase_s + 0.5) % 1.0,
     )  # fmt: skip
     requests = sim_requests(synthetic_shapes(demo_workload(plan, seed)))
-    routing = routing_policy(sc.routing, plan, seed)
+    routing = routing_policy(sc.routing, plan, seed, cfg.gateway_settings().get("policy_options"))
     config = dataclasses.replace(build_config(sc), routing_block_tokens=block_tokens(plan, seed))
     result = FleetSimulator(config, requests, routing).run()
     s = summarize(result)

@@ -88,7 +88,7 @@ class SloCapacity:
     # over the SLO then may be the router's herd onto it, not what a replica holds
     # (docs/up.md, Wave 16; measured in Wave 17: the default policy sets it to 60 s).
     join_quiet_s: float = 0.0
-    _ready_n: int = 0
+    _ready_ids: frozenset[str] = frozenset()  # the ready replicas at the last tick
     _joined_s: float = -math.inf
     _rate: ArrivalRate = field(default_factory=ArrivalRate)
     _ready: WindowMean = field(default_factory=WindowMean)
@@ -110,9 +110,12 @@ class SloCapacity:
         self._lower.window_s = self._upper.window_s = self.smooth_s
         self._rate.add(now_s, float(signals.admitted_total))
         self._ready.add(now_s, float(len(signals.ready)))
-        if len(signals.ready) > self._ready_n:
+        # A replica joined: one ready now that was not at the last tick (by id, so that
+        # one leaving as another joins in the same tick counts; a count did not).
+        ready_ids = frozenset(r.replica_id for r in signals.ready)
+        if ready_ids - self._ready_ids:
             self._joined_s = now_s
-        self._ready_n = len(signals.ready)
+        self._ready_ids = ready_ids
         if self._since_s is None:
             self._since_s = now_s
         work = self._work_of(signals)

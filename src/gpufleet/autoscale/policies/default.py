@@ -41,8 +41,8 @@ from gpufleet.autoscale.decision import (
 )
 from gpufleet.autoscale.forecast import LinearTrend, WindowMax
 from gpufleet.autoscale.little import LittleDemand
+from gpufleet.autoscale.policies.default_scale_in import maybe_scale_in, n_minus_k_fits
 from gpufleet.autoscale.policies.saturation import Streak, saturation_reasons, waiting_streaks
-from gpufleet.autoscale.policies.scale_in import PeakLoad, latency_over_slo, n_minus_k_fits
 from gpufleet.autoscale.signals import FleetSignals, ReplicaSignals
 from gpufleet.errors import UserError
 
@@ -68,6 +68,9 @@ class DefaultPolicy:
     # Or of work, output + this × prompt tokens (`SloCapacity.prompt_token_weight`). Off:
     # wave 13b, the step model's 0.19 on the study: 49.7 GPU-h against 43.2 (docs/up.md).
     prompt_token_weight: float | None = None
+    # Without an SLO also size for the in-flight trend a cold start ahead (`expected_demand`).
+    # Off: at 120 s cold starts it read a rate step as a ramp (~2×); the demo's 9 s need it.
+    batch_trend: bool = False
     capacity_join_quiet_s: float = 60.0  # `SloCapacity.join_quiet_s` (0: off)
     # Size also for the rate's line a cold start ahead less this many of its standard
     # errors (`LittleDemand.rise_in_flight`; None: off): the recent peak lags a long rise.
@@ -197,17 +200,21 @@ class DefaultPolicy:
         gateway counts admissions (`LittleDemand`; the demand now until a rate's span has
         been seen, and at least the demand now while the capacity is a batch, not
         measured), else the steeper in-flight trend, or the demand now."""
+        # `batch_trend`: with no SLO to measure a replica by, the capacity stays a batch,
+        # and the in-flight trend carried a cold start ahead sizes for a ramp that the
+        # rate's 30 s span lags (wave 18: the demo's 30 s ramp and 9 s cold starts).
+        trend = self.forecast(now_s + cold_start_s) if self._batch_trend_on() else None
         if self._little.known:
             peak = self._little.peak_in_flight()
             if peak is None:
-                return float(demand)
+                return max(float(demand), trend or 0.0)
             if self.measured_capacity() is None:
                 # A capacity in requests in flight (a batch) is held against the demand
                 # now too: the rate's span and the time in the system both lag a steep
                 # ramp, and a backlog is in flight that no rate shows. (A measured
                 # capacity is a rate × the same time: sized by rates, the demand now is
                 # the rate now, which its recent peak already covers.)
-                return max(peak, float(demand))
+                return max(peak, float(demand), trend or 0.0)
             if self.forecast_rise_z is not None:
                 rise = self._little.rise_in_flight(now_s + cold_start_s, self.forecast_rise_z)
                 return max(peak, rise or 0.0)
@@ -305,6 +312,11 @@ class DefaultPolicy:
             self._last_change_s = now_s
         return ScalingDecision(desired, f"{why} → {desired}", self.name, now_s, current)
 
+    def _batch_trend_on(self) -> bool:
+        """No capacity is measured within an SLO: none declared (or not measured)."""
+        no_slo = self.ttft_p90_slo_s is None and self.tpot_p90_slo_s is None
+        return self.batch_trend and (no_slo or not self.measure_capacity)
+
     def forecast(self, at_s: float) -> float | None:
         """Demand at `at_s` by the steeper of two trends: the full window (steady) and its
         last third (sees a ramp begin)."""
@@ -361,90 +373,11 @@ class DefaultPolicy:
     def _maybe_scale_in(
         self, now_s: float, signals: FleetSignals, cap: int, cold_start_s: float, head: str
     ) -> tuple[int, str]:
-        current = signals.current_replicas
-        n_minus_1 = len(signals.ready) - 1
-        if current <= self.bounds.min_replicas or n_minus_1 < 0:
-            self._n1_ok_since_s = None
-            return current, f"{head}; at minimum"
-        if signals.starting:
-            # While replicas start, the ready ones alone rarely hold the peak (the start was
-            # for it); scaling in through starts as HPA does, starting ones first, measured
-            # no gain on the Azure study (wave 13, docs/up.md).
-            self._n1_ok_since_s = None
-            return current, f"{head}; replicas starting, no scale-in"
-        if self._measuring and self.measured_capacity() is None:
-            # The configured capacity is a planner's: the fleet keeps its size until
-            # its own latency under load says what a replica holds within the SLO.
-            self._n1_ok_since_s = None
-            return current, f"{head}; capacity within the SLO not measured yet, no scale-in"
-        peak_s = self.peak_s(cold_start_s)
-        if self._last_saturated_s is not None and now_s - self._last_saturated_s < peak_s:
-            # N replicas were saturated in the window: N−1 would have been worse, whatever
-            # the averages say (routing is never perfectly even).
-            self._n1_ok_since_s = None
-            ago = now_s - self._last_saturated_s
-            return current, f"{head}; keep: saturated {ago:.0f} s ago (< {peak_s:g} s)"
-        slos_s = (self.ttft_p90_slo_s, self.tpot_p90_slo_s)
-        failing = latency_over_slo(signals, 1.0, self.slo_attainment, *slos_s)
-        if failing:
-            # The latency window already misses the SLO at its quantile (p99 for 99 % of
-            # requests) while its p90 may be within: N−k would only miss it more.
-            self._n1_ok_since_s = None
-            return current, f"{head}; keep: {failing}"
-        fits, check = self.n_minus_k_fits(now_s, signals, cap, cold_start_s, 1)
-        if not fits:
-            self._n1_ok_since_s = None
-            return current, f"{head}; keep: {check}"
-        if self._n1_ok_since_s is None:
-            self._n1_ok_since_s = now_s
-        held_s = now_s - self._n1_ok_since_s
-        if held_s < self.scale_in_stabilization_s:
-            return (
-                current,
-                f"{head}; {check}, held {held_s:.0f}/{self.scale_in_stabilization_s:g} s",
-            )
-        if self._demand_rising():
-            # Replicas removed while the demand rises come back a cold start late; the
-            # check above stays held (a line through noise tilts up half the time).
-            # With `scale_in_ahead` (the gateway counting admissions) the N−k check holds
-            # the rate's line a cold start ahead instead, and this guard is off.
-            return current, f"{head}; {check}, held {held_s:.0f} s; keep: demand rising"
-        since_change = None if self._last_change_s is None else now_s - self._last_change_s
-        if since_change is not None and since_change < self.scale_in_cooldown_s:
-            return (
-                current,
-                f"{head}; {check}, cooldown {since_change:.0f}/{self.scale_in_cooldown_s:g} s",
-            )
-        self._n1_ok_since_s = None
-        k = 1  # and as many more as the same check lets go (`scale_in_many`)
-        while self.scale_in_many and k + 1 < len(signals.ready):
-            more, why = self.n_minus_k_fits(now_s, signals, cap, cold_start_s, k + 1)
-            if not more:
-                break
-            k, check = k + 1, why
-        return current - k, f"{head}; scale in {k}: {check}, held {held_s:.0f} s"
-
-    def _demand_rising(self) -> bool:
-        """The arrival rate's line over a cold start slopes up (else the in-flight one's)."""
-        if self._little.known:
-            return not self.scale_in_ahead and self._little.rate_rising()
-        return self._trend.rising()
+        """The scale-in rule (`default_scale_in.maybe_scale_in`)."""
+        return maybe_scale_in(self, now_s, signals, cap, cold_start_s, head)
 
     def n_minus_k_fits(
         self, now_s: float, signals: FleetSignals, cap: int, cold_start_s: float, k: int
     ) -> tuple[bool, str]:
-        """Would N−k ready replicas have held the recent peak (`scale_in.n_minus_k_fits`)?"""
-        what = "peak"
-        if self._little.known:
-            worst = self.expected_demand(now_s, signals.demand, cold_start_s)
-            # The demand when a replica removed now could be back: the rate's line there.
-            ahead = self._little.in_flight_ahead(now_s + cold_start_s)
-            if self.scale_in_ahead and ahead is not None and ahead > worst:
-                worst, what = ahead, f"rising rate in {cold_start_s:.0f} s"
-        else:
-            forecast = self.forecast(now_s + cold_start_s) or 0.0
-            worst = max(self._peak_demand.peak(), forecast)
-        peak = PeakLoad(worst, self._peak_kv_total.peak(), self.peak_s(cold_start_s), what)
-        slos_s = (self.ttft_p90_slo_s, self.tpot_p90_slo_s)
-        return n_minus_k_fits(signals, k, peak, cap, self.headroom_fraction,
-                              self.kv_usage_threshold, slos_s, self.slo_attainment)  # fmt: skip
+        """Would N−k ready replicas have held the recent peak (`default_scale_in`)?"""
+        return n_minus_k_fits(self, now_s, signals, cap, cold_start_s, k)
