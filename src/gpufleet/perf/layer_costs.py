@@ -75,7 +75,13 @@ def _layer_classes(
     for i, spec in enumerate(model.layers):
         is_moe = spec.is_moe and model.moe is not None
         mlp_fmt = scheme.format(i, "shared" if is_moe else "mlp")
-        key = (spec.sliding_window, is_moe, scheme.format(i, "attn"), mlp_fmt)
+        window = spec.sliding_window
+        if spec.linear and model.linear_attention is not None:
+            # A linear-attention layer reads its fixed state each step, not a KV cache:
+            # cost it as a window holding the same bytes.
+            per_token = model.kv_elements_per_token_per_layer(tp) * 2
+            window = max(1, round(model.linear_attention.state_bytes(tp) / per_token))
+        key = (window, is_moe, scheme.format(i, "attn"), mlp_fmt)
         groups.setdefault(key, []).append(i)
     out = []
     for (window, is_moe, attn_fmt, mlp_fmt), ids in groups.items():

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.errors import UserError
-from gpufleet.specs.models import LayerSpec, ModelSpec, MoESpec
+from gpufleet.specs.models import LayerSpec, LinearAttentionSpec, ModelSpec, MoESpec
 from gpufleet.specs.quant import parse_quantization_config
 
 _SYNONYMS: dict[str, tuple[str, ...]] = {
@@ -86,11 +86,86 @@ def _moe_layers(cfg: dict[str, Any], model_type: str, num_layers: int) -> list[b
     return [True] * num_layers
 
 
+# Architectures whose layers are not all attention + MLP in a way ModelSpec can count:
+# (config key or model_type, what it is). Planning them as a plain transformer would put
+# every layer's KV cache and weights in the wrong place, so they are refused by name.
+_UNSUPPORTED: tuple[tuple[str, str], ...] = (
+    ("hybrid_override_pattern", "a Mamba / attention / MLP hybrid (Nemotron-H)"),
+    ("block_configs", "per-layer heterogeneous blocks (Nemotron NAS / DeciLM)"),
+    ("layers_block_type", "a Mamba / attention hybrid (Jamba, Zamba)"),
+    ("attn_layer_indices", "a Mamba / attention hybrid"),
+    ("mamba_d_ssm", "parallel Mamba + attention layers (Falcon-H1)"),
+    ("global_head_dim", "global layers with their own head size and KV heads (Gemma 4)"),
+    ("num_kv_shared_layers", "layers that share another layer's KV cache (Gemma 3n / 4)"),
+)
+_UNSUPPORTED_TYPES = ("mamba", "mamba2", "rwkv", "jamba", "falcon_h1", "nemotron_h", "bamba")
+_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention")
+
+
+def _refuse_unsupported(cfg: dict[str, Any], model_type: str, src: str) -> None:
+    for key, what in _UNSUPPORTED:
+        if key in cfg and (key != "num_kv_shared_layers" or cfg[key]):
+            raise UserError(
+                f"{src} is {what} ({key!r} in its config): gpufleet plan does not model "
+                "this architecture's layers, and planning it as a plain transformer would "
+                "be wrong",
+                field=key,
+                fix="plan a transformer with attention + MLP (or MoE) layers only, or size "
+                "this model by hand",
+            )
+    if model_type in _UNSUPPORTED_TYPES:
+        raise UserError(
+            f"{src}: model_type {model_type!r} (state-space layers) is not modelled by "
+            "gpufleet plan",
+            field="model_type",
+            fix="plan a transformer with attention + MLP (or MoE) layers only",
+        )
+    layer_types = cfg.get("layer_types")
+    if layer_types is not None:
+        unknown = sorted({str(t) for t in layer_types} - set(_LAYER_TYPES))
+        if unknown or len(layer_types) < int(cfg.get("num_hidden_layers") or 0):
+            raise UserError(
+                f"{src}: layer_types lists {unknown or 'fewer layers than num_hidden_layers'}"
+                f"; gpufleet plan knows {', '.join(_LAYER_TYPES)}",
+                field="layer_types",
+                fix="give one known type per layer (num_hidden_layers of them)",
+            )
+
+
+def _linear_layers(cfg: dict[str, Any], num_layers: int) -> list[bool]:
+    """Linear-attention (Gated DeltaNet) layers: `layer_types` says `linear_attention`, or
+    (Qwen3-Next) every `full_attention_interval`-th layer is full attention, the rest
+    linear."""
+    layer_types = cfg.get("layer_types")
+    if layer_types:
+        return [t == "linear_attention" for t in layer_types][:num_layers]
+    interval = cfg.get("full_attention_interval")
+    if interval and cfg.get("linear_num_value_heads"):
+        return [(i + 1) % int(interval) != 0 for i in range(num_layers)]
+    return [False] * num_layers
+
+
+def _linear_spec(cfg: dict[str, Any], src: str) -> LinearAttentionSpec:
+    dtype = str(cfg.get("mamba_ssm_dtype") or cfg.get("mamba_ssm_cache_dtype") or "bfloat16")
+    return LinearAttentionSpec(
+        num_key_heads=_int(cfg, "linear_num_key_heads", src),
+        num_value_heads=_int(cfg, "linear_num_value_heads", src),
+        key_head_dim=_int(cfg, "linear_key_head_dim", src),
+        value_head_dim=_int(cfg, "linear_value_head_dim", src),
+        conv_kernel=int(cfg.get("linear_conv_kernel_dim") or 4),
+        ssm_state_bytes=4 if dtype in ("float32", "fp32") else 2,
+    )
+
+
 def _sliding_windows(cfg: dict[str, Any], model_type: str, num_layers: int) -> list[int | None]:
     window = cfg.get("sliding_window")
     layer_types = cfg.get("layer_types")
     if layer_types and window:
         return [window if t == "sliding_attention" else None for t in layer_types][:num_layers]
+    pattern = cfg.get("hybrid_layer_pattern")
+    if isinstance(pattern, list) and window and len(pattern) >= num_layers:
+        # MiMo-V2-Flash: 1 marks a sliding-window layer, 0 a full-attention one.
+        return [int(window) if pattern[i] else None for i in range(num_layers)]
     chunk = cfg.get("attention_chunk_size")
     if model_type.startswith("llama4") and chunk:
         # Llama 4: RoPE layers attend within chunks of attention_chunk_size tokens, every
@@ -143,6 +218,7 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (Llama 4, ...)
         cfg = {**cfg, **cfg["text_config"]}
     model_type = str(cfg.get("model_type", top_type))
+    _refuse_unsupported(cfg, model_type, src)
     hidden = _int(cfg, "hidden_size", src)
     num_layers = _int(cfg, "num_hidden_layers", src)
     heads = _int(cfg, "num_attention_heads", src)
@@ -184,8 +260,10 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
         dense_inter = _int(cfg, "intermediate_size", src)
 
     windows = _sliding_windows(cfg, model_type, num_layers)
+    linear = _linear_layers(cfg, num_layers)
     layers = tuple(
-        LayerSpec(sliding_window=windows[i], is_moe=moe_flags[i]) for i in range(num_layers)
+        LayerSpec(sliding_window=windows[i], is_moe=moe_flags[i], linear=linear[i])
+        for i in range(num_layers)
     )
     is_mla = cfg.get("kv_lora_rank") is not None
     mla: dict[str, Any] = {}
@@ -217,12 +295,14 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
         moe=moe,
         num_mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0),
         attention_bias=bool(attention_bias),
-        qk_norm=model_type in ("qwen3", "qwen3_moe"),
+        qk_norm=model_type in ("qwen3", "qwen3_moe") or model_type.startswith("qwen3_"),
         attention_sinks=model_type == "gpt_oss",
         quant=parse_quantization_config(cfg, num_layers),
         rotary_dim=int(int(head_dim) * float(cfg.get("partial_rotary_factor") or 1.0))
         if not is_mla
         else 0,
         vision_params=_vision_params(raw),
+        linear_attention=_linear_spec(cfg, src) if any(linear) else None,
+        attn_output_gate=bool(cfg.get("attn_output_gate", model_type == "qwen3_next")),
         **mla,
     )

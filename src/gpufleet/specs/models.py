@@ -26,9 +26,43 @@ class MoESpec:
 
 
 @dataclass(frozen=True)
+class LinearAttentionSpec:
+    """Gated DeltaNet layers (Qwen3-Next, Qwen3.5): a fixed-size recurrent state per
+    sequence instead of a KV cache that grows with it (`linear_*` config keys)."""
+
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int = 4
+    ssm_state_bytes: int = 2  # bytes per element of the recurrent state (config's dtype)
+
+    @property
+    def conv_dim(self) -> int:
+        return (
+            2 * self.num_key_heads * self.key_head_dim + self.num_value_heads * self.value_head_dim
+        )
+
+    def params(self, hidden: int) -> int:
+        """in_proj_qkvz + in_proj_ba + depthwise conv + dt_bias/A_log + gated norm + out_proj."""
+        nk, nv = self.num_key_heads, self.num_value_heads
+        dk, dv = self.key_head_dim, self.value_head_dim
+        in_proj = hidden * (2 * nk * dk + 2 * nv * dv) + hidden * 2 * nv
+        return in_proj + self.conv_dim * self.conv_kernel + 2 * nv + dv + nv * dv * hidden
+
+    def state_bytes(self, tp: int = 1) -> float:
+        """One sequence's state in one layer on one GPU: the conv window (bf16) and the
+        per-head dk x dv recurrent state, both sharded over TP ranks."""
+        conv = self.conv_dim * (self.conv_kernel - 1) * 2
+        ssm = self.num_value_heads * self.key_head_dim * self.value_head_dim * self.ssm_state_bytes
+        return (conv + ssm) / tp
+
+
+@dataclass(frozen=True)
 class LayerSpec:
     sliding_window: int | None = None  # tokens a layer attends over; None = full attention
     is_moe: bool = False
+    linear: bool = False  # a linear-attention layer: recurrent state, no KV per token
 
 
 @dataclass(frozen=True)
@@ -41,6 +75,7 @@ class KvBytesPerToken:
 
     full_bytes: float
     sliding_bytes_by_window: tuple[tuple[int, float], ...] = ()
+    state_bytes: float = 0.0  # per sequence, whatever its length (linear-attention layers)
 
     @property
     def sliding_bytes(self) -> float:
@@ -53,11 +88,12 @@ class KvBytesPerToken:
 
     def bytes_for_sequence(self, tokens: int, block_tokens: int = 16) -> float:
         """KV bytes a sequence of `tokens` holds. Sliding layers keep their window plus
-        one partially filled block (vLLM frees only whole blocks that left the window)."""
+        one partially filled block (vLLM frees only whole blocks that left the window);
+        linear-attention layers their fixed state."""
         sliding = sum(
             b * min(tokens, window + block_tokens) for window, b in self.sliding_bytes_by_window
         )
-        return self.full_bytes * tokens + sliding
+        return self.full_bytes * tokens + sliding + self.state_bytes
 
 
 @dataclass(frozen=True)
@@ -88,6 +124,8 @@ class ModelSpec:
     quant: QuantScheme = UNQUANTIZED  # the checkpoint's per-module storage formats
     vision_params: int = 0  # a multimodal checkpoint's vision encoder + projector
     rotary_dim: int = 0  # dims RoPE rotates per head (0: head_dim; MLA: qk_rope_head_dim)
+    linear_attention: LinearAttentionSpec | None = None  # layers with `linear=True`
+    attn_output_gate: bool = False  # q_proj also yields a sigmoid gate (Qwen3-Next, 3.5)
 
     def rope_cache_elements(self) -> int:
         """vLLM's rotary cos/sin cache: one row of rotary_dim per position up to
@@ -115,6 +153,8 @@ class ModelSpec:
     # ---- parameters -------------------------------------------------------------------
     def attention_params(self, layer: int = 0) -> int:
         h = self.hidden_size
+        if self.layers[layer].linear and self.linear_attention is not None:
+            return self.linear_attention.params(h)
         n = self.num_attention_heads
         if self.attention_kind == "mla":
             qk_head = self.qk_nope_head_dim + self.qk_rope_head_dim
@@ -128,7 +168,8 @@ class ModelSpec:
             return q + kv_a + kv_b + o
         q_width = n * self.head_dim
         kv_width = self.num_kv_heads * self.head_dim
-        params = h * q_width + 2 * h * kv_width + q_width * h
+        gate = 2 if self.attn_output_gate else 1
+        params = gate * h * q_width + 2 * h * kv_width + q_width * h
         if self.attention_bias:
             params += q_width + 2 * kv_width + h
         if self.qk_norm:
@@ -244,15 +285,17 @@ class ModelSpec:
         stage passes its own range)."""
         ids = range(self.num_layers) if layer_ids is None else layer_ids
         per_layer = self.kv_elements_per_token_per_layer(tp) * kv_dtype_bytes
-        full = 0.0
+        full = state = 0.0
         by_window: dict[int, float] = {}
         for i in ids:
             window = self.layers[i].sliding_window
-            if window is None:
+            if self.layers[i].linear and self.linear_attention is not None:
+                state += self.linear_attention.state_bytes(tp)
+            elif window is None:
                 full += per_layer
             else:
                 by_window[window] = by_window.get(window, 0.0) + per_layer
-        return KvBytesPerToken(full, tuple(sorted(by_window.items())))
+        return KvBytesPerToken(full, tuple(sorted(by_window.items())), state)
 
     def kv_bytes_per_token(self, kv_dtype_bytes: float, tp: int = 1) -> float:
         """Per GPU, summed over all layers (sliding ones included, i.e. for sequences
