@@ -274,6 +274,8 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
             qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", src),
             qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", src),
             v_head_dim=_int(cfg, "v_head_dim", src),
+            index_head_dim=int(cfg.get("index_head_dim") or 0),
+            index_n_heads=int(cfg.get("index_n_heads") or 0),
         )
     attention_bias = cfg.get("attention_bias")
     if attention_bias is None:

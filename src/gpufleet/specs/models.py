@@ -126,6 +126,8 @@ class ModelSpec:
     rotary_dim: int = 0  # dims RoPE rotates per head (0: head_dim; MLA: qk_rope_head_dim)
     linear_attention: LinearAttentionSpec | None = None  # layers with `linear=True`
     attn_output_gate: bool = False  # q_proj also yields a sigmoid gate (Qwen3-Next, 3.5)
+    index_head_dim: int = 0  # DeepSeek-V3.2 sparse attention's indexer keys (fp8 cache)
+    index_n_heads: int = 0
 
     def rope_cache_elements(self) -> int:
         """vLLM's rotary cos/sin cache: one row of rotary_dim per position up to
@@ -165,7 +167,7 @@ class ModelSpec:
             kv_a = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
             kv_b = self.kv_lora_rank * n * (self.qk_nope_head_dim + self.v_head_dim)
             o = n * self.v_head_dim * h
-            return q + kv_a + kv_b + o
+            return q + kv_a + kv_b + o + self._indexer_params()
         q_width = n * self.head_dim
         kv_width = self.num_kv_heads * self.head_dim
         gate = 2 if self.attn_output_gate else 1
@@ -177,6 +179,22 @@ class ModelSpec:
         if self.attention_sinks:
             params += n
         return params
+
+    def _indexer_params(self) -> int:
+        """DeepSeek-V3.2's lightning indexer: its query heads from the q latent, one key
+        head from the hidden state (+ LayerNorm), and per-head weights."""
+        if not self.index_head_dim:
+            return 0
+        d, heads = self.index_head_dim, self.index_n_heads
+        q_in = self.q_lora_rank or self.hidden_size
+        return q_in * heads * d + self.hidden_size * d + 2 * d + self.hidden_size * heads
+
+    def indexer_bytes_per_token(self) -> float:
+        """DeepSeek-V3.2 caches one fp8 indexer key per token and layer, with one fp32
+        scale per 128 dims (vLLM's indexer cache), on every rank, whatever the KV dtype."""
+        if not self.index_head_dim:
+            return 0.0
+        return self.index_head_dim + 4 * -(-self.index_head_dim // 128)
 
     def expert_params(self) -> int:
         """One routed expert (gated MLP: gate, up, down)."""
@@ -285,6 +303,7 @@ class ModelSpec:
         stage passes its own range)."""
         ids = range(self.num_layers) if layer_ids is None else layer_ids
         per_layer = self.kv_elements_per_token_per_layer(tp) * kv_dtype_bytes
+        per_layer += self.indexer_bytes_per_token()
         full = state = 0.0
         by_window: dict[int, float] = {}
         for i in ids:

@@ -1,0 +1,149 @@
+"""Real `config.json` files of models the planner was never fitted to (wave 18; sources,
+commits and the parameter counts their names state in `data/unseen_configs/SOURCES.json`):
+each plans without error, or is refused with an error that names the config field; and the
+architecture read from each is checked by hand where it used to be read wrong."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpufleet.errors import UserError
+from gpufleet.perf.layer_costs import layer_classes
+from gpufleet.plan.search import plan
+from gpufleet.plan.types import PlanRequest
+from gpufleet.specs.catalog import load_model
+from gpufleet.specs.config_parse import parse_config
+from gpufleet.specs.gpus import load_gpu
+from gpufleet.specs.quant import UNQUANTIZED
+
+DATA = Path(__file__).parent / "data" / "unseen_configs"
+SOURCES: dict[str, dict[str, object]] = json.loads((DATA / "SOURCES.json").read_text())
+PLANNED = sorted(f for f, s in SOURCES.items() if "refused_field" not in s)
+REFUSED = sorted(f for f, s in SOURCES.items() if "refused_field" in s)
+STATED = sorted(f for f, s in SOURCES.items() if "stated_params_b" in s)
+# Published parameter counts round to the name (Qwen3-VL-8B is 8.8B, MiMo-7B 7.8B with
+# its MTP layer): within 10 % of the number the name or card states.
+PARAMS_TOLERANCE = 0.10
+
+
+def test_every_shipped_config_has_its_source() -> None:
+    files = {p.name for p in DATA.glob("*.json")} - {"SOURCES.json"}
+    assert files == set(SOURCES)
+    assert len(files) >= 15
+    for entry in SOURCES.values():
+        assert entry["repo"] and entry["path"] and len(str(entry["commit"])) == 40
+
+
+@pytest.mark.parametrize("name", PLANNED)
+@pytest.mark.parametrize("gpu", ["h100-sxm", "l40s"])
+def test_config_plans_without_error(name: str, gpu: str) -> None:
+    model = load_model(str(DATA / name))
+    for max_len in (4096, min(32768, model.max_position_embeddings)):
+        result = plan(PlanRequest(model=model, gpu=load_gpu(gpu), max_model_len=max_len, rps=5))
+        assert result.chosen is not None, (name, gpu, max_len)
+
+
+@pytest.mark.parametrize("name", STATED)
+def test_weights_match_the_stated_parameter_count(name: str) -> None:
+    model = load_model(str(DATA / name))
+    stated = float(SOURCES[name]["stated_params_b"]) * 1e9  # type: ignore[arg-type]
+    counted = model.total_params() + model.vision_params
+    assert abs(counted / stated - 1) <= PARAMS_TOLERANCE, (name, counted / 1e9)
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_unmodelled_architecture_is_refused_by_field(name: str) -> None:
+    with pytest.raises(UserError) as err:
+        load_model(str(DATA / name))
+    assert err.value.field == SOURCES[name]["refused_field"]
+    assert err.value.fix
+
+
+def _load(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((DATA / name).read_text())
+    return loaded
+
+
+def test_qwen3_next_linear_layers_hold_state_not_kv() -> None:
+    """48 layers, every 4th full attention (2 KV heads x 256): 12 x 2 x 2 x 256 x 2 B =
+    24 KiB per token in bf16, not 96 KiB; each of the 36 Gated DeltaNet layers holds 32
+    heads x 128 x 128 of state (bf16) plus a 3-token conv window of 8192 channels."""
+    model = load_model(str(DATA / "Qwen--Qwen3-Next-80B-A3B-Thinking.json"))
+    kv = model.kv_breakdown(2, tp=1)
+    assert kv.full_bytes == 12 * 2 * 2 * 256 * 2
+    assert kv.sliding_bytes_by_window == ()
+    per_layer = 32 * 128 * 128 * 2 + 8192 * 3 * 2
+    assert kv.state_bytes == 36 * per_layer
+    assert kv.bytes_for_sequence(1000) == 1000 * kv.full_bytes + 36 * per_layer
+    assert abs(model.total_params() / 80e9 - 1) < 0.01
+
+
+def test_qwen35_layer_types_and_output_gate_count_its_weights() -> None:
+    """Qwen3.5-27B: 48 of 64 layers are `linear_attention`; full attention has a gated
+    q_proj. Read as 64 plain attention layers it was 24.35B + 0.44B vision (8 % short)."""
+    model = load_model(str(DATA / "Qwen--Qwen3.5-27B.json"))
+    assert sum(layer.linear for layer in model.layers) == 48
+    assert model.attn_output_gate
+    counted = (model.total_params() + model.vision_params) / 1e9
+    assert 26.7 < counted < 28.0
+    assert model.kv_breakdown(2, 1).full_bytes == 16 * 2 * 4 * 256 * 2
+
+
+def test_linear_layers_cost_as_a_bounded_window_in_the_step_model() -> None:
+    model = load_model(str(DATA / "Qwen--Qwen3-Next-80B-A3B-Thinking.json"))
+    classes = layer_classes(
+        model, load_gpu("h100-sxm"), UNQUANTIZED, tp=1, moe_tp=1, gemm_efficiency=0.7
+    )
+    full = sum(c.count for c in classes if c.window is None)
+    assert full == 12
+    assert all(c.window and c.window < 1024 for c in classes if c.window is not None)
+
+
+def test_mimo_v2_flash_hybrid_layer_pattern_keeps_its_full_layers() -> None:
+    """hybrid_layer_pattern 0 = full attention: 9 of 48 layers; it was read as 48 sliding."""
+    model = load_model(str(DATA / "XiaomiMiMo--MiMo-V2-Flash.json"))
+    assert sum(layer.sliding_window is None for layer in model.layers) == 9
+    assert {layer.sliding_window for layer in model.layers} == {None, 128}
+
+
+def test_unknown_layer_type_is_refused() -> None:
+    cfg = _load("Qwen--Qwen3.5-27B.json")
+    text = dict(cfg["text_config"])
+    text["layer_types"] = ["mamba", *text["layer_types"][1:]]
+    with pytest.raises(UserError) as err:
+        parse_config({**cfg, "text_config": text}, "x")
+    assert err.value.field == "layer_types" and "mamba" in err.value.message
+
+
+def test_nemotron_h_was_not_planned_as_a_transformer() -> None:
+    """Nemotron-H-56B read as 118 attention + MLP layers came to 115B parameters."""
+    with pytest.raises(UserError) as err:
+        load_model(str(DATA / "nvidia--Nemotron-H-56B-Base-8K.json"))
+    assert "Mamba" in err.value.message
+
+
+def test_deepseek_v32_caches_its_indexer_keys_beside_the_latent() -> None:
+    """61 MLA layers x (512 latent + 64 rope) x 2 B, plus the sparse-attention indexer's
+    fp8 key (128 B + one 4-B scale) per token and layer: 78,324 B, not 70,272."""
+    model = load_model(str(DATA / "deepseek-ai--DeepSeek-V3.2.json"))
+    assert model.kv_breakdown(2, tp=8).full_bytes == 61 * ((512 + 64) * 2 + 132)
+    assert model.kv_breakdown(1, tp=1).full_bytes == 61 * ((512 + 64) + 132)
+
+
+@pytest.mark.process
+def test_cli_refuses_a_hybrid_config_without_a_traceback() -> None:
+    import subprocess
+    import sys
+
+    path = DATA / "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json"
+    cmd = [sys.executable, "-c", "from gpufleet.cli import main; main()"]
+    r = subprocess.run(
+        [*cmd, "plan", "--model", str(path), "--gpu", "h100-sxm"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert r.returncode == 2
+    assert "hybrid_override_pattern" in r.stderr and "Traceback" not in r.stderr
