@@ -119,11 +119,33 @@ def test_unknown_layer_type_is_refused() -> None:
     assert err.value.field == "layer_types" and "mamba" in err.value.message
 
 
-def test_nemotron_h_was_not_planned_as_a_transformer() -> None:
-    """Nemotron-H-56B read as 118 attention + MLP layers came to 115B parameters."""
-    with pytest.raises(UserError) as err:
-        load_model(str(DATA / "nvidia--Nemotron-H-56B-Base-8K.json"))
-    assert "Mamba" in err.value.message
+def test_nemotron_h_blocks_are_mamba_attention_or_mlp() -> None:
+    """hybrid_override_pattern: 54 Mamba-2 (M), 10 attention (*), 54 relu2 MLP (-) blocks.
+    Read as 118 attention + gated-MLP layers it came to 115B parameters and 472 KiB of KV
+    per token; it is 56B with 10 x 2 x 8 x 128 x 2 B = 40 KiB, plus 54 Mamba states of
+    (256 x 64 + 2 x 8 x 256) x 3 conv + 256 x 64 x 256 SSM values (bf16) per sequence."""
+    model = load_model(str(DATA / "nvidia--Nemotron-H-56B-Base-8K.json"))
+    assert abs(model.total_params() / 56.3e9 - 1) < 0.01
+    kv = model.kv_breakdown(2, tp=1)
+    assert kv.full_bytes == 10 * 2 * 8 * 128 * 2
+    assert kv.state_bytes == 54 * ((256 * 64 + 2 * 8 * 256) * 3 * 2 + 256 * 64 * 256 * 2)
+
+
+def test_nemotron3_nano_is_a_mamba_moe_hybrid() -> None:
+    """23 Mamba-2, 6 attention and 23 MoE blocks (128 relu2 experts, 6 active, one shared
+    of 3712): 31.6B parameters, 3.6B active with the embeddings (its card's figures); fp32
+    SSM state (mamba_ssm_cache_dtype)."""
+    model = load_model(str(DATA / "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json"))
+    assert abs(model.total_params() / 31.6e9 - 1) < 0.01
+    assert abs(model.active_params() / 3.6e9 - 1) < 0.03
+    assert model.num_moe_layers == 23 and not model.gated_mlp
+    kv = model.kv_breakdown(2, tp=1)
+    assert kv.full_bytes == 6 * 2 * 2 * 128 * 2
+    assert kv.state_bytes == 23 * (6144 * 3 * 2 + 64 * 64 * 128 * 4)
+    classes = layer_classes(
+        model, load_gpu("h100-sxm"), UNQUANTIZED, tp=1, moe_tp=1, gemm_efficiency=0.7
+    )
+    assert sum(c.count for c in classes if c.window == 0) == 23  # MoE blocks: no attention
 
 
 def test_deepseek_v32_caches_its_indexer_keys_beside_the_latent() -> None:
@@ -139,11 +161,11 @@ def test_cli_refuses_a_hybrid_config_without_a_traceback() -> None:
     import subprocess
     import sys
 
-    path = DATA / "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json"
+    path = DATA / "nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8.json"
     cmd = [sys.executable, "-c", "from gpufleet.cli import main; main()"]
     r = subprocess.run(
         [*cmd, "plan", "--model", str(path), "--gpu", "h100-sxm"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert r.returncode == 2
-    assert "hybrid_override_pattern" in r.stderr and "Traceback" not in r.stderr
+    assert "moe_latent_size" in r.stderr and "Traceback" not in r.stderr

@@ -76,11 +76,14 @@ def _layer_classes(
         is_moe = spec.is_moe and model.moe is not None
         mlp_fmt = scheme.format(i, "shared" if is_moe else "mlp")
         window = spec.sliding_window
-        if spec.linear and model.linear_attention is not None:
-            # A linear-attention layer reads its fixed state each step, not a KV cache:
-            # cost it as a window holding the same bytes.
+        recurrent = model.recurrent_mixer
+        if not spec.mixer:
+            window = 0  # an MLP-only block (Nemotron-H): no attention at all
+        elif spec.linear and recurrent is not None:
+            # A recurrent mixer reads its fixed state each step, not a KV cache: cost it
+            # as a window holding the same bytes.
             per_token = model.kv_elements_per_token_per_layer(tp) * 2
-            window = max(1, round(model.linear_attention.state_bytes(tp) / per_token))
+            window = max(1, round(recurrent.state_bytes(tp) / per_token))
         key = (window, is_moe, scheme.format(i, "attn"), mlp_fmt)
         groups.setdefault(key, []).append(i)
     out = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.errors import UserError
-from gpufleet.specs.models import LayerSpec, LinearAttentionSpec, ModelSpec, MoESpec
+from gpufleet.specs.models import LayerSpec, LinearAttentionSpec, MambaSpec, ModelSpec, MoESpec
 from gpufleet.specs.quant import parse_quantization_config
 
 _SYNONYMS: dict[str, tuple[str, ...]] = {
@@ -90,7 +90,7 @@ def _moe_layers(cfg: dict[str, Any], model_type: str, num_layers: int) -> list[b
 # (config key or model_type, what it is). Planning them as a plain transformer would put
 # every layer's KV cache and weights in the wrong place, so they are refused by name.
 _UNSUPPORTED: tuple[tuple[str, str], ...] = (
-    ("hybrid_override_pattern", "a Mamba / attention / MLP hybrid (Nemotron-H)"),
+    ("moe_latent_size", "experts that run in a smaller latent space (Nemotron 3 Super)"),
     ("block_configs", "per-layer heterogeneous blocks (Nemotron NAS / DeciLM)"),
     ("layers_block_type", "a Mamba / attention hybrid (Jamba, Zamba)"),
     ("attn_layer_indices", "a Mamba / attention hybrid"),
@@ -98,7 +98,7 @@ _UNSUPPORTED: tuple[tuple[str, str], ...] = (
     ("global_head_dim", "global layers with their own head size and KV heads (Gemma 4)"),
     ("num_kv_shared_layers", "layers that share another layer's KV cache (Gemma 3n / 4)"),
 )
-_UNSUPPORTED_TYPES = ("mamba", "mamba2", "rwkv", "jamba", "falcon_h1", "nemotron_h", "bamba")
+_UNSUPPORTED_TYPES = ("mamba", "mamba2", "rwkv", "jamba", "falcon_h1", "bamba")
 _LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention")
 
 
@@ -143,6 +143,40 @@ def _linear_layers(cfg: dict[str, Any], num_layers: int) -> list[bool]:
     if interval and cfg.get("linear_num_value_heads"):
         return [(i + 1) % int(interval) != 0 for i in range(num_layers)]
     return [False] * num_layers
+
+
+# Nemotron-H's hybrid_override_pattern: one block per character, each a single mixer or
+# MLP: (recurrent mixer, has mixer, has MLP, MLP is MoE).
+_NEMOTRON_BLOCKS = {
+    "M": (True, True, False, False),  # Mamba-2
+    "*": (False, True, False, False),  # attention
+    "-": (False, False, True, False),  # dense MLP
+    "E": (False, False, True, True),  # MoE
+}
+
+
+def _hybrid_blocks(cfg: dict[str, Any], num_layers: int, src: str) -> list[tuple[bool, ...]]:
+    pattern = str(cfg.get("hybrid_override_pattern") or "")
+    if len(pattern) != num_layers or set(pattern) - set(_NEMOTRON_BLOCKS):
+        raise UserError(
+            f"{src}: hybrid_override_pattern {pattern!r} must give one of "
+            f"{''.join(_NEMOTRON_BLOCKS)} per layer ({num_layers})",
+            field="hybrid_override_pattern",
+            fix="use M (Mamba-2), * (attention), - (MLP) or E (MoE), one per layer",
+        )
+    return [_NEMOTRON_BLOCKS[c] for c in pattern]
+
+
+def _mamba_spec(cfg: dict[str, Any], src: str) -> MambaSpec:
+    dtype = str(cfg.get("mamba_ssm_cache_dtype") or cfg.get("mamba_ssm_dtype") or "bfloat16")
+    return MambaSpec(
+        num_heads=_int(cfg, "mamba_num_heads", src),
+        head_dim=_int(cfg, "mamba_head_dim", src),
+        n_groups=_int(cfg, "n_groups", src),
+        state_size=_int(cfg, "ssm_state_size", src),
+        conv_kernel=int(cfg.get("conv_kernel") or 4),
+        ssm_state_bytes=4 if dtype in ("float32", "fp32") else 2,
+    )
 
 
 def _linear_spec(cfg: dict[str, Any], src: str) -> LinearAttentionSpec:
@@ -225,7 +259,8 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
     vocab = _int(cfg, "vocab_size", src)
     max_pos = _int(cfg, "max_position_embeddings", src)
     kv_heads = cfg.get("num_key_value_heads") or heads  # HF default: multi-head attention
-    head_dim = cfg.get("head_dim") or hidden // heads
+    head_dim = cfg.get("head_dim") or cfg.get("attention_head_dim") or hidden // heads
+    blocks = _hybrid_blocks(cfg, num_layers, src) if "hybrid_override_pattern" in cfg else None
 
     num_experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts")
     num_experts = num_experts or cfg.get("num_experts")
@@ -238,8 +273,9 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
         expert_inter = cfg.get("moe_intermediate_size") or _int(cfg, "intermediate_size", src)
         shared_n = int(cfg.get("n_shared_experts") or 0)
         shared_inter = shared_n * expert_inter
-        if cfg.get("shared_expert_intermediate_size"):
-            shared_n, shared_inter = 1, int(cfg["shared_expert_intermediate_size"])
+        for key in ("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size"):
+            if cfg.get(key):
+                shared_n, shared_inter = 1, int(cfg[key])
         if model_type.startswith("llama4"):
             shared_n, shared_inter = 1, int(cfg["intermediate_size"])
         moe = MoESpec(
@@ -251,6 +287,8 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
             expert_bias=model_type == "gpt_oss",
         )
         moe_flags = _moe_layers(cfg, model_type, num_layers)
+        if blocks is not None:
+            moe_flags = [b[3] for b in blocks]
 
     if model_type.startswith("llama4"):
         dense_inter = int(cfg.get("intermediate_size_mlp") or cfg.get("intermediate_size") or 0)
@@ -261,8 +299,17 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
 
     windows = _sliding_windows(cfg, model_type, num_layers)
     linear = _linear_layers(cfg, num_layers)
+    mixer, mlp = [True] * num_layers, [True] * num_layers
+    if blocks is not None:
+        linear, mixer, mlp = [b[0] for b in blocks], [b[1] for b in blocks], [b[2] for b in blocks]
     layers = tuple(
-        LayerSpec(sliding_window=windows[i], is_moe=moe_flags[i], linear=linear[i])
+        LayerSpec(
+            sliding_window=windows[i],
+            is_moe=moe_flags[i],
+            linear=linear[i],
+            mixer=mixer[i],
+            mlp=mlp[i],
+        )
         for i in range(num_layers)
     )
     is_mla = cfg.get("kv_lora_rank") is not None
@@ -304,7 +351,9 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
         if not is_mla
         else 0,
         vision_params=_vision_params(raw),
-        linear_attention=_linear_spec(cfg, src) if any(linear) else None,
+        linear_attention=_linear_spec(cfg, src) if any(linear) and blocks is None else None,
+        mamba=_mamba_spec(cfg, src) if blocks is not None and any(linear) else None,
+        gated_mlp=cfg.get("mlp_hidden_act", cfg.get("hidden_act")) != "relu2",
         attn_output_gate=bool(cfg.get("attn_output_gate", model_type == "qwen3_next")),
         **mla,
     )

@@ -59,10 +59,41 @@ class LinearAttentionSpec:
 
 
 @dataclass(frozen=True)
+class MambaSpec:
+    """Mamba-2 mixers (Nemotron-H): a fixed conv window and SSM state per sequence."""
+
+    num_heads: int
+    head_dim: int
+    n_groups: int
+    state_size: int
+    conv_kernel: int = 4
+    ssm_state_bytes: int = 2
+
+    @property
+    def conv_dim(self) -> int:
+        return self.num_heads * self.head_dim + 2 * self.n_groups * self.state_size
+
+    def params(self, hidden: int) -> int:
+        """in_proj (z, x, B, C, dt) + conv (with bias) + dt_bias / A_log / D + gated norm
+        + out_proj."""
+        inner = self.num_heads * self.head_dim
+        in_proj = hidden * (inner + self.conv_dim + self.num_heads)
+        conv = self.conv_dim * (self.conv_kernel + 1)
+        return in_proj + conv + 3 * self.num_heads + inner + inner * hidden
+
+    def state_bytes(self, tp: int = 1) -> float:
+        conv = self.conv_dim * (self.conv_kernel - 1) * 2
+        ssm = self.num_heads * self.head_dim * self.state_size * self.ssm_state_bytes
+        return (conv + ssm) / tp
+
+
+@dataclass(frozen=True)
 class LayerSpec:
     sliding_window: int | None = None  # tokens a layer attends over; None = full attention
     is_moe: bool = False
-    linear: bool = False  # a linear-attention layer: recurrent state, no KV per token
+    linear: bool = False  # a recurrent mixer (linear attention, Mamba): state, no KV
+    mixer: bool = True  # False: an MLP-only block (Nemotron-H `-` / `E`)
+    mlp: bool = True  # False: a mixer-only block (Nemotron-H `M` / `*`)
 
 
 @dataclass(frozen=True)
@@ -126,6 +157,8 @@ class ModelSpec:
     rotary_dim: int = 0  # dims RoPE rotates per head (0: head_dim; MLA: qk_rope_head_dim)
     linear_attention: LinearAttentionSpec | None = None  # layers with `linear=True`
     attn_output_gate: bool = False  # q_proj also yields a sigmoid gate (Qwen3-Next, 3.5)
+    mamba: MambaSpec | None = None  # layers with `linear=True` in Mamba hybrids
+    gated_mlp: bool = True  # False: up + down only (relu2 MLPs and experts, Nemotron-H)
     index_head_dim: int = 0  # DeepSeek-V3.2 sparse attention's indexer keys (fp8 cache)
     index_n_heads: int = 0
 
@@ -155,8 +188,12 @@ class ModelSpec:
     # ---- parameters -------------------------------------------------------------------
     def attention_params(self, layer: int = 0) -> int:
         h = self.hidden_size
-        if self.layers[layer].linear and self.linear_attention is not None:
-            return self.linear_attention.params(h)
+        spec = self.layers[layer]
+        if not spec.mixer:
+            return 0
+        recurrent = self.recurrent_mixer
+        if spec.linear and recurrent is not None:
+            return recurrent.params(h)
         n = self.num_attention_heads
         if self.attention_kind == "mla":
             qk_head = self.qk_nope_head_dim + self.qk_rope_head_dim
@@ -180,6 +217,15 @@ class ModelSpec:
             params += n
         return params
 
+    @property
+    def recurrent_mixer(self) -> LinearAttentionSpec | MambaSpec | None:
+        """What a `linear=True` layer is: Gated DeltaNet or Mamba-2."""
+        return self.linear_attention or self.mamba
+
+    @property
+    def _mlp_matrices(self) -> int:
+        return 3 if self.gated_mlp else 2
+
     def _indexer_params(self) -> int:
         """DeepSeek-V3.2's lightning indexer: its query heads from the q latent, one key
         head from the hidden state (+ LayerNorm), and per-head weights."""
@@ -202,12 +248,12 @@ class ModelSpec:
             return 0
         h, e = self.hidden_size, self.moe.expert_intermediate_size
         bias = (2 * e + h) if self.moe.expert_bias else 0
-        return 3 * h * e + bias
+        return self._mlp_matrices * h * e + bias
 
     def shared_expert_params(self) -> int:
         if self.moe is None or self.moe.shared_expert_intermediate_size == 0:
             return 0
-        return 3 * self.hidden_size * self.moe.shared_expert_intermediate_size
+        return self._mlp_matrices * self.hidden_size * self.moe.shared_expert_intermediate_size
 
     def router_params(self) -> int:
         if self.moe is None:
@@ -217,13 +263,15 @@ class ModelSpec:
 
     def mlp_params(self, layer: int = 0) -> int:
         """Dense MLP, or for an MoE layer: all routed experts + shared experts + router."""
+        if not self.layers[layer].mlp:
+            return 0
         if self.layers[layer].is_moe and self.moe is not None:
             return (
                 self.moe.num_experts * self.expert_params()
                 + self.shared_expert_params()
                 + self.router_params()
             )
-        return 3 * self.hidden_size * self.intermediate_size
+        return self._mlp_matrices * self.hidden_size * self.intermediate_size
 
     def active_mlp_params(self, layer: int = 0) -> int:
         """MLP weights one token touches: k routed experts + shared + router."""
@@ -236,7 +284,9 @@ class ModelSpec:
         return self.mlp_params(layer)
 
     def norm_params(self, layer: int = 0) -> int:
-        return 2 * self.hidden_size
+        """One RMSNorm before each of the block's mixer and MLP."""
+        spec = self.layers[layer]
+        return self.hidden_size * (int(spec.mixer) + int(spec.mlp))
 
     def layer_params(self, layer: int) -> int:
         return self.attention_params(layer) + self.mlp_params(layer) + self.norm_params(layer)
@@ -308,8 +358,11 @@ class ModelSpec:
         by_window: dict[int, float] = {}
         for i in ids:
             window = self.layers[i].sliding_window
-            if self.layers[i].linear and self.linear_attention is not None:
-                state += self.linear_attention.state_bytes(tp)
+            recurrent = self.recurrent_mixer
+            if not self.layers[i].mixer:
+                continue
+            if self.layers[i].linear and recurrent is not None:
+                state += recurrent.state_bytes(tp)
             elif window is None:
                 full += per_layer
             else:
