@@ -169,3 +169,21 @@ def test_cli_refuses_a_hybrid_config_without_a_traceback() -> None:
     )  # fmt: skip
     assert r.returncode == 2
     assert "moe_latent_size" in r.stderr and "Traceback" not in r.stderr
+
+
+MODELOPT = Path(__file__).parent / "data" / "modelopt"
+
+
+@pytest.mark.parametrize(
+    ("name", "headline"),
+    [("nvidia--Qwen3-235B-A22B-NVFP4", "nvfp4"), ("nvidia--Llama-3.1-70B-Instruct-FP8", "fp8")],
+)
+def test_modelopt_hf_quant_config_beside_config_json_is_read(name: str, headline: str) -> None:
+    """These ModelOpt checkpoints state their format only in hf_quant_config.json (their
+    config.json has no quantization_config); they were planned as bf16."""
+    model = load_model(str(MODELOPT / name))
+    assert model.checkpoint_dtype == headline
+    assert model.quant.format(0, "attn").name == headline
+    assert model.quant.format(0, "lm_head").name == "bf16"  # exclude_modules
+    # A path to the config.json itself reads its sibling too.
+    assert load_model(str(MODELOPT / name / "config.json")).checkpoint_dtype == headline
