@@ -13,8 +13,10 @@ import pytest
 
 from gpufleet.errors import UserError
 from gpufleet.perf.layer_costs import layer_classes
+from gpufleet.plan.layout import Layout
 from gpufleet.plan.search import plan
 from gpufleet.plan.types import PlanRequest
+from gpufleet.plan.weights import weight_bytes_per_gpu
 from gpufleet.specs.catalog import load_model
 from gpufleet.specs.config_parse import parse_config
 from gpufleet.specs.gpus import load_gpu
@@ -53,6 +55,17 @@ def test_weights_match_the_stated_parameter_count(name: str) -> None:
     stated = float(SOURCES[name]["stated_params_b"]) * 1e9  # type: ignore[arg-type]
     counted = model.total_params() + model.vision_params
     assert abs(counted / stated - 1) <= PARAMS_TOLERANCE, (name, counted / 1e9)
+
+
+@pytest.mark.parametrize("name", PLANNED)
+def test_memory_plan_weighs_what_the_parameter_count_counts(name: str) -> None:
+    """bf16 on one GPU: 2 B per counted parameter (+ the RoPE cache). The memory plan
+    weighed every layer as GQA attention + MLP whatever the parameter count said (Mamba
+    and DeltaNet mixers, MLP-only blocks, Qwen3.5's gated q_proj)."""
+    model = load_model(str(DATA / name))
+    layout = Layout(tp=1, pp=1, ep=1, weight_dtype="bf16", kv_dtype="bf16")
+    counted = 2 * (model.total_params() + model.vision_params)
+    assert abs(weight_bytes_per_gpu(model, layout) / counted - 1) < 0.01
 
 
 @pytest.mark.parametrize("name", REFUSED)

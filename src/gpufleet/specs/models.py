@@ -204,7 +204,7 @@ class ModelSpec:
             kv_a = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
             kv_b = self.kv_lora_rank * n * (self.qk_nope_head_dim + self.v_head_dim)
             o = n * self.v_head_dim * h
-            return q + kv_a + kv_b + o + self._indexer_params()
+            return q + kv_a + kv_b + o + self.indexer_params()
         q_width = n * self.head_dim
         kv_width = self.num_kv_heads * self.head_dim
         gate = 2 if self.attn_output_gate else 1
@@ -226,7 +226,7 @@ class ModelSpec:
     def _mlp_matrices(self) -> int:
         return 3 if self.gated_mlp else 2
 
-    def _indexer_params(self) -> int:
+    def indexer_params(self) -> int:
         """DeepSeek-V3.2's lightning indexer: its query heads from the q latent, one key
         head from the hidden state (+ LayerNorm), and per-head weights."""
         if not self.index_head_dim:
