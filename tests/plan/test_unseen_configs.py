@@ -161,6 +161,29 @@ def test_nemotron3_nano_is_a_mamba_moe_hybrid() -> None:
     assert sum(c.count for c in classes if c.window == 0) == 23  # MoE blocks: no attention
 
 
+def test_nemotron_nas_blocks_have_their_own_mlp_widths() -> None:
+    """Llama-3.3-Nemotron-Super-49B: 80 DeciLM blocks, 31 without attention, MLP widths
+    from ffn_mult (0.5 to 5.25): 49.9B parameters, 49 x 2 x 8 x 128 x 2 B of KV per token.
+    The step model groups layers of equal shapes only (its classes weigh every layer)."""
+    model = load_model(str(DATA / "nvidia--Llama-3_3-Nemotron-Super-49B-v1.json"))
+    assert abs(model.total_params() / 49.87e9 - 1) < 0.005
+    assert sum(layer.mixer for layer in model.layers) == 49
+    assert model.kv_breakdown(2, tp=1).full_bytes == 49 * 2 * 8 * 128 * 2
+    classes = layer_classes(
+        model, load_gpu("h100-sxm"), UNQUANTIZED, tp=1, moe_tp=1, gemm_efficiency=0.7
+    )
+    layers = sum(model.attention_params(i) + model.mlp_params(i) for i in range(80))
+    assert sum(c.count * c.weight_bytes for c in classes) == pytest.approx(2 * layers)
+
+
+def test_nemotron_nas_linear_replacement_is_refused() -> None:
+    cfg = _load("nvidia--Llama-3_3-Nemotron-Super-49B-v1.json")
+    cfg["block_configs"][3]["attention"]["replace_with_linear"] = True
+    with pytest.raises(UserError) as err:
+        parse_config(cfg, "x")
+    assert err.value.field == "block_configs"
+
+
 def test_deepseek_v32_caches_its_indexer_keys_beside_the_latent() -> None:
     """61 MLA layers x (512 latent + 64 rope) x 2 B, plus the sparse-attention indexer's
     fp8 key (128 B + one 4-B scale) per token and layer: 78,324 B, not 70,272."""

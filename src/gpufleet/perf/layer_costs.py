@@ -71,7 +71,8 @@ def _layer_classes(
     moe_tp: int,
     gemm_efficiency: float,
 ) -> tuple[LayerClass, ...]:
-    groups: dict[tuple[int | None, bool, WeightFormat, WeightFormat], list[int]] = {}
+    groups: dict[tuple[int | None, bool, WeightFormat, WeightFormat, tuple[int, int]], list[int]]
+    groups = {}
     for i, spec in enumerate(model.layers):
         is_moe = spec.is_moe and model.moe is not None
         mlp_fmt = scheme.format(i, "shared" if is_moe else "mlp")
@@ -84,10 +85,12 @@ def _layer_classes(
             # as a window holding the same bytes.
             per_token = model.kv_elements_per_token_per_layer(tp) * 2
             window = max(1, round(recurrent.state_bytes(tp) / per_token))
-        key = (window, is_moe, scheme.format(i, "attn"), mlp_fmt)
+        # Layers of one class have the same shapes too (hybrid and NAS models differ).
+        shapes = (model.attention_params(i), model.mlp_params(i))
+        key = (window, is_moe, scheme.format(i, "attn"), mlp_fmt, shapes)
         groups.setdefault(key, []).append(i)
     out = []
-    for (window, is_moe, attn_fmt, mlp_fmt), ids in groups.items():
+    for (window, is_moe, attn_fmt, mlp_fmt, _), ids in groups.items():
         first = ids[0]
         attn = model.attention_params(first) / tp
         if is_moe:

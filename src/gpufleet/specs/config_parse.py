@@ -91,7 +91,6 @@ def _moe_layers(cfg: dict[str, Any], model_type: str, num_layers: int) -> list[b
 # every layer's KV cache and weights in the wrong place, so they are refused by name.
 _UNSUPPORTED: tuple[tuple[str, str], ...] = (
     ("moe_latent_size", "experts that run in a smaller latent space (Nemotron 3 Super)"),
-    ("block_configs", "per-layer heterogeneous blocks (Nemotron NAS / DeciLM)"),
     ("layers_block_type", "a Mamba / attention hybrid (Jamba, Zamba)"),
     ("attn_layer_indices", "a Mamba / attention hybrid"),
     ("mamba_d_ssm", "parallel Mamba + attention layers (Falcon-H1)"),
@@ -165,6 +164,41 @@ def _hybrid_blocks(cfg: dict[str, Any], num_layers: int, src: str) -> list[tuple
             fix="use M (Mamba-2), * (attention), - (MLP) or E (MoE), one per layer",
         )
     return [_NEMOTRON_BLOCKS[c] for c in pattern]
+
+
+def _nas_blocks(
+    cfg: dict[str, Any], num_layers: int, src: str
+) -> tuple[list[bool], list[int], int]:
+    """Nemotron NAS (DeciLM) `block_configs`: per layer, attention or none (`no_op`), and
+    an MLP of `ffn_mult` (DeciLM's width: 2/3 of ffn_mult x hidden, rounded up to 256).
+    Attention must share one KV-head count; linear replacements and windows are refused."""
+    blocks = cfg["block_configs"]
+    hidden, heads = _int(cfg, "hidden_size", src), _int(cfg, "num_attention_heads", src)
+    attention, widths, groups = [], [], set()
+    for b in blocks if isinstance(blocks, list) else []:
+        attn, ffn = b.get("attention") or {}, b.get("ffn") or {}
+        unsupported = (
+            attn.get("replace_with_linear")
+            or ffn.get("replace_with_linear")
+            or attn.get("window_length")
+            or ffn.get("no_op")
+        )
+        if unsupported:
+            break
+        attention.append(not attn.get("no_op"))
+        if not attn.get("no_op"):
+            groups.add(int(attn.get("n_heads_in_group") or 1))
+        width = int(2 * float(ffn.get("ffn_mult") or 0) * hidden / 3)
+        widths.append(-(-width // 256) * 256)
+    if len(attention) != num_layers or len(groups) != 1:
+        raise UserError(
+            f"{src}: block_configs must give {num_layers} blocks, each attention (one "
+            "n_heads_in_group for all) or no_op, and an MLP of ffn_mult; linear "
+            "replacements, windows and MLP-less blocks are not modelled",
+            field="block_configs",
+            fix="size this model by hand",
+        )
+    return attention, widths, heads // groups.pop()
 
 
 def _mamba_spec(cfg: dict[str, Any], src: str) -> MambaSpec:
@@ -258,7 +292,10 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
     heads = _int(cfg, "num_attention_heads", src)
     vocab = _int(cfg, "vocab_size", src)
     max_pos = _int(cfg, "max_position_embeddings", src)
+    nas = _nas_blocks(cfg, num_layers, src) if cfg.get("block_configs") else None
     kv_heads = cfg.get("num_key_value_heads") or heads  # HF default: multi-head attention
+    if nas is not None:
+        kv_heads = nas[2]
     head_dim = cfg.get("head_dim") or cfg.get("attention_head_dim") or hidden // heads
     blocks = _hybrid_blocks(cfg, num_layers, src) if "hybrid_override_pattern" in cfg else None
 
@@ -290,7 +327,9 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
         if blocks is not None:
             moe_flags = [b[3] for b in blocks]
 
-    if model_type.startswith("llama4"):
+    if nas is not None:
+        dense_inter = max(nas[1])  # the widest layer's (activation peak); each has its own
+    elif model_type.startswith("llama4"):
         dense_inter = int(cfg.get("intermediate_size_mlp") or cfg.get("intermediate_size") or 0)
     elif moe is not None and all(moe_flags):
         dense_inter = int(cfg.get("intermediate_size") or 0)  # unused: every layer is MoE
@@ -302,6 +341,9 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
     mixer, mlp = [True] * num_layers, [True] * num_layers
     if blocks is not None:
         linear, mixer, mlp = [b[0] for b in blocks], [b[1] for b in blocks], [b[2] for b in blocks]
+    widths: list[int | None] = [None] * num_layers
+    if nas is not None:
+        mixer, widths = nas[0], list(nas[1])
     layers = tuple(
         LayerSpec(
             sliding_window=windows[i],
@@ -309,6 +351,7 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
             linear=linear[i],
             mixer=mixer[i],
             mlp=mlp[i],
+            intermediate=widths[i],
         )
         for i in range(num_layers)
     )

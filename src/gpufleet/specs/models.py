@@ -94,6 +94,7 @@ class LayerSpec:
     linear: bool = False  # a recurrent mixer (linear attention, Mamba): state, no KV
     mixer: bool = True  # False: an MLP-only block (Nemotron-H `-` / `E`)
     mlp: bool = True  # False: a mixer-only block (Nemotron-H `M` / `*`)
+    intermediate: int | None = None  # this layer's dense MLP width (Nemotron NAS)
 
 
 @dataclass(frozen=True)
@@ -271,7 +272,8 @@ class ModelSpec:
                 + self.shared_expert_params()
                 + self.router_params()
             )
-        return self._mlp_matrices * self.hidden_size * self.intermediate_size
+        width = self.layers[layer].intermediate or self.intermediate_size
+        return self._mlp_matrices * self.hidden_size * width
 
     def active_mlp_params(self, layer: int = 0) -> int:
         """MLP weights one token touches: k routed experts + shared + router."""
