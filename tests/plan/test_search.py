@@ -216,3 +216,15 @@ def test_quantizes_before_splitting_when_one_gpu_is_too_slow() -> None:
     # With the precision pinned, it has to split instead.
     pinned = plan(request("meta-llama/Llama-3.1-8B", gpu=load_gpu("l4"), rps=1, quant="bf16"))
     assert pinned.chosen.layout.tp >= 2
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu"), [("MiniMaxAI/MiniMax-M2", "h100-sxm"), ("deepseek-ai/DeepSeek-V3", "b200")]
+)
+def test_each_layout_is_listed_once(model: str, gpu: str) -> None:
+    """The EP step's alternative (TP without EP) was listed a second time beside the same
+    layout from the performance step: two identical rows in the memory table."""
+    result = plan(PlanRequest(model=load_model(model), gpu=load_gpu(gpu), rps=5))
+    layouts = [c.layout for c in result.candidates]
+    assert len(layouts) == len(set(layouts))
+    assert result.chosen in result.candidates

@@ -71,14 +71,26 @@ def _layer_classes(
     moe_tp: int,
     gemm_efficiency: float,
 ) -> tuple[LayerClass, ...]:
-    groups: dict[tuple[int | None, bool, WeightFormat, WeightFormat], list[int]] = {}
+    groups: dict[tuple[int | None, bool, WeightFormat, WeightFormat, tuple[int, int]], list[int]]
+    groups = {}
     for i, spec in enumerate(model.layers):
         is_moe = spec.is_moe and model.moe is not None
         mlp_fmt = scheme.format(i, "shared" if is_moe else "mlp")
-        key = (spec.sliding_window, is_moe, scheme.format(i, "attn"), mlp_fmt)
+        window = spec.sliding_window
+        recurrent = model.recurrent_mixer
+        if not spec.mixer:
+            window = 0  # an MLP-only block (Nemotron-H): no attention at all
+        elif spec.linear and recurrent is not None:
+            # A recurrent mixer reads its fixed state each step, not a KV cache: cost it
+            # as a window holding the same bytes.
+            per_token = model.kv_elements_per_token_per_layer(tp) * 2
+            window = max(1, round(recurrent.state_bytes(tp) / per_token))
+        # Layers of one class have the same shapes too (hybrid and NAS models differ).
+        shapes = (model.attention_params(i), model.mlp_params(i))
+        key = (window, is_moe, scheme.format(i, "attn"), mlp_fmt, shapes)
         groups.setdefault(key, []).append(i)
     out = []
-    for (window, is_moe, attn_fmt, mlp_fmt), ids in groups.items():
+    for (window, is_moe, attn_fmt, mlp_fmt, _), ids in groups.items():
         first = ids[0]
         attn = model.attention_params(first) / tp
         if is_moe:

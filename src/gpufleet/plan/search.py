@@ -53,9 +53,12 @@ def plan(req: PlanRequest) -> Plan:
     if alternative is not None and alternative.performance is not None:
         evaluated.append(alternative)
     chosen, others = choose_moe_layout(search, chosen)
-    evaluated += [c for c in others if c not in evaluated]
-    if chosen not in evaluated:
-        evaluated.append(chosen)
+    evaluated += others
+    # One row per layout: the EP step's alternative and the MoE step's candidates repeat
+    # layouts the performance step already evaluated (the chosen one's figures win).
+    by_layout = {c.layout: c for c in evaluated}
+    by_layout[chosen.layout] = chosen
+    evaluated = list(by_layout.values())
     search.note_replicas(chosen)
     if (
         req.max_gpus is not None

@@ -42,6 +42,12 @@ def attention_bytes_per_gpu(
     per_param = (scheme or scheme_of(model, layout)).format(layer, "attn").bytes_per_param
     tp = layout.tp
     h = model.hidden_size
+    spec = model.layers[layer]
+    if not spec.mixer:
+        return 0.0  # an MLP-only block (Nemotron-H)
+    if spec.linear and model.recurrent_mixer is not None:
+        # Gated DeltaNet / Mamba-2: heads, projections and conv split over TP ranks.
+        return model.attention_params(layer) / tp * per_param
     if model.attention_kind == "mla":
         n = model.num_attention_heads
         qk_head = model.qk_nope_head_dim + model.qk_rope_head_dim
@@ -53,10 +59,12 @@ def attention_bytes_per_gpu(
             sharded = h * n * qk_head
         sharded += model.kv_lora_rank * n * (model.qk_nope_head_dim + model.v_head_dim)
         sharded += n * model.v_head_dim * h
+        replicated += model.indexer_params()  # replicated on every rank, as vLLM loads it
         return (replicated + sharded / tp) * per_param
     q_width = model.num_attention_heads * model.head_dim
     kv_width_per_rank = model.kv_heads_per_rank(tp) * model.head_dim
-    params = 2 * h * q_width / tp + 2 * h * kv_width_per_rank
+    gate = 2 if model.attn_output_gate else 1  # q_proj also yields the output gate
+    params = (gate + 1) * h * q_width / tp + 2 * h * kv_width_per_rank
     return params * per_param
 
 

@@ -120,21 +120,38 @@ def load_model(name_or_path: str) -> ModelSpec:
     )
 
 
-def _load_path(config_path: Path, name: str) -> ModelSpec:
+def _read_object(path: Path) -> dict[str, object]:
     try:
-        cfg = json.loads(config_path.read_text())
+        cfg = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise UserError(
-            f"cannot read {str(config_path)!r}: {e}",
+            f"cannot read {str(path)!r}: {e}",
             field="--model",
             fix="pass a valid Hugging Face config.json",
         ) from e
     if not isinstance(cfg, dict):
         raise UserError(
-            f"{str(config_path)!r} is not a JSON object",
+            f"{str(path)!r} is not a JSON object",
             field="--model",
             fix="pass a valid Hugging Face config.json",
         )
+    return cfg
+
+
+def _quantization_declared(cfg: dict[str, object]) -> bool:
+    text = cfg.get("text_config")
+    scopes = [cfg, text] if isinstance(text, dict) else [cfg]
+    return any(s.get("quantization_config") or s.get("compression_config") for s in scopes)
+
+
+def _load_path(config_path: Path, name: str) -> ModelSpec:
+    cfg = _read_object(config_path)
+    # ModelOpt checkpoints (nvidia/*-FP8, *-NVFP4) may state their format only in an
+    # hf_quant_config.json beside config.json, which engines read; without it their
+    # weights would be planned as bf16 (2-4x the memory).
+    sibling = config_path.parent / "hf_quant_config.json"
+    if not _quantization_declared(cfg) and sibling.is_file():
+        cfg = {**cfg, "quantization_config": {"quant_method": "modelopt", **_read_object(sibling)}}
     # ORG--NAME.json (how the shipped configs are named) reads as the hub id ORG/NAME.
     display = name or str(cfg.get("_name_or_path") or config_path.stem.replace("--", "/"))
     return parse_config(cfg, display, source=str(config_path))

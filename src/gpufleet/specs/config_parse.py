@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.errors import UserError
-from gpufleet.specs.models import LayerSpec, ModelSpec, MoESpec
+from gpufleet.specs.models import LayerSpec, LinearAttentionSpec, MambaSpec, ModelSpec, MoESpec
 from gpufleet.specs.quant import parse_quantization_config
 
 _SYNONYMS: dict[str, tuple[str, ...]] = {
@@ -86,11 +86,154 @@ def _moe_layers(cfg: dict[str, Any], model_type: str, num_layers: int) -> list[b
     return [True] * num_layers
 
 
+# Architectures whose layers are not all attention + MLP in a way ModelSpec can count:
+# (config key or model_type, what it is). Planning them as a plain transformer would put
+# every layer's KV cache and weights in the wrong place, so they are refused by name.
+_UNSUPPORTED: tuple[tuple[str, str], ...] = (
+    ("moe_latent_size", "experts that run in a smaller latent space (Nemotron 3 Super)"),
+    ("layers_block_type", "a Mamba / attention hybrid (Jamba, Zamba)"),
+    ("attn_layer_indices", "a Mamba / attention hybrid"),
+    ("mamba_d_ssm", "parallel Mamba + attention layers (Falcon-H1)"),
+    ("global_head_dim", "global layers with their own head size and KV heads (Gemma 4)"),
+    ("num_kv_shared_layers", "layers that share another layer's KV cache (Gemma 3n / 4)"),
+)
+_UNSUPPORTED_TYPES = ("mamba", "mamba2", "rwkv", "jamba", "falcon_h1", "bamba")
+_LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention")
+
+
+def _refuse_unsupported(cfg: dict[str, Any], model_type: str, src: str) -> None:
+    for key, what in _UNSUPPORTED:
+        if key in cfg and (key != "num_kv_shared_layers" or cfg[key]):
+            raise UserError(
+                f"{src} is {what} ({key!r} in its config): gpufleet plan does not model "
+                "this architecture's layers, and planning it as a plain transformer would "
+                "be wrong",
+                field=key,
+                fix="plan a transformer with attention + MLP (or MoE) layers only, or size "
+                "this model by hand",
+            )
+    if model_type in _UNSUPPORTED_TYPES:
+        raise UserError(
+            f"{src}: model_type {model_type!r} (state-space layers) is not modelled by "
+            "gpufleet plan",
+            field="model_type",
+            fix="plan a transformer with attention + MLP (or MoE) layers only",
+        )
+    layer_types = cfg.get("layer_types")
+    if layer_types is not None:
+        unknown = sorted({str(t) for t in layer_types} - set(_LAYER_TYPES))
+        if unknown or len(layer_types) < int(cfg.get("num_hidden_layers") or 0):
+            raise UserError(
+                f"{src}: layer_types lists {unknown or 'fewer layers than num_hidden_layers'}"
+                f"; gpufleet plan knows {', '.join(_LAYER_TYPES)}",
+                field="layer_types",
+                fix="give one known type per layer (num_hidden_layers of them)",
+            )
+
+
+def _linear_layers(cfg: dict[str, Any], num_layers: int) -> list[bool]:
+    """Linear-attention (Gated DeltaNet) layers: `layer_types` says `linear_attention`, or
+    (Qwen3-Next) every `full_attention_interval`-th layer is full attention, the rest
+    linear."""
+    layer_types = cfg.get("layer_types")
+    if layer_types:
+        return [t == "linear_attention" for t in layer_types][:num_layers]
+    interval = cfg.get("full_attention_interval")
+    if interval and cfg.get("linear_num_value_heads"):
+        return [(i + 1) % int(interval) != 0 for i in range(num_layers)]
+    return [False] * num_layers
+
+
+# Nemotron-H's hybrid_override_pattern: one block per character, each a single mixer or
+# MLP: (recurrent mixer, has mixer, has MLP, MLP is MoE).
+_NEMOTRON_BLOCKS = {
+    "M": (True, True, False, False),  # Mamba-2
+    "*": (False, True, False, False),  # attention
+    "-": (False, False, True, False),  # dense MLP
+    "E": (False, False, True, True),  # MoE
+}
+
+
+def _hybrid_blocks(cfg: dict[str, Any], num_layers: int, src: str) -> list[tuple[bool, ...]]:
+    pattern = str(cfg.get("hybrid_override_pattern") or "")
+    if len(pattern) != num_layers or set(pattern) - set(_NEMOTRON_BLOCKS):
+        raise UserError(
+            f"{src}: hybrid_override_pattern {pattern!r} must give one of "
+            f"{''.join(_NEMOTRON_BLOCKS)} per layer ({num_layers})",
+            field="hybrid_override_pattern",
+            fix="use M (Mamba-2), * (attention), - (MLP) or E (MoE), one per layer",
+        )
+    return [_NEMOTRON_BLOCKS[c] for c in pattern]
+
+
+def _nas_blocks(
+    cfg: dict[str, Any], num_layers: int, src: str
+) -> tuple[list[bool], list[int], int]:
+    """Nemotron NAS (DeciLM) `block_configs`: per layer, attention or none (`no_op`), and
+    an MLP of `ffn_mult` (DeciLM's width: 2/3 of ffn_mult x hidden, rounded up to 256).
+    Attention must share one KV-head count; linear replacements and windows are refused."""
+    blocks = cfg["block_configs"]
+    hidden, heads = _int(cfg, "hidden_size", src), _int(cfg, "num_attention_heads", src)
+    attention, widths, groups = [], [], set()
+    for b in blocks if isinstance(blocks, list) else []:
+        attn, ffn = b.get("attention") or {}, b.get("ffn") or {}
+        unsupported = (
+            attn.get("replace_with_linear")
+            or ffn.get("replace_with_linear")
+            or attn.get("window_length")
+            or ffn.get("no_op")
+        )
+        if unsupported:
+            break
+        attention.append(not attn.get("no_op"))
+        if not attn.get("no_op"):
+            groups.add(int(attn.get("n_heads_in_group") or 1))
+        width = int(2 * float(ffn.get("ffn_mult") or 0) * hidden / 3)
+        widths.append(-(-width // 256) * 256)
+    if len(attention) != num_layers or len(groups) != 1:
+        raise UserError(
+            f"{src}: block_configs must give {num_layers} blocks, each attention (one "
+            "n_heads_in_group for all) or no_op, and an MLP of ffn_mult; linear "
+            "replacements, windows and MLP-less blocks are not modelled",
+            field="block_configs",
+            fix="size this model by hand",
+        )
+    return attention, widths, heads // groups.pop()
+
+
+def _mamba_spec(cfg: dict[str, Any], src: str) -> MambaSpec:
+    dtype = str(cfg.get("mamba_ssm_cache_dtype") or cfg.get("mamba_ssm_dtype") or "bfloat16")
+    return MambaSpec(
+        num_heads=_int(cfg, "mamba_num_heads", src),
+        head_dim=_int(cfg, "mamba_head_dim", src),
+        n_groups=_int(cfg, "n_groups", src),
+        state_size=_int(cfg, "ssm_state_size", src),
+        conv_kernel=int(cfg.get("conv_kernel") or 4),
+        ssm_state_bytes=4 if dtype in ("float32", "fp32") else 2,
+    )
+
+
+def _linear_spec(cfg: dict[str, Any], src: str) -> LinearAttentionSpec:
+    dtype = str(cfg.get("mamba_ssm_dtype") or cfg.get("mamba_ssm_cache_dtype") or "bfloat16")
+    return LinearAttentionSpec(
+        num_key_heads=_int(cfg, "linear_num_key_heads", src),
+        num_value_heads=_int(cfg, "linear_num_value_heads", src),
+        key_head_dim=_int(cfg, "linear_key_head_dim", src),
+        value_head_dim=_int(cfg, "linear_value_head_dim", src),
+        conv_kernel=int(cfg.get("linear_conv_kernel_dim") or 4),
+        ssm_state_bytes=4 if dtype in ("float32", "fp32") else 2,
+    )
+
+
 def _sliding_windows(cfg: dict[str, Any], model_type: str, num_layers: int) -> list[int | None]:
     window = cfg.get("sliding_window")
     layer_types = cfg.get("layer_types")
     if layer_types and window:
         return [window if t == "sliding_attention" else None for t in layer_types][:num_layers]
+    pattern = cfg.get("hybrid_layer_pattern")
+    if isinstance(pattern, list) and window and len(pattern) >= num_layers:
+        # MiMo-V2-Flash: 1 marks a sliding-window layer, 0 a full-attention one.
+        return [int(window) if pattern[i] else None for i in range(num_layers)]
     chunk = cfg.get("attention_chunk_size")
     if model_type.startswith("llama4") and chunk:
         # Llama 4: RoPE layers attend within chunks of attention_chunk_size tokens, every
@@ -143,13 +286,18 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (Llama 4, ...)
         cfg = {**cfg, **cfg["text_config"]}
     model_type = str(cfg.get("model_type", top_type))
+    _refuse_unsupported(cfg, model_type, src)
     hidden = _int(cfg, "hidden_size", src)
     num_layers = _int(cfg, "num_hidden_layers", src)
     heads = _int(cfg, "num_attention_heads", src)
     vocab = _int(cfg, "vocab_size", src)
     max_pos = _int(cfg, "max_position_embeddings", src)
+    nas = _nas_blocks(cfg, num_layers, src) if cfg.get("block_configs") else None
     kv_heads = cfg.get("num_key_value_heads") or heads  # HF default: multi-head attention
-    head_dim = cfg.get("head_dim") or hidden // heads
+    if nas is not None:
+        kv_heads = nas[2]
+    head_dim = cfg.get("head_dim") or cfg.get("attention_head_dim") or hidden // heads
+    blocks = _hybrid_blocks(cfg, num_layers, src) if "hybrid_override_pattern" in cfg else None
 
     num_experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts")
     num_experts = num_experts or cfg.get("num_experts")
@@ -162,8 +310,9 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
         expert_inter = cfg.get("moe_intermediate_size") or _int(cfg, "intermediate_size", src)
         shared_n = int(cfg.get("n_shared_experts") or 0)
         shared_inter = shared_n * expert_inter
-        if cfg.get("shared_expert_intermediate_size"):
-            shared_n, shared_inter = 1, int(cfg["shared_expert_intermediate_size"])
+        for key in ("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size"):
+            if cfg.get(key):
+                shared_n, shared_inter = 1, int(cfg[key])
         if model_type.startswith("llama4"):
             shared_n, shared_inter = 1, int(cfg["intermediate_size"])
         moe = MoESpec(
@@ -175,8 +324,12 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
             expert_bias=model_type == "gpt_oss",
         )
         moe_flags = _moe_layers(cfg, model_type, num_layers)
+        if blocks is not None:
+            moe_flags = [b[3] for b in blocks]
 
-    if model_type.startswith("llama4"):
+    if nas is not None:
+        dense_inter = max(nas[1])  # the widest layer's (activation peak); each has its own
+    elif model_type.startswith("llama4"):
         dense_inter = int(cfg.get("intermediate_size_mlp") or cfg.get("intermediate_size") or 0)
     elif moe is not None and all(moe_flags):
         dense_inter = int(cfg.get("intermediate_size") or 0)  # unused: every layer is MoE
@@ -184,8 +337,23 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
         dense_inter = _int(cfg, "intermediate_size", src)
 
     windows = _sliding_windows(cfg, model_type, num_layers)
+    linear = _linear_layers(cfg, num_layers)
+    mixer, mlp = [True] * num_layers, [True] * num_layers
+    if blocks is not None:
+        linear, mixer, mlp = [b[0] for b in blocks], [b[1] for b in blocks], [b[2] for b in blocks]
+    widths: list[int | None] = [None] * num_layers
+    if nas is not None:
+        mixer, widths = nas[0], list(nas[1])
     layers = tuple(
-        LayerSpec(sliding_window=windows[i], is_moe=moe_flags[i]) for i in range(num_layers)
+        LayerSpec(
+            sliding_window=windows[i],
+            is_moe=moe_flags[i],
+            linear=linear[i],
+            mixer=mixer[i],
+            mlp=mlp[i],
+            intermediate=widths[i],
+        )
+        for i in range(num_layers)
     )
     is_mla = cfg.get("kv_lora_rank") is not None
     mla: dict[str, Any] = {}
@@ -196,6 +364,8 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
             qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", src),
             qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", src),
             v_head_dim=_int(cfg, "v_head_dim", src),
+            index_head_dim=int(cfg.get("index_head_dim") or 0),
+            index_n_heads=int(cfg.get("index_n_heads") or 0),
         )
     attention_bias = cfg.get("attention_bias")
     if attention_bias is None:
@@ -217,12 +387,16 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
         moe=moe,
         num_mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0),
         attention_bias=bool(attention_bias),
-        qk_norm=model_type in ("qwen3", "qwen3_moe"),
+        qk_norm=model_type in ("qwen3", "qwen3_moe") or model_type.startswith("qwen3_"),
         attention_sinks=model_type == "gpt_oss",
         quant=parse_quantization_config(cfg, num_layers),
         rotary_dim=int(int(head_dim) * float(cfg.get("partial_rotary_factor") or 1.0))
         if not is_mla
         else 0,
         vision_params=_vision_params(raw),
+        linear_attention=_linear_spec(cfg, src) if any(linear) and blocks is None else None,
+        mamba=_mamba_spec(cfg, src) if blocks is not None and any(linear) else None,
+        gated_mlp=cfg.get("mlp_hidden_act", cfg.get("hidden_act")) != "relu2",
+        attn_output_gate=bool(cfg.get("attn_output_gate", model_type == "qwen3_next")),
         **mla,
     )

@@ -26,9 +26,75 @@ class MoESpec:
 
 
 @dataclass(frozen=True)
+class LinearAttentionSpec:
+    """Gated DeltaNet layers (Qwen3-Next, Qwen3.5): a fixed-size recurrent state per
+    sequence instead of a KV cache that grows with it (`linear_*` config keys)."""
+
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int = 4
+    ssm_state_bytes: int = 2  # bytes per element of the recurrent state (config's dtype)
+
+    @property
+    def conv_dim(self) -> int:
+        return (
+            2 * self.num_key_heads * self.key_head_dim + self.num_value_heads * self.value_head_dim
+        )
+
+    def params(self, hidden: int) -> int:
+        """in_proj_qkvz + in_proj_ba + depthwise conv + dt_bias/A_log + gated norm + out_proj."""
+        nk, nv = self.num_key_heads, self.num_value_heads
+        dk, dv = self.key_head_dim, self.value_head_dim
+        in_proj = hidden * (2 * nk * dk + 2 * nv * dv) + hidden * 2 * nv
+        return in_proj + self.conv_dim * self.conv_kernel + 2 * nv + dv + nv * dv * hidden
+
+    def state_bytes(self, tp: int = 1) -> float:
+        """One sequence's state in one layer on one GPU: the conv window (bf16) and the
+        per-head dk x dv recurrent state, both sharded over TP ranks."""
+        conv = self.conv_dim * (self.conv_kernel - 1) * 2
+        ssm = self.num_value_heads * self.key_head_dim * self.value_head_dim * self.ssm_state_bytes
+        return (conv + ssm) / tp
+
+
+@dataclass(frozen=True)
+class MambaSpec:
+    """Mamba-2 mixers (Nemotron-H): a fixed conv window and SSM state per sequence."""
+
+    num_heads: int
+    head_dim: int
+    n_groups: int
+    state_size: int
+    conv_kernel: int = 4
+    ssm_state_bytes: int = 2
+
+    @property
+    def conv_dim(self) -> int:
+        return self.num_heads * self.head_dim + 2 * self.n_groups * self.state_size
+
+    def params(self, hidden: int) -> int:
+        """in_proj (z, x, B, C, dt) + conv (with bias) + dt_bias / A_log / D + gated norm
+        + out_proj."""
+        inner = self.num_heads * self.head_dim
+        in_proj = hidden * (inner + self.conv_dim + self.num_heads)
+        conv = self.conv_dim * (self.conv_kernel + 1)
+        return in_proj + conv + 3 * self.num_heads + inner + inner * hidden
+
+    def state_bytes(self, tp: int = 1) -> float:
+        conv = self.conv_dim * (self.conv_kernel - 1) * 2
+        ssm = self.num_heads * self.head_dim * self.state_size * self.ssm_state_bytes
+        return (conv + ssm) / tp
+
+
+@dataclass(frozen=True)
 class LayerSpec:
     sliding_window: int | None = None  # tokens a layer attends over; None = full attention
     is_moe: bool = False
+    linear: bool = False  # a recurrent mixer (linear attention, Mamba): state, no KV
+    mixer: bool = True  # False: an MLP-only block (Nemotron-H `-` / `E`)
+    mlp: bool = True  # False: a mixer-only block (Nemotron-H `M` / `*`)
+    intermediate: int | None = None  # this layer's dense MLP width (Nemotron NAS)
 
 
 @dataclass(frozen=True)
@@ -41,6 +107,7 @@ class KvBytesPerToken:
 
     full_bytes: float
     sliding_bytes_by_window: tuple[tuple[int, float], ...] = ()
+    state_bytes: float = 0.0  # per sequence, whatever its length (linear-attention layers)
 
     @property
     def sliding_bytes(self) -> float:
@@ -53,11 +120,12 @@ class KvBytesPerToken:
 
     def bytes_for_sequence(self, tokens: int, block_tokens: int = 16) -> float:
         """KV bytes a sequence of `tokens` holds. Sliding layers keep their window plus
-        one partially filled block (vLLM frees only whole blocks that left the window)."""
+        one partially filled block (vLLM frees only whole blocks that left the window);
+        linear-attention layers their fixed state."""
         sliding = sum(
             b * min(tokens, window + block_tokens) for window, b in self.sliding_bytes_by_window
         )
-        return self.full_bytes * tokens + sliding
+        return self.full_bytes * tokens + sliding + self.state_bytes
 
 
 @dataclass(frozen=True)
@@ -88,6 +156,12 @@ class ModelSpec:
     quant: QuantScheme = UNQUANTIZED  # the checkpoint's per-module storage formats
     vision_params: int = 0  # a multimodal checkpoint's vision encoder + projector
     rotary_dim: int = 0  # dims RoPE rotates per head (0: head_dim; MLA: qk_rope_head_dim)
+    linear_attention: LinearAttentionSpec | None = None  # layers with `linear=True`
+    attn_output_gate: bool = False  # q_proj also yields a sigmoid gate (Qwen3-Next, 3.5)
+    mamba: MambaSpec | None = None  # layers with `linear=True` in Mamba hybrids
+    gated_mlp: bool = True  # False: up + down only (relu2 MLPs and experts, Nemotron-H)
+    index_head_dim: int = 0  # DeepSeek-V3.2 sparse attention's indexer keys (fp8 cache)
+    index_n_heads: int = 0
 
     def rope_cache_elements(self) -> int:
         """vLLM's rotary cos/sin cache: one row of rotary_dim per position up to
@@ -115,6 +189,12 @@ class ModelSpec:
     # ---- parameters -------------------------------------------------------------------
     def attention_params(self, layer: int = 0) -> int:
         h = self.hidden_size
+        spec = self.layers[layer]
+        if not spec.mixer:
+            return 0
+        recurrent = self.recurrent_mixer
+        if spec.linear and recurrent is not None:
+            return recurrent.params(h)
         n = self.num_attention_heads
         if self.attention_kind == "mla":
             qk_head = self.qk_nope_head_dim + self.qk_rope_head_dim
@@ -125,10 +205,11 @@ class ModelSpec:
             kv_a = h * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
             kv_b = self.kv_lora_rank * n * (self.qk_nope_head_dim + self.v_head_dim)
             o = n * self.v_head_dim * h
-            return q + kv_a + kv_b + o
+            return q + kv_a + kv_b + o + self.indexer_params()
         q_width = n * self.head_dim
         kv_width = self.num_kv_heads * self.head_dim
-        params = h * q_width + 2 * h * kv_width + q_width * h
+        gate = 2 if self.attn_output_gate else 1
+        params = gate * h * q_width + 2 * h * kv_width + q_width * h
         if self.attention_bias:
             params += q_width + 2 * kv_width + h
         if self.qk_norm:
@@ -137,18 +218,43 @@ class ModelSpec:
             params += n
         return params
 
+    @property
+    def recurrent_mixer(self) -> LinearAttentionSpec | MambaSpec | None:
+        """What a `linear=True` layer is: Gated DeltaNet or Mamba-2."""
+        return self.linear_attention or self.mamba
+
+    @property
+    def _mlp_matrices(self) -> int:
+        return 3 if self.gated_mlp else 2
+
+    def indexer_params(self) -> int:
+        """DeepSeek-V3.2's lightning indexer: its query heads from the q latent, one key
+        head from the hidden state (+ LayerNorm), and per-head weights."""
+        if not self.index_head_dim:
+            return 0
+        d, heads = self.index_head_dim, self.index_n_heads
+        q_in = self.q_lora_rank or self.hidden_size
+        return q_in * heads * d + self.hidden_size * d + 2 * d + self.hidden_size * heads
+
+    def indexer_bytes_per_token(self) -> float:
+        """DeepSeek-V3.2 caches one fp8 indexer key per token and layer, with one fp32
+        scale per 128 dims (vLLM's indexer cache), on every rank, whatever the KV dtype."""
+        if not self.index_head_dim:
+            return 0.0
+        return self.index_head_dim + 4 * -(-self.index_head_dim // 128)
+
     def expert_params(self) -> int:
         """One routed expert (gated MLP: gate, up, down)."""
         if self.moe is None:
             return 0
         h, e = self.hidden_size, self.moe.expert_intermediate_size
         bias = (2 * e + h) if self.moe.expert_bias else 0
-        return 3 * h * e + bias
+        return self._mlp_matrices * h * e + bias
 
     def shared_expert_params(self) -> int:
         if self.moe is None or self.moe.shared_expert_intermediate_size == 0:
             return 0
-        return 3 * self.hidden_size * self.moe.shared_expert_intermediate_size
+        return self._mlp_matrices * self.hidden_size * self.moe.shared_expert_intermediate_size
 
     def router_params(self) -> int:
         if self.moe is None:
@@ -158,13 +264,16 @@ class ModelSpec:
 
     def mlp_params(self, layer: int = 0) -> int:
         """Dense MLP, or for an MoE layer: all routed experts + shared experts + router."""
+        if not self.layers[layer].mlp:
+            return 0
         if self.layers[layer].is_moe and self.moe is not None:
             return (
                 self.moe.num_experts * self.expert_params()
                 + self.shared_expert_params()
                 + self.router_params()
             )
-        return 3 * self.hidden_size * self.intermediate_size
+        width = self.layers[layer].intermediate or self.intermediate_size
+        return self._mlp_matrices * self.hidden_size * width
 
     def active_mlp_params(self, layer: int = 0) -> int:
         """MLP weights one token touches: k routed experts + shared + router."""
@@ -177,7 +286,9 @@ class ModelSpec:
         return self.mlp_params(layer)
 
     def norm_params(self, layer: int = 0) -> int:
-        return 2 * self.hidden_size
+        """One RMSNorm before each of the block's mixer and MLP."""
+        spec = self.layers[layer]
+        return self.hidden_size * (int(spec.mixer) + int(spec.mlp))
 
     def layer_params(self, layer: int) -> int:
         return self.attention_params(layer) + self.mlp_params(layer) + self.norm_params(layer)
@@ -244,15 +355,21 @@ class ModelSpec:
         stage passes its own range)."""
         ids = range(self.num_layers) if layer_ids is None else layer_ids
         per_layer = self.kv_elements_per_token_per_layer(tp) * kv_dtype_bytes
-        full = 0.0
+        per_layer += self.indexer_bytes_per_token()
+        full = state = 0.0
         by_window: dict[int, float] = {}
         for i in ids:
             window = self.layers[i].sliding_window
-            if window is None:
+            recurrent = self.recurrent_mixer
+            if not self.layers[i].mixer:
+                continue
+            if self.layers[i].linear and recurrent is not None:
+                state += recurrent.state_bytes(tp)
+            elif window is None:
                 full += per_layer
             else:
                 by_window[window] = by_window.get(window, 0.0) + per_layer
-        return KvBytesPerToken(full, tuple(sorted(by_window.items())))
+        return KvBytesPerToken(full, tuple(sorted(by_window.items())), state)
 
     def kv_bytes_per_token(self, kv_dtype_bytes: float, tp: int = 1) -> float:
         """Per GPU, summed over all layers (sliding ones included, i.e. for sequences
