@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from gpufleet.errors import UserError
 from gpufleet.plan.engines import (
     SGLANG_CLIP_MAX_NEW_TOKENS,
     SGLANG_MIN_NEW_TOKEN_RATIO,
     engine_max_running,
     engine_rules,
+    kv_admitted_running,
     sglang_max_running_requests,
 )
 from gpufleet.plan.perf_serving import scheduler_for
@@ -68,3 +70,17 @@ def test_sglang_prefill_batches_stay_within_max_prefill_tokens() -> None:
     b200 = load_gpu("b200")
     assert engine_rules("sglang", b200).max_num_batched_tokens == 16384
     assert engine_rules("sglang", H100).max_num_batched_tokens == 8192
+
+
+def test_one_admission_cap_for_the_planner_and_the_row_validation() -> None:
+    # plan.perf_serving.scheduler_for and validation.measured both take this one rule: the
+    # engine's own cap (SGLang's from its pool), the KV fit below it, 0 when none fits.
+    sglang, vllm = engine_rules("sglang", H100), engine_rules("vllm", H100)
+    assert kv_admitted_running(sglang, 400_000, 100, LLAMA_CONTEXT) == 2048
+    assert kv_admitted_running(sglang, 400_000, 1000, LLAMA_CONTEXT) == 400
+    assert kv_admitted_running(vllm, 400_000, 100, LLAMA_CONTEXT) == vllm.max_num_seqs
+    assert kv_admitted_running(vllm, 400_000, 100, LLAMA_CONTEXT, max_num_seqs=7) == 7
+    assert kv_admitted_running(vllm, 400_000, 0, None) == vllm.max_num_seqs
+    assert kv_admitted_running(vllm, 99, 100, LLAMA_CONTEXT) == 0
+    with pytest.raises(UserError, match="less than one request"):
+        scheduler_for(H100, kv_capacity_tokens=99, tokens_per_request=100)

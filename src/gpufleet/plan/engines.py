@@ -164,6 +164,29 @@ def engine_max_running(rules: EngineRules, kv_capacity_tokens: int, context_toke
     return rules.max_num_seqs
 
 
+def kv_admitted_running(
+    rules: EngineRules,
+    kv_capacity_tokens: int,
+    tokens_per_request: float,
+    context_tokens: int | None,
+    max_num_seqs: int | None = None,
+) -> int:
+    """Requests the engine runs at once: `max_num_seqs` when set, else its own default for
+    its KV pool (`engine_max_running`; the fixed default without a model context), and
+    fewer when its KV cache holds fewer requests of `tokens_per_request` tokens (its
+    admission footprint; 0: no such bound). 0 when the cache holds not one request: the
+    caller names the shortfall, since only it knows the layout."""
+    if max_num_seqs:
+        running = max_num_seqs
+    elif context_tokens:
+        running = engine_max_running(rules, kv_capacity_tokens, context_tokens)
+    else:
+        running = rules.max_num_seqs
+    if tokens_per_request > 0:
+        running = min(running, int(kv_capacity_tokens // tokens_per_request))
+    return max(0, running)
+
+
 def _sglang_sizes(gpu: GpuSpec, tp: int) -> tuple[int, int]:
     """SGLang's (chunked_prefill_size, cuda_graph_max_bs) defaults by GPU memory."""
     mem = gpu.memory_bytes

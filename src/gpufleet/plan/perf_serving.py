@@ -19,8 +19,8 @@ from gpufleet.plan.closed_loop import (
 )
 from gpufleet.plan.engines import (
     EngineRules,
-    engine_max_running,
     engine_rules,
+    kv_admitted_running,
     moe_padded_expert_rows,
 )
 from gpufleet.specs.gpus import GpuSpec
@@ -94,18 +94,17 @@ def scheduler_for(
     cal = (calibration or default_calibration()).backend(backend)
     budget = max_num_batched_tokens or rules.max_num_batched_tokens
     running = max_num_seqs or rules.max_num_seqs
-    if not max_num_seqs and kv_capacity_tokens is not None and context_tokens:
-        running = engine_max_running(rules, kv_capacity_tokens, context_tokens)
-    if kv_capacity_tokens is not None and tokens_per_request > 0:
-        fits = int(kv_capacity_tokens // tokens_per_request)
-        if fits < 1:
+    if kv_capacity_tokens is not None:
+        running = kv_admitted_running(
+            rules, kv_capacity_tokens, tokens_per_request, context_tokens, max_num_seqs
+        )
+        if running < 1:
             raise UserError(
                 f"the KV cache holds {kv_capacity_tokens} tokens, less than one request's "
                 f"{tokens_per_request:.0f}",
                 field="layout",
                 fix="use a layout with more KV cache per GPU (more GPUs, fp8 KV, shorter requests)",
             )
-        running = min(running, fits)
     return shape_of(
         rules,
         max_running=running,

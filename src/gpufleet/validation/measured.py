@@ -24,7 +24,7 @@ from gpufleet.plan.closed_loop import (
     ServingPrediction,
     predict_closed_loop,
 )
-from gpufleet.plan.engines import EngineRules, engine_max_running, engine_rules
+from gpufleet.plan.engines import EngineRules, engine_rules, kv_admitted_running
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.memory import memory_breakdown
 from gpufleet.plan.perf_serving import layout_step_model, shape_of
@@ -328,8 +328,10 @@ def _kv_limited_running(
     if key not in _KV_CACHE:
         mem = memory_breakdown(model, gpu, layout, seq, engine=rules.name)
         footprint = rules.admission_tokens(row.isl, row.osl)
-        fits = int(mem.kv_capacity_tokens // footprint)
-        if fits < 1:
+        running = kv_admitted_running(
+            rules, mem.kv_capacity_tokens, footprint, model.max_position_embeddings
+        )
+        if running < 1:
             raise UserError(
                 f"{model.name} {layout.label} on {gpu.name} leaves "
                 f"{mem.kv_cache_bytes / (1 << 30):.1f} GiB of KV cache under {rules.name}'s "
@@ -337,8 +339,7 @@ def _kv_limited_running(
                 field="layout",
                 fix="check the row's layout and quantization",
             )
-        cap = engine_max_running(rules, mem.kv_capacity_tokens, model.max_position_embeddings)
-        _KV_CACHE[key] = min(cap, fits)
+        _KV_CACHE[key] = running
     return _KV_CACHE[key]
 
 
