@@ -44,7 +44,6 @@ leave-one-model-out <= 20 / 10 %, leave-one-GPU-out reported against the same.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -53,7 +52,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpufleet.errors import UserError
 from gpufleet.perf.calibration import (
     calibration_to_dict,
     default_calibration,
@@ -66,10 +64,10 @@ from gpufleet.validation.fit_starts import DEFAULT_SEEDS, Refit
 from gpufleet.validation.measured import (
     MeasuredRow,
     RowPrediction,
-    default_csv,
     predict_rows,
     read_rows,
 )
+from plan_rows_cli import rows_parser, write_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plan_accuracy_md import markdown
@@ -78,7 +76,6 @@ from plan_refits import (
     in_sample_from_prior,
     leave_one_out,
 )
-from record import RESULTS, write_result
 
 # Issue 14: held out (leave-one-model-out) TPOT <= 10 %, TTFT <= 20 %; in sample <= 6 / 12.
 TARGET_TPOT_MEDIAN_PCT = 10.0
@@ -278,14 +275,7 @@ def run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "csv", nargs="?", type=Path, default=None, help="default: $GPUFLEET_SHARED/validation/"
-    )
-    parser.add_argument("--model-configs", type=Path, default=None)
-    parser.add_argument(
-        "--out", "--json", type=Path, default=RESULTS / "plan_accuracy", help="path without suffix"
-    )
+    parser = rows_parser(__doc__, "plan_accuracy", "--json")
     parser.add_argument(
         "--no-lomo", action="store_true", help="skip the leave-one-model-out refits"
     )
@@ -350,23 +340,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.model_configs is not None and not args.model_configs.is_dir():
         parser.error(f"--model-configs {args.model_configs} is not a directory")
-    try:
-        args.csv = args.csv or default_csv()
-        report = run(
-            args.csv, args.model_configs, lomo=not args.no_lomo, engine=args.engine,
+
+    def report(csv_path: Path) -> dict[str, Any]:
+        return run(
+            csv_path, args.model_configs, lomo=not args.no_lomo, engine=args.engine,
             logo=not args.no_logo, refit_rounds=args.refit_rounds, recipes=args.recipes,
             folds=args.folds, in_sample_prior=not args.no_prior_fit, loss=args.loss,
             seeds=args.seeds, workers=args.workers, ridge=args.ridge,
             converge=args.refit_until_converged,
         )  # fmt: skip
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    table = markdown(report)
-    print(table)
-    json_path, md_path = write_result(args.out, report, table, note=f"CSV: {args.csv.name}")
-    print(f"\nwrote {json_path} and {md_path}", file=sys.stderr)
-    return 0
+
+    return write_report(args, report, markdown)
 
 
 if __name__ == "__main__":

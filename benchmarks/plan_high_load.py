@@ -28,7 +28,6 @@ model is not changed by it (the what-ifs patch `validation.measured` for their r
 
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
 import math
@@ -41,17 +40,16 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from gpufleet.errors import UserError
 from gpufleet.perf.calibration import Calibration, default_calibration
 from gpufleet.plan.closed_loop import SchedulerShape
 from gpufleet.plan.engines import EngineRules
 from gpufleet.validation import measured
-from gpufleet.validation.measured import RowPrediction, default_csv, predict_rows, read_rows
+from gpufleet.validation.measured import RowPrediction, predict_rows, read_rows
 from gpufleet.validation.rows import MeasuredRow
+from plan_rows_cli import rows_parser, write_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plan_residuals import group_label
-from record import RESULTS, write_result
 
 BANDS = ((1, 8), (9, 32), (33, 63), (64, 127), (128, 255), (256, 1 << 30))
 # In-sample target (issue 14) against which rows are counted.
@@ -349,26 +347,8 @@ def _pct(value: float | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "csv", nargs="?", type=Path, default=None, help="default: $GPUFLEET_SHARED/validation/"
-    )
-    parser.add_argument("--model-configs", type=Path, default=None)
-    parser.add_argument(
-        "--out", type=Path, default=RESULTS / "plan_high_load", help="path without suffix"
-    )
-    args = parser.parse_args(argv)
-    try:
-        args.csv = args.csv or default_csv()
-        report = run(args.csv, args.model_configs)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    table = markdown(report)
-    print(table)
-    json_path, md_path = write_result(args.out, report, table, note=f"CSV: {args.csv.name}")
-    print(f"\nwrote {json_path} and {md_path}", file=sys.stderr)
-    return 0
+    args = rows_parser(__doc__, "plan_high_load").parse_args(argv)
+    return write_report(args, lambda csv_path: run(csv_path, args.model_configs), markdown)
 
 
 if __name__ == "__main__":

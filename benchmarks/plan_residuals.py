@@ -27,7 +27,6 @@ Writes benchmarks/results/plan_residuals.{json,md}; --rows also writes one line 
 
 from __future__ import annotations
 
-import argparse
 import csv
 import math
 import statistics
@@ -37,19 +36,17 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpufleet.errors import UserError
 from gpufleet.perf.calibration import default_calibration
 from gpufleet.validation.measured import (
     MeasuredRow,
     RowPrediction,
-    default_csv,
     predict_rows,
     read_rows,
     resolve_model,
 )
+from plan_rows_cli import rows_parser, write_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record import RESULTS, write_result
 
 # A cell's slope is only read when its output lengths spread E2E/c this much (relative):
 # below it the slope is noise over a near-constant x.
@@ -196,32 +193,20 @@ def _ms(value: float | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "csv", nargs="?", type=Path, default=None, help="default: $GPUFLEET_SHARED/validation/"
-    )
-    parser.add_argument("--model-configs", type=Path, default=None)
-    parser.add_argument(
-        "--out", type=Path, default=RESULTS / "plan_residuals", help="path without suffix"
-    )
+    parser = rows_parser(__doc__, "plan_residuals")
     parser.add_argument("--rows", type=Path, default=None, help="also write one CSV line a row")
     args = parser.parse_args(argv)
-    try:
-        args.csv = args.csv or default_csv()
-        report, lines = run(args.csv, args.model_configs)
-    except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    table = markdown(report)
-    print(table)
-    if args.rows is not None:
-        with args.rows.open("w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(ROW_COLUMNS)
-            w.writerows(lines)
-    json_path, md_path = write_result(args.out, report, table, note=f"CSV: {args.csv.name}")
-    print(f"\nwrote {json_path} and {md_path}", file=sys.stderr)
-    return 0
+
+    def report_writing_rows(csv_path: Path) -> dict[str, Any]:
+        report, lines = run(csv_path, args.model_configs)
+        if args.rows is not None:
+            with args.rows.open("w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(ROW_COLUMNS)
+                w.writerows(lines)
+        return report
+
+    return write_report(args, report_writing_rows, markdown)
 
 
 if __name__ == "__main__":
