@@ -1,0 +1,126 @@
+"""Per-layer attention shapes (wave 18): layers whose KV heads or head sizes are not the
+model's (MiMo-V2-Flash's sliding layers, Gemma 4's global layers) are costed with their
+own shape in the KV bytes per token, the KV cache capacity and the step model's KV read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpufleet.errors import UserError
+from gpufleet.perf.layer_costs import layer_classes
+from gpufleet.plan.layout import Layout
+from gpufleet.plan.memory import memory_breakdown
+from gpufleet.plan.weights import weight_bytes_per_gpu
+from gpufleet.specs.catalog import load_model
+from gpufleet.specs.config_parse import parse_config
+from gpufleet.specs.gpus import load_gpu
+from gpufleet.specs.quant import UNQUANTIZED
+
+DATA = Path(__file__).parent / "data" / "unseen_configs"
+MIMO = str(DATA / "XiaomiMiMo--MiMo-V2-Flash.json")
+GEMMA4_MOE = str(DATA / "google--gemma-4-26B-A4B.json")
+GEMMA4_DENSE = str(DATA / "nvidia--Gemma-4-31B-IT-NVFP4.json")
+
+
+def _load(path: str) -> dict[str, Any]:
+    cfg: dict[str, Any] = json.loads(Path(path).read_text())
+    return cfg
+
+
+def _windows(path: str, tp: int) -> dict[int | None, int]:
+    classes = layer_classes(
+        load_model(path), load_gpu("h100-sxm"), UNQUANTIZED, tp=tp, moe_tp=1, gemm_efficiency=0.7
+    )
+    out: dict[int | None, int] = {}
+    for c in classes:
+        out[c.window] = out.get(c.window, 0) + c.count
+    return out
+
+
+def test_mimo_v2_flash_kv_bytes_per_token_by_hand() -> None:
+    """9 full layers of 4 KV heads x (K 192 + V 128), 39 sliding layers of 8 KV heads x
+    (192 + 128), bf16. Before: every layer 4 x (192 + 192), so the sliding layers were 40 %
+    low (1536 elements instead of 2560) and the full ones 20 % high."""
+    model = load_model(MIMO)
+    kv = model.kv_breakdown(2, tp=1)
+    assert kv.full_bytes == 9 * 4 * (192 + 128) * 2
+    assert kv.sliding_bytes_by_window == ((128, 39 * 8 * (192 + 128) * 2),)
+    # TP 4: 1 full and 2 sliding KV heads per rank; TP 8: both replicated to 1 head.
+    assert model.kv_breakdown(2, tp=4).sliding_bytes == 39 * 2 * 320 * 2
+    assert model.kv_breakdown(2, tp=8).sliding_bytes == 39 * 1 * 320 * 2
+    # o_proj reads 64 value heads of 128, v_proj 4 (full) or 8 (sliding) of them.
+    h = 4096
+    assert model.attention_params(0) == h * 64 * 192 + h * 4 * 320 + 64 * 128 * h
+    assert model.attention_params(1) == h * 64 * 192 + h * 8 * 320 + 64 * 128 * h
+
+
+def test_mimo_v2_flash_capacity_counts_its_sliding_layers_own_heads() -> None:
+    model = load_model(MIMO)
+    layout = Layout(tp=8, weight_dtype="fp8")
+    mem = memory_breakdown(model, load_gpu("h100-sxm"), layout, 32768)
+    kv = model.kv_breakdown(2, tp=8)
+    assert mem.kv_bytes_per_token == kv.full_bytes + kv.sliding_bytes
+    assert kv.sliding_bytes > 4 * kv.full_bytes  # 39 x 320 x 2 B against 9 x 320 x 2 B
+
+
+def test_step_model_reads_each_layer_kind_at_its_own_bytes() -> None:
+    """The step model reads the reference (full) layers' bytes per token; a sliding layer
+    of twice the bytes reads through a window twice as long."""
+    assert _windows(MIMO, tp=1) == {None: 9, 256: 39}
+    assert _windows(MIMO, tp=8) == {None: 9, 128: 39}  # both replicated to one head
+    # Gemma 4 31B: global 4 KV heads x 512 (K = V, cached twice), sliding 16 x 256.
+    assert _windows(GEMMA4_DENSE, tp=1) == {None: 10, 2048: 50}
+
+
+def test_gemma4_global_layers_have_their_own_head_size_and_kv_heads() -> None:
+    """26B-A4B: 5 global layers of 2 KV heads x 512 (K doubles as V: no v_proj, but vLLM
+    caches K and V), 25 sliding layers of 8 x 256; 128 experts of 704 beside a dense MLP
+    of 2112 in every layer. It was refused (`global_head_dim`)."""
+    model = load_model(GEMMA4_MOE)
+    kv = model.kv_breakdown(2, tp=1)
+    assert kv.full_bytes == 5 * 2 * 2 * 512 * 2
+    assert kv.sliding_bytes_by_window == ((1024, 25 * 2 * 8 * 256 * 2),)
+    h = 2816
+    assert model.attention_params(5) == h * 16 * 512 + h * 2 * 512 + 16 * 512 * h
+    assert model.attention_params(0) == h * 16 * 256 + h * 2 * 8 * 256 + 16 * 256 * h
+    assert model.moe is not None and model.moe.experts_per_token == 8
+    assert model.moe.shared_expert_intermediate_size == 2112
+    assert 25.0 < model.total_params() / 1e9 < 25.5
+    assert 3.7 < model.active_params() / 1e9 < 3.9  # the name's A4B
+    # The memory plan weighs the global layers' attention as the count counts it.
+    layout = Layout(tp=2, weight_dtype="bf16")
+    assert weight_bytes_per_gpu(model, layout) > 0
+
+
+def test_gemma4_31b_plans_on_one_h100() -> None:
+    model = load_model(GEMMA4_DENSE)
+    assert model.kv_breakdown(2, tp=1).full_bytes == 10 * 2 * 4 * 512 * 2
+    mem = memory_breakdown(model, load_gpu("h100-sxm"), Layout(tp=1, weight_dtype="nvfp4"), 8192)
+    assert mem.fits
+
+
+def test_gemma_per_layer_input_embeddings_are_refused() -> None:
+    cfg = _load(GEMMA4_MOE)
+    text = {**cfg["text_config"], "hidden_size_per_layer_input": 256}
+    with pytest.raises(UserError) as err:
+        parse_config({**cfg, "text_config": text}, "x")
+    assert err.value.field == "hidden_size_per_layer_input"
+
+
+def test_sliding_layers_with_their_own_query_heads_are_refused() -> None:
+    cfg = {**_load(MIMO), "swa_num_attention_heads": 32}
+    with pytest.raises(UserError) as err:
+        parse_config(cfg, "x")
+    assert err.value.field == "swa_num_attention_heads"
+
+
+def test_a_model_of_one_shape_gets_no_per_layer_override() -> None:
+    model = load_model(str(DATA / "meta-llama--Llama-3.2-3B.json"))
+    assert all(
+        (s.kv_heads, s.head_dim, s.v_head_dim, s.kv_shared) == (None, None, None, False)
+        for s in model.layers
+    )
