@@ -12,6 +12,7 @@ import pytest
 
 from gpufleet.errors import UserError
 from gpufleet.perf.layer_costs import layer_classes
+from gpufleet.plan.hybrid_pool import HybridPool, hybrid_pool
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.memory import memory_breakdown
 from gpufleet.plan.weights import weight_bytes_per_gpu
@@ -124,3 +125,65 @@ def test_a_model_of_one_shape_gets_no_per_layer_override() -> None:
         (s.kv_heads, s.head_dim, s.v_head_dim, s.kv_shared) == (None, None, None, False)
         for s in model.layers
     )
+
+
+# ---- vLLM's pool for hybrid models (plan/hybrid_pool.py) ----------------------------------
+QWEN35_27B = str(DATA / "Qwen--Qwen3.5-27B.json")
+
+
+def _qwen35_pool(kv_bytes: float, max_model_len: int, version: tuple[int, ...]) -> HybridPool:
+    model = load_model(QWEN35_27B)
+    kv = model.kv_breakdown(2, tp=1)
+    return hybrid_pool(
+        16, 48, kv.full_bytes / 16, kv.state_bytes / 48, kv_bytes, max_model_len, version
+    )
+
+
+def test_vllm_019_hybrid_log_of_qwen35_27b() -> None:
+    """vllm-project/vllm#40691 (vLLM 0.19, Qwen3.5-27B, max_model_len 32768): "GPU KV cache
+    size: 290,864 tokens", "Maximum concurrency ... 33.04x". The attention block holds one
+    DeltaNet state (fp32: 48 x 128 x 128 x 4 B + 10240 x 3 x 2 B = 3,207,168 B) in 16-token
+    steps: 784 tokens x 4 KiB; 16 attention + 48 DeltaNet layers make 4 groups of 16;
+    a request takes 42 attention blocks + 1 per state group; the log divides the blocks by
+    the groups. The planner's old count (KV bytes over 64 KiB per token, state left out)
+    logged 4.0 times as many tokens (1,165,808); its 33 sequences were right."""
+    pool = _qwen35_pool(1487 * 16 * 784 * 4096, 32768, (0, 19))
+    assert (pool.block_tokens, pool.group_size, pool.attention_groups, pool.state_groups) == (
+        784,
+        16,
+        1,
+        3,
+    )
+    assert pool.blocks_per_request == 42 + 3
+    assert pool.logged_tokens == 290_864
+    assert round(pool.concurrency, 2) == 33.04
+
+
+def test_vllm_later_logs_concurrency_times_length_with_two_state_blocks() -> None:
+    """vLLM >= 0.20 (0.26 per vllm-project/vllm#51041) logs max_concurrency x
+    max_model_len, and with prefix caching ('align') a request keeps two blocks per state
+    group. 388 blocks at 262,144 tokens: 388 / (335 + 6) = 1.14x, 298,275 tokens."""
+    pool = _qwen35_pool(388 * 16 * 784 * 4096, 262144, (0, 28))
+    assert pool.blocks_per_request == 335 + 6
+    assert pool.logged_tokens == 298_275
+
+
+def test_memory_plan_of_a_hybrid_uses_vllms_pool() -> None:
+    model = load_model(QWEN35_27B)
+    layout = Layout(tp=1, weight_dtype="bf16")
+    mem = memory_breakdown(model, load_gpu("h100-sxm"), layout, 32768, engine_version=(0, 19))
+    pool = _qwen35_pool(mem.kv_cache_bytes, 32768, (0, 19))
+    assert mem.attention_block_tokens == 784
+    assert mem.kv_tokens_logged == pool.logged_tokens
+    assert mem.max_concurrent_seqs == int(pool.concurrency)
+    assert mem.kv_bytes_per_sequence == pool.bytes_per_request
+    # Other engines keep their own pools (the state charged per sequence).
+    sglang = memory_breakdown(model, load_gpu("h100-sxm"), layout, 32768, engine="sglang")
+    assert sglang.attention_block_tokens == 0
+
+
+def test_group_size_follows_the_smaller_kind_unless_within_a_quarter() -> None:
+    assert hybrid_pool(6, 23, 1024, 2e6, 1e10, 8192).group_size == 6  # Nemotron-3-Nano
+    assert hybrid_pool(12, 13, 1024, 2e6, 1e10, 8192).group_size == 13
+    with pytest.raises(ValueError):
+        hybrid_pool(0, 23, 1024, 2e6, 1e10, 8192)
