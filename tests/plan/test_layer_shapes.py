@@ -187,3 +187,18 @@ def test_group_size_follows_the_smaller_kind_unless_within_a_quarter() -> None:
     assert hybrid_pool(12, 13, 1024, 2e6, 1e10, 8192).group_size == 13
     with pytest.raises(ValueError):
         hybrid_pool(0, 23, 1024, 2e6, 1e10, 8192)
+
+
+def test_vllm_024_log_of_a_qwen35_moe_with_fp8_kv() -> None:
+    """noonghunna/club-3090#612 (vLLM 0.24.0, qwen3.6-35b-a3b NVFP4, fp8 KV, prefix caching,
+    131,072 tokens): 5.98 GiB, "GPU KV cache size: 567,978 tokens", 4.33x. With Qwen3.5-35B-A3B's
+    shapes (assumed the same): 1 KiB per token and attention layer in fp8, a state of
+    32 x 128 x 128 x 4 + 8192 x 3 x 2 = 2,146,304 B = 2096 tokens exactly; 10 + 30 layers;
+    299 blocks / (63 + 2 x 3) = 13/3."""
+    model = load_model(str(DATA / "Qwen--Qwen3.5-35B-A3B.json"))
+    kv = model.kv_breakdown(1, tp=1)
+    pool = hybrid_pool(
+        10, 30, kv.full_bytes / 10, kv.state_bytes / 30, 5.98 * 2**30, 131072, (0, 24)
+    )
+    assert (pool.block_tokens, pool.num_blocks, pool.blocks_per_request) == (2096, 299, 69)
+    assert pool.logged_tokens == 567_978
