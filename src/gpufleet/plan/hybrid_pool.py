@@ -26,8 +26,9 @@ from dataclasses import dataclass
 ALIGN_TOKENS = 16  # the attention block is a multiple of the kernels' 16-token block
 GROUP_BALANCE = 1.25  # vLLM: group by the larger kind's count when within 25 % of the smaller
 # vLLM 0.19 logs num_blocks // groups × block and serves hybrids without prefix caching;
-# vLLM 0.26 / 0.28 log max_concurrency × max_model_len and cache prefixes ('align': two
-# state blocks per request). The versions between were not seen; 0.20 is where both turn.
+# 0.24 (noonghunna/club-3090#612, prefix caching on), 0.26 and 0.28 log max_concurrency ×
+# max_model_len and cache prefixes ('align': two state blocks per request). 0.20-0.23 were
+# not seen; 0.20 is where both turn here.
 CONCURRENCY_LOG_SINCE = (0, 20)
 
 

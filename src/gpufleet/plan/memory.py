@@ -17,6 +17,8 @@ Two KV-token counts are kept, and they differ for sliding-window models:
 * `kv_capacity_tokens` is the planner's effective capacity for sequences of
   max_model_len tokens, whose sliding layers hold only their window (vLLM frees the blocks
   that left it), so it is larger for Gemma-2, gpt-oss or Llama 4.
+For hybrid models (Mamba / DeltaNet layers) under vLLM both come from its hybrid pool
+(`plan.hybrid_pool`: pages padded to the state, layers in groups).
 """
 
 from __future__ import annotations
