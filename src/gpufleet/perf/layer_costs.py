@@ -85,6 +85,14 @@ def _layer_classes(
             # as a window holding the same bytes.
             per_token = model.kv_elements_per_token_per_layer(tp) * 2
             window = max(1, round(recurrent.state_bytes(tp) / per_token))
+        elif window is not None and model.attention_kind == "gqa":
+            # The step model reads every layer's KV at the reference layer's bytes per
+            # token; a window layer of another shape (MiMo-V2-Flash's sliding layers,
+            # Gemma 4's) reads its own bytes through a window scaled to hold them.
+            own = model.kv_elements_per_token_per_layer(tp, i)
+            ref = model.kv_elements_per_token_per_layer(tp)
+            if own != ref:
+                window = max(1, round(window * own / ref))
         # Layers of one class have the same shapes too (hybrid and NAS models differ).
         shapes = (model.attention_params(i), model.mlp_params(i))
         key = (window, is_moe, scheme.format(i, "attn"), mlp_fmt, shapes)

@@ -17,6 +17,8 @@ Two KV-token counts are kept, and they differ for sliding-window models:
 * `kv_capacity_tokens` is the planner's effective capacity for sequences of
   max_model_len tokens, whose sliding layers hold only their window (vLLM frees the blocks
   that left it), so it is larger for Gemma-2, gpt-oss or Llama 4.
+For hybrid models (Mamba / DeltaNet layers) under vLLM both come from its hybrid pool
+(`plan.hybrid_pool`: pages padded to the state, layers in groups).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from gpufleet.plan.engines import GIB, MIB, EngineRules, engine_rules
+from gpufleet.plan.hybrid_pool import HybridPool, hybrid_pool
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.weights import (
     heaviest_stage,
@@ -180,6 +183,7 @@ class MemoryBreakdown:
     max_num_batched_tokens: int
     gpu_memory_utilization: float  # the engine's memory fraction (its own flag)
     engine: str = "vllm"
+    attention_block_tokens: int = 0  # vLLM hybrids: the block it sets (0: not a hybrid)
 
     @property
     def fits(self) -> bool:
@@ -274,8 +278,15 @@ def memory_breakdown(
     avg_bytes_per_token = seq_bytes / max_model_len if max_model_len else kv.total_bytes
     block_bytes = block * avg_bytes_per_token
     blocks = max(0, math.floor(kv_bytes / block_bytes)) if block_bytes > 0 else 0
-    logged_blocks = math.floor(kv_bytes / (block * kv.total_bytes)) if kv.total_bytes else 0
+    logged = (math.floor(kv_bytes / (block * kv.total_bytes)) if kv.total_bytes else 0) * block
     concurrent = max(0, math.floor(kv_bytes / seq_bytes)) if seq_bytes > 0 else 0
+    pool = _vllm_hybrid_pool(model, kv, layer_ids, kv_bytes, max_model_len, version)
+    if rules.name == "vllm" and pool is not None:
+        # vLLM's hybrid pool: pages padded to the state, layers in groups (hybrid_pool).
+        seq_bytes = pool.bytes_per_request
+        concurrent = math.floor(pool.concurrency)
+        blocks = int(pool.concurrency * max_model_len) // block
+        logged = pool.logged_tokens
     return MemoryBreakdown(
         gpu_total_bytes=gpu.memory_bytes,
         usable_bytes=usable,
@@ -288,12 +299,40 @@ def memory_breakdown(
         kv_block_tokens=block,
         kv_blocks=blocks,
         kv_capacity_tokens=blocks * block,
-        kv_tokens_logged=max(0, logged_blocks) * block,
+        kv_tokens_logged=max(0, logged),
         max_concurrent_seqs=concurrent,
         max_model_len=max_model_len,
         max_num_batched_tokens=batched,
         gpu_memory_utilization=rules.memory_fraction,
         engine=rules.name,
+        attention_block_tokens=pool.block_tokens if rules.name == "vllm" and pool else 0,
+    )
+
+
+def _vllm_hybrid_pool(
+    model: ModelSpec,
+    kv: KvBytesPerToken,
+    layer_ids: range,
+    kv_bytes: float,
+    max_model_len: int,
+    version: tuple[int, ...],
+) -> HybridPool | None:
+    """vLLM's pool for a stage holding both attention and state layers, else None."""
+    if not kv.state_bytes or kv.sliding_bytes_by_window:
+        return None
+    specs = [model.layers[i] for i in layer_ids if model.layers[i].mixer]
+    attention = sum(1 for s in specs if not s.linear)
+    state = sum(1 for s in specs if s.linear)
+    if not attention or not state or not kv.full_bytes:
+        return None
+    return hybrid_pool(
+        attention,
+        state,
+        kv.full_bytes / attention,
+        kv.state_bytes / state,
+        kv_bytes,
+        max_model_len,
+        version,
     )
 
 

@@ -61,10 +61,11 @@ def attention_bytes_per_gpu(
         sharded += n * model.v_head_dim * h
         replicated += model.indexer_params()  # replicated on every rank, as vLLM loads it
         return (replicated + sharded / tp) * per_param
-    q_width = model.num_attention_heads * model.head_dim
-    kv_width_per_rank = model.kv_heads_per_rank(tp) * model.head_dim
+    n = model.num_attention_heads
+    kv_heads, k_dim, v_dim = model.layer_attention_shape(layer)
+    kv_width_per_rank = max(1, kv_heads // tp) * (k_dim + (0 if spec.kv_shared else v_dim))
     gate = 2 if model.attn_output_gate else 1  # q_proj also yields the output gate
-    params = (gate + 1) * h * q_width / tp + 2 * h * kv_width_per_rank
+    params = (gate * n * k_dim + n * v_dim) * h / tp + h * kv_width_per_rank
     return params * per_param
 
 

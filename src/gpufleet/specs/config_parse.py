@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.errors import UserError
+from gpufleet.specs.layer_shapes import attention_shapes
 from gpufleet.specs.models import LayerSpec, LinearAttentionSpec, MambaSpec, ModelSpec, MoESpec
 from gpufleet.specs.quant import parse_quantization_config
 
@@ -94,16 +95,17 @@ _UNSUPPORTED: tuple[tuple[str, str], ...] = (
     ("layers_block_type", "a Mamba / attention hybrid (Jamba, Zamba)"),
     ("attn_layer_indices", "a Mamba / attention hybrid"),
     ("mamba_d_ssm", "parallel Mamba + attention layers (Falcon-H1)"),
-    ("global_head_dim", "global layers with their own head size and KV heads (Gemma 4)"),
     ("num_kv_shared_layers", "layers that share another layer's KV cache (Gemma 3n / 4)"),
+    ("hidden_size_per_layer_input", "per-layer input embeddings (Gemma 3n, Gemma 4 E2B / E4B)"),
 )
+_UNSUPPORTED_IF_SET = ("num_kv_shared_layers", "hidden_size_per_layer_input")
 _UNSUPPORTED_TYPES = ("mamba", "mamba2", "rwkv", "jamba", "falcon_h1", "bamba")
 _LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention")
 
 
 def _refuse_unsupported(cfg: dict[str, Any], model_type: str, src: str) -> None:
     for key, what in _UNSUPPORTED:
-        if key in cfg and (key != "num_kv_shared_layers" or cfg[key]):
+        if key in cfg and (key not in _UNSUPPORTED_IF_SET or cfg[key]):
             raise UserError(
                 f"{src} is {what} ({key!r} in its config): gpufleet plan does not model "
                 "this architecture's layers, and planning it as a plain transformer would "
@@ -305,6 +307,7 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
     moe_flags = [False] * num_layers
     if num_experts:
         experts_per_token = cfg.get("num_experts_per_tok") or cfg.get("experts_per_token")
+        experts_per_token = experts_per_token or cfg.get("top_k_experts")  # Gemma 4
         if not experts_per_token:
             experts_per_token = _int(cfg, "num_experts_per_tok", src)
         expert_inter = cfg.get("moe_intermediate_size") or _int(cfg, "intermediate_size", src)
@@ -313,7 +316,8 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
         for key in ("shared_expert_intermediate_size", "moe_shared_expert_intermediate_size"):
             if cfg.get(key):
                 shared_n, shared_inter = 1, int(cfg[key])
-        if model_type.startswith("llama4"):
+        if model_type.startswith("llama4") or cfg.get("enable_moe_block"):
+            # Llama 4, Gemma 4: a dense MLP beside the routed experts in every MoE layer.
             shared_n, shared_inter = 1, int(cfg["intermediate_size"])
         moe = MoESpec(
             num_experts=int(num_experts),
@@ -344,6 +348,7 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
     widths: list[int | None] = [None] * num_layers
     if nas is not None:
         mixer, widths = nas[0], list(nas[1])
+    shapes = attention_shapes(cfg, windows, heads, src)
     layers = tuple(
         LayerSpec(
             sliding_window=windows[i],
@@ -352,6 +357,7 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
             mixer=mixer[i],
             mlp=mlp[i],
             intermediate=widths[i],
+            **shapes[i],
         )
         for i in range(num_layers)
     )

@@ -95,6 +95,12 @@ class LayerSpec:
     mixer: bool = True  # False: an MLP-only block (Nemotron-H `-` / `E`)
     mlp: bool = True  # False: a mixer-only block (Nemotron-H `M` / `*`)
     intermediate: int | None = None  # this layer's dense MLP width (Nemotron NAS)
+    # This attention layer's own shape where it is not the model's (None: the model's):
+    # MiMo-V2-Flash's sliding layers, Gemma 4's global layers.
+    kv_heads: int | None = None
+    head_dim: int | None = None  # query / key head size
+    v_head_dim: int | None = None  # value head size (None: the key head size)
+    kv_shared: bool = False  # K doubles as V: no v_proj (Gemma 4's `attention_k_eq_v`)
 
 
 @dataclass(frozen=True)
@@ -206,17 +212,33 @@ class ModelSpec:
             kv_b = self.kv_lora_rank * n * (self.qk_nope_head_dim + self.v_head_dim)
             o = n * self.v_head_dim * h
             return q + kv_a + kv_b + o + self.indexer_params()
-        q_width = n * self.head_dim
-        kv_width = self.num_kv_heads * self.head_dim
+        kv_heads, k_dim, v_dim = self.layer_attention_shape(layer)
+        q_width = n * k_dim
+        kv_width = kv_heads * (k_dim + (0 if spec.kv_shared else v_dim))
         gate = 2 if self.attn_output_gate else 1
-        params = gate * h * q_width + 2 * h * kv_width + q_width * h
+        params = gate * h * q_width + h * kv_width + n * v_dim * h
         if self.attention_bias:
-            params += q_width + 2 * kv_width + h
+            params += q_width + kv_width + h
         if self.qk_norm:
-            params += 2 * self.head_dim
+            params += 2 * k_dim
         if self.attention_sinks:
             params += n
         return params
+
+    def layer_attention_shape(self, layer: int) -> tuple[int, int, int]:
+        """A GQA layer's (KV heads, key head size, value head size)."""
+        spec = self.layers[layer]
+        k_dim = spec.head_dim or self.head_dim
+        return (spec.kv_heads or self.num_kv_heads, k_dim, spec.v_head_dim or k_dim)
+
+    @property
+    def kv_reference_layer(self) -> int:
+        """The layer whose KV shape the step-time model reads per token: the first
+        full-attention layer (else the first attention layer). Layers of other shapes
+        are scaled to it (`perf.layer_costs`)."""
+        attention = [i for i, s in enumerate(self.layers) if s.mixer and not s.linear]
+        full = [i for i in attention if self.layers[i].sliding_window is None]
+        return (full or attention or [0])[0]
 
     @property
     def recurrent_mixer(self) -> LinearAttentionSpec | MambaSpec | None:
@@ -342,11 +364,15 @@ class ModelSpec:
         """vLLM shards KV heads over TP ranks and replicates them when tp > kv heads."""
         return max(1, self.num_kv_heads // tp)
 
-    def kv_elements_per_token_per_layer(self, tp: int) -> int:
+    def kv_elements_per_token_per_layer(self, tp: int, layer: int | None = None) -> int:
+        """K and V elements one token caches in `layer` (default: `kv_reference_layer`)
+        on one GPU. vLLM caches K and V apiece even where K doubles as V."""
         if self.attention_kind == "mla":
             # MLA caches the compressed latent + the rope key, replicated on every rank.
             return self.kv_lora_rank + self.qk_rope_head_dim
-        return 2 * self.kv_heads_per_rank(tp) * self.head_dim
+        ref = self.kv_reference_layer if layer is None else layer
+        kv_heads, k_dim, v_dim = self.layer_attention_shape(ref)
+        return max(1, kv_heads // tp) * (k_dim + v_dim)
 
     def kv_breakdown(
         self, kv_dtype_bytes: float, tp: int = 1, layer_ids: range | None = None
@@ -354,8 +380,7 @@ class ModelSpec:
         """KV bytes per token on one GPU for the given layers (default: all; a pipeline
         stage passes its own range)."""
         ids = range(self.num_layers) if layer_ids is None else layer_ids
-        per_layer = self.kv_elements_per_token_per_layer(tp) * kv_dtype_bytes
-        per_layer += self.indexer_bytes_per_token()
+        indexer = self.indexer_bytes_per_token()
         full = state = 0.0
         by_window: dict[int, float] = {}
         for i in ids:
@@ -363,6 +388,7 @@ class ModelSpec:
             recurrent = self.recurrent_mixer
             if not self.layers[i].mixer:
                 continue
+            per_layer = self.kv_elements_per_token_per_layer(tp, i) * kv_dtype_bytes + indexer
             if self.layers[i].linear and recurrent is not None:
                 state += recurrent.state_bytes(tp)
             elif window is None:
