@@ -160,7 +160,7 @@ def test_vllm_019_hybrid_log_of_qwen35_27b() -> None:
 
 
 def test_vllm_later_logs_concurrency_times_length_with_two_state_blocks() -> None:
-    """vLLM >= 0.20 (0.26 per vllm-project/vllm#51041) logs max_concurrency x
+    """vLLM >= 0.21 (0.26 per vllm-project/vllm#51041) logs max_concurrency x
     max_model_len, and with prefix caching ('align') a request keeps two blocks per state
     group. 388 blocks at 262,144 tokens: 388 / (335 + 6) = 1.14x, 298,275 tokens."""
     pool = _qwen35_pool(388 * 16 * 784 * 4096, 262144, (0, 28))

@@ -13,9 +13,9 @@ blocks in each attention group and one block (two once prefix caching keeps an a
 copy of the state, vLLM's `mamba_cache_mode='align'`) in each state group.
 
 The log line "GPU KV cache size: N tokens" was num_blocks // groups × block up to vLLM
-0.19 (vllm-project/vllm#40691: Qwen3.5-27B, 290,864 tokens beside 33.04x concurrency at
-32k) and is max_concurrency × max_model_len later (vllm-project/vllm#51041 quotes it at
-0.26).
+0.20 (vllm-project/vllm#40691: Qwen3.5-27B on 0.19, 290,864 tokens beside 33.04x
+concurrency at 32k) and is max_concurrency × max_model_len from 0.21 (the one report
+function serves sliding-window models too: `plan.window_pool` gives the evidence).
 """
 
 from __future__ import annotations
@@ -23,13 +23,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gpufleet.plan.window_pool import logs_concurrency_times_length
+
 ALIGN_TOKENS = 16  # the attention block is a multiple of the kernels' 16-token block
 GROUP_BALANCE = 1.25  # vLLM: group by the larger kind's count when within 25 % of the smaller
-# vLLM 0.19 logs num_blocks // groups × block and serves hybrids without prefix caching;
-# 0.24 (noonghunna/club-3090#612, prefix caching on), 0.26 and 0.28 log max_concurrency ×
-# max_model_len and cache prefixes ('align': two state blocks per request). 0.20-0.23 were
-# not seen; 0.20 is where both turn here.
-CONCURRENCY_LOG_SINCE = (0, 20)
+# vLLM 0.19 serves hybrids without prefix caching; 0.24 (noonghunna/club-3090#612, prefix
+# caching on), 0.26 and 0.28 cache prefixes ('align': two state blocks per request).
+# 0.20-0.23 were not seen; 0.20 is where it turns here. The token log turns at 0.21
+# (window_pool.LOG_BY_CONCURRENCY_SINCE, from vLLM's releases).
+PREFIX_CACHED_STATE_SINCE = (0, 20)
 
 
 @dataclass(frozen=True)
@@ -70,11 +72,10 @@ def hybrid_pool(
     attention_groups = -(-attention_layers // group)
     state_groups = -(-state_layers // group)
     num_blocks = max(0, math.floor(kv_bytes / (page * group)))
-    new = engine_version >= CONCURRENCY_LOG_SINCE
-    state_blocks = 2 if new else 1
+    state_blocks = 2 if engine_version >= PREFIX_CACHED_STATE_SINCE else 1
     per_request = -(-max_model_len // block) * attention_groups + state_blocks * state_groups
     concurrency = num_blocks / per_request
-    if new:
+    if logs_concurrency_times_length(engine_version):
         logged = int(concurrency * max_model_len)
     else:
         logged = num_blocks // (attention_groups + state_groups) * block

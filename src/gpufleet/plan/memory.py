@@ -12,8 +12,10 @@ MoE layers the fused-MoE caches of top-k copies of each token) and the sampler's
 logits for max_num_seqs sequences (with their softmax and top-k/top-p copies).
 
 Two KV-token counts are kept, and they differ for sliding-window models:
-* `kv_tokens_logged` is what vLLM prints as "GPU KV cache size: N tokens": the KV bytes
-  over the bytes one token costs in *every* layer (sliding ones included), in blocks;
+* `kv_tokens_logged` is what vLLM prints as "GPU KV cache size: N tokens" (and
+  `kv_concurrency_logged` its "Maximum concurrency"): for sliding-window models from its
+  pool of layer groups (`plan.window_pool`), every layer charged as full attention before
+  vLLM 0.21 and max_concurrency × max_model_len from 0.21;
 * `kv_capacity_tokens` is the planner's effective capacity for sequences of
   max_model_len tokens, whose sliding layers hold only their window (vLLM frees the blocks
   that left it), so it is larger for Gemma-2, gpt-oss or Llama 4.
@@ -36,6 +38,7 @@ from gpufleet.plan.weights import (
     total_weight_bytes,
     weight_bytes_per_gpu,
 )
+from gpufleet.plan.window_pool import WindowPool, window_pool
 from gpufleet.specs.dtypes import BYTES_PER_PARAM
 from gpufleet.specs.gpus import GpuSpec
 from gpufleet.specs.models import KvBytesPerToken, ModelSpec
@@ -177,13 +180,14 @@ class MemoryBreakdown:
     kv_block_tokens: int
     kv_blocks: int
     kv_capacity_tokens: int  # effective: sequences of max_model_len, windows bounded
-    kv_tokens_logged: int  # as vLLM logs "GPU KV cache size: N tokens" (every layer)
+    kv_tokens_logged: int  # as vLLM logs "GPU KV cache size: N tokens" (by its version)
     max_concurrent_seqs: int  # sequences of max_model_len that fit in the KV cache
     max_model_len: int
     max_num_batched_tokens: int
     gpu_memory_utilization: float  # the engine's memory fraction (its own flag)
     engine: str = "vllm"
     attention_block_tokens: int = 0  # vLLM hybrids: the block it sets (0: not a hybrid)
+    kv_concurrency_logged: float = 0.0  # vLLM's "Maximum concurrency for L tokens: X.XXx"
 
     @property
     def fits(self) -> bool:
@@ -281,12 +285,25 @@ def memory_breakdown(
     logged = (math.floor(kv_bytes / (block * kv.total_bytes)) if kv.total_bytes else 0) * block
     concurrent = max(0, math.floor(kv_bytes / seq_bytes)) if seq_bytes > 0 else 0
     pool = _vllm_hybrid_pool(model, kv, layer_ids, kv_bytes, max_model_len, version)
+    windows = None
+    if rules.name == "vllm" and pool is None and kv.sliding_bytes_by_window:
+        windows = _vllm_window_pool(
+            model, layout, layer_ids, kv_bytes, max_model_len, batched, version
+        )
+    logged_concurrency = (
+        max(0, logged) // block / -(-max_model_len // block) if max_model_len else 0.0
+    )
+    if windows is not None:
+        # vLLM's pool for sliding-window layers: groups of one page size (window_pool).
+        logged = windows.logged_tokens
+        logged_concurrency = windows.concurrency
     if rules.name == "vllm" and pool is not None:
         # vLLM's hybrid pool: pages padded to the state, layers in groups (hybrid_pool).
         seq_bytes = pool.bytes_per_request
         concurrent = math.floor(pool.concurrency)
         blocks = int(pool.concurrency * max_model_len) // block
         logged = pool.logged_tokens
+        logged_concurrency = pool.concurrency
     return MemoryBreakdown(
         gpu_total_bytes=gpu.memory_bytes,
         usable_bytes=usable,
@@ -306,6 +323,7 @@ def memory_breakdown(
         gpu_memory_utilization=rules.memory_fraction,
         engine=rules.name,
         attention_block_tokens=pool.block_tokens if rules.name == "vllm" and pool else 0,
+        kv_concurrency_logged=logged_concurrency,
     )
 
 
@@ -334,6 +352,28 @@ def _vllm_hybrid_pool(
         max_model_len,
         version,
     )
+
+
+def _vllm_window_pool(
+    model: ModelSpec,
+    layout: Layout,
+    layer_ids: range,
+    kv_bytes: float,
+    max_model_len: int,
+    batched: int,
+    version: tuple[int, ...],
+) -> WindowPool | None:
+    """vLLM's pool for a stage with sliding-window attention layers (window_pool)."""
+    indexer = model.indexer_bytes_per_token()
+    layers = [
+        (
+            model.layers[i].sliding_window,
+            model.kv_elements_per_token_per_layer(layout.tp, i) * layout.kv_dtype_bytes + indexer,
+        )
+        for i in layer_ids
+        if model.layers[i].mixer and not model.layers[i].linear
+    ]
+    return window_pool(layers, kv_bytes, max_model_len, batched, version)
 
 
 def _sequence_bytes(kv: KvBytesPerToken, tokens: int, block_tokens: int) -> float:
