@@ -286,7 +286,9 @@ def print_plan(result: Plan, width: int | None = None) -> None:
         console.print(
             "KV tokens: what the cache holds per sequence of max_model_len (sliding-window "
             'layers keep only their window); vLLM logs: its "GPU KV cache size: N tokens" '
-            "line, which counts every layer as full attention"
+            "line (vLLM >= 0.21: its maximum concurrency × max_model_len, beside "
+            f'"Maximum concurrency for {result.max_model_len:,} tokens per request: '
+            f'{chosen_mem.kv_concurrency_logged:.2f}x")'
         )
 
     trail = Table.grid(padding=(0, 1))
