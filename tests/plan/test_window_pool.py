@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from gpufleet.plan.hybrid_pool import hybrid_pool
 from gpufleet.plan.layout import Layout
@@ -111,3 +112,24 @@ def test_a_hybrid_on_020_still_logs_blocks_over_groups() -> None:
     assert old.block_tokens == 784 and old.blocks_per_request == 48 == new.blocks_per_request
     assert old.logged_tokens == 290_864
     assert new.logged_tokens == 1_015_125
+
+
+def test_gemma4_31b_log_turns_tenfold_between_020_and_021() -> None:
+    """vllm-project/vllm#43308 (Gemma-4-31B AWQ, A100 80GB, ~50 GB of KV): ~55k tokens on
+    vLLM 0.20.0, ~525k on 0.21.0. The planner's shapes (50 sliding layers of 16 KiB per
+    token, 10 full of 8 KiB: one 256 KiB page, groups of 10) in 50 GiB give 20,480 blocks:
+    20,480 // 6 x 16 = 54,608 tokens on 0.20; 20,480 / (8192 + 5 x 577) x 262,144 =
+    484,671 on 0.21 (262,144 tokens, 8,192 batched: the issue gives neither)."""
+    config = Path(__file__).parent / "data" / "unseen_configs" / "nvidia--Gemma-4-31B-IT-NVFP4.json"
+    model = load_model(str(config))
+    layers = [
+        (s.sliding_window, model.kv_elements_per_token_per_layer(1, i) * 2.0)
+        for i, s in enumerate(model.layers)
+        if s.mixer
+    ]
+    old = window_pool(layers, 50 * 2**30, 262144, 8192, (0, 20))
+    new = window_pool(layers, 50 * 2**30, 262144, 8192, (0, 21))
+    assert old is not None and new is not None
+    assert (old.num_blocks, old.groups, old.blocks_per_request) == (20_480, 6, 8192 + 5 * 577)
+    assert old.logged_tokens == 54_608
+    assert new.logged_tokens == 484_671
