@@ -23,10 +23,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpufleet.plan.window_pool import logs_concurrency_times_length
+from gpufleet.plan.window_pool import GROUP_BALANCE, logs_concurrency_times_length
 
 ALIGN_TOKENS = 16  # the attention block is a multiple of the kernels' 16-token block
-GROUP_BALANCE = 1.25  # vLLM: group by the larger kind's count when within 25 % of the smaller
 # vLLM 0.19 serves hybrids without prefix caching; 0.24 (noonghunna/club-3090#612, prefix
 # caching on), 0.26 and 0.28 cache prefixes ('align': two state blocks per request).
 # 0.20-0.23 were not seen; 0.20 is where it turns here. The token log turns at 0.21

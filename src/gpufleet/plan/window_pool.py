@@ -31,7 +31,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 ALIGN_TOKENS = 16  # vLLM's default block
-GROUP_BALANCE = 1.5  # group by the largest kind's count when under 1.5 × the smallest's
+# group by the largest kind's count when under 1.5 × the smallest's: one rule for sliding
+# and hybrid pools (one function in vLLM; 1.5 in its current source, 1.25 in an older copy)
+GROUP_BALANCE = 1.5
 LOG_BY_CONCURRENCY_SINCE = (0, 21)  # "GPU KV cache size" = max_concurrency × max_model_len
 
 
