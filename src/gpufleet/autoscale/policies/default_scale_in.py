@@ -1,7 +1,8 @@
 """The `default` policy's scale-in rule (`DefaultPolicy` delegates to it): remove replicas
 only when N−1 would have held the recent peak and the arrival rate's line a cold start
-ahead, within the SLOs, nothing saturated over the peak window, after a stabilization
-window and a cooldown, no replica starting; then as many at once as N−k would have.
+ahead (with `batch_trend`, also the trend's highest forecast while its line rises), within
+the SLOs, nothing saturated over the peak window, after a stabilization window and a
+cooldown, no replica starting; then as many at once as N−k would have.
 Pure: the policy's state in, a desired count and its reason out."""
 
 from __future__ import annotations
