@@ -105,3 +105,27 @@ def test_demo_with_the_default_routing_slack_misses_it(monkeypatch: pytest.Monke
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     p90s = [play_demo(ph, seed, routing={})[0][1] for ph, seed in CASES]
     assert max(p90s) > 1.0, p90s
+
+
+@pytest.mark.process
+def test_the_trend_fleet_never_scales_in_while_traffic_rises(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`sim_vs_live.py`'s replay (3–6 replicas; its schedule: quiet, a ramp, a burst, quiet),
+    seeds 0–2 at each tick phase: no replica is removed before the burst ends. Before
+    `default_scale_in.trend_hold`, 13 of these 15 replays did (live: 5 → 3 at 58 s, 3 → 6 at
+    60 s): a trend's forecast dips mid-ramp while a backlog drains, and N−k was held only
+    against the forecast now."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import sim_vs_live
+
+    cfg = sim_vs_live.fleet_config("default", 6.0)
+    plan = sim_vs_live.phases(6.0, 1.5)
+    burst_end_s = sum(p.duration_s for p in plan[:3])
+    early = []
+    for seed in SEEDS:
+        for phase_s in sim_vs_live.PHASES_S:
+            run = sim_vs_live.sim_once(cfg, plan, seed, 6.0, 9.5, 0.0037, phase_s)
+            early += [(seed, phase_s, t, a, b) for t, a, b, _ in run["changes"]
+                      if b < a and t < burst_end_s]  # fmt: skip
+    assert not early, early

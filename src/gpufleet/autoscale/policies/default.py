@@ -70,6 +70,8 @@ class DefaultPolicy:
     prompt_token_weight: float | None = None
     # Without an SLO also size for the in-flight trend a cold start ahead (`expected_demand`).
     # Off: at 120 s cold starts it read a rate step as a ramp (~2×); the demo's 9 s need it.
+    # On, scale-in holds the trend's peak forecast while the in-flight line still rises
+    # (`default_scale_in.trend_hold`: HPA's scale-down stabilization, over the peak window).
     batch_trend: bool = False
     capacity_join_quiet_s: float = 60.0  # `SloCapacity.join_quiet_s` (0: off)
     # Size also for the rate's line a cold start ahead less this many of its standard
@@ -114,6 +116,7 @@ class DefaultPolicy:
     _measuring: bool = False  # capacity within the SLO measured (`SloCapacity`)
     _trend_short: LinearTrend = field(default_factory=LinearTrend)
     _peak_demand: WindowMax = field(default_factory=WindowMax)
+    _trend_peak: WindowMax = field(default_factory=WindowMax)  # `batch_trend`'s forecasts
     _peak_kv_total: WindowMax = field(default_factory=WindowMax)  # sum of KV fractions
     _saturated_running: deque[tuple[float, int]] = field(default_factory=deque)
     _n1_ok_since_s: float | None = None
@@ -146,6 +149,7 @@ class DefaultPolicy:
         self._trend.window_s = trend_s
         self._trend_short.window_s = trend_s / 3.0
         self._peak_demand.window_s = self._peak_kv_total.window_s = self.peak_s(cold_start_s)
+        self._trend_peak.window_s = self.peak_s(cold_start_s)
         # The rate's recent peak covers what the next cold start may bring (`ArrivalRate`).
         self._slo_capacity.smooth_s = self.peak_s(cold_start_s)
         self._little.windows(self.peak_s(cold_start_s))
@@ -204,6 +208,8 @@ class DefaultPolicy:
         # and the in-flight trend carried a cold start ahead sizes for a ramp that the
         # rate's 30 s span lags (wave 18: the demo's 30 s ramp and 9 s cold starts).
         trend = self.forecast(now_s + cold_start_s) if self._batch_trend_on() else None
+        if trend is not None:
+            self._trend_peak.add(now_s, trend)
         if self._little.known:
             peak = self._little.peak_in_flight()
             if peak is None:
