@@ -284,9 +284,13 @@ def memory_breakdown(
     blocks = max(0, math.floor(kv_bytes / block_bytes)) if block_bytes > 0 else 0
     logged = (math.floor(kv_bytes / (block * kv.total_bytes)) if kv.total_bytes else 0) * block
     concurrent = max(0, math.floor(kv_bytes / seq_bytes)) if seq_bytes > 0 else 0
-    pool = _vllm_hybrid_pool(model, kv, layer_ids, kv_bytes, max_model_len, version)
+    # vLLM's own pools (hybrid, else windowed); other engines' logs are not modelled
+    vllm = rules.name == "vllm"
+    pool = (
+        _vllm_hybrid_pool(model, kv, layer_ids, kv_bytes, max_model_len, version) if vllm else None
+    )
     windows = None
-    if rules.name == "vllm" and pool is None and kv.sliding_bytes_by_window:
+    if vllm and pool is None and kv.sliding_bytes_by_window:
         windows = _vllm_window_pool(
             model, layout, layer_ids, kv_bytes, max_model_len, batched, version
         )
@@ -297,7 +301,7 @@ def memory_breakdown(
         # vLLM's pool for sliding-window layers: groups of one page size (window_pool).
         logged = windows.logged_tokens
         logged_concurrency = windows.concurrency
-    if rules.name == "vllm" and pool is not None:
+    if pool is not None:
         # vLLM's hybrid pool: pages padded to the state, layers in groups (hybrid_pool).
         seq_bytes = pool.bytes_per_request
         concurrent = math.floor(pool.concurrency)
@@ -322,7 +326,7 @@ def memory_breakdown(
         max_num_batched_tokens=batched,
         gpu_memory_utilization=rules.memory_fraction,
         engine=rules.name,
-        attention_block_tokens=pool.block_tokens if rules.name == "vllm" and pool else 0,
+        attention_block_tokens=pool.block_tokens if pool else 0,
         kv_concurrency_logged=logged_concurrency,
     )
 

@@ -203,27 +203,32 @@ def _nas_blocks(
     return attention, widths, heads // groups.pop()
 
 
+def _state_bytes(cfg: dict[str, Any], *dtype_keys: str) -> int:
+    """Bytes per element of a recurrent layer's state: the first of `dtype_keys` the config
+    sets (fp32: 4), else bf16 (2)."""
+    dtype = next((str(cfg[k]) for k in dtype_keys if cfg.get(k)), "bfloat16")
+    return 4 if dtype in ("float32", "fp32") else 2
+
+
 def _mamba_spec(cfg: dict[str, Any], src: str) -> MambaSpec:
-    dtype = str(cfg.get("mamba_ssm_cache_dtype") or cfg.get("mamba_ssm_dtype") or "bfloat16")
     return MambaSpec(
         num_heads=_int(cfg, "mamba_num_heads", src),
         head_dim=_int(cfg, "mamba_head_dim", src),
         n_groups=_int(cfg, "n_groups", src),
         state_size=_int(cfg, "ssm_state_size", src),
         conv_kernel=int(cfg.get("conv_kernel") or 4),
-        ssm_state_bytes=4 if dtype in ("float32", "fp32") else 2,
+        ssm_state_bytes=_state_bytes(cfg, "mamba_ssm_cache_dtype", "mamba_ssm_dtype"),
     )
 
 
 def _linear_spec(cfg: dict[str, Any], src: str) -> LinearAttentionSpec:
-    dtype = str(cfg.get("mamba_ssm_dtype") or cfg.get("mamba_ssm_cache_dtype") or "bfloat16")
     return LinearAttentionSpec(
         num_key_heads=_int(cfg, "linear_num_key_heads", src),
         num_value_heads=_int(cfg, "linear_num_value_heads", src),
         key_head_dim=_int(cfg, "linear_key_head_dim", src),
         value_head_dim=_int(cfg, "linear_value_head_dim", src),
         conv_kernel=int(cfg.get("linear_conv_kernel_dim") or 4),
-        ssm_state_bytes=4 if dtype in ("float32", "fp32") else 2,
+        ssm_state_bytes=_state_bytes(cfg, "mamba_ssm_dtype", "mamba_ssm_cache_dtype"),
     )
 
 
