@@ -203,10 +203,21 @@ def _nas_blocks(
     return attention, widths, heads // groups.pop()
 
 
-def _state_bytes(cfg: dict[str, Any], *dtype_keys: str) -> int:
-    """Bytes per element of a recurrent layer's state: the first of `dtype_keys` the config
-    sets (fp32: 4), else bf16 (2)."""
-    dtype = next((str(cfg[k]) for k in dtype_keys if cfg.get(k)), "bfloat16")
+# vLLM's SSM-state dtype with --mamba-ssm-cache-dtype auto (the planner's launch), by mixer;
+# the conv state follows --mamba-cache-dtype, auto: the model's dtype (bf16 here).
+# * Mamba-2 (NemotronH): the config's `mamba_ssm_cache_dtype`, else float32
+#   (vllm-project/vllm#39032; float16 from #29978 before it). `mamba_ssm_dtype` is not read.
+# * Gated DeltaNet (Qwen3.5 / 3.6): the config's `mamba_ssm_dtype`
+#   (Qwen3_5ForConditionalGenerationConfig), else the conv state's dtype; Qwen3-Next's
+#   configs name none (bf16, as its vLLM 0.10.2 log's 544-token block says).
+#   `mamba_ssm_cache_dtype` is not read.
+_MAMBA2_SSM_DEFAULT = "float32"
+
+
+def _state_bytes(cfg: dict[str, Any], key: str, default: str = "bfloat16") -> int:
+    """Bytes per element of a recurrent layer's SSM state: the config's `key`, else
+    `default` (fp32: 4, else 2)."""
+    dtype = str(cfg.get(key) or default)
     return 4 if dtype in ("float32", "fp32") else 2
 
 
@@ -217,7 +228,7 @@ def _mamba_spec(cfg: dict[str, Any], src: str) -> MambaSpec:
         n_groups=_int(cfg, "n_groups", src),
         state_size=_int(cfg, "ssm_state_size", src),
         conv_kernel=int(cfg.get("conv_kernel") or 4),
-        ssm_state_bytes=_state_bytes(cfg, "mamba_ssm_cache_dtype", "mamba_ssm_dtype"),
+        ssm_state_bytes=_state_bytes(cfg, "mamba_ssm_cache_dtype", _MAMBA2_SSM_DEFAULT),
     )
 
 
@@ -228,7 +239,7 @@ def _linear_spec(cfg: dict[str, Any], src: str) -> LinearAttentionSpec:
         key_head_dim=_int(cfg, "linear_key_head_dim", src),
         value_head_dim=_int(cfg, "linear_value_head_dim", src),
         conv_kernel=int(cfg.get("linear_conv_kernel_dim") or 4),
-        ssm_state_bytes=_state_bytes(cfg, "mamba_ssm_dtype", "mamba_ssm_cache_dtype"),
+        ssm_state_bytes=_state_bytes(cfg, "mamba_ssm_dtype"),
     )
 
 
@@ -346,6 +357,8 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
         dense_inter = _int(cfg, "intermediate_size", src)
 
     windows = _sliding_windows(cfg, model_type, num_layers)
+    # Llama 4's windows are attention chunks (vLLM's ChunkedLocalAttentionSpec).
+    chunked = model_type.startswith("llama4") and bool(cfg.get("attention_chunk_size"))
     linear = _linear_layers(cfg, num_layers)
     mixer, mlp = [True] * num_layers, [True] * num_layers
     if blocks is not None:
@@ -357,6 +370,7 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
     layers = tuple(
         LayerSpec(
             sliding_window=windows[i],
+            chunked=chunked and windows[i] is not None,
             is_moe=moe_flags[i],
             linear=linear[i],
             mixer=mixer[i],

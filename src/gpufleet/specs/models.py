@@ -90,6 +90,7 @@ class MambaSpec:
 @dataclass(frozen=True)
 class LayerSpec:
     sliding_window: int | None = None  # tokens a layer attends over; None = full attention
+    chunked: bool = False  # the window is an attention chunk (Llama 4), not a sliding window
     is_moe: bool = False
     linear: bool = False  # a recurrent mixer (linear attention, Mamba): state, no KV
     mixer: bool = True  # False: an MLP-only block (Nemotron-H `-` / `E`)
