@@ -168,3 +168,22 @@ def test_mamba2_state_dtype_reads_mamba_ssm_cache_dtype_else_fp32() -> None:
     assert _state_dtype_bytes(parse_config({**cfg, "mamba_ssm_dtype": "bfloat16"}, "n")) == {4}
     half = {**cfg, "mamba_ssm_cache_dtype": "bfloat16", "mamba_ssm_dtype": "float32"}
     assert _state_dtype_bytes(parse_config(half, "n")) == {2}
+
+
+# ---- rotary caches: a linear-scaled RoPE and Gemma 3's second, local one ---------------------
+def test_gemma3_rope_caches_scale_and_double() -> None:
+    """vLLM's LinearScalingRotaryEmbedding caches max_position x factor rows, and Gemma 3's
+    sliding layers keep a second, unscaled RoPE: (131,072 x 8 + 131,072) x 256 x 2 B =
+    576 MiB on gemma-3-4b-it, where one cache of 131,072 rows was counted (64 MiB). The
+    vLLM 0.19 log (llm-d-planner, 8.58 GiB loaded) is then met within 0.2 % (it was -6 %)."""
+    text = {
+        "model_type": "gemma3_text", "head_dim": 256, "hidden_size": 2560,
+        "intermediate_size": 10240, "max_position_embeddings": 131072,
+        "num_attention_heads": 8, "num_hidden_layers": 34, "num_key_value_heads": 4,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024,
+        "sliding_window_pattern": 6, "vocab_size": 262208,
+    }  # fmt: skip
+    model = parse_config({"model_type": "gemma3", "text_config": text}, "gemma-3-4b")
+    assert model.rope_cache_elements() == (131072 * 8 + 131072) * 256
+    unscaled = parse_config({**text, "rope_scaling": None, "model_type": "llama"}, "x")
+    assert unscaled.rope_cache_elements() == 131072 * 256

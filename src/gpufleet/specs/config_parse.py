@@ -277,6 +277,16 @@ def _sliding_windows(cfg: dict[str, Any], model_type: str, num_layers: int) -> l
     return [None] * num_layers
 
 
+def _rope_cache_positions(cfg: dict[str, Any], model_type: str, max_pos: int) -> int:
+    """Rows of vLLM's rotary cos/sin caches (one per distinct RoPE): a linear-scaled RoPE
+    caches max_position × factor positions (LinearScalingRotaryEmbedding); Gemma 3 adds its
+    sliding layers' unscaled local RoPE (`rope_local_base_freq`, 10,000 by default)."""
+    scaling = cfg.get("rope_scaling") or {}
+    kind = scaling.get("rope_type") or scaling.get("type")
+    rows = int(max_pos * float(scaling.get("factor") or 1)) if kind == "linear" else max_pos
+    return rows + (max_pos if model_type.startswith("gemma3") else 0)
+
+
 def _vision_params(cfg: dict[str, Any]) -> int:
     """A multimodal checkpoint's vision encoder and projector, which vLLM loads beside the
     language model: ViT layers (attention 4h², MLP 2h·inter) plus the projection into the
@@ -407,6 +417,7 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
         intermediate_size=dense_inter,
         tie_word_embeddings=_tied(cfg, model_type),
         max_position_embeddings=max_pos,
+        rope_cache_positions=_rope_cache_positions(cfg, model_type, max_pos),
         attention_kind="mla" if is_mla else "gqa",
         layers=layers,
         moe=moe,
