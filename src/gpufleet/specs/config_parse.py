@@ -289,8 +289,9 @@ def _rope_cache_positions(cfg: dict[str, Any], model_type: str, max_pos: int) ->
 
 def _vision_params(cfg: dict[str, Any]) -> int:
     """A multimodal checkpoint's vision encoder and projector, which vLLM loads beside the
-    language model: ViT layers (attention 4h², MLP 2h·inter) plus the projection into the
-    text model's hidden size. 0 for text-only configs."""
+    language model: ViT layers (attention 4h², MLP 2h·inter, 3h·inter gated in Pixtral) plus
+    the projection into the text model's hidden size (Mistral 3: a merger of
+    spatial_merge_size² patches and a second text-width layer). 0 for text-only configs."""
     vision = cfg.get("vision_config")
     if not isinstance(vision, dict):
         return 0
@@ -299,10 +300,13 @@ def _vision_params(cfg: dict[str, Any]) -> int:
     inter = int(vision.get("intermediate_size") or 4 * h)
     patch = int(vision.get("patch_size") or 14)
     channels = int(vision.get("num_channels") or 3)
-    body = layers * (4 * h * h + 2 * h * inter + 4 * h)
+    mlp = 3 if vision.get("model_type") == "pixtral" else 2
+    body = layers * (4 * h * h + mlp * h * inter + 4 * h)
     text_h = int((cfg.get("text_config") or cfg).get("hidden_size") or 0)
     out = int(vision.get("vision_output_dim") or vision.get("out_hidden_size") or h)
     projector = out * text_h + h * out
+    if merge := int(cfg.get("spatial_merge_size") or 0):
+        projector = h * merge * merge * h + h * text_h + text_h * text_h
     return body + channels * patch * patch * h + projector
 
 
