@@ -204,3 +204,17 @@ def test_pixtral_vision_tower_is_gated_and_mistral3_merges_patches() -> None:
     model = parse_config({**text, "spatial_merge_size": 2, "vision_config": vision}, "m")
     body = 24 * (4 * 1024**2 + 3 * 1024 * 4096 + 4 * 1024) + 3 * 14 * 14 * 1024
     assert model.vision_params == body + 4 * 1024 * 1024 + 1024 * 5120 + 5120 * 5120
+
+
+def test_phi2_mlp_has_no_gate() -> None:
+    """microsoft/phi-2 (PhiForCausalLM): fc1 / fc2 with gelu_new, no gate. Read as gated it
+    came to 3.62B parameters and 6.74 GiB against the 5.19 GiB vLLM 0.19 loads; 2.78B now."""
+    cfg = {
+        "hidden_act": "gelu_new", "hidden_size": 2560, "intermediate_size": 10240,
+        "max_position_embeddings": 2048, "model_type": "phi", "num_attention_heads": 32,
+        "num_hidden_layers": 32, "num_key_value_heads": 32, "partial_rotary_factor": 0.4,
+        "tie_word_embeddings": False, "vocab_size": 51200,
+    }  # fmt: skip
+    model = parse_config(cfg, "phi-2")
+    assert not model.gated_mlp
+    assert abs(model.total_params() / 2.7789e9 - 1) < 1e-3

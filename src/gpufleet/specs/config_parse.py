@@ -436,7 +436,9 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
         vision_params=_vision_params(raw),
         linear_attention=_linear_spec(cfg, src) if any(linear) and blocks is None else None,
         mamba=_mamba_spec(cfg, src) if blocks is not None and any(linear) else None,
-        gated_mlp=cfg.get("mlp_hidden_act", cfg.get("hidden_act")) != "relu2",
+        # relu2 MLPs (Nemotron-H) and Phi-1/2's fc1 / fc2 have no gate
+        gated_mlp=cfg.get("mlp_hidden_act", cfg.get("hidden_act")) != "relu2"
+        and model_type != "phi",
         attn_output_gate=bool(cfg.get("attn_output_gate", model_type == "qwen3_next")),
         **mla,
     )
