@@ -9,8 +9,9 @@ with, and what vLLM logged — the weights of rank 0 ("Model loading took X GiB"
 cache it sized ("Available KV cache memory: Y GiB") and the tokens that holds ("GPU KV cache
 size: N tokens"; empty where the log does not say); `pp_stage` names the pipeline stage
 whose weights line it is; `max_num_batched_tokens` is set where the run set it (it sizes
-vLLM's profiling pass), empty for the default. Models come from the catalog or from
-`benchmarks/data/model_configs/` (public config.json files).
+vLLM's profiling pass), empty for the default. Models come from the catalog, from
+`benchmarks/data/model_configs/` (public config.json files) or from the published configs of
+`tests/plan/data/unseen_configs/` (sources in its SOURCES.json).
 
 For every row the planner's `plan.memory.memory_breakdown` predicts the same three figures
 under vLLM's rules (vLLM >= 0.21 counts CUDA graphs against the budget; older versions do

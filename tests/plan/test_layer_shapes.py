@@ -198,7 +198,7 @@ def test_vllm_024_log_of_a_qwen35_moe_with_fp8_kv() -> None:
     model = load_model(str(DATA / "Qwen--Qwen3.5-35B-A3B.json"))
     kv = model.kv_breakdown(1, tp=1)
     pool = hybrid_pool(
-        10, 30, kv.full_bytes / 10, kv.state_bytes / 30, 5.98 * 2**30, 131072, (0, 24)
+        10, 30, kv.full_bytes / 10, kv.state_bytes / 30, 5.98 * 2**30, 131072, (0, 24), True
     )
     assert (pool.block_tokens, pool.num_blocks, pool.blocks_per_request) == (2096, 299, 69)
     assert pool.logged_tokens == 567_978

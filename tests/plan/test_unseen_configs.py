@@ -136,12 +136,14 @@ def test_nemotron_h_blocks_are_mamba_attention_or_mlp() -> None:
     """hybrid_override_pattern: 54 Mamba-2 (M), 10 attention (*), 54 relu2 MLP (-) blocks.
     Read as 118 attention + gated-MLP layers it came to 115B parameters and 472 KiB of KV
     per token; it is 56B with 10 x 2 x 8 x 128 x 2 B = 40 KiB, plus 54 Mamba states of
-    (256 x 64 + 2 x 8 x 256) x 3 conv + 256 x 64 x 256 SSM values (bf16) per sequence."""
+    (256 x 64 + 2 x 8 x 256) x 3 conv (bf16) + 256 x 64 x 256 SSM values per sequence, fp32:
+    its config names no `mamba_ssm_cache_dtype` and vLLM's NemotronH default is float32
+    (vllm-project/vllm#39032)."""
     model = load_model(str(DATA / "nvidia--Nemotron-H-56B-Base-8K.json"))
     assert abs(model.total_params() / 56.3e9 - 1) < 0.01
     kv = model.kv_breakdown(2, tp=1)
     assert kv.full_bytes == 10 * 2 * 8 * 128 * 2
-    assert kv.state_bytes == 54 * ((256 * 64 + 2 * 8 * 256) * 3 * 2 + 256 * 64 * 256 * 2)
+    assert kv.state_bytes == 54 * ((256 * 64 + 2 * 8 * 256) * 3 * 2 + 256 * 64 * 256 * 4)
 
 
 def test_nemotron3_nano_is_a_mamba_moe_hybrid() -> None:

@@ -104,11 +104,11 @@ def test_a_hybrid_on_020_still_logs_blocks_over_groups() -> None:
     """The one report function serves hybrids too: on vLLM 0.20 a Qwen3.5-27B-shaped pool
     (16 attention layers of 4 KiB per token, 48 DeltaNet states of 3,207,168 B: 784-token
     blocks, 4 groups of 16) of 1487 blocks logs 1487 // 4 x 784 = 290,864 tokens, though
-    prefix caching already keeps two state blocks per group (42 + 2 x 3 blocks a request);
+    prefix caching (on by request) keeps two state blocks per group (42 + 2 x 3 blocks a request);
     0.21 logs int(1487 / 48 x 32768) = 1,015,125."""
     kv = 1487 * 16 * 784 * 4096
-    old = hybrid_pool(16, 48, 4096, 3_207_168, kv, 32768, (0, 20))
-    new = hybrid_pool(16, 48, 4096, 3_207_168, kv, 32768, (0, 21))
+    old = hybrid_pool(16, 48, 4096, 3_207_168, kv, 32768, (0, 20), prefix_caching=True)
+    new = hybrid_pool(16, 48, 4096, 3_207_168, kv, 32768, (0, 21), prefix_caching=True)
     assert old.block_tokens == 784 and old.blocks_per_request == 48 == new.blocks_per_request
     assert old.logged_tokens == 290_864
     assert new.logged_tokens == 1_015_125

@@ -10,7 +10,8 @@ count, or the larger one's when the two are within 25 %; a short group is padded
 empty layers), and the pool is `group_size` tensors of `num_blocks` pages, each page shared
 by one layer of every group. A request of max_model_len tokens takes cdiv(len, block)
 blocks in each attention group and one block (two once prefix caching keeps an aligned
-copy of the state, vLLM's `mamba_cache_mode='align'`) in each state group.
+copy of the state, vLLM's `mamba_cache_mode='align'`: `state_blocks_per_request`) in each
+state group.
 
 The log line "GPU KV cache size: N tokens" was num_blocks // groups × block up to vLLM
 0.20 (vllm-project/vllm#40691: Qwen3.5-27B on 0.19, 290,864 tokens beside 33.04x
@@ -26,11 +27,28 @@ from dataclasses import dataclass
 from gpufleet.plan.window_pool import GROUP_BALANCE, logs_concurrency_times_length
 
 ALIGN_TOKENS = 16  # the attention block is a multiple of the kernels' 16-token block
-# vLLM 0.19 serves hybrids without prefix caching; 0.24 (noonghunna/club-3090#612, prefix
-# caching on), 0.26 and 0.28 cache prefixes ('align': two state blocks per request).
-# 0.20-0.23 were not seen; 0.20 is where it turns here. The token log turns at 0.21
-# (window_pool.LOG_BY_CONCURRENCY_SINCE, from vLLM's releases).
-PREFIX_CACHED_STATE_SINCE = (0, 20)
+# How many blocks a request keeps in each state group (MambaSpec.max_memory_usage_bytes):
+# one with prefix caching off (mamba_cache_mode 'none'), two with it on in 'align' mode
+# (the running state and the last block-aligned copy). 'align' arrived with
+# vllm-project/vllm#30877 (merged 2026-01-23; `MambaCacheMode` is in the 0.16.0 API, absent
+# before 0.15), so earlier releases serve a hybrid with one block whatever the flag.
+ALIGN_MODE_SINCE = (0, 15)
+# Hybrids kept prefix caching opt-in (vllm-project/vllm#23716, 0.10.2: "disabling prefix
+# caching") until vllm-project/vllm#50991 turned it on by default in 'align' mode: 0.27.1
+# still starts Qwen3.5 without it, 0.28.0 logs enable_prefix_caching=True with no flag.
+PREFIX_CACHING_DEFAULT_SINCE = (0, 28)
+
+
+def state_blocks_per_request(
+    engine_version: tuple[int, ...], prefix_caching: bool | None = None
+) -> int:
+    """Blocks a request holds in each state group of vLLM `engine_version`;
+    `prefix_caching` None: vLLM's default for hybrids at that version. Mamba-2 models that
+    declare 'all' mode (Nemotron-H) take one block per attention block instead when prefix
+    caching is on before 0.28; that mode is not modelled."""
+    if prefix_caching is None:
+        prefix_caching = engine_version >= PREFIX_CACHING_DEFAULT_SINCE
+    return 2 if prefix_caching and engine_version >= ALIGN_MODE_SINCE else 1
 
 
 @dataclass(frozen=True)
@@ -58,9 +76,11 @@ def hybrid_pool(
     kv_bytes: float,
     max_model_len: int,
     engine_version: tuple[int, ...] = (1,),
+    prefix_caching: bool | None = None,
 ) -> HybridPool:
     """The pool of one GPU holding `attention_layers` layers of `attention_bytes_per_token`
-    bytes per token each and `state_layers` layers of `state_bytes` each, in `kv_bytes`."""
+    bytes per token each and `state_layers` layers of `state_bytes` each, in `kv_bytes`;
+    `prefix_caching` as vLLM runs (None: its default at `engine_version`)."""
     if attention_layers < 1 or state_layers < 1 or attention_bytes_per_token <= 0:
         raise ValueError("a hybrid pool needs attention and state layers")
     per_align = ALIGN_TOKENS * attention_bytes_per_token
@@ -71,7 +91,7 @@ def hybrid_pool(
     attention_groups = -(-attention_layers // group)
     state_groups = -(-state_layers // group)
     num_blocks = max(0, math.floor(kv_bytes / (page * group)))
-    state_blocks = 2 if engine_version >= PREFIX_CACHED_STATE_SINCE else 1
+    state_blocks = state_blocks_per_request(engine_version, prefix_caching)
     per_request = -(-max_model_len // block) * attention_groups + state_blocks * state_groups
     concurrency = num_blocks / per_request
     if logs_concurrency_times_length(engine_version):

@@ -239,13 +239,16 @@ def memory_breakdown(
     block_tokens: int | None = None,
     engine: str = "vllm",
     engine_version: tuple[int, ...] | None = None,
+    prefix_caching: bool | None = None,
 ) -> MemoryBreakdown:
     """Memory of the GPU whose KV cache holds the fewest tokens (the engines size every
     rank's cache alike, by the smallest) of `layout` served by `engine` (vllm, sglang,
     trtllm); `gpu_memory_utilization` overrides the engine's memory fraction.
     engine_version: vLLM's version when it matters (None: the current one): vLLM >= 0.21
     counts its CUDA graphs against the budget, earlier versions capture them outside it;
-    before 0.17 its sampler's profiling pass held more copies of the logits."""
+    before 0.17 its sampler's profiling pass held more copies of the logits.
+    prefix_caching: whether vLLM runs with it (None: its default at that version), which
+    sets how many state blocks a hybrid's request keeps (`hybrid_pool`)."""
     rules = engine_rules(
         engine, gpu, tp=layout.tp, pp=layout.pp, dp=layout.dp,
         memory_fraction=gpu_memory_utilization,
@@ -287,7 +290,9 @@ def memory_breakdown(
     # vLLM's own pools (hybrid, else windowed); other engines' logs are not modelled
     vllm = rules.name == "vllm"
     pool = (
-        _vllm_hybrid_pool(model, kv, layer_ids, kv_bytes, max_model_len, version) if vllm else None
+        _vllm_hybrid_pool(model, kv, layer_ids, kv_bytes, max_model_len, version, prefix_caching)
+        if vllm
+        else None
     )
     windows = None
     if vllm and pool is None and kv.sliding_bytes_by_window:
@@ -338,6 +343,7 @@ def _vllm_hybrid_pool(
     kv_bytes: float,
     max_model_len: int,
     version: tuple[int, ...],
+    prefix_caching: bool | None,
 ) -> HybridPool | None:
     """vLLM's pool for a stage holding both attention and state layers, else None."""
     if not kv.state_bytes or kv.sliding_bytes_by_window:
@@ -355,6 +361,7 @@ def _vllm_hybrid_pool(
         kv_bytes,
         max_model_len,
         version,
+        prefix_caching,
     )
 
 
@@ -377,7 +384,10 @@ def _vllm_window_pool(
         for i in layer_ids
         if model.layers[i].mixer and not model.layers[i].linear
     ]
-    return window_pool(layers, kv_bytes, max_model_len, batched, version)
+    chunked = any(model.layers[i].chunked for i in layer_ids)
+    return window_pool(
+        layers, kv_bytes, max_model_len, batched, version, chunked=chunked, pp=layout.pp
+    )
 
 
 def _sequence_bytes(kv: KvBytesPerToken, tokens: int, block_tokens: int) -> float:

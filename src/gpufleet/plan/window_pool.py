@@ -9,9 +9,10 @@ layers: the smallest kind's count, or the largest one's when it is under 1.5 × 
 smallest (`_get_kv_cache_groups_uniform_page_size`); a short group is padded. The pool is
 `group_size` tensors of `num_blocks` pages (`get_num_blocks`: bytes // page // group_size).
 A request of max_model_len tokens takes cdiv(len, block) blocks in a full group and
-cdiv(min(window − 1 + max_num_batched_tokens, len), block) + 1 in a sliding group
-(`SlidingWindowSpec.max_memory_usage_bytes`), and "Maximum concurrency" is num_blocks
-over their sum (`get_max_concurrency_for_kv_cache_config`). Layers all of one window
+cdiv(min(window − 1 + in-flight tokens, len), block) + 1 in a sliding group
+(`SlidingWindowSpec.max_memory_usage_bytes`) and cdiv(min(chunk + in-flight tokens, len),
+block) in a chunked-local one (Llama 4; `ChunkedLocalAttentionSpec`: its chunks start on a
+block boundary, so no extra block), and "Maximum concurrency" is num_blocks over their sum (`get_max_concurrency_for_kv_cache_config`). Layers all of one window
 (or all full with different shapes) make one group (`UniformTypeKVCacheSpecs`).
 
 "GPU KV cache size: N tokens" (`_report_kv_cache_config`) was num_blocks // groups ×
@@ -35,6 +36,17 @@ ALIGN_TOKENS = 16  # vLLM's default block
 # and hybrid pools (one function in vLLM; 1.5 in its current source, 1.25 in an older copy)
 GROUP_BALANCE = 1.5
 LOG_BY_CONCURRENCY_SINCE = (0, 21)  # "GPU KV cache size" = max_concurrency × max_model_len
+# The in-flight tokens a windowed group reserves for: one max_num_batched_tokens batch, and
+# from vllm-project/vllm#47728 (0.26; vllm-project/vllm#49878 quotes 4161 blocks =
+# cdiv(1023 + 2 × 32,768, 16) + 1) `VllmConfig.max_in_flight_tokens`, one batch per
+# concurrent step: 2 under async scheduling (the default) at PP 1, PP batches beyond (the
+# V1 runner turns async off with PP). Still so in 0.27.1's source.
+IN_FLIGHT_BATCHES_SINCE = (0, 26)
+
+
+def in_flight_batches(engine_version: tuple[int, ...], pp: int = 1) -> int:
+    """Batches of max_num_batched_tokens a windowed KV group reserves for."""
+    return max(2, pp) if engine_version >= IN_FLIGHT_BATCHES_SINCE else 1
 
 
 @dataclass(frozen=True)
@@ -60,18 +72,27 @@ def window_pool(
     max_model_len: int,
     max_num_batched_tokens: int,
     engine_version: tuple[int, ...] = (1,),
+    *,
+    chunked: bool = False,
+    pp: int = 1,
 ) -> WindowPool | None:
     """vLLM's pool of one GPU whose attention layers are `layers`, each (sliding window or
     None for full attention, KV bytes per token), holding `kv_bytes`; None when no layer
-    slides or the pages cannot be unified (a page not a whole multiple of another)."""
+    slides or the pages cannot be unified (a page not a whole multiple of another).
+    chunked: the windows are Llama 4's attention chunks, not sliding windows (vLLM serves
+    no model with both)."""
     kinds = Counter(layers)
     if not kinds or all(window is None for window, _ in kinds) or min(b for _, b in kinds) <= 0:
         return None
 
+    in_flight = in_flight_batches(engine_version, pp) * max_num_batched_tokens
+
     def per_request(window: int | None, block: int) -> int:
         if window is None:
             return -(-max_model_len // block)
-        held = min(window - 1 + max_num_batched_tokens, max_model_len)
+        if chunked:
+            return -(-min(window + in_flight, max_model_len) // block)
+        held = min(window - 1 + in_flight, max_model_len)
         return -(-held // block) + 1
 
     if len({window for window, _ in kinds}) == 1:

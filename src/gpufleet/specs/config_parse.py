@@ -203,10 +203,21 @@ def _nas_blocks(
     return attention, widths, heads // groups.pop()
 
 
-def _state_bytes(cfg: dict[str, Any], *dtype_keys: str) -> int:
-    """Bytes per element of a recurrent layer's state: the first of `dtype_keys` the config
-    sets (fp32: 4), else bf16 (2)."""
-    dtype = next((str(cfg[k]) for k in dtype_keys if cfg.get(k)), "bfloat16")
+# vLLM's SSM-state dtype with --mamba-ssm-cache-dtype auto (the planner's launch), by mixer;
+# the conv state follows --mamba-cache-dtype, auto: the model's dtype (bf16 here).
+# * Mamba-2 (NemotronH): the config's `mamba_ssm_cache_dtype`, else float32
+#   (vllm-project/vllm#39032; float16 from #29978 before it). `mamba_ssm_dtype` is not read.
+# * Gated DeltaNet (Qwen3.5 / 3.6): the config's `mamba_ssm_dtype`
+#   (Qwen3_5ForConditionalGenerationConfig), else the conv state's dtype; Qwen3-Next's
+#   configs name none (bf16, as its vLLM 0.10.2 log's 544-token block says).
+#   `mamba_ssm_cache_dtype` is not read.
+_MAMBA2_SSM_DEFAULT = "float32"
+
+
+def _state_bytes(cfg: dict[str, Any], key: str, default: str = "bfloat16") -> int:
+    """Bytes per element of a recurrent layer's SSM state: the config's `key`, else
+    `default` (fp32: 4, else 2)."""
+    dtype = str(cfg.get(key) or default)
     return 4 if dtype in ("float32", "fp32") else 2
 
 
@@ -217,7 +228,7 @@ def _mamba_spec(cfg: dict[str, Any], src: str) -> MambaSpec:
         n_groups=_int(cfg, "n_groups", src),
         state_size=_int(cfg, "ssm_state_size", src),
         conv_kernel=int(cfg.get("conv_kernel") or 4),
-        ssm_state_bytes=_state_bytes(cfg, "mamba_ssm_cache_dtype", "mamba_ssm_dtype"),
+        ssm_state_bytes=_state_bytes(cfg, "mamba_ssm_cache_dtype", _MAMBA2_SSM_DEFAULT),
     )
 
 
@@ -228,7 +239,7 @@ def _linear_spec(cfg: dict[str, Any], src: str) -> LinearAttentionSpec:
         key_head_dim=_int(cfg, "linear_key_head_dim", src),
         value_head_dim=_int(cfg, "linear_value_head_dim", src),
         conv_kernel=int(cfg.get("linear_conv_kernel_dim") or 4),
-        ssm_state_bytes=_state_bytes(cfg, "mamba_ssm_dtype", "mamba_ssm_cache_dtype"),
+        ssm_state_bytes=_state_bytes(cfg, "mamba_ssm_dtype"),
     )
 
 
@@ -266,10 +277,21 @@ def _sliding_windows(cfg: dict[str, Any], model_type: str, num_layers: int) -> l
     return [None] * num_layers
 
 
+def _rope_cache_positions(cfg: dict[str, Any], model_type: str, max_pos: int) -> int:
+    """Rows of vLLM's rotary cos/sin caches (one per distinct RoPE): a linear-scaled RoPE
+    caches max_position × factor positions (LinearScalingRotaryEmbedding); Gemma 3 adds its
+    sliding layers' unscaled local RoPE (`rope_local_base_freq`, 10,000 by default)."""
+    scaling = cfg.get("rope_scaling") or {}
+    kind = scaling.get("rope_type") or scaling.get("type")
+    rows = int(max_pos * float(scaling.get("factor") or 1)) if kind == "linear" else max_pos
+    return rows + (max_pos if model_type.startswith("gemma3") else 0)
+
+
 def _vision_params(cfg: dict[str, Any]) -> int:
     """A multimodal checkpoint's vision encoder and projector, which vLLM loads beside the
-    language model: ViT layers (attention 4h², MLP 2h·inter) plus the projection into the
-    text model's hidden size. 0 for text-only configs."""
+    language model: ViT layers (attention 4h², MLP 2h·inter, 3h·inter gated in Pixtral) plus
+    the projection into the text model's hidden size (Mistral 3: a merger of
+    spatial_merge_size² patches and a second text-width layer). 0 for text-only configs."""
     vision = cfg.get("vision_config")
     if not isinstance(vision, dict):
         return 0
@@ -278,10 +300,13 @@ def _vision_params(cfg: dict[str, Any]) -> int:
     inter = int(vision.get("intermediate_size") or 4 * h)
     patch = int(vision.get("patch_size") or 14)
     channels = int(vision.get("num_channels") or 3)
-    body = layers * (4 * h * h + 2 * h * inter + 4 * h)
+    mlp = 3 if vision.get("model_type") == "pixtral" else 2
+    body = layers * (4 * h * h + mlp * h * inter + 4 * h)
     text_h = int((cfg.get("text_config") or cfg).get("hidden_size") or 0)
     out = int(vision.get("vision_output_dim") or vision.get("out_hidden_size") or h)
     projector = out * text_h + h * out
+    if merge := int(cfg.get("spatial_merge_size") or 0):
+        projector = h * merge * merge * h + h * text_h + text_h * text_h
     return body + channels * patch * patch * h + projector
 
 
@@ -346,6 +371,8 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
         dense_inter = _int(cfg, "intermediate_size", src)
 
     windows = _sliding_windows(cfg, model_type, num_layers)
+    # Llama 4's windows are attention chunks (vLLM's ChunkedLocalAttentionSpec).
+    chunked = model_type.startswith("llama4") and bool(cfg.get("attention_chunk_size"))
     linear = _linear_layers(cfg, num_layers)
     mixer, mlp = [True] * num_layers, [True] * num_layers
     if blocks is not None:
@@ -357,6 +384,7 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
     layers = tuple(
         LayerSpec(
             sliding_window=windows[i],
+            chunked=chunked and windows[i] is not None,
             is_moe=moe_flags[i],
             linear=linear[i],
             mixer=mixer[i],
@@ -393,6 +421,7 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
         intermediate_size=dense_inter,
         tie_word_embeddings=_tied(cfg, model_type),
         max_position_embeddings=max_pos,
+        rope_cache_positions=_rope_cache_positions(cfg, model_type, max_pos),
         attention_kind="mla" if is_mla else "gqa",
         layers=layers,
         moe=moe,
@@ -407,7 +436,9 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
         vision_params=_vision_params(raw),
         linear_attention=_linear_spec(cfg, src) if any(linear) and blocks is None else None,
         mamba=_mamba_spec(cfg, src) if blocks is not None and any(linear) else None,
-        gated_mlp=cfg.get("mlp_hidden_act", cfg.get("hidden_act")) != "relu2",
+        # relu2 MLPs (Nemotron-H) and Phi-1/2's fc1 / fc2 have no gate
+        gated_mlp=cfg.get("mlp_hidden_act", cfg.get("hidden_act")) != "relu2"
+        and model_type != "phi",
         attn_output_gate=bool(cfg.get("attn_output_gate", model_type == "qwen3_next")),
         **mla,
     )

@@ -90,6 +90,7 @@ class MambaSpec:
 @dataclass(frozen=True)
 class LayerSpec:
     sliding_window: int | None = None  # tokens a layer attends over; None = full attention
+    chunked: bool = False  # the window is an attention chunk (Llama 4), not a sliding window
     is_moe: bool = False
     linear: bool = False  # a recurrent mixer (linear attention, Mamba): state, no KV
     mixer: bool = True  # False: an MLP-only block (Nemotron-H `-` / `E`)
@@ -162,6 +163,7 @@ class ModelSpec:
     quant: QuantScheme = UNQUANTIZED  # the checkpoint's per-module storage formats
     vision_params: int = 0  # a multimodal checkpoint's vision encoder + projector
     rotary_dim: int = 0  # dims RoPE rotates per head (0: head_dim; MLA: qk_rope_head_dim)
+    rope_cache_positions: int = 0  # rows of vLLM's cos/sin caches (0: max_position_embeddings)
     linear_attention: LinearAttentionSpec | None = None  # layers with `linear=True`
     attn_output_gate: bool = False  # q_proj also yields a sigmoid gate (Qwen3-Next, 3.5)
     mamba: MambaSpec | None = None  # layers with `linear=True` in Mamba hybrids
@@ -171,11 +173,12 @@ class ModelSpec:
 
     def rope_cache_elements(self) -> int:
         """vLLM's rotary cos/sin cache: one row of rotary_dim per position up to
-        max_position_embeddings, on every GPU (Llama 4's 10M positions: 2.5 GiB in bf16)."""
+        max_position_embeddings, on every GPU (Llama 4's 10M positions: 2.5 GiB in bf16);
+        `rope_cache_positions` rows where the config scales or doubles it (Gemma 3)."""
         dim = self.rotary_dim or (
             self.qk_rope_head_dim if self.attention_kind == "mla" else self.head_dim
         )
-        return self.max_position_embeddings * dim
+        return (self.rope_cache_positions or self.max_position_embeddings) * dim
 
     @property
     def checkpoint_dtype(self) -> str:
