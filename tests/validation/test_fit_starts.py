@@ -226,9 +226,10 @@ def test_pooling_leaves_the_training_objective_unchanged() -> None:
 
 
 def test_the_first_token_constants_are_pooled_partly(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fit's loss carries the partial pool of the engines' `ttft_overhead_s`: half the
-    squared log distances from their log-mean over `POOL_SPREAD`, per campaign; none with
-    the engines alike, none with one engine, none switched off."""
+    """Switched on, the fit's loss carries the partial pool of the engines' `ttft_overhead_s`:
+    half the squared log distances from their log-mean over `POOL_SPREAD`, per campaign;
+    none with the engines alike, none with one engine, none switched off (the default)."""
+    monkeypatch.setattr(fit_space, "POOLED_CONSTANTS", ("ttft_overhead_s",))
     rows = [
         SimpleNamespace(backend=b, model_path=m) for b in ("trtllm", "vllm") for m in ("m1", "m2")
     ]

@@ -133,8 +133,11 @@ def pooled_where_uninformed(cal: Calibration, knobs: Sequence[Knob]) -> Calibrat
 # engines' log-mean, left free) to its loss, per campaign: the loss is a per-observation
 # Laplace log-likelihood with the target as its scale, and an engine's first-token wait is
 # observed once per campaign (its rows share it), so the prior weighs 1 / campaigns against
-# it. Decided from that reasoning before any held-out run; () turns it off (main's fit).
-POOLED_CONSTANTS: tuple[str, ...] = ("ttft_overhead_s",)
+# it. Decided from that reasoning before any held-out run; ("ttft_overhead_s",) turns it
+# on. Off: held out it moved each fold's search into other basins of the constants the fold
+# does not pin (LOMO 28.6 / 9.8 -> 31.2 / 16.7 %, LOGO 27.3 / 8.2 -> 25.1 / 8.0; the doc's
+# "Wave 19" section), so the fit is main's.
+POOLED_CONSTANTS: tuple[str, ...] = ()
 POOL_SPREAD = math.log(2.0)
 
 
