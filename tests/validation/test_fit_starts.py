@@ -223,3 +223,40 @@ def test_pooling_leaves_the_training_objective_unchanged() -> None:
     offset = fit_space.log_offset("ttft_overhead_s")
     want = math.sqrt((ttft[0] + offset) * (ttft[1] + offset)) - offset
     assert cal.backend("sglang").ttft_overhead_s == pytest.approx(want)
+
+
+def test_the_first_token_constants_are_pooled_partly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Switched on, the fit's loss carries the partial pool of the engines' `ttft_overhead_s`:
+    half the squared log distances from their log-mean over `POOL_SPREAD`, per campaign;
+    none with the engines alike, none with one engine, none switched off (the default)."""
+    monkeypatch.setattr(fit_space, "POOLED_CONSTANTS", ("ttft_overhead_s",))
+    rows = [
+        SimpleNamespace(backend=b, model_path=m) for b in ("trtllm", "vllm") for m in ("m1", "m2")
+    ]
+    search, prior = _search(rows)
+    assert len(search.groups) == 4
+    alike = fit_space.moved(prior, [(("ttft_overhead_s", b), 0.05) for b in ("trtllm", "vllm")])
+    assert search.penalty(alike) == 0.0
+    apart = fit_space.moved(
+        prior, [(("ttft_overhead_s", "trtllm"), 0.2), (("ttft_overhead_s", "vllm"), 0.02)]
+    )
+    offset = fit_space.log_offset("ttft_overhead_s")
+    half_gap = math.log((0.2 + offset) / (0.02 + offset)) / 2
+    want = 0.5 * 2 * (half_gap / math.log(2.0)) ** 2 / 4
+    assert search.penalty(apart) == pytest.approx(want)
+    one, _ = _search(_rows("vllm"))
+    assert one.penalty(apart) == 0.0
+    # On predictable rows the search minimises the loss plus the pool.
+    from gpufleet.validation.measured import read_rows
+
+    from .helpers import SAMPLE
+
+    sample = [r for r in read_rows(SAMPLE) if r.system != "tpu_v9"]
+    real, _ = fit_module.prepare(sample, prior_calibration())
+    pool = real.penalty(apart)
+    assert pool > 0.0
+    assert fit_module.training_objective(real, apart) == pytest.approx(
+        fit_module.objective(apart, sample) + pool
+    )
+    monkeypatch.setattr(fit_space, "POOLED_CONSTANTS", ())
+    assert search.penalty(apart) == 0.0

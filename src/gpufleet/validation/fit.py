@@ -39,6 +39,7 @@ from gpufleet.validation.fit_space import (
     knob_backends,
     log_midpoint,
     moved,
+    pool_penalty,
     pooled_where_uninformed,
     replace_constant,
     to_log,
@@ -154,23 +155,22 @@ class Search:
     knobs: list[Knob]
     by_backend: dict[str, list[int]]
     groups: list[list[int]]
-    # MAP fit: a Gaussian prior on each fitted constant in the search's log coordinates,
-    # centred on its physical prior, one standard deviation = half its log range (`ridge`
-    # = 0: none). A constant the rows do not determine then stays near its prior instead of
-    # wherever the descent leaves it (to trade roles with another in the next fold).
+    # MAP fit: a Gaussian prior on each fitted constant in log coordinates, centred on its
+    # physical prior, one standard deviation = half its log range (`ridge` = 0: none), so a
+    # constant the rows do not determine stays near its prior; beside it the partial pool.
     ridge: float = 0.0
     centre: dict[Knob, float] = dataclasses.field(default_factory=dict)
 
     def penalty(self, cal: Calibration) -> float:
+        total = pool_penalty(cal, self.knobs, len(self.groups))
         if not self.ridge:
-            return 0.0
-        total = 0.0
+            return total
         for knob in self.knobs:
             lo, hi = BOUNDS[knob[0]]
             half_width = (to_log(knob[0], hi) - to_log(knob[0], lo)) / 2
             z = (to_log(knob[0], value_of(cal, knob)) - self.centre[knob]) / half_width
-            total += z * z
-        return self.ridge * total
+            total += self.ridge * z * z
+        return total
 
     def total(self, cal: Calibration, errors: Sequence[tuple[float, float] | None]) -> float:
         """What the search minimises: the loss plus the prior's penalty."""
