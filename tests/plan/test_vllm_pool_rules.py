@@ -208,6 +208,18 @@ def test_gemma4_caches_one_rope_per_layer_type_the_proportional_one_head_wide() 
     assert slid.rope_cache_elements() == 262144 * 256
 
 
+def test_gemma4_vision_tower_is_gated_with_a_position_table() -> None:
+    """Gemma 4's vision tower (transformers' Gemma4VisionModel, which vLLM loads through
+    AutoModel) has gated MLPs (gate, up, down), a learned position table of
+    position_embedding_size x 2 axes x h, and one h -> text projection (Gemma4MultimodalEmbedder):
+    0.573B parameters on gemma-4-26B-A4B, where a SigLIP-shaped reading gave 0.417B (0.29 GiB
+    of the A100 log's remaining weights gap)."""
+    model = parse_config(_json("google--gemma-4-26B-A4B.json"), "gemma-4-26B-A4B")
+    h, inter, layers = 1152, 4304, 27
+    body = layers * (4 * h * h + 3 * h * inter + 4 * h)
+    assert model.vision_params == body + 3 * 16 * 16 * h + h * 2816 + 10240 * 2 * h
+
+
 def test_pixtral_vision_tower_is_gated_and_mistral3_merges_patches() -> None:
     """Mistral-Small-3.1's Pixtral tower has gated MLPs (w1, w2, w3) and its projector merges
     2 x 2 patches before two linear layers: 0.44B parameters, where a SigLIP-shaped reading

@@ -280,9 +280,11 @@ def _sliding_windows(cfg: dict[str, Any], model_type: str, num_layers: int) -> l
 
 def _vision_params(cfg: dict[str, Any]) -> int:
     """A multimodal checkpoint's vision encoder and projector, which vLLM loads beside the
-    language model: ViT layers (attention 4h², MLP 2h·inter, 3h·inter gated in Pixtral) plus
-    the projection into the text model's hidden size (Mistral 3: a merger of
-    spatial_merge_size² patches and a second text-width layer). 0 for text-only configs."""
+    language model: ViT layers (attention 4h², MLP 2h·inter, 3h·inter gated in Pixtral and
+    Gemma 4) plus the projection into the text model's hidden size (Mistral 3: a merger of
+    spatial_merge_size² patches and a second text-width layer; Gemma 4: one h → text
+    layer, and a learned table of position_embedding_size × 2 axes × h). 0 for text-only
+    configs."""
     vision = cfg.get("vision_config")
     if not isinstance(vision, dict):
         return 0
@@ -291,13 +293,16 @@ def _vision_params(cfg: dict[str, Any]) -> int:
     inter = int(vision.get("intermediate_size") or 4 * h)
     patch = int(vision.get("patch_size") or 14)
     channels = int(vision.get("num_channels") or 3)
-    mlp = 3 if vision.get("model_type") == "pixtral" else 2
+    gemma4 = vision.get("model_type") == "gemma4_vision"
+    mlp = 3 if vision.get("model_type") == "pixtral" or gemma4 else 2
     body = layers * (4 * h * h + mlp * h * inter + 4 * h)
     text_h = int((cfg.get("text_config") or cfg).get("hidden_size") or 0)
     out = int(vision.get("vision_output_dim") or vision.get("out_hidden_size") or h)
     projector = out * text_h + h * out
     if merge := int(cfg.get("spatial_merge_size") or 0):
         projector = h * merge * merge * h + h * text_h + text_h * text_h
+    if gemma4:
+        projector = h * text_h + int(vision.get("position_embedding_size") or 0) * 2 * h
     return body + channels * patch * patch * h + projector
 
 
