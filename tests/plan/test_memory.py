@@ -151,3 +151,17 @@ def test_vllm_keeps_its_small_serving_defaults_on_the_a100() -> None:
     assert (on_a100.max_num_batched_tokens, on_h100.max_num_batched_tokens) == (2048, 8192)
     assert on_a100.activation_bytes < 0.5 * on_h100.activation_bytes
     assert on_a100.kv_cache_bytes / GIB == pytest.approx(36.56, rel=0.02)
+
+
+def test_vllm_v0_profiles_its_default_256_sequences() -> None:
+    """vLLM's V0 engine (the default before 0.8) schedules 256 sequences by default and its
+    profiling pass samples that many. vllm-project/vllm#10511's 0.6.5 log of Llama-3-8B on an
+    H100 (TP 1, 0.9, 8192 tokens) gives an activation peak of 1.26 GiB; charging V1's 1024
+    sequences gave 4.77 GiB (KV -3.7 %); 256 give 1.19 GiB. From 0.8 on, 1024 as before."""
+    model = load_model("meta-llama/Meta-Llama-3.1-8B")
+    v0 = memory_breakdown(model, H100, Layout(), 8192, engine_version=(0, 6, 5))
+    assert v0.activation_bytes / GIB == pytest.approx(1.26, abs=0.1)
+    v1 = memory_breakdown(model, H100, Layout(), 8192, engine_version=(0, 9, 2))
+    assert v1.activation_bytes / GIB == pytest.approx(4.77, abs=0.05)
+    told = memory_breakdown(model, H100, Layout(), 8192, engine_version=(0, 6), max_num_seqs=1024)
+    assert told.activation_bytes == v1.activation_bytes

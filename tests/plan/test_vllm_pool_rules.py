@@ -189,6 +189,37 @@ def test_gemma3_rope_caches_scale_and_double() -> None:
     assert unscaled.rope_cache_elements() == 131072 * 256
 
 
+def test_gemma4_caches_one_rope_per_layer_type_the_proportional_one_head_wide() -> None:
+    """Gemma 4's `rope_parameters` give the sliding layers a default RoPE (head 256) and the
+    global layers a "proportional" one (partial factor 0.25 of a 512 head). vLLM builds one
+    cache per distinct RoPE, and Gemma4RotaryEmbedding passes rotary_dim = head_size to its
+    base class (zero frequencies pad the unrotated pairs), so the global cache is 512 wide:
+    262,144 x (256 + 512) x 2 B = 384 MiB, where one 256-wide cache (128 MiB) was counted."""
+    cfg = _json("google--gemma-4-26B-A4B.json")
+    model = parse_config(cfg, "gemma-4-26B-A4B")
+    assert model.rope_cache_elements() == 262144 * (256 + 512)
+    text = cfg["text_config"]
+    # a partial default RoPE is as wide as its rotated dims; an absent layer type adds none
+    params = {"sliding_attention": {"rope_type": "default", "partial_rotary_factor": 0.5},
+              "full_attention": {"rope_type": "default", "partial_rotary_factor": 0.25}}  # fmt: skip
+    partial = parse_config({**text, "rope_parameters": params}, "x")
+    assert partial.rope_cache_elements() == 262144 * (128 + 128)
+    slid = parse_config({**text, "layer_types": ["sliding_attention"] * 30}, "x")
+    assert slid.rope_cache_elements() == 262144 * 256
+
+
+def test_gemma4_vision_tower_is_gated_with_a_position_table() -> None:
+    """Gemma 4's vision tower (transformers' Gemma4VisionModel, which vLLM loads through
+    AutoModel) has gated MLPs (gate, up, down), a learned position table of
+    position_embedding_size x 2 axes x h, and one h -> text projection (Gemma4MultimodalEmbedder):
+    0.573B parameters on gemma-4-26B-A4B, where a SigLIP-shaped reading gave 0.417B (0.29 GiB
+    of the A100 log's remaining weights gap)."""
+    model = parse_config(_json("google--gemma-4-26B-A4B.json"), "gemma-4-26B-A4B")
+    h, inter, layers = 1152, 4304, 27
+    body = layers * (4 * h * h + 3 * h * inter + 4 * h)
+    assert model.vision_params == body + 3 * 16 * 16 * h + h * 2816 + 10240 * 2 * h
+
+
 def test_pixtral_vision_tower_is_gated_and_mistral3_merges_patches() -> None:
     """Mistral-Small-3.1's Pixtral tower has gated MLPs (w1, w2, w3) and its projector merges
     2 x 2 patches before two linear layers: 0.44B parameters, where a SigLIP-shaped reading

@@ -69,6 +69,14 @@ SAMPLER_BYTES_PER_LOGIT_BEFORE_0_17 = 39.0
 # (intermediate caches of top-k copies of each token), allocated during the forward pass
 # and still held while the sampler runs.
 
+# vLLM's V0 engine (the default before 0.8, when V1 took over) schedules at most 256
+# sequences unless told otherwise (V0 EngineArgs.max_num_seqs = 256, kept for it by
+# vllm-project/vllm#16158), and its profiling pass samples that many: the 0.6.5 log of
+# vllm-project/vllm#10511 (Llama-3-8B, H100) gives an activation peak of 1.26 GiB, which
+# 256 sequences at the pre-0.17 sampler's bytes per logit meet (1.19 GiB; 1024 give 4.77).
+V1_DEFAULT_SINCE = (0, 8)
+V0_MAX_NUM_SEQS = 256
+
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
 DEFAULT_BLOCK_TOKENS = 16
 
@@ -246,7 +254,8 @@ def memory_breakdown(
     trtllm); `gpu_memory_utilization` overrides the engine's memory fraction.
     engine_version: vLLM's version when it matters (None: the current one): vLLM >= 0.21
     counts its CUDA graphs against the budget, earlier versions capture them outside it;
-    before 0.17 its sampler's profiling pass held more copies of the logits.
+    before 0.17 its sampler's profiling pass held more copies of the logits; before 0.8
+    (the V0 engine) it profiles 256 sequences by default.
     prefix_caching: whether vLLM runs with it (None: its default at that version), which
     sets how many state blocks a hybrid's request keeps (`hybrid_pool`)."""
     rules = engine_rules(
@@ -254,9 +263,10 @@ def memory_breakdown(
         memory_fraction=gpu_memory_utilization,
     )  # fmt: skip
     batched = max_num_batched_tokens or rules.max_num_batched_tokens
-    seqs = max_num_seqs or rules.max_num_seqs
     block = block_tokens or (DEFAULT_BLOCK_TOKENS if rules.name == "vllm" else rules.block_tokens)
     version = engine_version or (1,)
+    v0 = rules.name == "vllm" and version < V1_DEFAULT_SINCE
+    seqs = max_num_seqs or (V0_MAX_NUM_SEQS if v0 else rules.max_num_seqs)
     graphs = CUDA_GRAPH_MIB * MIB if (rules.name == "vllm" and version >= (0, 21)) else 0.0
     per_logit = (
         SAMPLER_BYTES_PER_LOGIT if version >= (0, 17) else SAMPLER_BYTES_PER_LOGIT_BEFORE_0_17

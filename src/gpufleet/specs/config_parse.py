@@ -9,6 +9,7 @@ from gpufleet.errors import UserError
 from gpufleet.specs.layer_shapes import attention_shapes
 from gpufleet.specs.models import LayerSpec, LinearAttentionSpec, MambaSpec, ModelSpec, MoESpec
 from gpufleet.specs.quant import parse_quantization_config
+from gpufleet.specs.rope_caches import rope_cache_positions
 
 _SYNONYMS: dict[str, tuple[str, ...]] = {
     "hidden_size": ("hidden_size", "n_embd", "d_model"),
@@ -277,21 +278,13 @@ def _sliding_windows(cfg: dict[str, Any], model_type: str, num_layers: int) -> l
     return [None] * num_layers
 
 
-def _rope_cache_positions(cfg: dict[str, Any], model_type: str, max_pos: int) -> int:
-    """Rows of vLLM's rotary cos/sin caches (one per distinct RoPE): a linear-scaled RoPE
-    caches max_position × factor positions (LinearScalingRotaryEmbedding); Gemma 3 adds its
-    sliding layers' unscaled local RoPE (`rope_local_base_freq`, 10,000 by default)."""
-    scaling = cfg.get("rope_scaling") or {}
-    kind = scaling.get("rope_type") or scaling.get("type")
-    rows = int(max_pos * float(scaling.get("factor") or 1)) if kind == "linear" else max_pos
-    return rows + (max_pos if model_type.startswith("gemma3") else 0)
-
-
 def _vision_params(cfg: dict[str, Any]) -> int:
     """A multimodal checkpoint's vision encoder and projector, which vLLM loads beside the
-    language model: ViT layers (attention 4h², MLP 2h·inter, 3h·inter gated in Pixtral) plus
-    the projection into the text model's hidden size (Mistral 3: a merger of
-    spatial_merge_size² patches and a second text-width layer). 0 for text-only configs."""
+    language model: ViT layers (attention 4h², MLP 2h·inter, 3h·inter gated in Pixtral and
+    Gemma 4) plus the projection into the text model's hidden size (Mistral 3: a merger of
+    spatial_merge_size² patches and a second text-width layer; Gemma 4: one h → text
+    layer, and a learned table of position_embedding_size × 2 axes × h). 0 for text-only
+    configs."""
     vision = cfg.get("vision_config")
     if not isinstance(vision, dict):
         return 0
@@ -300,13 +293,16 @@ def _vision_params(cfg: dict[str, Any]) -> int:
     inter = int(vision.get("intermediate_size") or 4 * h)
     patch = int(vision.get("patch_size") or 14)
     channels = int(vision.get("num_channels") or 3)
-    mlp = 3 if vision.get("model_type") == "pixtral" else 2
+    gemma4 = vision.get("model_type") == "gemma4_vision"
+    mlp = 3 if vision.get("model_type") == "pixtral" or gemma4 else 2
     body = layers * (4 * h * h + mlp * h * inter + 4 * h)
     text_h = int((cfg.get("text_config") or cfg).get("hidden_size") or 0)
     out = int(vision.get("vision_output_dim") or vision.get("out_hidden_size") or h)
     projector = out * text_h + h * out
     if merge := int(cfg.get("spatial_merge_size") or 0):
         projector = h * merge * merge * h + h * text_h + text_h * text_h
+    if gemma4:
+        projector = h * text_h + int(vision.get("position_embedding_size") or 0) * 2 * h
     return body + channels * patch * patch * h + projector
 
 
@@ -406,6 +402,7 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
             index_head_dim=int(cfg.get("index_head_dim") or 0),
             index_n_heads=int(cfg.get("index_n_heads") or 0),
         )
+    rotary_dim = int(int(head_dim) * float(cfg.get("partial_rotary_factor") or 1.0))
     attention_bias = cfg.get("attention_bias")
     if attention_bias is None:
         attention_bias = model_type in ("qwen2", "qwen2_moe")
@@ -421,7 +418,7 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
         intermediate_size=dense_inter,
         tie_word_embeddings=_tied(cfg, model_type),
         max_position_embeddings=max_pos,
-        rope_cache_positions=_rope_cache_positions(cfg, model_type, max_pos),
+        rope_cache_positions=rope_cache_positions(cfg, model_type, max_pos, rotary_dim),
         attention_kind="mla" if is_mla else "gqa",
         layers=layers,
         moe=moe,
@@ -430,9 +427,7 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
         qk_norm=model_type in ("qwen3", "qwen3_moe") or model_type.startswith("qwen3_"),
         attention_sinks=model_type == "gpt_oss",
         quant=parse_quantization_config(cfg, num_layers),
-        rotary_dim=int(int(head_dim) * float(cfg.get("partial_rotary_factor") or 1.0))
-        if not is_mla
-        else 0,
+        rotary_dim=rotary_dim if not is_mla else 0,
         vision_params=_vision_params(raw),
         linear_attention=_linear_spec(cfg, src) if any(linear) and blocks is None else None,
         mamba=_mamba_spec(cfg, src) if blocks is not None and any(linear) else None,

@@ -174,7 +174,7 @@ class ModelSpec:
     def rope_cache_elements(self) -> int:
         """vLLM's rotary cos/sin cache: one row of rotary_dim per position up to
         max_position_embeddings, on every GPU (Llama 4's 10M positions: 2.5 GiB in bf16);
-        `rope_cache_positions` rows where the config scales or doubles it (Gemma 3)."""
+        `rope_cache_positions` rows where the config scales it or keeps several (Gemma 3, 4)."""
         dim = self.rotary_dim or (
             self.qk_rope_head_dim if self.attention_kind == "mla" else self.head_dim
         )
