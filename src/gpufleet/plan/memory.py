@@ -52,6 +52,7 @@ __all__ = [
     "heaviest_stage",
     "memory_breakdown",
     "sequences_that_fit",
+    "sglang_free_before_load_bytes",
     "stage_layer_ids",
     "total_weight_bytes",
     "weight_bytes_per_gpu",
@@ -167,10 +168,23 @@ def non_torch_bytes(layout: Layout, gpu: GpuSpec, *, samples: bool = True) -> fl
     """Workspaces, the sampler's on the sampling stage, and all-reduce buffers when the
     replica's attention group spans GPUs."""
     mib = WORKSPACE_MIB + (SAMPLER_WORKSPACE_MIB if samples else 0)
-    if layout.tp > 1:
-        nvls = gpu.nvlink_gbps > 0 and gpu.supports("fp8")  # NVLink SHARP: Hopper and newer
-        mib += ALLREDUCE_BUFFERS_MIB if nvls else ALLREDUCE_BUFFERS_PCIE_MIB
-    return mib * MIB
+    return mib * MIB + allreduce_buffer_bytes(layout, gpu)
+
+
+def allreduce_buffer_bytes(layout: Layout, gpu: GpuSpec) -> float:
+    """NCCL's and the custom all-reduce's buffers of a replica whose attention group spans
+    GPUs (NVLink SHARP on Hopper and newer); 0 at TP 1."""
+    if layout.tp <= 1:
+        return 0.0
+    nvls = gpu.nvlink_gbps > 0 and gpu.supports("fp8")  # NVLink SHARP: Hopper and newer
+    return (ALLREDUCE_BUFFERS_MIB if nvls else ALLREDUCE_BUFFERS_PCIE_MIB) * MIB
+
+
+def sglang_free_before_load_bytes(layout: Layout, gpu: GpuSpec) -> float:
+    """What SGLang measures as free right before it loads the weights ("Load weight begin.
+    avail mem"), the `total_gpu_memory` its KV budget is a fraction of: the device less the
+    CUDA context and what initialising the process groups allocated (all-reduce buffers)."""
+    return gpu.memory_bytes - CUDA_CONTEXT_MIB * MIB - allreduce_buffer_bytes(layout, gpu)
 
 
 @dataclass(frozen=True)
