@@ -3,8 +3,9 @@
 Weights come from `plan.weights`; the engine's rule for the KV cache from `plan.engines`:
 vLLM gives it gpu_memory_utilization × total − weights − the activation peak of its
 profiling pass − the non-torch memory that pass allocates; SGLang gives it
-mem_fraction_static × total − what is in use after loading (weights, CUDA context,
-communicators); TensorRT-LLM a fraction (0.9) of what is free after loading and profiling.
+mem_fraction_static × what was free before loading (total − CUDA context − the process
+groups' all-reduce buffers) − what loading took (the weights); TensorRT-LLM a fraction (0.9)
+of what is free after loading and profiling.
 
 The activation peak is the larger of the model's forward pass over max_num_batched_tokens
 tokens (residual stream, attention buffers, the widest MLP intermediate on one rank; for
@@ -229,6 +230,7 @@ class MemoryBreakdown:
 def _kv_budget(
     rules: EngineRules,
     gpu: GpuSpec,
+    layout: Layout,
     weights: float,
     activation: float,
     non_torch: float,
@@ -238,9 +240,13 @@ def _kv_budget(
     total = float(gpu.memory_bytes)
     context = CUDA_CONTEXT_MIB * MIB
     if rules.name == "sglang":
-        usable = total * rules.memory_fraction
-        reserve = context + non_torch
-        return usable, reserve, usable - weights - reserve
+        # ModelRunner.profile_max_num_token: rest = free after loading - total_gpu_memory x
+        # (1 - mem_fraction_static), total_gpu_memory being what was free before loading
+        # (after the CUDA context and the process groups): mem_fraction_static x that free
+        # memory, less what loading took. Nothing runs a forward pass before it.
+        free = sglang_free_before_load_bytes(layout, gpu)
+        usable = free * rules.memory_fraction
+        return usable, total - free, usable - weights
     if rules.name == "trtllm":
         free = total - weights - activation - context - non_torch
         usable = free * rules.memory_fraction + weights + activation + context + non_torch
@@ -293,8 +299,9 @@ def memory_breakdown(
             model, layout, batched, seqs, samples=last, sampler_bytes_per_logit=per_logit
         )
         usable, reserve, kv_bytes = _kv_budget(
-            rules, gpu, weights, activation, non_torch_bytes(layout, gpu, samples=last), graphs
-        )
+            rules, gpu, layout, weights, activation,
+            non_torch_bytes(layout, gpu, samples=last), graphs,
+        )  # fmt: skip
         ids = stage_layer_ids(model.num_layers, layout.pp, stage)
         per_token = model.kv_breakdown(layout.kv_dtype_bytes, layout.tp, ids).total_bytes
         tokens = kv_bytes / per_token if per_token else float("inf")
