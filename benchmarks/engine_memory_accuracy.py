@@ -187,7 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown(report)
     print(table)
     json_path, md_path = write_result(
-        args.json.with_suffix(""), report, table, note="data: sglang_startups.csv, trtllm_startups.csv"
+        args.json.with_suffix(""),
+        report,
+        table,
+        note="data: sglang_startups.csv, trtllm_startups.csv",
     )
     print(f"\nwrote {json_path} and {md_path}", file=sys.stderr)
     return 0

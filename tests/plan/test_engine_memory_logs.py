@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
 import pytest
 
 from gpufleet.plan.layout import Layout
@@ -26,7 +30,8 @@ def test_sglang_kv_pool_is_its_fraction_of_the_memory_free_before_loading() -> N
         weights = stage_weight_bytes(model, layout, 0, gpu)
         assert mem.kv_cache_bytes == pytest.approx(0.88 * free - weights)
     # The docs log's own arithmetic, which the rule reproduces from its logged inputs.
-    assert 0.88 * 78.81 - (78.81 - 63.72) == pytest.approx(27.13 * 2, abs=0.01)
+    logged_kv = 0.88 * 78.81 - (78.81 - 63.72)
+    assert logged_kv == pytest.approx(27.13 * 2, abs=0.01)
 
 
 def test_sglang_kv_pool_of_qwen3_235b_fp8_on_four_h100s_matches_its_log() -> None:
@@ -52,3 +57,22 @@ def test_trtllm_kv_cache_is_its_fraction_of_what_the_profiling_run_left() -> Non
         max_num_batched_tokens=23552, engine="trtllm",
     )  # fmt: skip
     assert mem.kv_cache_bytes / GIB == pytest.approx(52.51, rel=0.01)
+
+
+def _benchmark() -> ModuleType:
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "engine_memory_accuracy.py"
+    spec = importlib.util.spec_from_file_location("engine_memory_accuracy", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.process  # importing the benchmark stamps the run with `git rev-parse`
+def test_engine_startups_are_sourced_and_within_10_percent() -> None:
+    report = _benchmark().run()
+    for engine, part in report["engines"].items():
+        assert part["cases"], engine
+        assert all(c["source"].startswith("https://") for c in part["cases"])
+        for key in ("kv_gib", "kv_tokens"):
+            assert part["summary"][key]["worst_abs_error_pct"] < 10.0, (engine, key)
