@@ -13,8 +13,9 @@ batch their CUDA graphs cover.
 * SGLang: `--mem-fraction-static` of total memory holds weights + KV pool; the default is
   (total − reserved) / total with reserved = 512 MiB + 1.5 × max(chunked_prefill_size,
   2048) MiB + 2 × cuda_graph_max_bs MiB + tp × pp / 8 GiB, at least 10 GiB on > 60 GiB
-  GPUs (server_args._handle_gpu_memory_settings). The pool is that fraction of total less
-  what is already in use after loading (weights, CUDA context). It admits a request when
+  GPUs (server_args._handle_gpu_memory_settings). The pool is that fraction of the memory
+  free before loading (after the CUDA context and the process groups) less what loading
+  took (ModelRunner.profile_max_num_token). It admits a request when
   its prompt plus `new_token_ratio` × its max new tokens fit beside the running requests'
   own reservations (the ratio decays from 0.7 towards ~0.1 while nothing is retracted);
   prefill batches run as iterations of their own (no mixed chunks by default); chunked

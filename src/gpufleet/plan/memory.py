@@ -3,8 +3,9 @@
 Weights come from `plan.weights`; the engine's rule for the KV cache from `plan.engines`:
 vLLM gives it gpu_memory_utilization × total − weights − the activation peak of its
 profiling pass − the non-torch memory that pass allocates; SGLang gives it
-mem_fraction_static × total − what is in use after loading (weights, CUDA context,
-communicators); TensorRT-LLM a fraction (0.9) of what is free after loading and profiling.
+mem_fraction_static × what was free before loading (total − CUDA context − the process
+groups' all-reduce buffers) − what loading took (the weights); TensorRT-LLM a fraction (0.9)
+of what is free after loading and profiling.
 
 The activation peak is the larger of the model's forward pass over max_num_batched_tokens
 tokens (residual stream, attention buffers, the widest MLP intermediate on one rank; for
@@ -52,6 +53,7 @@ __all__ = [
     "heaviest_stage",
     "memory_breakdown",
     "sequences_that_fit",
+    "sglang_free_before_load_bytes",
     "stage_layer_ids",
     "total_weight_bytes",
     "weight_bytes_per_gpu",
@@ -167,10 +169,23 @@ def non_torch_bytes(layout: Layout, gpu: GpuSpec, *, samples: bool = True) -> fl
     """Workspaces, the sampler's on the sampling stage, and all-reduce buffers when the
     replica's attention group spans GPUs."""
     mib = WORKSPACE_MIB + (SAMPLER_WORKSPACE_MIB if samples else 0)
-    if layout.tp > 1:
-        nvls = gpu.nvlink_gbps > 0 and gpu.supports("fp8")  # NVLink SHARP: Hopper and newer
-        mib += ALLREDUCE_BUFFERS_MIB if nvls else ALLREDUCE_BUFFERS_PCIE_MIB
-    return mib * MIB
+    return mib * MIB + allreduce_buffer_bytes(layout, gpu)
+
+
+def allreduce_buffer_bytes(layout: Layout, gpu: GpuSpec) -> float:
+    """NCCL's and the custom all-reduce's buffers of a replica whose attention group spans
+    GPUs (NVLink SHARP on Hopper and newer); 0 at TP 1."""
+    if layout.tp <= 1:
+        return 0.0
+    nvls = gpu.nvlink_gbps > 0 and gpu.supports("fp8")  # NVLink SHARP: Hopper and newer
+    return (ALLREDUCE_BUFFERS_MIB if nvls else ALLREDUCE_BUFFERS_PCIE_MIB) * MIB
+
+
+def sglang_free_before_load_bytes(layout: Layout, gpu: GpuSpec) -> float:
+    """What SGLang measures as free right before it loads the weights ("Load weight begin.
+    avail mem"), the `total_gpu_memory` its KV budget is a fraction of: the device less the
+    CUDA context and what initialising the process groups allocated (all-reduce buffers)."""
+    return gpu.memory_bytes - CUDA_CONTEXT_MIB * MIB - allreduce_buffer_bytes(layout, gpu)
 
 
 @dataclass(frozen=True)
@@ -215,6 +230,7 @@ class MemoryBreakdown:
 def _kv_budget(
     rules: EngineRules,
     gpu: GpuSpec,
+    layout: Layout,
     weights: float,
     activation: float,
     non_torch: float,
@@ -224,9 +240,13 @@ def _kv_budget(
     total = float(gpu.memory_bytes)
     context = CUDA_CONTEXT_MIB * MIB
     if rules.name == "sglang":
-        usable = total * rules.memory_fraction
-        reserve = context + non_torch
-        return usable, reserve, usable - weights - reserve
+        # ModelRunner.profile_max_num_token: rest = free after loading - total_gpu_memory x
+        # (1 - mem_fraction_static), total_gpu_memory being what was free before loading
+        # (after the CUDA context and the process groups): mem_fraction_static x that free
+        # memory, less what loading took. Nothing runs a forward pass before it.
+        free = sglang_free_before_load_bytes(layout, gpu)
+        usable = free * rules.memory_fraction
+        return usable, total - free, usable - weights
     if rules.name == "trtllm":
         free = total - weights - activation - context - non_torch
         usable = free * rules.memory_fraction + weights + activation + context + non_torch
@@ -279,8 +299,9 @@ def memory_breakdown(
             model, layout, batched, seqs, samples=last, sampler_bytes_per_logit=per_logit
         )
         usable, reserve, kv_bytes = _kv_budget(
-            rules, gpu, weights, activation, non_torch_bytes(layout, gpu, samples=last), graphs
-        )
+            rules, gpu, layout, weights, activation,
+            non_torch_bytes(layout, gpu, samples=last), graphs,
+        )  # fmt: skip
         ids = stage_layer_ids(model.num_layers, layout.pp, stage)
         per_token = model.kv_breakdown(layout.kv_dtype_bytes, layout.tp, ids).total_bytes
         tokens = kv_bytes / per_token if per_token else float("inf")
