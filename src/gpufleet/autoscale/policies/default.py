@@ -109,6 +109,9 @@ class DefaultPolicy:
     waiting_ticks: int = 2
     # A forecast alone (nothing saturated) must call for more on this many ticks in a row.
     forecast_ticks: int = 2
+    # Cancel starting replicas the demand has not asked for over half a cold start
+    # (`default_scale_in.cancel_starts`; Ray Serve stops pending replicas first).
+    cancel_idle_starts: bool = True
     name: str = "default"
     _trend: LinearTrend = field(default_factory=LinearTrend)
     _little: LittleDemand = field(default_factory=LittleDemand)
@@ -124,6 +127,7 @@ class DefaultPolicy:
     _waiting_streaks: dict[str, Streak] = field(default_factory=dict)  # ready replicas now waiting
     _queue_streak: int = 0
     _forecast_streak: int = 0
+    _cancel_since_s: float | None = None
     _last_change_s: float | None = None
 
     def __post_init__(self) -> None:

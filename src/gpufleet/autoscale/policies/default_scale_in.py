@@ -28,10 +28,11 @@ def maybe_scale_in(
         return current, f"{head}; at minimum"
     if signals.starting:
         # While replicas start, the ready ones alone rarely hold the peak (the start was
-        # for it); scaling in through starts as HPA does, starting ones first, measured
-        # no gain on the Azure study (wave 13, docs/up.md).
+        # for it): no scale-in of ready ones (through starts, as HPA does, measured no
+        # gain on the Azure study: wave 13, docs/up.md). But a start the demand no longer
+        # asks for is cancelled before it loads (`cancel_starts`).
         p._n1_ok_since_s = None
-        return current, f"{head}; replicas starting, no scale-in"
+        return cancel_starts(p, now_s, signals, cap, cold_start_s, head)
     if p._measuring and p.measured_capacity() is None:
         # The configured capacity is a planner's: the fleet keeps its size until
         # its own latency under load says what a replica holds within the SLO.
@@ -85,6 +86,45 @@ def maybe_scale_in(
     return current - k, f"{head}; scale in {k}: {check}, held {held_s:.0f} s"
 
 
+def cancel_starts(
+    p: DefaultPolicy, now_s: float, signals: FleetSignals, cap: int, cold_start_s: float, head: str
+) -> tuple[int, str]:
+    """Starting replicas the demand no longer asks for, cancelled before they load (the
+    controller drains starting ones first): Ray Serve's autoscaler stops pending replicas
+    first when it scales down. A forecast spike in the quiet after a burst (in flight
+    2 → 8 read as a ramp's start) started a replica that, once ready, was held a
+    stabilization window: ~18 s of a replica for nothing (sim_vs_live, waves 18–19).
+
+    Cancelled once one ready replica fewer than now would have held the demand a cold
+    start ahead (scale-in's N−1 check: the forecast and the rate's line with headroom, KV,
+    SLOs; not the trend's held peak, `trend_hold`, which holds the spike itself until the
+    replica is ready) for half a cold start, nothing saturated over the peak window. One
+    replica below the ready fleet, not at it: mid-ramp the forecast dips to what the ready
+    ones just hold while a backlog drains, and climbs back. Half a cold start: a ramp's
+    first seconds look like the quiet's bump, and a start cancelled there came back a cold
+    start late (2 ticks: TTFT p99 +13 % over 30 replays; later, the cancel saves less
+    than half the start; docs/up.md, wave 19)."""
+    current = signals.current_replicas
+    keep_why = f"{head}; replicas starting, no scale-in"
+    peak_s = p.peak_s(cold_start_s)
+    saturated = p._last_saturated_s is not None and now_s - p._last_saturated_s < peak_s
+    unmeasured = p._measuring and p.measured_capacity() is None
+    fits, check = False, ""
+    if p.cancel_idle_starts and not saturated and not unmeasured and len(signals.ready) > 1:
+        fits, check = n_minus_k_fits(p, now_s, signals, cap, cold_start_s, 1, hold=False)
+    if not fits:
+        p._cancel_since_s = None
+        return current, keep_why
+    if p._cancel_since_s is None:
+        p._cancel_since_s = now_s
+    held_s, wait_s = now_s - p._cancel_since_s, cold_start_s / 2.0
+    if held_s < wait_s:
+        return current, f"{keep_why}; {check}, held {held_s:.0f}/{wait_s:g} s to cancel"
+    p._cancel_since_s = None
+    starting = len(signals.starting)
+    return current - starting, f"{head}; cancel {starting} starting: {check}, held {held_s:.0f} s"
+
+
 def demand_rising(p: DefaultPolicy) -> bool:
     """The arrival rate's line over a cold start slopes up (else the in-flight one's)."""
     if p._little.known:
@@ -106,10 +146,11 @@ def trend_hold(p: DefaultPolicy) -> float | None:
     return p._trend_peak.peak()
 
 
-def n_minus_k_fits(
-    p: DefaultPolicy, now_s: float, signals: FleetSignals, cap: int, cold_start_s: float, k: int
-) -> tuple[bool, str]:
-    """Would N−k ready replicas have held the recent peak (`scale_in.n_minus_k_fits`)?"""
+def worst_demand(
+    p: DefaultPolicy, now_s: float, signals: FleetSignals, cold_start_s: float, hold: bool = True
+) -> tuple[float, str]:
+    """The demand fewer replicas must hold, and what it is in words (`hold`: with the
+    trend's held peak while the in-flight line rises)."""
     what = "peak"
     if p._little.known:
         worst = p.expected_demand(now_s, signals.demand, cold_start_s)
@@ -117,12 +158,26 @@ def n_minus_k_fits(
         ahead = p._little.in_flight_ahead(now_s + cold_start_s)
         if p.scale_in_ahead and ahead is not None and ahead > worst:
             worst, what = ahead, f"rising rate in {cold_start_s:.0f} s"
-        held = trend_hold(p)
+        held = trend_hold(p) if hold else None
         if held is not None and held > worst:
             worst, what = held, "the trend's peak while demand rises"
     else:
         forecast = p.forecast(now_s + cold_start_s) or 0.0
         worst = max(p._peak_demand.peak(), forecast)
+    return worst, what
+
+
+def n_minus_k_fits(
+    p: DefaultPolicy,
+    now_s: float,
+    signals: FleetSignals,
+    cap: int,
+    cold_start_s: float,
+    k: int,
+    hold: bool = True,
+) -> tuple[bool, str]:
+    """Would N−k ready replicas have held the recent peak (`scale_in.n_minus_k_fits`)?"""
+    worst, what = worst_demand(p, now_s, signals, cold_start_s, hold)
     peak = PeakLoad(worst, p._peak_kv_total.peak(), p.peak_s(cold_start_s), what)
     slos_s = (p.ttft_p90_slo_s, p.tpot_p90_slo_s)
     return fits_at_peak(signals, k, peak, cap, p.headroom_fraction,
