@@ -113,7 +113,7 @@ def test_the_trend_fleet_never_scales_in_while_traffic_rises(
 ) -> None:
     """`sim_vs_live.py`'s replay (3–6 replicas; its schedule: quiet, a ramp, a burst, quiet),
     seeds 0–2 at each tick phase: no replica is removed before the burst ends. Before
-    `default_scale_in.trend_hold`, 13 of these 15 replays did (live: 5 → 3 at 58 s, 3 → 6 at
+    `DefaultPolicy.trend_hold`, 13 of these 15 replays did (live: 5 → 3 at 58 s, 3 → 6 at
     60 s): a trend's forecast dips mid-ramp while a backlog drains, and N−k was held only
     against the forecast now. (A start cancelled before it loads, `cancel_starts`, removes
     no ready replica: a Poisson bump at the ramp's start, 2 → 11 in flight and back.)"""
@@ -137,7 +137,7 @@ def test_a_start_for_a_bump_in_the_quiet_is_cancelled_before_it_loads(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The quiet after the burst: a Poisson bump (in flight 2 → 8) reads as a ramp's start
-    and starts a replica; before `default_scale_in.cancel_starts` every such replica
+    and starts a replica; before `ScaleIn.cancel_starts` every such replica
     loaded and was held ~18 s (live: 3 → 4 at 141 s, 4 → 3 at 158 s in 3 of 3 runs, wave
     18). Now each is cancelled within its cold start."""
     monkeypatch.syspath_prepend(str(BENCHMARKS))

@@ -1,4 +1,4 @@
-"""`default` cancels a start the demand no longer asks for (`default_scale_in.cancel_starts`):
+"""`default` cancels a start the demand no longer asks for (`ScaleIn.cancel_starts`):
 pure, on scripted signals."""
 
 from __future__ import annotations
