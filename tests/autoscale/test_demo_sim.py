@@ -113,9 +113,10 @@ def test_the_trend_fleet_never_scales_in_while_traffic_rises(
 ) -> None:
     """`sim_vs_live.py`'s replay (3–6 replicas; its schedule: quiet, a ramp, a burst, quiet),
     seeds 0–2 at each tick phase: no replica is removed before the burst ends. Before
-    `default_scale_in.trend_hold`, 13 of these 15 replays did (live: 5 → 3 at 58 s, 3 → 6 at
+    `DefaultPolicy.trend_hold`, 13 of these 15 replays did (live: 5 → 3 at 58 s, 3 → 6 at
     60 s): a trend's forecast dips mid-ramp while a backlog drains, and N−k was held only
-    against the forecast now."""
+    against the forecast now. (A start cancelled before it loads, `cancel_starts`, removes
+    no ready replica: a Poisson bump at the ramp's start, 2 → 11 in flight and back.)"""
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     import sim_vs_live
 
@@ -126,6 +127,34 @@ def test_the_trend_fleet_never_scales_in_while_traffic_rises(
     for seed in SEEDS:
         for phase_s in sim_vs_live.PHASES_S:
             run = sim_vs_live.sim_once(cfg, plan, seed, 6.0, 9.5, 0.0037, phase_s)
-            early += [(seed, phase_s, t, a, b) for t, a, b, _ in run["changes"]
-                      if b < a and t < burst_end_s]  # fmt: skip
+            early += [(seed, phase_s, t, a, b) for t, a, b, why in run["changes"]
+                      if b < a and t < burst_end_s and "cancel" not in why]  # fmt: skip
     assert not early, early
+
+
+@pytest.mark.process
+def test_a_start_for_a_bump_in_the_quiet_is_cancelled_before_it_loads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The quiet after the burst: a Poisson bump (in flight 2 → 8) reads as a ramp's start
+    and starts a replica; before `ScaleIn.cancel_starts` every such replica
+    loaded and was held ~18 s (live: 3 → 4 at 141 s, 4 → 3 at 158 s in 3 of 3 runs, wave
+    18). Now each is cancelled within its cold start."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import sim_vs_live
+
+    cfg = sim_vs_live.fleet_config("default", 6.0)
+    plan = sim_vs_live.phases(6.0, 1.5)
+    quiet_s = sum(p.duration_s for p in plan[:3]) + 30.0
+    starts, cancels = [], []
+    for seed in (0, 1):
+        for phase_s in sim_vs_live.PHASES_S:
+            run = sim_vs_live.sim_once(cfg, plan, seed, 6.0, 9.0, 0.0027, phase_s)
+            for t, a, b, why in run["changes"]:
+                if t > quiet_s and b > a:
+                    starts.append((seed, phase_s, t))
+                if "cancel" in why:
+                    cancels.append((seed, phase_s, t))
+    assert len(starts) >= 3, starts  # the bump is there to cancel
+    for seed, phase_s, t in starts:
+        assert any(s == seed and ph == phase_s and t < c < t + 9.0 for s, ph, c in cancels)

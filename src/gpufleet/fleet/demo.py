@@ -39,11 +39,12 @@ DEMO_PARAMS_BY_POLICY: dict[str, dict[str, float]] = {
 
 
 # prefix_aware lets a replica take a request while its in-flight count stays within
-# max(inflight_factor × the mean, the mean + inflight_slack): 2× and 8 by default, sized
-# for vLLM's 256-sequence batches. On replicas that batch 8, a slack of 8 is a whole
-# batch queued on the replica holding a prefix while others idle (wave 18: TTFT p99 of
+# max(inflight_factor × the mean, the mean + inflight_slack): 2× and a slack of 8 of a
+# 256-sequence batch by default. The slack follows the replicas' batch (`batch_size`, which
+# the fleet config passes from --max-num-seqs: 1 of 8 here); the factor 2× lets a replica
+# holding a prefix queue a whole 8-sequence batch while others idle (wave 18: TTFT p99 of
 # several seconds with 4–6 replicas up). Here: at most one over the mean.
-DEMO_ROUTING_OPTIONS: dict[str, float] = {"inflight_factor": 1.0, "inflight_slack": 1.0}
+DEMO_ROUTING_OPTIONS: dict[str, float] = {"inflight_factor": 1.0}
 
 
 def demo_fleet_data(policy: str = "default") -> dict[str, object]:

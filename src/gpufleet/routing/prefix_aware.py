@@ -31,7 +31,8 @@ with bounded loads (Mirrokni et al.):
 
 - in flight: load + 1 <= max(inflight_factor x mean, mean + inflight_slack), the mean
   counting this request; it stops a herd now (the slack is generous: a decode batch a
-  few sequences longer costs little, a spilled match costs its whole prefill);
+  few sequences longer costs little, a spilled match costs its whole prefill; 8 of a
+  256-sequence batch, the same share of the replicas' `batch_size` when known);
 - recent share: a replica's count of the last ~`window_requests` decisions (decayed per
   decision, not per second: no clock) <= max(balance_factor x mean, mean +
   balance_slack); it keeps the long-run split even, which in-flight counts alone do not
@@ -114,8 +115,20 @@ MAX_TRACKED_REQUESTS = 65_536
 # more sequences barely slow it, while a spilled request recomputes its whole match and
 # copies it onto a second replica. Measured in benchmarks/routing_replay.py on tool_agent:
 # a slack of 2 spilled 14 long agent contexts, 8 spills 2 (0.986x -> 0.995x the pooled
-# engine, mean TTFT 127 -> 115 ms); 8 still sheds a herd (test_no_herding...).
+# engine, mean TTFT 127 -> 115 ms); 8 still sheds a herd (test_no_herding...). That is 8 of
+# vLLM's 256-sequence batch: on replicas that batch fewer (`batch_size`), the same share
+# of the batch, at least one sequence (8 of a batch of 8 queued a whole batch on the
+# holder of a prefix while others idled: the demo's TTFT p99 of seconds, wave 18).
 INFLIGHT_SLACK = 8.0
+SLACK_BATCH = 256  # the batch INFLIGHT_SLACK was measured for (vLLM's max_num_seqs)
+
+
+def inflight_slack_for(batch_size: int | None) -> float:
+    """The in-flight slack for replicas batching `batch_size` sequences (None: unknown,
+    vLLM's default batch assumed): INFLIGHT_SLACK / SLACK_BATCH of it, at least 1."""
+    if batch_size is None:
+        return INFLIGHT_SLACK
+    return max(1.0, batch_size * INFLIGHT_SLACK / SLACK_BATCH)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # (compiled: sim_vs_live's is not)
@@ -132,7 +145,8 @@ class PrefixAware(PolicyBase):
         block_bytes: int = ROUTING_BLOCK_BYTES,
         balance_factor: float = 1.1,
         inflight_factor: float = 2.0,
-        inflight_slack: float = INFLIGHT_SLACK,
+        inflight_slack: float | None = None,
+        batch_size: int | None = None,
         window_requests: int = 1024,
         balance_slack: float = 8.0,
         load: str = "in_flight",
@@ -149,6 +163,8 @@ class PrefixAware(PolicyBase):
             raise ValueError("balance_factor and inflight_factor must be >= 1.0")
         if window_requests < 1:
             raise ValueError("window_requests must be >= 1")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
         if load not in LOAD_SIGNALS:
             raise ValueError(f"load must be one of {LOAD_SIGNALS}, not {load!r}")
         if share not in SHARE_SIGNALS:
@@ -167,7 +183,10 @@ class PrefixAware(PolicyBase):
         self.block_bytes = block_bytes
         self.balance_factor = balance_factor
         self.inflight_factor = inflight_factor
-        self.inflight_slack = inflight_slack
+        # Set, it wins; else a share of the replicas' batch (`inflight_slack_for`).
+        self.inflight_slack = (
+            inflight_slack if inflight_slack is not None else inflight_slack_for(batch_size)
+        )
         self.balance_slack = balance_slack
         self.decay = 1.0 - 1.0 / window_requests
         self.uses = PrefixUses(self.decay)

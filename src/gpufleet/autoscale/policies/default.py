@@ -41,7 +41,7 @@ from gpufleet.autoscale.decision import (
 )
 from gpufleet.autoscale.forecast import LinearTrend, WindowMax
 from gpufleet.autoscale.little import LittleDemand
-from gpufleet.autoscale.policies.default_scale_in import maybe_scale_in, n_minus_k_fits
+from gpufleet.autoscale.policies.default_scale_in import ScaleIn
 from gpufleet.autoscale.policies.saturation import Streak, saturation_reasons, waiting_streaks
 from gpufleet.autoscale.signals import FleetSignals, ReplicaSignals
 from gpufleet.errors import UserError
@@ -71,7 +71,7 @@ class DefaultPolicy:
     # Without an SLO also size for the in-flight trend a cold start ahead (`expected_demand`).
     # Off: at 120 s cold starts it read a rate step as a ramp (~2×); the demo's 9 s need it.
     # On, scale-in holds the trend's peak forecast while the in-flight line still rises
-    # (`default_scale_in.trend_hold`: HPA's scale-down stabilization, over the peak window).
+    # (`DefaultPolicy.trend_hold`: HPA's scale-down stabilization, over the peak window).
     batch_trend: bool = False
     capacity_join_quiet_s: float = 60.0  # `SloCapacity.join_quiet_s` (0: off)
     # Size also for the rate's line a cold start ahead less this many of its standard
@@ -109,6 +109,9 @@ class DefaultPolicy:
     waiting_ticks: int = 2
     # A forecast alone (nothing saturated) must call for more on this many ticks in a row.
     forecast_ticks: int = 2
+    # Cancel starting replicas the demand has not asked for over half a cold start
+    # (`ScaleIn.cancel_starts`; Ray Serve stops pending replicas first).
+    cancel_idle_starts: bool = True
     name: str = "default"
     _trend: LinearTrend = field(default_factory=LinearTrend)
     _little: LittleDemand = field(default_factory=LittleDemand)
@@ -119,7 +122,7 @@ class DefaultPolicy:
     _trend_peak: WindowMax = field(default_factory=WindowMax)  # `batch_trend`'s forecasts
     _peak_kv_total: WindowMax = field(default_factory=WindowMax)  # sum of KV fractions
     _saturated_running: deque[tuple[float, int]] = field(default_factory=deque)
-    _n1_ok_since_s: float | None = None
+    _scale_in: ScaleIn = field(default_factory=ScaleIn)  # its rule and clocks
     _last_saturated_s: float | None = None
     _waiting_streaks: dict[str, Streak] = field(default_factory=dict)  # ready replicas now waiting
     _queue_streak: int = 0
@@ -303,17 +306,17 @@ class DefaultPolicy:
             else:
                 why = f"{head}; saturated: {saturation}, capacity already starting"
         elif needed > arriving:
-            self._n1_ok_since_s = None
+            self._scale_in.reset()
             why = (
                 f"{head}; forecast needs {needed}, confirming "
                 f"({self._forecast_streak}/{self.forecast_ticks} ticks)"
             )
         else:
-            desired, why = self._maybe_scale_in(now_s, signals, cap, cold_start_s, head)
+            desired, why = self._scale_in.decide(self, now_s, signals, cap, cold_start_s, head)
 
         desired = self.bounds.clamp(desired)
         if desired > current:
-            self._n1_ok_since_s = None
+            self._scale_in.reset()
         if desired != current:
             self._last_change_s = now_s
         return ScalingDecision(desired, f"{why} → {desired}", self.name, now_s, current)
@@ -376,14 +379,61 @@ class DefaultPolicy:
         while self._saturated_running and self._saturated_running[0][0] < now_s - window_s:
             self._saturated_running.popleft()
 
-    def _maybe_scale_in(
-        self, now_s: float, signals: FleetSignals, cap: int, cold_start_s: float, head: str
-    ) -> tuple[int, str]:
-        """The scale-in rule (`default_scale_in.maybe_scale_in`)."""
-        return maybe_scale_in(self, now_s, signals, cap, cold_start_s, head)
-
     def n_minus_k_fits(
         self, now_s: float, signals: FleetSignals, cap: int, cold_start_s: float, k: int
     ) -> tuple[bool, str]:
-        """Would N−k ready replicas have held the recent peak (`default_scale_in`)?"""
-        return n_minus_k_fits(self, now_s, signals, cap, cold_start_s, k)
+        """Would N−k ready replicas have held the recent peak (`ScaleIn.n_minus_k_fits`)?"""
+        return self._scale_in.n_minus_k_fits(self, now_s, signals, cap, cold_start_s, k)
+
+    # -- what scale-in reads (`default_scale_in.Readings`) ---------------------------------
+    def saturated_ago_s(self, now_s: float) -> float | None:
+        return None if self._last_saturated_s is None else now_s - self._last_saturated_s
+
+    def changed_ago_s(self, now_s: float) -> float | None:
+        return None if self._last_change_s is None else now_s - self._last_change_s
+
+    def awaiting_measurement(self) -> bool:
+        """SLOs to measure a replica by, not measured yet."""
+        return self._measuring and self.measured_capacity() is None
+
+    def peak_kv_total(self) -> float:
+        return self._peak_kv_total.peak()
+
+    def demand_rising(self) -> bool:
+        """The arrival rate's line over a cold start slopes up (else the in-flight one's)."""
+        if self._little.known:
+            return not self.scale_in_ahead and self._little.rate_rising()
+        return self._trend.rising()
+
+    def trend_hold(self) -> float | None:
+        """With `batch_trend`, the highest in-flight forecast of the peak window while the
+        in-flight line over the trend window still slopes up (None otherwise): HPA's scale-down
+        stabilization (the highest recommendation of the window) applied to the trend. Its
+        forecast, a short line carried a cold start ahead, dips mid-ramp whenever a backlog
+        drains; N−k held only against the forecast now removed the replicas it had just
+        started, to start them again a cold start later (sim_vs_live: 5 → 3 → 6 around the
+        burst). Once the line turns down (the ramp's top passed), the hold lets go, so a burst's
+        last forecasts do not keep its fleet through the quiet that follows."""
+        if not self._batch_trend_on() or not self._trend.rising():
+            return None
+        return self._trend_peak.peak()
+
+    def demand_to_hold(
+        self, now_s: float, signals: FleetSignals, cold_start_s: float, hold: bool = True
+    ) -> tuple[float, str]:
+        """The demand fewer replicas must hold, and what it is in words (`hold`: with the
+        trend's held peak while the in-flight line rises)."""
+        what = "peak"
+        if self._little.known:
+            worst = self.expected_demand(now_s, signals.demand, cold_start_s)
+            # The demand when a replica removed now could be back: the rate's line there.
+            ahead = self._little.in_flight_ahead(now_s + cold_start_s)
+            if self.scale_in_ahead and ahead is not None and ahead > worst:
+                worst, what = ahead, f"rising rate in {cold_start_s:.0f} s"
+            held = self.trend_hold() if hold else None
+            if held is not None and held > worst:
+                worst, what = held, "the trend's peak while demand rises"
+        else:
+            forecast = self.forecast(now_s + cold_start_s) or 0.0
+            worst = max(self._peak_demand.peak(), forecast)
+        return worst, what
