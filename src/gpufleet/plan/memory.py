@@ -291,10 +291,11 @@ def memory_breakdown(
     per_logit = (
         SAMPLER_BYTES_PER_LOGIT if version >= (0, 17) else SAMPLER_BYTES_PER_LOGIT_BEFORE_0_17
     )
+    vllm_version = version if rules.name == "vllm" else None  # MXFP4 layouts (weights)
     best: tuple[float, int, float, float, float, float, float] | None = None
     for stage in range(layout.pp):
         last = stage == layout.pp - 1
-        weights = stage_weight_bytes(model, layout, stage, gpu)
+        weights = stage_weight_bytes(model, layout, stage, gpu, vllm_version)
         activation = activation_peak_bytes(
             model, layout, batched, seqs, samples=last, sampler_bytes_per_logit=per_logit
         )
