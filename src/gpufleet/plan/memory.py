@@ -27,11 +27,12 @@ For hybrid models (Mamba / DeltaNet layers) under vLLM both come from its hybrid
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from gpufleet.plan.engines import GIB, MIB, EngineRules, engine_rules
 from gpufleet.plan.hybrid_pool import HybridPool, hybrid_pool
 from gpufleet.plan.layout import Layout
+from gpufleet.plan.sglang_fraction import sglang_vlm_fraction
 from gpufleet.plan.weights import (
     heaviest_stage,
     stage_layer_ids,
@@ -282,6 +283,8 @@ def memory_breakdown(
         engine, gpu, tp=layout.tp, pp=layout.pp, dp=layout.dp,
         memory_fraction=gpu_memory_utilization,
     )  # fmt: skip
+    if rules.name == "sglang" and gpu_memory_utilization is None:  # its default, for a VLM
+        rules = replace(rules, memory_fraction=sglang_vlm_fraction(rules.memory_fraction, model))
     batched = max_num_batched_tokens or rules.max_num_batched_tokens
     block = block_tokens or (DEFAULT_BLOCK_TOKENS if rules.name == "vllm" else rules.block_tokens)
     version = engine_version or (1,)
