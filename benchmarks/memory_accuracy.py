@@ -66,6 +66,7 @@ def predict(row: dict[str, str]) -> dict[str, Any]:
         kv_dtype="fp8" if row["kv_cache_dtype"] == "fp8" else "bf16",
     )
     stage = int(row["pp_stage"] or 0)  # the stage whose "Model loading took" line it is
+    version = _version(row["vllm_version"]) or (1,)  # empty: the current vLLM
     mem = memory_breakdown(
         model,
         gpu,
@@ -74,7 +75,7 @@ def predict(row: dict[str, str]) -> dict[str, Any]:
         gpu_memory_utilization=float(row["gpu_memory_utilization"]),
         max_num_batched_tokens=int(row["max_num_batched_tokens"] or 0) or None,
         engine="vllm",
-        engine_version=_version(row["vllm_version"]),
+        engine_version=version,
     )
     out: dict[str, Any] = {
         "id": row["id"],
@@ -84,7 +85,7 @@ def predict(row: dict[str, str]) -> dict[str, Any]:
         "source": row["source"],
         "notes": row["notes"],
         "weights_gib": {"logged": _num(row["weights_gib"]),
-                        "predicted": stage_weight_bytes(model, layout, stage, gpu) / GIB},
+                        "predicted": stage_weight_bytes(model, layout, stage, gpu, version) / GIB},
         "kv_gib": {"logged": _num(row["kv_gib"]), "predicted": mem.kv_cache_bytes / GIB},
         "kv_tokens": {"logged": _num(row["kv_tokens"]), "predicted": mem.kv_tokens_logged},
         "kv_tokens_effective": mem.kv_capacity_tokens,

@@ -27,11 +27,12 @@ For hybrid models (Mamba / DeltaNet layers) under vLLM both come from its hybrid
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from gpufleet.plan.engines import GIB, MIB, EngineRules, engine_rules
 from gpufleet.plan.hybrid_pool import HybridPool, hybrid_pool
 from gpufleet.plan.layout import Layout
+from gpufleet.plan.sglang_fraction import sglang_vlm_fraction
 from gpufleet.plan.weights import (
     heaviest_stage,
     stage_layer_ids,
@@ -282,6 +283,8 @@ def memory_breakdown(
         engine, gpu, tp=layout.tp, pp=layout.pp, dp=layout.dp,
         memory_fraction=gpu_memory_utilization,
     )  # fmt: skip
+    if rules.name == "sglang" and gpu_memory_utilization is None:  # its default, for a VLM
+        rules = replace(rules, memory_fraction=sglang_vlm_fraction(rules.memory_fraction, model))
     batched = max_num_batched_tokens or rules.max_num_batched_tokens
     block = block_tokens or (DEFAULT_BLOCK_TOKENS if rules.name == "vllm" else rules.block_tokens)
     version = engine_version or (1,)
@@ -291,10 +294,11 @@ def memory_breakdown(
     per_logit = (
         SAMPLER_BYTES_PER_LOGIT if version >= (0, 17) else SAMPLER_BYTES_PER_LOGIT_BEFORE_0_17
     )
+    vllm_version = version if rules.name == "vllm" else None  # MXFP4 layouts (weights)
     best: tuple[float, int, float, float, float, float, float] | None = None
     for stage in range(layout.pp):
         last = stage == layout.pp - 1
-        weights = stage_weight_bytes(model, layout, stage, gpu)
+        weights = stage_weight_bytes(model, layout, stage, gpu, vllm_version)
         activation = activation_peak_bytes(
             model, layout, batched, seqs, samples=last, sampler_bytes_per_logit=per_logit
         )

@@ -16,7 +16,9 @@ them only for speculative decoding.
 MXFP4 experts are padded the way vLLM's kernels need them (mxfp4.py create_weights): each
 expert's intermediate size per rank to a multiple of 128 and the hidden size to 256 on GPUs
 without fp4 tensor cores (Marlin), both to 256 on Blackwell (FlashInfer); gpt-oss-120b on
-one H100 loads 65.97 GiB where the unpadded count is ~60.7 GiB.
+one H100 loads 65.97 GiB with Marlin where the unpadded count is ~60.7 GiB. Given vLLM's
+version, the backend that version runs on the GPU sets the bytes instead
+(`plan.mxfp4_experts`: Triton on Hopper from 0.12, with its own layouts).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import math
 
 from gpufleet.plan.layout import Layout
+from gpufleet.plan.mxfp4_experts import expert_bytes_per_rank
 from gpufleet.specs.dtypes import BYTES_PER_PARAM
 from gpufleet.specs.gpus import GpuSpec
 from gpufleet.specs.models import ModelSpec
@@ -101,16 +104,26 @@ def mlp_bytes_per_gpu(
     layer: int,
     scheme: QuantScheme | None = None,
     gpu: GpuSpec | None = None,
+    vllm_version: tuple[int, ...] | None = None,
 ) -> float:
     sch = scheme or scheme_of(model, layout)
     if not (model.layers[layer].is_moe and model.moe is not None):
         return model.mlp_params(layer) / layout.tp * sch.format(layer, "mlp").bytes_per_param
     fmt = sch.format(layer, "experts")
-    per_expert = expert_params_per_rank(model, layout, fmt.name, gpu)
-    routed = math.ceil(model.moe.num_experts / layout.ep) * per_expert
+    per_rank = math.ceil(model.moe.num_experts / layout.ep)
+    if fmt.name == "mxfp4" and gpu is not None and vllm_version is not None:
+        # vLLM's MXFP4 backends by GPU and version (plan.mxfp4_experts), in bytes
+        inter = model.moe.expert_intermediate_size / layout.moe_tp
+        held = expert_bytes_per_rank(
+            model.hidden_size, inter, model.moe.expert_bias, gpu, vllm_version
+        )
+        routed_bytes = per_rank * held
+    else:
+        routed_bytes = per_rank * expert_params_per_rank(model, layout, fmt.name, gpu)
+        routed_bytes *= fmt.bytes_per_param
     shared = model.shared_expert_params() / layout.tp
     return (
-        routed * fmt.bytes_per_param
+        routed_bytes
         + shared * sch.format(layer, "shared").bytes_per_param
         + model.router_params() * UNQUANTIZED_BYTES
     )
@@ -125,14 +138,20 @@ def stage_layer_ids(num_layers: int, pp: int, stage: int) -> range:
 
 
 def stage_weight_bytes(
-    model: ModelSpec, layout: Layout, stage: int, gpu: GpuSpec | None = None
+    model: ModelSpec,
+    layout: Layout,
+    stage: int,
+    gpu: GpuSpec | None = None,
+    vllm_version: tuple[int, ...] | None = None,
 ) -> float:
-    """Weight bytes on one GPU of pipeline stage `stage` (`gpu`: for kernel padding)."""
+    """Weight bytes on one GPU of pipeline stage `stage` (`gpu`: for kernel padding;
+    `vllm_version`: MXFP4 experts as that vLLM's backend holds them, else padded for
+    Marlin / FlashInfer without the backend's layouts)."""
     scheme = scheme_of(model, layout)
     total = 0.0
     for i in stage_layer_ids(model.num_layers, layout.pp, stage):
         total += attention_bytes_per_gpu(model, layout, i, scheme)
-        total += mlp_bytes_per_gpu(model, layout, i, scheme, gpu)
+        total += mlp_bytes_per_gpu(model, layout, i, scheme, gpu, vllm_version)
         total += model.norm_params(i) * UNQUANTIZED_BYTES
     total += model.rope_cache_elements() * UNQUANTIZED_BYTES  # every GPU, every stage
     if stage == 0:

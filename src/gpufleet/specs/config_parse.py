@@ -306,6 +306,14 @@ def _vision_params(cfg: dict[str, Any]) -> int:
     return body + channels * patch * patch * h + projector
 
 
+def _vision_shape(cfg: dict[str, Any]) -> tuple[int, int]:
+    """vision_config's (layers, width) as SGLang reads them (24, 1024 if unsaid); 0s if none."""
+    v = cfg.get("vision_config")
+    if not isinstance(v, dict):
+        return (0, 0)
+    return int(v.get("num_hidden_layers", 24)), int(v.get("hidden_size", 1024))
+
+
 def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> ModelSpec:
     """A ModelSpec from a config.json dict. Missing required fields raise UserError."""
     src = source or name
@@ -429,6 +437,7 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
         quant=parse_quantization_config(cfg, num_layers),
         rotary_dim=rotary_dim if not is_mla else 0,
         vision_params=_vision_params(raw),
+        vision_shape=_vision_shape(raw),
         linear_attention=_linear_spec(cfg, src) if any(linear) and blocks is None else None,
         mamba=_mamba_spec(cfg, src) if blocks is not None and any(linear) else None,
         # relu2 MLPs (Nemotron-H) and Phi-1/2's fc1 / fc2 have no gate

@@ -162,6 +162,7 @@ class ModelSpec:
     attention_sinks: bool = False
     quant: QuantScheme = UNQUANTIZED  # the checkpoint's per-module storage formats
     vision_params: int = 0  # a multimodal checkpoint's vision encoder + projector
+    vision_shape: tuple[int, int] = (0, 0)  # vision_config (num_hidden_layers, hidden_size)
     rotary_dim: int = 0  # dims RoPE rotates per head (0: head_dim; MLA: qk_rope_head_dim)
     rope_cache_positions: int = 0  # rows of vLLM's cos/sin caches (0: max_position_embeddings)
     linear_attention: LinearAttentionSpec | None = None  # layers with `linear=True`
