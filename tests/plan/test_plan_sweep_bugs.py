@@ -48,3 +48,19 @@ def test_plan_api_refuses_nan_rps() -> None:
     req = PlanRequest(model=load_model(str(QWEN_06B)), gpu=load_gpu("l4"), rps=math.nan)
     with pytest.raises(UserError, match="--rps"):
         plan(req)
+
+
+def test_trtllm_attention_dp_command_survives_a_shell() -> None:
+    # The DP layout's trtllm-serve line carried `# extra.yaml: enable_attention_dp: true`
+    # mid-command: the comment swallowed the line's backslash, so a shell ran the
+    # following `--host 0.0.0.0 --port 8000` as a command of its own.
+    from gpufleet.plan.layout import Layout
+    from gpufleet.plan.render import render_launch_commands
+
+    model = load_model(str(ROOT / "tests/plan/data/unseen_configs/deepseek-ai--DeepSeek-V3.2.json"))
+    layout = Layout(tp=1, dp=8, ep=8, weight_dtype="fp8")
+    launch = render_launch_commands(model, load_gpu("h200"), layout, max_model_len=8192)
+    assert SWEEP.check_commands({"vllm": launch.vllm, "sglang": launch.sglang,
+                                 "trtllm": launch.trtllm}) == []  # fmt: skip
+    assert "--extra_llm_api_options extra.yaml" in launch.trtllm
+    assert any("enable_attention_dp: true" in n for n in launch.notes)
