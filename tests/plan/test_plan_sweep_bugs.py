@@ -4,6 +4,7 @@ without its fix. Runs `gpufleet plan` through the CLI's own entry in this proces
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import sys
 from pathlib import Path
@@ -64,3 +65,22 @@ def test_trtllm_attention_dp_command_survives_a_shell() -> None:
                                  "trtllm": launch.trtllm}) == []  # fmt: skip
     assert "--extra_llm_api_options extra.yaml" in launch.trtllm
     assert any("enable_attention_dp: true" in n for n in launch.notes)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("num_key_value_heads", 6), ("num_key_value_heads", -2), ("num_attention_heads", 0),
+     ("hidden_size", 0), ("num_hidden_layers", 0), ("vocab_size", 0), ("head_dim", -128),
+     ("max_position_embeddings", 0)],
+)  # fmt: skip
+def test_config_fields_that_size_tensors_are_checked(
+    key: str, value: int, tmp_path: Path
+) -> None:
+    # These planned a model anyway (16 heads over 6 KV heads; 0 heads, 0 vocabulary; -2
+    # KV heads) or blamed --gpu ("does not fit even 64 nodes") for 0 layers.
+    cfg = json.loads(QWEN_06B.read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "num_attention_heads": 16, key: value}))
+    o = SWEEP.run_cli(["--model", str(path), "--gpu", "h100-sxm"])
+    assert o.code == 2 and "Traceback" not in o.stderr, (o.code, o.stderr)
+    assert o.stderr.startswith(f"error: {key}:") and "fix:" in o.stderr
