@@ -84,3 +84,17 @@ def test_config_fields_that_size_tensors_are_checked(
     o = SWEEP.run_cli(["--model", str(path), "--gpu", "h100-sxm"])
     assert o.code == 2 and "Traceback" not in o.stderr, (o.code, o.stderr)
     assert o.stderr.startswith(f"error: {key}:") and "fix:" in o.stderr
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_long_prompt_few_outputs_tpot_is_at_least_one_decode_step(engine: str) -> None:
+    # --input-tokens 32000 --output-tokens 10: under half a decode in flight on average,
+    # the solver rounded the decode batch to 0 and planned TPOT 7e-14 s, below the time to
+    # read the weights once (2.7 ms for a 3B bf16 model on an A100).
+    model = str(ROOT / "tests/plan/data/unseen_configs/Qwen--Qwen2.5-3B.json")
+    args = ["--model", model, "--gpu", "a100-80gb", "--engine", engine,
+            "--input-tokens", "32000", "--output-tokens", "10"]  # fmt: skip
+    o = SWEEP.plan_case(args, model, 32000)
+    assert o.code == 0, o.stderr
+    assert [p for p in o.problems if "TPOT" in p] == []
+    assert o.plan["chosen"]["performance"]["tpot_s"] > 1e-3
