@@ -120,3 +120,15 @@ def test_literal_exclude_modules_skip_fnmatch(monkeypatch: pytest.MonkeyPatch) -
     scheme = model.weight_scheme(model.checkpoint_dtype)
     assert scheme.format(0, "experts").name == "nvfp4"
     assert scheme.format(0, "lm_head").name == "bf16"  # excluded: lm_head
+
+
+def test_request_longer_than_the_model_names_the_lengths_not_max_model_len() -> None:
+    # --input-tokens 32000 on an 8192-token model said "--max-model-len: 8192 < input +
+    # output tokens (32010) — fix: pass --max-model-len 32010 or more", a fix the next
+    # check refuses (> max_position_embeddings).
+    model = str(ROOT / "benchmarks/data/model_configs/meta-llama--Meta-Llama-3-8B.json")
+    o = SWEEP.run_cli(["--model", model, "--gpu", "h100-sxm", "--input-tokens", "32000",
+                       "--output-tokens", "10"])  # fmt: skip
+    assert o.code == 2 and "Traceback" not in o.stderr
+    assert o.stderr.startswith("error: --input-tokens/--output-tokens:")
+    assert "within 8192" in o.stderr and "--max-model-len 32010" not in o.stderr

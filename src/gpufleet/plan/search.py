@@ -163,6 +163,14 @@ def _validate(req: PlanRequest) -> None:
     if req.max_gpus is not None and req.max_gpus < 1:
         raise bad("--max-gpus", "must be >= 1", "omit it for no limit")
     mml = req.resolved_max_model_len()
+    limit = req.model.max_position_embeddings
+    if req.request_tokens > limit:  # no --max-model-len can hold it: name the lengths
+        raise bad(
+            "--input-tokens/--output-tokens",
+            f"input + output tokens ({req.request_tokens}) > the model's "
+            f"max_position_embeddings ({limit})",
+            f"keep --input-tokens + --output-tokens within {limit}",
+        )
     if mml < req.request_tokens:
         raise bad(
             "--max-model-len",
