@@ -132,3 +132,13 @@ def test_request_longer_than_the_model_names_the_lengths_not_max_model_len() -> 
     assert o.code == 2 and "Traceback" not in o.stderr
     assert o.stderr.startswith("error: --input-tokens/--output-tokens:")
     assert "within 8192" in o.stderr and "--max-model-len 32010" not in o.stderr
+
+
+@pytest.mark.parametrize("gpu", ["gb200", "gb300"])
+def test_plan_emit_k8s_on_every_catalog_gpu(gpu: str, tmp_path: Path) -> None:
+    # `gpufleet plan --gpu gb200 --emit k8s DIR` failed: no node label for the GPU, and the
+    # error's fix (kubernetes.gpu_product) is a fleet-YAML setting `plan` has no way to set.
+    o = SWEEP.run_cli(["--model", str(QWEN_06B), "--gpu", gpu, "--emit", "k8s", str(tmp_path)])
+    assert o.code == 0, o.stderr
+    text = "".join(p.read_text() for p in tmp_path.rglob("*.yaml"))
+    assert f"nvidia.com/gpu.product: NVIDIA-{gpu.upper()}" in text
