@@ -375,6 +375,18 @@ def malformed_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
     return cases
 
 
+def check_text(out: str) -> list[str]:
+    """The printed plan: its tables and launch lines, no nan / inf figure."""
+    problems = []
+    for word in out.replace("|", " ").split():
+        if word.strip(",;()").lower() in ("nan", "inf", "-inf", "nanx", "infx"):
+            problems.append(f"printed plan shows {word!r}")
+    for needle in ("Memory per GPU", "Decisions", "Launch (one replica)", "vllm serve"):
+        if needle not in out:
+            problems.append(f"printed plan lacks {needle!r}")
+    return problems
+
+
 def check_malformed(o: Outcome, field_name: str) -> list[str]:
     """A malformed input must be refused cleanly, naming its field."""
     if o.code == 0:
@@ -430,7 +442,7 @@ def sweep(shared: str | None, quick: bool = False) -> dict[str, Any]:
                 o.problems += check_error(o)
             record("option emit k8s", o)
         o = run_cli(["--model", str(path), "--gpu", gpu, "--engine", engine])  # rendered tables
-        o.problems += check_error(o) if o.code else []
+        o.problems += check_error(o) if o.code else check_text(o.stdout)
         record("text output", o)
         mono = Outcome(["monotonic", str(path), gpu, engine], 0, "", "", 0.0)
         if grid_planned(cases, str(path)):
@@ -484,12 +496,12 @@ def main() -> None:
     parser.add_argument("--stem", default="plan_sweep", help="result name under benchmarks/results")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from record import write_result
+    from record import RESULTS, write_result
 
     result = sweep(os.environ.get("GPUFLEET_SHARED"), quick=args.quick)
     table = summarize(result)
     result["problem_cases"] = sum(bool(c["problems"]) for c in result["cases"])
-    write_result(args.stem, result, table)
+    write_result(RESULTS / args.stem, result, table)
     print(table)
 
 
