@@ -16,6 +16,18 @@ def check_shape(source: str, **fields: Any) -> None:
             raise UserError(f"{source}: {key!r} must be >= 1, got {value!r}", field=key, fix=fix)
 
 
+def check_sizes(source: str, hidden: int, layers: int, heads: int, vocab: int, pos: int) -> None:
+    """The sizes every config states (already read as non-negative integers) are >= 1."""
+    check_shape(
+        source,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        vocab_size=vocab,
+        max_position_embeddings=pos,
+    )
+
+
 def check_kv_heads(source: str, heads: int, kv_heads: Any, head_dim: Any) -> None:
     """Grouped-query attention: each KV head serves heads / kv_heads query heads."""
     check_shape(source, num_key_value_heads=kv_heads, head_dim=head_dim)
