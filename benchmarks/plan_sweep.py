@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import itertools
 import json
 import math
 import os
@@ -59,6 +60,12 @@ OPTIONS: dict[str, list[str]] = {
     "max-gpus 1": ["--max-gpus", "1"],
     "gpus-per-node 4": ["--gpus-per-node", "4"],
     "disagg off": ["--disagg", "off"],
+    "output 1": ["--output-tokens", "1"],
+    "gpus-per-node 3": ["--gpus-per-node", "3"],
+    "max-gpus 3": ["--max-gpus", "3"],
+    "quant int8": ["--quant", "int8"],
+    "gmu 0.01": ["--gpu-memory-utilization", "0.01"],
+    "rps 1e9": ["--rps", "1e9"],
 }
 
 
@@ -72,9 +79,8 @@ def config_paths(shared: str | None) -> list[Path]:
         if not d.is_dir():
             continue
         for p in sorted(d.iterdir()):
-            if p.suffix == ".json" and p.name != "SOURCES.json":
-                out.append(p)
-            elif p.is_dir() and (p / "config.json").exists():
+            is_config = p.suffix == ".json" and p.name != "SOURCES.json"
+            if is_config or (p.is_dir() and (p / "config.json").exists()):
                 out.append(p)
     return out
 
@@ -104,7 +110,7 @@ def run_cli(args: list[str]) -> Outcome:
             main()
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except Exception as e:  # noqa: BLE001 - what a user would see as a traceback
+    except Exception as e:  # what a user would see as a traceback
         code = 99
         err.write(f"Traceback (most recent call last):\n  {type(e).__name__}: {e}\n")
     finally:
@@ -179,11 +185,16 @@ def check_plan(d: dict[str, Any]) -> list[str]:
             if phys:
                 floor_ttft = phys["prefill_flops"] / (gpus * peak_flops)
                 if p["ttft_s"] < floor_ttft or p["prefill_s"] < floor_ttft:
-                    problems.append(f"{label} TTFT {p['ttft_s']:.3g} s < FLOPs floor {floor_ttft:.3g}")
+                    problems.append(
+                        f"{label} TTFT {p['ttft_s']:.3g} s < FLOPs floor {floor_ttft:.3g}"
+                    )
                 nbytes = phys["active_params"] * BYTES_PER_PARAM[c["layout"]["weight_dtype"]]
                 floor_tpot = nbytes / (gpus * gpu.hbm_gbps * 1e9)
-                if p["tpot_s"] < floor_tpot:
-                    problems.append(f"{label} TPOT {p['tpot_s']:.3g} s < read floor {floor_tpot:.3g}")
+                one_token = d["traffic"]["output_tokens"] == 1  # no inter-token time
+                if p["tpot_s"] < floor_tpot and not one_token:
+                    problems.append(
+                        f"{label} TPOT {p['tpot_s']:.3g} s < read floor {floor_tpot:.3g}"
+                    )
         for key in ("replicas", "total_gpus", "cost_per_hour_usd",
                     "cost_per_million_output_tokens_usd"):  # fmt: skip
             _finite_nonneg(f"{label} {key}", c[key], problems)
@@ -318,7 +329,7 @@ def monotonic(model_arg: str, gpu_name: str, engine: str) -> list[str]:
     for q in ("bf16", "fp8", model.checkpoint_dtype):
         per_gpu = [weight_bytes_per_gpu(model, Layout(tp=tp, weight_dtype=q), gpu)
                    for tp in (1, 2, 4, 8)]  # fmt: skip
-        for a, b in zip(per_gpu, per_gpu[1:], strict=False):
+        for a, b in itertools.pairwise(per_gpu):
             if b > a * 1.0001:
                 problems.append(f"{q}: more TP ranks hold more weights per GPU ({per_gpu})")
                 break
@@ -344,7 +355,9 @@ def malformed_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
     bad_kv = dict(good, num_attention_heads=16, num_key_value_heads=6)
     (tmp / "kv_heads.json").write_text(json.dumps(bad_kv))
     cases["num_key_value_heads not dividing heads"] = (
-        ["--model", str(tmp / "kv_heads.json"), "--gpu", "h100-sxm"], "num_key_value_heads")
+        ["--model", str(tmp / "kv_heads.json"), "--gpu", "h100-sxm"],
+        "num_key_value_heads",
+    )
     for key, value in (("hidden_size", -4096), ("num_hidden_layers", 0), ("vocab_size", "big"),
                        ("max_position_embeddings", -1), ("intermediate_size", None)):  # fmt: skip
         path = tmp / f"bad_{key}.json"
@@ -353,10 +366,15 @@ def malformed_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
     (tmp / "not_json.json").write_text("{ this is not json")
     cases["non-JSON config"] = (["--model", str(tmp / "not_json.json"), "--gpu", "l4"], "json")
     (tmp / "list.json").write_text("[1, 2, 3]")
-    cases["JSON that is not an object"] = (["--model", str(tmp / "list.json"), "--gpu", "l4"], "config")
+    cases["JSON that is not an object"] = (
+        ["--model", str(tmp / "list.json"), "--gpu", "l4"],
+        "config",
+    )
     (tmp / "empty_dir").mkdir()
     cases["directory without config.json"] = (
-        ["--model", str(tmp / "empty_dir"), "--gpu", "l4"], "config.json")
+        ["--model", str(tmp / "empty_dir"), "--gpu", "l4"],
+        "config.json",
+    )
     model = ["--model", str(CONFIG_DIRS[0] / "Qwen--Qwen3-0.6B.json")]
     cases["unknown --gpu"] = ([*model, "--gpu", "h1000"], "--gpu")
     for flag in ("--rps", "--input-tokens", "--output-tokens", "--max-gpus", "--gpus-per-node",
@@ -364,11 +382,17 @@ def malformed_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
                  "--gpu-memory-utilization"):  # fmt: skip
         cases[f"negative {flag}"] = ([*model, "--gpu", "l4", flag, "-1"], flag)
     cases["--gpu-memory-utilization 1.5"] = (
-        [*model, "--gpu", "l4", "--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization")
+        [*model, "--gpu", "l4", "--gpu-memory-utilization", "1.5"],
+        "--gpu-memory-utilization",
+    )
     cases["--max-model-len beyond the model"] = (
-        [*model, "--gpu", "l4", "--max-model-len", str(10**7)], "--max-model-len")
+        [*model, "--gpu", "l4", "--max-model-len", str(10**7)],
+        "--max-model-len",
+    )
     cases["--max-model-len below the request"] = (
-        [*model, "--gpu", "l4", "--max-model-len", "100"], "--max-model-len")
+        [*model, "--gpu", "l4", "--max-model-len", "100"],
+        "--max-model-len",
+    )
     cases["--rps nan"] = ([*model, "--gpu", "l4", "--rps", "nan"], "--rps")
     cases["--rps inf"] = ([*model, "--gpu", "l4", "--rps", "inf"], "--rps")
     cases["--ttft-slo inf"] = ([*model, "--gpu", "l4", "--ttft-slo", "inf"], "--ttft-slo")
@@ -399,9 +423,8 @@ def check_malformed(o: Outcome, field_name: str) -> list[str]:
 
 def option_sets(model_arg: str) -> dict[str, list[str]]:
     """OPTIONS plus --max-model-len one past the model's limit."""
-    from gpufleet.specs import load_model
-
     from gpufleet.errors import UserError
+    from gpufleet.specs import load_model
 
     try:
         limit = load_model(model_arg).max_position_embeddings
@@ -432,7 +455,9 @@ def sweep(shared: str | None, quick: bool = False) -> dict[str, Any]:
         gpu, engine = gpus[i % len(gpus)], ENGINES[i % 3]
         for name, extra in option_sets(str(path)).items():
             args = ["--model", str(path), "--gpu", gpu, "--engine", engine, *extra]
-            tokens = int(extra[extra.index("--input-tokens") + 1]) if "--input-tokens" in extra else 1024
+            tokens = (
+                int(extra[extra.index("--input-tokens") + 1]) if "--input-tokens" in extra else 1024
+            )
             record(f"option {name}", plan_case(args, str(path), tokens))
         with tempfile.TemporaryDirectory(prefix="plan_sweep_k8s_") as tmp:
             o = run_cli(["--model", str(path), "--gpu", gpu, "--emit", "k8s", tmp])

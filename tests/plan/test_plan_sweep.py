@@ -25,7 +25,9 @@ CONFIGS = [
 
 
 def _sweep() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("plan_sweep", ROOT / "benchmarks" / "plan_sweep.py")
+    spec = importlib.util.spec_from_file_location(
+        "plan_sweep", ROOT / "benchmarks" / "plan_sweep.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["plan_sweep"] = module  # its dataclasses look their module up

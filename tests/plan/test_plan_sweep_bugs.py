@@ -21,7 +21,9 @@ QWEN_06B = ROOT / "tests" / "plan" / "data" / "unseen_configs" / "Qwen--Qwen3-0.
 
 
 def _sweep() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("plan_sweep", ROOT / "benchmarks" / "plan_sweep.py")
+    spec = importlib.util.spec_from_file_location(
+        "plan_sweep", ROOT / "benchmarks" / "plan_sweep.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["plan_sweep"] = module  # its dataclasses look their module up
@@ -73,9 +75,7 @@ def test_trtllm_attention_dp_command_survives_a_shell() -> None:
      ("hidden_size", 0), ("num_hidden_layers", 0), ("vocab_size", 0), ("head_dim", -128),
      ("max_position_embeddings", 0)],
 )  # fmt: skip
-def test_config_fields_that_size_tensors_are_checked(
-    key: str, value: int, tmp_path: Path
-) -> None:
+def test_config_fields_that_size_tensors_are_checked(key: str, value: int, tmp_path: Path) -> None:
     # These planned a model anyway (16 heads over 6 KV heads; 0 heads, 0 vocabulary; -2
     # KV heads) or blamed --gpu ("does not fit even 64 nodes") for 0 layers.
     cfg = json.loads(QWEN_06B.read_text())
