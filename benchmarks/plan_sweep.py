@@ -348,36 +348,39 @@ def malformed_dir() -> Iterator[Path]:
 
 
 def malformed_cases(tmp: Path) -> dict[str, tuple[list[str], str]]:
-    """Broken inputs a user makes: name -> (plan args, the field the error must name)."""
+    """Broken inputs a user makes: name -> (plan args, the field the error must name).
+    Files are named case_N so an error cannot pass by quoting its path."""
     good = json.loads((CONFIG_DIRS[0] / "Qwen--Qwen3-0.6B.json").read_text())
     cases: dict[str, tuple[list[str], str]] = {}
+
+    def config(name: str, text: str, field_name: str, gpu: str = "h100-sxm") -> None:
+        path = tmp / f"case_{len(cases)}.json"
+        path.write_text(text)
+        cases[name] = (["--model", str(path), "--gpu", gpu], field_name)
+
     for key in ("hidden_size", "num_attention_heads", "vocab_size", "num_hidden_layers"):
-        broken = {k: v for k, v in good.items() if k != key}
-        path = tmp / f"no_{key}.json"
-        path.write_text(json.dumps(broken))
-        cases[f"config without {key}"] = (["--model", str(path), "--gpu", "h100-sxm"], key)
-    bad_kv = dict(good, num_attention_heads=16, num_key_value_heads=6)
-    (tmp / "kv_heads.json").write_text(json.dumps(bad_kv))
-    cases["num_key_value_heads not dividing heads"] = (
-        ["--model", str(tmp / "kv_heads.json"), "--gpu", "h100-sxm"],
-        "num_key_value_heads",
-    )
+        config(
+            f"config without {key}", json.dumps({k: v for k, v in good.items() if k != key}), key
+        )
+    config("num_key_value_heads not dividing heads",
+           json.dumps({**good, "num_attention_heads": 16, "num_key_value_heads": 6}),
+           "num_key_value_heads")  # fmt: skip
     for key, value in (("hidden_size", -4096), ("num_hidden_layers", 0), ("vocab_size", "big"),
-                       ("max_position_embeddings", -1), ("intermediate_size", None)):  # fmt: skip
-        path = tmp / f"bad_{key}.json"
-        path.write_text(json.dumps(dict(good, **{key: value})))
-        cases[f"{key} = {value!r}"] = (["--model", str(path), "--gpu", "h100-sxm"], key)
-    (tmp / "not_json.json").write_text("{ this is not json")
-    cases["non-JSON config"] = (["--model", str(tmp / "not_json.json"), "--gpu", "l4"], "json")
-    (tmp / "list.json").write_text("[1, 2, 3]")
-    cases["JSON that is not an object"] = (
-        ["--model", str(tmp / "list.json"), "--gpu", "l4"],
-        "config",
-    )
+                       ("max_position_embeddings", -1), ("intermediate_size", None),
+                       ("num_attention_heads", 0), ("vocab_size", 0), ("head_dim", -128),
+                       ("num_key_value_heads", -2)):  # fmt: skip
+        config(f"{key} = {value!r}", json.dumps({**good, key: value}), key)
+    config("non-JSON config", "{ this is not json", "json", "l4")
+    config("JSON that is not an object", "[1, 2, 3]", "config", "l4")
     (tmp / "empty_dir").mkdir()
     cases["directory without config.json"] = (
         ["--model", str(tmp / "empty_dir"), "--gpu", "l4"],
         "config.json",
+    )
+    short = ROOT / "benchmarks" / "data" / "model_configs" / "meta-llama--Meta-Llama-3-8B.json"
+    cases["prompt longer than the model's context"] = (
+        ["--model", str(short), "--gpu", "h100-sxm", "--input-tokens", "32000"],
+        "--input-tokens",
     )
     model = ["--model", str(CONFIG_DIRS[0] / "Qwen--Qwen3-0.6B.json")]
     cases["unknown --gpu"] = ([*model, "--gpu", "h1000"], "--gpu")
@@ -470,6 +473,8 @@ def sweep(shared: str | None, quick: bool = False) -> dict[str, Any]:
                 o.problems.append("--emit k8s wrote no files")
             elif o.code != 0:
                 o.problems += check_error(o)
+                if grid_planned(cases, str(path), gpu):
+                    o.problems.append("the plan succeeds, its --emit k8s fails")
             record("option emit k8s", o)
         o = run_cli(["--model", str(path), "--gpu", gpu, "--engine", engine])  # rendered tables
         o.problems += check_error(o) if o.code else check_text(o.stdout)
@@ -491,11 +496,11 @@ def sweep(shared: str | None, quick: bool = False) -> dict[str, Any]:
                         for p in configs], "gpus": gpus, "cases": cases}  # fmt: skip
 
 
-def grid_planned(cases: list[dict[str, Any]], model_arg: str) -> bool:
-    """Whether the grid planned `model_arg` at least once (refused models skip the
-    monotonic checks, which load the model directly)."""
+def grid_planned(cases: list[dict[str, Any]], model_arg: str, gpu: str | None = None) -> bool:
+    """Whether the grid planned `model_arg` (on `gpu`) at least once (refused models skip
+    the monotonic checks, which load the model directly)."""
     return any(c["kind"] == "grid" and c["code"] == 0 and c["args"][1] == model_arg
-               for c in cases)  # fmt: skip
+               and gpu in (None, c["args"][3]) for c in cases)  # fmt: skip
 
 
 def summarize(result: dict[str, Any]) -> str:
