@@ -17,6 +17,7 @@ HELPERS = (
     "plan_accuracy_md",
     "plan_refits",
     "plan_rows_cli",
+    "plan_sweep_checks",
     "record",
     "routing_workloads",
 )  # modules benchmarks import, not benchmarks

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,6 +19,17 @@ if TYPE_CHECKING:
 QUANT_CHOICES = ("auto", *WEIGHT_DTYPES)
 ENGINE_CHOICES = ("vllm", "sglang", "trtllm")
 KV_CHOICES = ("auto", *KV_DTYPES)
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click's FloatRange, refusing nan and inf: `nan > 0` is false, so FloatRange lets
+    nan through its bounds, and an infinite --rps reached int() deep in the search."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value} is not a finite number", param, ctx)
+        return rv
 
 
 @click.command(name="plan")
@@ -63,21 +75,21 @@ KV_CHOICES = ("auto", *KV_DTYPES)
 )
 @click.option(
     "--rps",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=1.0,
     show_default=True,
     help="Requests per second to serve.",
 )
 @click.option(
     "--ttft-slo",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=1.0,
     show_default=True,
     help="Mean time-to-first-token SLO, seconds.",
 )
 @click.option(
     "--tpot-slo",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=0.05,
     show_default=True,
     help="Mean time-per-output-token SLO, seconds.",
@@ -112,7 +124,7 @@ KV_CHOICES = ("auto", *KV_DTYPES)
 )
 @click.option(
     "--gpu-price",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     default=None,
     help="$ per GPU-hour (default: the catalog's on-demand price).",
 )
@@ -136,7 +148,7 @@ KV_CHOICES = ("auto", *KV_DTYPES)
 )
 @click.option(
     "--gpu-memory-utilization",
-    type=click.FloatRange(min=0, max=1, min_open=True),
+    type=FiniteFloatRange(min=0, max=1, min_open=True),
     default=None,
     help="The engine's memory fraction (vLLM --gpu-memory-utilization, SGLang "
     "--mem-fraction-static, TRT-LLM --kv_cache_free_gpu_memory_fraction); default: the "

@@ -248,7 +248,10 @@ def predict_closed_loop(
         # queue * (N-1)/N others ahead, each costing work_per_prompt_s.
         ahead = queue * (running - 1) / running
         wait_s = queue_scale * ahead * work_per_prompt_s
-        new_tpot = new_iteration / per_iteration
+        # A decoding request is in its own decode batch: with fewer than half a decode in
+        # flight on average (long prompts, few outputs) n rounds to 0 and the iteration
+        # to 0 s, but its own steps still take one decode step each.
+        new_tpot = max(new_iteration, decode_step_s(1) if osl > 1 else 0.0) / per_iteration
         # The running iteration's rest (half of one on average), those already formed and
         # the engine's first-token iterations.
         ahead_s = (0.5 + sched.iterations_ahead + sched.first_token_iterations) * new_iteration

@@ -165,7 +165,10 @@ def render_launch_commands(
         f"--kv_cache_free_gpu_memory_fraction {frac('trtllm'):g}",
     ]
     if layout.dp > 1:
-        trt.append("--extra_llm_api_options extra.yaml  # extra.yaml: enable_attention_dp: true")
+        # The file's content goes in a note: a `# comment` inside the command would swallow
+        # the line's backslash and cut the command there when pasted into a shell.
+        trt.append("--extra_llm_api_options extra.yaml")
+        notes.append("TRT-LLM attention DP: extra.yaml holds `enable_attention_dp: true`")
     if multi_node:
         notes.append(f"TRT-LLM across {nodes} nodes: launch trtllm-serve under mpirun / srun")
     trt += ["--host 0.0.0.0", f"--port {port}"]

@@ -6,6 +6,8 @@ request, candidates and plan types in `types`. Pure: no clock, no I/O.
 
 from __future__ import annotations
 
+import math
+
 from gpufleet.errors import UserError
 from gpufleet.perf.calibration import default_calibration
 from gpufleet.plan import explain
@@ -138,6 +140,12 @@ def _validate(req: PlanRequest) -> None:
     def bad(field_name: str, message: str, fix: str) -> UserError:
         return UserError(message, field=field_name, fix=fix)
 
+    for flag, value in (("--rps", req.rps), ("--ttft-slo", req.ttft_slo_s),
+                        ("--tpot-slo", req.tpot_slo_s),
+                        ("--gpu-price", req.gpu_price_per_hour_usd or 0.0),
+                        ("--gpu-memory-utilization", req.gpu_memory_utilization or 0.5)):  # fmt: skip
+        if not math.isfinite(value):
+            raise bad(flag, f"must be a finite number, got {value}", f"pass a number for {flag}")
     if req.input_tokens < 1:
         raise bad("--input-tokens", "must be >= 1", "pass a prompt length in tokens")
     if req.output_tokens < 1:
@@ -155,6 +163,14 @@ def _validate(req: PlanRequest) -> None:
     if req.max_gpus is not None and req.max_gpus < 1:
         raise bad("--max-gpus", "must be >= 1", "omit it for no limit")
     mml = req.resolved_max_model_len()
+    limit = req.model.max_position_embeddings
+    if req.request_tokens > limit:  # no --max-model-len can hold it: name the lengths
+        raise bad(
+            "--input-tokens/--output-tokens",
+            f"input + output tokens ({req.request_tokens}) > the model's "
+            f"max_position_embeddings ({limit})",
+            f"keep --input-tokens + --output-tokens within {limit}",
+        )
     if mml < req.request_tokens:
         raise bad(
             "--max-model-len",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpufleet.errors import UserError
+from gpufleet.specs.config_checks import check_kv_heads, check_sizes
 from gpufleet.specs.layer_shapes import attention_shapes
 from gpufleet.specs.models import LayerSpec, LinearAttentionSpec, MambaSpec, ModelSpec, MoESpec
 from gpufleet.specs.quant import parse_quantization_config
@@ -332,7 +333,10 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
     kv_heads = cfg.get("num_key_value_heads") or heads  # HF default: multi-head attention
     if nas is not None:
         kv_heads = nas[2]
+    check_sizes(src, hidden, num_layers, heads, vocab, max_pos)
     head_dim = cfg.get("head_dim") or cfg.get("attention_head_dim") or hidden // heads
+    if nas is None:
+        check_kv_heads(src, heads, kv_heads, head_dim)
     blocks = _hybrid_blocks(cfg, num_layers, src) if "hybrid_override_pattern" in cfg else None
 
     num_experts = cfg.get("n_routed_experts") or cfg.get("num_local_experts")

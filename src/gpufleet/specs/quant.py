@@ -200,7 +200,7 @@ def _matches(pattern: str, name: str, how: Matching) -> bool:
         return re.match(pattern[3:], name) is not None
     if how == "substring":
         return pattern.removesuffix(".weight") in name
-    if "*" in pattern or how == "wildcard":
+    if "*" in pattern or (how == "wildcard" and ("?" in pattern or "[" in pattern)):
         return fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(name, pattern + ".*")
     return name == pattern or name.startswith(pattern + ".")
 
