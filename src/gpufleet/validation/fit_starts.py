@@ -118,8 +118,8 @@ DEFAULT_SEEDS = 2  # seeded perturbations of the prior per fit, beside the prior
 @dataclasses.dataclass(frozen=True)
 class Refit:
     """How to refit: the search (`rounds`, `loss`, `ridge`, `recipes`, `converge`: sweep on
-    until a cycle accepts nothing), the starts (`seeds` perturbations beside the prior and
-    the midpoint) and `workers` processes."""
+    until a cycle accepts nothing, `space`: which engine constants it moves), the starts
+    (`seeds` perturbations beside the prior and the midpoint) and `workers` processes."""
 
     rounds: int = 3
     recipes: bool = False
