@@ -28,11 +28,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 from gpufleet.perf.calibration import BACKEND_CONSTANTS, Calibration, default_calibration
 from gpufleet.validation import fit
-from gpufleet.validation.fit_space import pinned_constants, replace_constant
+from gpufleet.validation.fit_space import FitSpace, pinned_constants, replace_constant
 from gpufleet.validation.measured import MeasuredRow, default_csv, predict_rows, read_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -104,17 +103,19 @@ def scores(rows: Sequence[MeasuredRow], cal: Calibration) -> dict[str, Any]:
     }
 
 
+def form_space(fitted: bool) -> FitSpace:
+    """The fit's space for a form: the first-token iterations held (at the start's value)
+    or fitted by the knob list alone (the shipped fit freezes them at their prior)."""
+    knobs = BACKEND_CONSTANTS if fitted else tuple(c for c in BACKEND_CONSTANTS if c != KNOB)
+    return FitSpace(backend_constants=knobs, frozen_backend_constants=())
+
+
 def refits(rows: Sequence[MeasuredRow], cal: Calibration) -> list[dict[str, Any]]:
     out = []
     for name, k, fitted in FORMS:
         start = with_iterations(cal, k)
-        knobs = BACKEND_CONSTANTS if fitted else tuple(c for c in BACKEND_CONSTANTS if c != KNOB)
-        # Held or fitted by the knob list alone (the shipped fit freezes it at its prior).
-        with (
-            mock.patch.object(fit, "BACKEND_CONSTANTS", knobs),
-            mock.patch.object(fit, "FROZEN_BACKEND_CONSTANTS", ()),
-        ):
-            got = fit.fit(rows, start, rounds=3, restarts=False, converge=True)
+        space = form_space(fitted)
+        got = fit.fit(rows, start, rounds=3, restarts=False, converge=True, space=space)
         out.append({"form": name, "start": scores(rows, start), "refit": scores(rows, got)})
     return out
 

@@ -23,7 +23,8 @@ X x osl, the clients decoding (X x (osl - 1) x TPOT) and those waiting for a fir
   API process) at TRT-LLM's shipped streamed-token ceiling and at the rows' ~9,000.
 
 Writes benchmarks/results/plan_high_load.{json,md}. A diagnostic: it fits nothing and the
-model is not changed by it (the what-ifs patch `validation.measured` for their run only).
+model is not changed by it (each what-if is a `validation.what_if.WhatIf` handed to
+`predict_rows`).
 """
 
 from __future__ import annotations
@@ -34,18 +35,17 @@ import math
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 from gpufleet.perf.calibration import Calibration, default_calibration
-from gpufleet.plan.closed_loop import SchedulerShape
-from gpufleet.plan.engines import EngineRules
+from gpufleet.perf.step_time import StepTimeModel
+from gpufleet.plan.closed_loop import SchedulerShape, ServingPrediction, predict_closed_loop
 from gpufleet.validation import measured
 from gpufleet.validation.measured import RowPrediction, predict_rows, read_rows
 from gpufleet.validation.rows import MeasuredRow
+from gpufleet.validation.what_if import SHIPPED, ClosedLoop, WhatIf, running_cap
 from plan_rows_cli import rows_parser, write_report
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -94,37 +94,19 @@ def exact_median(preds: Sequence[RowPrediction], exact: Callable[[MeasuredRow], 
     return statistics.median(0.0 if exact(p.row) else ape(p) for p in preds)
 
 
-@contextmanager
-def running_cap(engine: str, cap: int) -> Iterator[None]:
-    """The engine runs at most `cap` requests at once (its max_num_seqs / max_batch_size)."""
-    wrapped = measured.batch_wait_rules
+def prompt_frontend(s_per_prompt_token: float) -> ClosedLoop:
+    """The closed loop with a front end whose work per request is isl x s_per_prompt_token
+    + osl / its streamed tokens/s ceiling (the model's ceiling counts output tokens only)."""
 
-    def rules(row: MeasuredRow, r: EngineRules) -> EngineRules:
-        r = wrapped(row, r)
-        return (
-            dataclasses.replace(r, max_num_seqs=min(cap, r.max_num_seqs)) if r.name == engine else r
-        )
-
-    with mock.patch.object(measured, "batch_wait_rules", rules):
-        yield
-
-
-@contextmanager
-def prompt_frontend(s_per_prompt_token: float) -> Iterator[None]:
-    """The front end's work per request is isl x s_per_prompt_token + osl / its streamed
-    tokens/s ceiling (the model's ceiling counts output tokens only)."""
-    wrapped = measured.predict_closed_loop
-
-    def closed_loop(step: Any, isl: int, osl: int, clients: int, shape: SchedulerShape,
-                    **kw: Any) -> Any:  # fmt: skip
-        f = shape.max_output_tokens_per_s
-        if math.isfinite(f):
+    def closed_loop(step: StepTimeModel, isl: int, osl: int, clients: int,
+                    shape: SchedulerShape | None = None, **kw: Any) -> ServingPrediction:  # fmt: skip
+        f = math.inf if shape is None else shape.max_output_tokens_per_s
+        if shape is not None and math.isfinite(f):
             f = osl / (isl * s_per_prompt_token + osl / f)
             shape = dataclasses.replace(shape, max_output_tokens_per_s=f)
-        return wrapped(step, isl, osl, clients, shape, **kw)
+        return predict_closed_loop(step, isl, osl, clients, shape, **kw)
 
-    with mock.patch.object(measured, "predict_closed_loop", closed_loop):
-        yield
+    return closed_loop
 
 
 def with_frontend(cal: Calibration, engine: str, tokens_per_s: float) -> Calibration:
@@ -162,20 +144,20 @@ def what_ifs(rows: Sequence[MeasuredRow], configs_dir: Path | None,
     f_shipped = shipped.backend("trtllm").frontend_tokens_per_s
     out: dict[str, dict[str, Any]] = {}
 
-    def one(name: str, cal: Calibration) -> None:
+    def one(name: str, cal: Calibration, what_if: WhatIf = SHIPPED) -> None:
         measured._KV_CACHE.clear()
-        preds, _ = predict_rows(rows, cal, configs_dir)
+        preds, _ = predict_rows(rows, cal, configs_dir, what_if=what_if)
         out[name] = score(preds, focus)
 
     one("shipped", shipped)
     for cap in (112, 96):
-        with running_cap("trtllm", cap):
-            one(f"TRT-LLM runs at most {cap} requests", shipped)
+        capped = WhatIf(row_rules=running_cap("trtllm", cap))
+        one(f"TRT-LLM runs at most {cap} requests", shipped, capped)
     for s_us in (4.0, 8.0):
-        with prompt_frontend(s_us * 1e-6):
-            one(f"front end {s_us:g} us / prompt token, {f_shipped:.0f} tokens/s", shipped)
-            one(f"front end {s_us:g} us / prompt token, 9000 tokens/s",
-                with_frontend(shipped, "trtllm", 9000.0))  # fmt: skip
+        frontend = WhatIf(closed_loop=prompt_frontend(s_us * 1e-6))
+        one(f"front end {s_us:g} us / prompt token, {f_shipped:.0f} tokens/s", shipped, frontend)
+        one(f"front end {s_us:g} us / prompt token, 9000 tokens/s",
+            with_frontend(shipped, "trtllm", 9000.0), frontend)  # fmt: skip
     measured._KV_CACHE.clear()
     return out
 

@@ -28,15 +28,16 @@ import argparse
 import dataclasses
 import statistics
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 from gpufleet.perf.calibration import Calibration, default_calibration
 from gpufleet.plan.engines import EngineRules
 from gpufleet.validation import measured
 from gpufleet.validation.measured import MeasuredRow, RowPrediction, default_csv, read_rows
+from gpufleet.validation.recipes import batch_wait_rules
+from gpufleet.validation.what_if import SHIPPED, RowRules, WhatIf
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from record import RESULTS, write_result
@@ -49,9 +50,7 @@ def is_l8_rc3(row: MeasuredRow) -> bool:
     return row.backend == "trtllm" and row.id.startswith("meta_llama_llama_3_1_8b_instruct")
 
 
-def one_slot_fewer(
-    base: Callable[[MeasuredRow, EngineRules], EngineRules],
-) -> Callable[[MeasuredRow, EngineRules], EngineRules]:
+def one_slot_fewer(base: RowRules) -> RowRules:
     """The row rules with that campaign's engine running clients - 1 requests."""
 
     def rules(row: MeasuredRow, engine: EngineRules) -> EngineRules:
@@ -70,9 +69,8 @@ def with_trtllm_overhead(cal: Calibration, overhead_s: float) -> Calibration:
 
 
 def predict(rows: Sequence[MeasuredRow], cal: Calibration, slots: bool) -> list[RowPrediction]:
-    rules = one_slot_fewer(measured.batch_wait_rules) if slots else measured.batch_wait_rules
-    with mock.patch.object(measured, "batch_wait_rules", rules):
-        preds, _ = measured.predict_rows(rows, cal)  # rows it cannot model: count in main
+    what_if = WhatIf(row_rules=one_slot_fewer(batch_wait_rules)) if slots else SHIPPED
+    preds, _ = measured.predict_rows(rows, cal, what_if=what_if)  # unmodelled: count in main
     return preds
 
 

@@ -21,8 +21,10 @@ def _rows(backend: str = "sglang") -> list[Any]:
     return [SimpleNamespace(backend=backend, model_path="m")]
 
 
-def _search(rows: list[Any], ridge: float = 0.0) -> tuple[Any, Calibration]:
-    return fit_module.prepare(rows, prior_calibration(), ridge=ridge)
+def _search(
+    rows: list[Any], ridge: float = 0.0, space: fit_space.FitSpace = fit_space.SHIPPED_SPACE
+) -> tuple[Any, Calibration]:
+    return fit_module.prepare(rows, prior_calibration(), ridge=ridge, space=space)
 
 
 def test_seeded_starts_are_deterministic_inside_the_bounds_and_differ() -> None:
@@ -138,10 +140,12 @@ def test_a_shared_engine_constant_is_one_knob_that_moves_every_engine_alike(
     served no MoE model in the training rows (vLLM below) gets the others' value, not
     the prior; a frozen constant is no knob and stays at the prior."""
     monkeypatch.setattr(fit_module, "_is_moe", lambda row: row.model_path == "moe")
-    monkeypatch.setattr(fit_module, "SHARED_BACKEND_CONSTANTS", ("moe_efficiency",))
-    monkeypatch.setattr(fit_module, "FROZEN_BACKEND_CONSTANTS", ("moe_layer_overhead_s",))
+    space = fit_space.FitSpace(
+        frozen_backend_constants=("moe_layer_overhead_s",),
+        shared_backend_constants=("moe_efficiency",),
+    )
     rows = [SimpleNamespace(backend="sglang", model_path="moe"), *_rows("vllm")]
-    search, prior = _search(rows)
+    search, prior = _search(rows, space=space)
     knobs = set(search.knobs)
     assert ("moe_efficiency", "sglang+vllm") in knobs
     assert not {("moe_efficiency", "sglang"), ("moe_efficiency", "vllm")} & knobs
@@ -152,9 +156,9 @@ def test_a_shared_engine_constant_is_one_knob_that_moves_every_engine_alike(
     assert moved.backend("sglang").moe_efficiency == moved.backend("vllm").moe_efficiency == 0.5
     assert fit_space.value_of(moved, ("moe_efficiency", "sglang+vllm")) == 0.5
     assert list(search.affected([("moe_efficiency", "sglang+vllm")])) == [0, 1]
-    monkeypatch.setattr(fit_module, "SHARING_ENGINES", ("sglang", "vllm"))
     three, _ = _search(
-        [*rows, *_rows("trtllm"), SimpleNamespace(backend="trtllm", model_path="moe")]
+        [*rows, *_rows("trtllm"), SimpleNamespace(backend="trtllm", model_path="moe")],
+        space=dataclasses.replace(space, sharing_engines=("sglang", "vllm")),
     )
     assert {("moe_efficiency", "sglang+vllm"), ("moe_efficiency", "trtllm")} <= set(three.knobs)
     raised = {
@@ -162,7 +166,7 @@ def test_a_shared_engine_constant_is_one_knob_that_moves_every_engine_alike(
         for n, b in default_calibration().backends.items()
     }
     shipped = dataclasses.replace(default_calibration(), backends=MappingProxyType(raised))
-    frozen = fit_module.at_prior_where_frozen(shipped)
+    frozen = fit_module.at_prior_where_frozen(shipped, space)
     for name in ("sglang", "vllm"):
         assert frozen.backend(name).moe_layer_overhead_s == prior.backend(name).moe_layer_overhead_s
 

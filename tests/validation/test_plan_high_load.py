@@ -9,6 +9,7 @@ import pytest
 
 from gpufleet.validation import measured
 from gpufleet.validation.measured import predict_rows, read_rows
+from gpufleet.validation.what_if import SHIPPED, WhatIf, running_cap
 
 from .helpers import CONFIGS, SAMPLE, benchmark_module
 
@@ -19,9 +20,9 @@ def high_load() -> Iterator[ModuleType]:
         yield module
 
 
-def _trtllm_ttft_s() -> dict[str, float]:
+def _trtllm_ttft_s(what_if: WhatIf = SHIPPED) -> dict[str, float]:
     measured._KV_CACHE.clear()
-    preds, _ = predict_rows(read_rows(SAMPLE), None, CONFIGS)
+    preds, _ = predict_rows(read_rows(SAMPLE), None, CONFIGS, what_if=what_if)
     measured._KV_CACHE.clear()
     return {p.row.id: p.ttft_s for p in preds if p.row.backend == "trtllm"}
 
@@ -34,25 +35,27 @@ def test_little_splits_the_clients_into_decoding_and_waiting(high_load: ModuleTy
     assert m["output_tokens_per_s"] == pytest.approx(m["requests_per_s"] * 512)
 
 
-def test_a_running_cap_holds_clients_out_of_the_engine(high_load: ModuleType) -> None:
+def test_a_running_cap_holds_clients_out_of_the_engine() -> None:
     base = _trtllm_ttft_s()
-    with high_load.running_cap("trtllm", 2):
-        capped = _trtllm_ttft_s()
+    capped = _trtllm_ttft_s(WhatIf(row_rules=running_cap("trtllm", 2)))
     assert base and capped.keys() == base.keys()
     # 8 clients, 2 running: the other 6 wait a share of the cycle before their prompt.
     assert all(capped[k] > base[k] * 1.5 for k in base)
-    assert _trtllm_ttft_s() == base  # the patch is gone with its block
+    assert _trtllm_ttft_s() == base  # nothing carried over to the next call
+    # Another engine's cap leaves TRT-LLM's rows as shipped.
+    assert _trtllm_ttft_s(WhatIf(row_rules=running_cap("vllm", 2))) == base
 
 
 def test_a_front_end_paying_per_prompt_token_binds_through_the_ceiling(
     high_load: ModuleType,
 ) -> None:
     base = _trtllm_ttft_s()
-    with high_load.prompt_frontend(0.0):
-        assert _trtllm_ttft_s() == pytest.approx(base)
-    with high_load.prompt_frontend(1e-3):  # 1 ms a prompt token: ~1 request/s
-        slow = _trtllm_ttft_s()
+    free = _trtllm_ttft_s(WhatIf(closed_loop=high_load.prompt_frontend(0.0)))
+    assert free == pytest.approx(base)
+    # 1 ms a prompt token: ~1 request/s.
+    slow = _trtllm_ttft_s(WhatIf(closed_loop=high_load.prompt_frontend(1e-3)))
     assert all(slow[k] > base[k] * 2 for k in base)
+    assert _trtllm_ttft_s() == base
 
 
 def test_run_reports_shares_bands_and_what_ifs(high_load: ModuleType) -> None:

@@ -23,7 +23,6 @@ import yaml
 
 from gpufleet.errors import UserError
 from gpufleet.perf.calibration import (
-    BACKEND_CONSTANTS,
     BOUNDS,
     SCALAR_CONSTANTS,
     Calibration,
@@ -32,7 +31,9 @@ from gpufleet.perf.calibration import (
     prior_calibration,
 )
 from gpufleet.validation.fit_space import (
+    SHIPPED_SPACE,
     TIE,
+    FitSpace,
     Knob,
     from_log,
     inside_bounds,
@@ -96,15 +97,6 @@ MOE_BACKEND_CONSTANTS: tuple[str, ...] = (
 )
 
 
-# Engine constants the fit leaves at their prior, and those it tunes as one value shared by
-# the SHARING_ENGINES it fits (empty: all; a fold without an engine's MoE rows then gives it
-# the others' value, not the prior). docs/performance-model.md, "Wave 15: held-out"; frozen:
-# the first-token iterations at the closed loop's phase (0.5), "Wave 16: first-token cost".
-FROZEN_BACKEND_CONSTANTS: tuple[str, ...] = ("first_token_iterations",)
-SHARED_BACKEND_CONSTANTS: tuple[str, ...] = ()
-SHARING_ENGINES: tuple[str, ...] = ()
-
-
 def _is_moe(row: Any) -> bool:
     try:
         return resolve_model(row.model_path).moe is not None
@@ -112,14 +104,15 @@ def _is_moe(row: Any) -> bool:
         return False
 
 
-def at_prior_where_frozen(cal: Calibration) -> Calibration:
-    """The shared constants the fit does not tune, at their prior (physical) values."""
+def at_prior_where_frozen(cal: Calibration, space: FitSpace = SHIPPED_SPACE) -> Calibration:
+    """The shared constants the fit does not tune and the engine constants `space` freezes,
+    at their prior (physical) values."""
     prior = prior_calibration()
     for key in SCALAR_CONSTANTS:
         if key not in FITTED_SCALARS:
             cal = replace_constant(cal, key, float(getattr(prior, key)), None)
     for name in cal.backends:
-        for key in FROZEN_BACKEND_CONSTANTS:
+        for key in space.frozen_backend_constants:
             cal = replace_constant(cal, key, float(getattr(prior.backend(name), key)), name)
     return cal
 
@@ -160,6 +153,7 @@ class Search:
     # constant the rows do not determine stays near its prior; beside it the partial pool.
     ridge: float = 0.0
     centre: dict[Knob, float] = dataclasses.field(default_factory=dict)
+    space: FitSpace = SHIPPED_SPACE  # which engine constants are knobs (`prepare`)
 
     def penalty(self, cal: Calibration) -> float:
         total = pool_penalty(cal, self.knobs, len(self.groups))
@@ -304,14 +298,15 @@ def prepare(
     recipes: bool = False,
     loss: str = DEFAULT_LOSS,
     ridge: float = 0.0,
+    space: FitSpace = SHIPPED_SPACE,
 ) -> tuple[Search, Calibration]:
-    """The search over `rows` (which constants it moves, how it scores) and `start` moved
-    inside the bounds with the unfitted constants at their prior."""
+    """The search over `rows` (which constants it moves, `space`'s; how it scores) and
+    `start` moved inside the bounds with the unfitted constants at their prior."""
     if loss not in LOSSES:
         raise UserError(f"unknown fit loss {loss!r} (one of {', '.join(LOSSES)})")
     if ridge < 0:
         raise UserError(f"the fit's ridge must be >= 0, got {ridge}")
-    cal = at_prior_where_frozen(inside_bounds(start))
+    cal = at_prior_where_frozen(inside_bounds(start), space)
     # Each engine's own constants first, then the shared ones: from a far start (a prior),
     # shared efficiencies moved first absorb engine-specific offsets (they ran to their
     # bounds).
@@ -320,9 +315,9 @@ def prepare(
     # constrains them otherwise, and the midpoint restart would leave them wherever it set
     # them, not at the kernel measurements' prior (a held-out MoE model then gets them).
     moe_backends = {r.backend for r in rows if _is_moe(r)}
-    own = [k for k in BACKEND_CONSTANTS if k not in FROZEN_BACKEND_CONSTANTS]
-    tied = [b for b in backends if not SHARING_ENGINES or b in SHARING_ENGINES]
-    shared = [k for k in own if k in SHARED_BACKEND_CONSTANTS and tied]
+    own = space.fitted_backend_constants
+    tied = [b for b in backends if not space.sharing_engines or b in space.sharing_engines]
+    shared = [k for k in own if k in space.shared_backend_constants and tied]
     knobs: list[Knob] = [(k, b) for b in backends for k in own if (k not in shared or b not in tied)
                          and (b in moe_backends or k not in MOE_BACKEND_CONSTANTS)]  # fmt: skip
     # A shared MoE constant moves where a sharing engine served an MoE model, for them all.
@@ -342,6 +337,7 @@ def prepare(
         groups=list(groups.values()),
         ridge=ridge,
         centre={k: to_log(k[0], value_of(prior, k)) for k in knobs},
+        space=space,
     )
     return search, cal
 
@@ -361,6 +357,7 @@ def fit(
     restarts: bool = True,
     ridge: float = 0.0,
     converge: bool = False,
+    space: FitSpace = SHIPPED_SPACE,
 ) -> Calibration:
     """Minimise `loss` over the fitted constants inside their physical bounds
     (`perf.calibration.BOUNDS`): a log-space coordinate search with pattern moves
@@ -371,8 +368,9 @@ def fit(
     predictions, so only those are recomputed when one changes. recipes: predict the rows
     as their launch recipes ran them (`validation.recipes`). ridge: the weight of a
     Gaussian prior pulling each constant toward `prior_calibration()` (`Search.penalty`).
-    converge: after the `rounds`, sweep on until a full cycle accepts nothing (`descend`)."""
-    search, cal = prepare(rows, start, recipes=recipes, loss=loss, ridge=ridge)
+    converge: after the `rounds`, sweep on until a full cycle accepts nothing (`descend`).
+    space: which engine constants are fitted, frozen or shared (`fit_space.FitSpace`)."""
+    search, cal = prepare(rows, start, recipes=recipes, loss=loss, ridge=ridge, space=space)
     starts = [cal, midpoint_start(cal, search.knobs)] if restarts else [cal]
     results = [descend(search, s, sweep_steps(rounds), converge=converge) for s in starts]
     return min(results, key=lambda r: r[1])[0]

@@ -21,9 +21,36 @@ from gpufleet.perf.calibration import (
 
 # A constant and the engine it belongs to (None: a shared scalar). An engine field of
 # several names joined by "+" ("sglang+trtllm+vllm") is one knob that sets that constant
-# alike in each of them: one value the engines share (`validation.fit.SHARED_BACKEND_CONSTANTS`).
+# alike in each of them: one value the engines share (`FitSpace.shared_backend_constants`).
 Knob = tuple[str, str | None]
 TIE = "+"
+
+
+@dataclasses.dataclass(frozen=True)
+class FitSpace:
+    """Which engine constants `validation.fit` tunes, as an argument (`fit.prepare`,
+    `fit.fit`, `fit.at_prior_where_frozen`); every default is the shipped fit's.
+
+    backend_constants: the engine constants the fit may move (all of an engine's).
+    frozen_backend_constants: of those, the ones held at their prior: the first-token
+      iterations at the closed loop's phase (0.5), docs/performance-model.md, "Wave 16:
+      first-token cost".
+    shared_backend_constants: tuned as one value shared by the `sharing_engines` it fits
+      (empty: all; a fold without an engine's MoE rows then gives it the others' value, not
+      the prior). docs/performance-model.md, "Wave 15: held-out"."""
+
+    backend_constants: tuple[str, ...] = BACKEND_CONSTANTS
+    frozen_backend_constants: tuple[str, ...] = ("first_token_iterations",)
+    shared_backend_constants: tuple[str, ...] = ()
+    sharing_engines: tuple[str, ...] = ()
+
+    @property
+    def fitted_backend_constants(self) -> list[str]:
+        """The engine constants the fit moves: listed and not frozen."""
+        return [k for k in self.backend_constants if k not in self.frozen_backend_constants]
+
+
+SHIPPED_SPACE = FitSpace()
 
 
 def knob_backends(backend: str | None) -> list[str]:

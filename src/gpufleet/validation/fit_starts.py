@@ -26,7 +26,15 @@ from gpufleet.perf.calibration import (
     prior_calibration,
 )
 from gpufleet.validation import fit as fit_module
-from gpufleet.validation.fit_space import from_log, inside_bounds, moved, to_log, value_of
+from gpufleet.validation.fit_space import (
+    SHIPPED_SPACE,
+    FitSpace,
+    from_log,
+    inside_bounds,
+    moved,
+    to_log,
+    value_of,
+)
 
 # A seeded start moves each fitted constant from its prior by a normal draw of this many
 # half log-ranges of its bounds (clipped to them): far enough to reach other basins, near
@@ -50,7 +58,9 @@ def start_point(search: fit_module.Search, prior: Calibration, label: str) -> Ca
     if label == "midpoint":
         return fit_module.midpoint_start(prior, search.knobs)
     if label == "shipped":
-        shipped = fit_module.at_prior_where_frozen(inside_bounds(default_calibration()))
+        shipped = fit_module.at_prior_where_frozen(
+            inside_bounds(default_calibration()), search.space
+        )
         return moved(prior, [(k, value_of(shipped, k)) for k in search.knobs])
     if label.startswith("seed") and label[4:].isdigit():
         changes = []
@@ -99,6 +109,7 @@ class FitJob:
     loss: str = fit_module.DEFAULT_LOSS
     ridge: float = 0.0
     converge: bool = False  # sweep on until a full cycle accepts nothing (`fit.descend`)
+    space: FitSpace = SHIPPED_SPACE  # which engine constants are fitted (`fit_space.FitSpace`)
 
 
 DEFAULT_SEEDS = 2  # seeded perturbations of the prior per fit, beside the prior and midpoint
@@ -107,8 +118,8 @@ DEFAULT_SEEDS = 2  # seeded perturbations of the prior per fit, beside the prior
 @dataclasses.dataclass(frozen=True)
 class Refit:
     """How to refit: the search (`rounds`, `loss`, `ridge`, `recipes`, `converge`: sweep on
-    until a cycle accepts nothing), the starts (`seeds` perturbations beside the prior and
-    the midpoint) and `workers` processes."""
+    until a cycle accepts nothing, `space`: which engine constants it moves), the starts
+    (`seeds` perturbations beside the prior and the midpoint) and `workers` processes."""
 
     rounds: int = 3
     recipes: bool = False
@@ -117,11 +128,21 @@ class Refit:
     seeds: int = DEFAULT_SEEDS
     workers: int = 1
     converge: bool = False
+    space: FitSpace = SHIPPED_SPACE
 
     def jobs(self, rows: Sequence[Any], *, shipped: bool = False) -> list[FitJob]:
         """One job per start (`start_labels`; `shipped` for in-sample fits only)."""
         return [
-            FitJob(rows, label, self.rounds, self.recipes, self.loss, self.ridge, self.converge)
+            FitJob(
+                rows,
+                label,
+                self.rounds,
+                self.recipes,
+                self.loss,
+                self.ridge,
+                self.converge,
+                self.space,
+            )
             for label in start_labels(self.seeds, shipped=shipped)
         ]
 
@@ -129,8 +150,9 @@ class Refit:
 def fit_start(job: FitJob) -> StartFit:
     """One descent from one start on `job.rows` (module-level: a pool's workers call it)."""
     search, prior = fit_module.prepare(
-        job.rows, prior_calibration(), recipes=job.recipes, loss=job.loss, ridge=job.ridge
-    )
+        job.rows, prior_calibration(), recipes=job.recipes, loss=job.loss, ridge=job.ridge,
+        space=job.space,
+    )  # fmt: skip
     start = start_point(search, prior, job.label)
     steps = fit_module.sweep_steps(job.rounds)
     cal, objective = fit_module.descend(search, start, steps, converge=job.converge)

@@ -19,11 +19,7 @@ from gpufleet.errors import UserError
 from gpufleet.perf.calibration import BackendCalibration, Calibration, default_calibration
 from gpufleet.perf.roofline import RooflineStepTimeModel
 from gpufleet.perf.speculative import SpeculativeStepModel
-from gpufleet.plan.closed_loop import (
-    FIXED_LENGTH_QUEUE_SCALE,
-    ServingPrediction,
-    predict_closed_loop,
-)
+from gpufleet.plan.closed_loop import FIXED_LENGTH_QUEUE_SCALE, ServingPrediction
 from gpufleet.plan.engines import EngineRules, engine_rules, kv_admitted_running
 from gpufleet.plan.layout import Layout
 from gpufleet.plan.memory import memory_breakdown
@@ -34,7 +30,6 @@ from gpufleet.specs.quant import BF16, FP8, FP8_BLOCK, QuantScheme
 from gpufleet.validation.engine_loop import EngineLoopResult, simulate_closed_loop
 from gpufleet.validation.feasibility import infeasible_reason
 from gpufleet.validation.recipes import (
-    batch_wait_rules,
     is_inferencemax,
     recipe_expert_parallel,
     recipe_rules,
@@ -47,10 +42,12 @@ from gpufleet.validation.rows import (
     read_rows,
     resolve_model,
 )
+from gpufleet.validation.what_if import SHIPPED, WhatIf
 
 __all__ = [
     "MeasuredRow",
     "RowPrediction",
+    "WhatIf",
     "default_csv",
     "model_row",
     "predict_row",
@@ -207,13 +204,15 @@ def model_row(
     *,
     engine: bool = False,
     recipes: bool = False,
+    what_if: WhatIf = SHIPPED,
 ) -> RowPrediction:
     """Predict one row; raises UserError (with the reason) when the row cannot be modelled.
 
     engine: play the closed loop out on `gpufleet.engine` (engine_loop) instead of the
     analytic mean-value solver; the same step-time model and constants either way.
     recipes: run the engine as the row's launch recipe set it (`validation.recipes`), not
-    with its defaults."""
+    with its defaults. what_if: a counterfactual's engine rules and closed-loop solver
+    (`validation.what_if`; default: the shipped model)."""
     cal = cal or default_calibration()
     model = resolve_model(row.model_path, configs_dir)
     gpu = load_gpu(row.system)
@@ -222,9 +221,9 @@ def model_row(
     # Modelled all the same (issue 14: no row left out); the reason rides on the prediction.
     infeasible = infeasible_reason(row, model, gpu, layout, row_scheme(row), how.clients_per_rank)
     rules = engine_rules(row.backend, gpu, tp=layout.tp, pp=layout.pp, dp=layout.dp)
-    # The batch waiting a row's launch recipe set is always modelled (see batch_wait_rules);
-    # the recipes' other options only on request.
-    rules = recipe_rules(row, rules) if recipes else batch_wait_rules(row, rules)
+    # The batch waiting a row's launch recipe set is always modelled (what_if.row_rules:
+    # `recipes.batch_wait_rules` as shipped); the recipes' other options only on request.
+    rules = recipe_rules(row, rules) if recipes else what_if.row_rules(row, rules)
     # So is the multi-token prediction it turned on (`speculative_rules`).
     rules = speculative_rules(row, rules)
     step = layout_step_model(
@@ -244,7 +243,7 @@ def model_row(
             row, step, b, rules, max_running, how.clients_per_rank, how.note, first_token_s
         )
         return dataclasses.replace(pred, infeasible=infeasible or "")
-    serving = predict_closed_loop(
+    serving = what_if.closed_loop(
         SpeculativeStepModel(step, rules.mtp_draft_tokens, model.num_layers)
         if rules.mtp_draft_tokens
         else step,
@@ -352,10 +351,11 @@ def predict_row(
     *,
     engine: bool = False,
     recipes: bool = False,
+    what_if: WhatIf = SHIPPED,
 ) -> RowPrediction | None:
     """Like model_row, but None for a row that cannot be modelled."""
     try:
-        return model_row(row, cal, engine=engine, recipes=recipes)
+        return model_row(row, cal, engine=engine, recipes=recipes, what_if=what_if)
     except UserError:
         return None
 
@@ -367,13 +367,17 @@ def predict_rows(
     *,
     engine: bool = False,
     recipes: bool = False,
+    what_if: WhatIf = SHIPPED,
 ) -> tuple[list[RowPrediction], list[tuple[MeasuredRow, str]]]:
-    """Predictions for the rows it can model, and (row, reason) for those it cannot."""
+    """Predictions for the rows it can model, and (row, reason) for those it cannot
+    (`what_if`: a counterfactual, `validation.what_if`; default: the shipped model)."""
     done: list[RowPrediction] = []
     skipped: list[tuple[MeasuredRow, str]] = []
     for row in rows:
         try:
-            done.append(model_row(row, cal, configs_dir, engine=engine, recipes=recipes))
+            done.append(
+                model_row(row, cal, configs_dir, engine=engine, recipes=recipes, what_if=what_if)
+            )
         except UserError as e:
             skipped.append((row, str(e)))
     return done, skipped
