@@ -10,12 +10,20 @@ starts at the first slot not yet begun, and the slots it passed are skipped (cou
 Prometheus does the same: its scrape loop waits on a Go ticker, which drops the ticks a
 slow receiver missed, so a scrape longer than `scrape_interval` runs at the next tick
 after it, never twice in a row. Pure: times in, times out.
+
+`gpufleet up` puts the gateway's scrapes `SCRAPE_AFTER_TICK_S` after the autoscaler's
+ticks (`HealthChecks.align_scrapes`), where the simulator has them (`sim_vs_live`'s
+`scrape_phase_s`): one constant for both.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+# Where a scrape falls in the autoscaler's tick interval, live (`gpufleet up`) and in the
+# simulator: half an interval of 1 s after each tick.
+SCRAPE_AFTER_TICK_S = 0.5
 
 
 @dataclass
@@ -37,3 +45,9 @@ class Cadence:
         self.skipped += nxt - (self.slot + 1)
         self.slot = nxt
         return self.due_s()
+
+    def rephase(self, origin_s: float, now_s: float) -> None:
+        """From the next round on, slots at `origin_s` + k × interval (the round under way,
+        if any, keeps its old start)."""
+        self.origin_s = origin_s
+        self.slot = math.floor((now_s - origin_s) / self.interval_s)

@@ -38,6 +38,14 @@ class HealthChecks:
         self.cadence_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
         self.scrape_cadence: Cadence | None = None
         self.scrape_rounds: deque[tuple[float, float]] = deque(maxlen=256)
+        self._scrape_origin_s: float | None = None
+
+    def align_scrapes(self, origin_s: float) -> None:
+        """From the next round on, scrape at origin_s + k × scrape_interval_s (`gpufleet up`
+        puts them `cadence.SCRAPE_AFTER_TICK_S` after the autoscaler's ticks)."""
+        self._scrape_origin_s = origin_s
+        if self.scrape_cadence is not None:
+            self.scrape_cadence.rephase(origin_s, self.cadence_clock())
 
     async def probe_one(self, replica: Replica) -> None:
         session = self._session()
@@ -138,6 +146,8 @@ class HealthChecks:
         clock, sleep = self.cadence_clock, self.cadence_sleep
         live = (ReplicaState.READY, ReplicaState.DRAINING)
         cadence = self.scrape_cadence = Cadence(self.config.scrape_interval_s, clock())
+        if self._scrape_origin_s is not None:
+            cadence.rephase(self._scrape_origin_s, clock())
         while True:
             self.scrape_rounds.append((cadence.due_s(), clock()))
             scraped = [r for r in self.fleet.table if r.state in live]
