@@ -59,6 +59,7 @@ from gpufleet.fleet.config import FleetConfig, validate_fleet
 from gpufleet.fleet.demo import demo_fleet_data
 from gpufleet.fleet.run import fleet_up
 from gpufleet.fleet.traffic import RequestResult, demo_workload
+from gpufleet.gateway.cadence import SCRAPE_AFTER_TICK_S
 from gpufleet.routing import make_policy as make_routing_policy
 from gpufleet.routing.prefix import ROUTING_BLOCK_BYTES, prompt_text, request_prefix_hashes
 from gpufleet.routing.prefix_aware import PrefixAware
@@ -268,7 +269,7 @@ def sim_once(
         max_replicas=cfg.autoscale.max_replicas, replicas=cfg.autoscale.min_replicas, startup_s=cold_start_s,
         autoscale_interval_s=cfg.autoscale.interval_s,
         drain_deadline_s=cfg.replicas.drain_deadline_s, request_overhead_s=overhead_s, seed=seed,
-        tick_phase_s=phase_s, scrape_phase_s=(phase_s + 0.5) % 1.0,
+        tick_phase_s=phase_s, scrape_phase_s=(phase_s + SCRAPE_AFTER_TICK_S) % 1.0,
     )  # fmt: skip
     requests = sim_requests(synthetic_shapes(demo_workload(plan, seed)))
     routing = routing_policy(sc.routing, plan, seed, cfg.gateway_settings().get("policy_options"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -30,6 +31,8 @@ class StubBackend:
         self.chunks = 5
         self.chunk_delay_s = 0.0
         self.num_running = 0
+        self.on_metrics: Callable[[], None] | None = None  # called on each GET /metrics
+        self.metrics_hits = 0
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -64,6 +67,9 @@ class StubBackend:
         return web.json_response({"object": "list", "data": data})
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        self.metrics_hits += 1
+        if self.on_metrics is not None:
+            self.on_metrics()
         text = (
             "# TYPE vllm:num_requests_running gauge\n"
             f'vllm:num_requests_running{{model_name="m"}} {self.num_running}\n'

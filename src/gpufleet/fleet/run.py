@@ -37,6 +37,7 @@ from gpufleet.fleet.replica_latency import ReplicaTtft, scrape_ttft
 from gpufleet.fleet.summary import ReplicaTimeline, Summary, summarize, summary_lines
 from gpufleet.fleet.traffic import DEMO_PHASES, TrafficLog, drive
 from gpufleet.fleet.view import Snapshot, render
+from gpufleet.gateway.cadence import SCRAPE_AFTER_TICK_S
 from gpufleet.routing.types import ReplicaState
 from gpufleet.workload import RatePhase, phase_at, total_duration_s
 
@@ -200,9 +201,11 @@ async def fleet_up(
             missing = g.spec.autoscale.first_count() - len(g.actuator.list())
             if missing > 0:
                 await g.actuator.start(missing)
-        for g in groups:
-            if g.spec.autoscale.enabled:
-                g.controller.start()
+        ticking = [g for g in groups if g.spec.autoscale.enabled]
+        if ticking:  # the scrapes half a tick after the (first group's) ticks, as simulated
+            gateway.health.align_scrapes(gateway.health.cadence_clock() + SCRAPE_AFTER_TICK_S)
+        for g in ticking:
+            g.controller.start()
         sampler = asyncio.get_running_loop().create_task(_sample(run, clock))
         yield run
     finally:

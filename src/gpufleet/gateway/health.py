@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 
 from gpufleet.fleet_state import LOAD_FROM_IN_FLIGHT, EngineIdentity, FleetState
 from gpufleet.gateway import engine_probe, probe_reasons, probes
+from gpufleet.gateway.cadence import Cadence
 from gpufleet.gateway.config import GatewayConfig
 from gpufleet.gateway.replicas import Replica
 from gpufleet.routing.types import ReplicaState
@@ -30,6 +32,20 @@ class HealthChecks:
         self.fleet = fleet
         self._session = session
         self._probing: set[str] = set()
+        # The scrape loop's clock and sleep (a test drives them; nothing else reads them),
+        # and when its recent rounds were due and began: (due, began) on that clock.
+        self.cadence_clock: Callable[[], float] = time.monotonic
+        self.cadence_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+        self.scrape_cadence: Cadence | None = None
+        self.scrape_rounds: deque[tuple[float, float]] = deque(maxlen=256)
+        self._scrape_origin_s: float | None = None
+
+    def align_scrapes(self, origin_s: float) -> None:
+        """From the next round on, scrape at origin_s + k × scrape_interval_s (`gpufleet up`
+        puts them `cadence.SCRAPE_AFTER_TICK_S` after the autoscaler's ticks)."""
+        self._scrape_origin_s = origin_s
+        if self.scrape_cadence is not None:
+            self.scrape_cadence.rephase(origin_s, self.cadence_clock())
 
     async def probe_one(self, replica: Replica) -> None:
         session = self._session()
@@ -123,9 +139,18 @@ class HealthChecks:
                          replica.engine)  # fmt: skip
 
     async def scrape_loop(self) -> None:
-        interval_s = self.config.scrape_interval_s
+        """Scrape every live replica at a fixed cadence (`cadence.Cadence`: round k at the
+        loop's start + k × scrape_interval_s; a round that overruns skips the slots it
+        passed, as Prometheus does), so that the scrapes keep one phase against the
+        autoscaler's ticks, as the simulator places them."""
+        clock, sleep = self.cadence_clock, self.cadence_sleep
         live = (ReplicaState.READY, ReplicaState.DRAINING)
+        cadence = self.scrape_cadence = Cadence(self.config.scrape_interval_s, clock())
+        if self._scrape_origin_s is not None:
+            cadence.rephase(self._scrape_origin_s, clock())
         while True:
+            self.scrape_rounds.append((cadence.due_s(), clock()))
             scraped = [r for r in self.fleet.table if r.state in live]
             await asyncio.gather(*(self.scrape_one(r) for r in scraped))
-            await asyncio.sleep(interval_s)
+            due_s = cadence.advance(clock())
+            await sleep(max(0.0, due_s - clock()))
