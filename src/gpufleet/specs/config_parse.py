@@ -330,9 +330,7 @@ def parse_config(cfg: dict[str, Any], name: str, source: str | None = None) -> M
     vocab = _int(cfg, "vocab_size", src)
     max_pos = _int(cfg, "max_position_embeddings", src)
     nas = _nas_blocks(cfg, num_layers, src) if cfg.get("block_configs") else None
-    kv_heads = cfg.get("num_key_value_heads") or heads  # HF default: multi-head attention
-    if nas is not None:
-        kv_heads = nas[2]
+    kv_heads = nas[2] if nas else (cfg.get("num_key_value_heads") or heads)  # HF default: MHA
     check_sizes(src, hidden, num_layers, heads, vocab, max_pos)
     head_dim = cfg.get("head_dim") or cfg.get("attention_head_dim") or hidden // heads
     if nas is None:
