@@ -202,8 +202,11 @@ async def fleet_up(
             if missing > 0:
                 await g.actuator.start(missing)
         ticking = [g for g in groups if g.spec.autoscale.enabled]
-        if ticking:  # the scrapes half a tick after the (first group's) ticks, as simulated
-            gateway.health.align_scrapes(gateway.health.cadence_clock() + SCRAPE_AFTER_TICK_S)
+        # The scrapes half a tick after the (first group's) ticks, as simulated. Behind
+        # --workers the gateway is a WorkerPool: each worker process scrapes on its own cadence.
+        health = getattr(gateway, "health", None)
+        if ticking and health is not None:
+            health.align_scrapes(health.cadence_clock() + SCRAPE_AFTER_TICK_S)
         for g in ticking:
             g.controller.start()
         sampler = asyncio.get_running_loop().create_task(_sample(run, clock))
