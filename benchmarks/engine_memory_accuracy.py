@@ -24,17 +24,16 @@ from __future__ import annotations
 
 import argparse
 import csv
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
-from gpufleet.plan.layout import Layout
 from gpufleet.plan.memory import GIB, memory_breakdown, sglang_free_before_load_bytes
 from gpufleet.plan.weights import stage_weight_bytes
 from gpufleet.specs import load_gpu, load_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from memory_accuracy import add_errors, logged_number, startup_layout, summarize
 from record import RESULTS, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,27 +45,12 @@ FIGURES = {
 }
 
 
-def _num(text: str) -> float | None:
-    return float(text) if text not in ("", None) else None
-
-
-def _layout(row: dict[str, str], model_dtype: str) -> Layout:
-    return Layout(
-        tp=int(row["tp"]),
-        pp=int(row.get("pp") or 1),
-        dp=int(row.get("dp") or 1),
-        ep=int(row["ep"]),
-        weight_dtype=row["quantization"] or model_dtype,
-        kv_dtype="fp8" if row["kv_cache_dtype"] == "fp8" else "bf16",
-    )
-
-
 def predict(engine: str, row: dict[str, str]) -> dict[str, Any]:
     """The planner's figures for one logged startup, beside the logged ones."""
     ref = row["model"]
     model = load_model(str(ROOT / ref) if ref.endswith(".json") else ref)
     gpu = load_gpu(row["gpu"])
-    layout = _layout(row, model.checkpoint_dtype)
+    layout = startup_layout(row, model.checkpoint_dtype)
     if engine == "sglang":
         fraction = float(row["mem_fraction_static"])
         batched = None
@@ -80,9 +64,10 @@ def predict(engine: str, row: dict[str, str]) -> dict[str, Any]:
         gpu_memory_utilization=fraction, max_num_batched_tokens=batched, engine=engine,
     )  # fmt: skip
     weights = stage_weight_bytes(model, layout, 0, gpu)
-    logged_weights = _num(row["weights_gib"])
+    logged_weights = logged_number(row["weights_gib"])
     if engine == "sglang" and logged_weights is None:
-        before, after = _num(row["avail_before_load_gib"]), _num(row["avail_after_load_gib"])
+        before = logged_number(row["avail_before_load_gib"])
+        after = logged_number(row["avail_after_load_gib"])
         if before is not None and after is not None:
             logged_weights = round(before - after, 2)  # what 'mem usage' would have printed
     out: dict[str, Any] = {
@@ -94,32 +79,16 @@ def predict(engine: str, row: dict[str, str]) -> dict[str, Any]:
         "version": version,
         "source": row["source"],
         "weights_gib": {"logged": logged_weights, "predicted": weights / GIB},
-        "kv_gib": {"logged": _num(row["kv_gib"]), "predicted": mem.kv_cache_bytes / GIB},
-        "kv_tokens": {"logged": _num(row["kv_tokens"]), "predicted": mem.kv_tokens_logged},
+        "kv_gib": {"logged": logged_number(row["kv_gib"]), "predicted": mem.kv_cache_bytes / GIB},
+        "kv_tokens": {"logged": logged_number(row["kv_tokens"]), "predicted": mem.kv_tokens_logged},
     }
     if engine == "sglang":
         out["avail_before_load_gib"] = {
-            "logged": _num(row["avail_before_load_gib"]),
+            "logged": logged_number(row["avail_before_load_gib"]),
             "predicted": sglang_free_before_load_bytes(layout, gpu) / GIB,
         }
-    for key in FIGURES[engine]:
-        item = out[key]
-        if item["logged"]:
-            item["error_pct"] = (item["predicted"] - item["logged"]) / abs(item["logged"]) * 100
+    add_errors(out, FIGURES[engine])
     return out
-
-
-def summarize(cases: list[dict[str, Any]], key: str) -> dict[str, Any]:
-    errors = [abs(c[key]["error_pct"]) for c in cases if "error_pct" in c[key]]
-    if not errors:
-        return {"cases": 0}
-    worst = max(cases, key=lambda c: abs(c[key].get("error_pct", 0.0)))
-    return {
-        "cases": len(errors),
-        "median_abs_error_pct": round(statistics.median(errors), 2),
-        "worst_abs_error_pct": round(max(errors), 2),
-        "worst_case": worst["id"],
-    }
 
 
 def _cell(item: dict[str, Any], fmt: str) -> tuple[str, str]:

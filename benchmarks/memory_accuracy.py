@@ -47,8 +47,29 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split(".")[:3] if p.isdigit())
 
 
-def _num(text: str) -> float | None:
+def logged_number(text: str) -> float | None:
     return float(text) if text not in ("", None) else None
+
+
+def startup_layout(row: dict[str, str], model_dtype: str) -> Layout:
+    """The layout a logged startup ran (a startups CSV's tp, pp, dp, ep, quantization and
+    kv_cache_dtype; pp and dp default to 1 where a table has no such column)."""
+    return Layout(
+        tp=int(row["tp"]),
+        pp=int(row.get("pp") or 1),
+        dp=int(row.get("dp") or 1),
+        ep=int(row["ep"]),
+        weight_dtype=row["quantization"] or model_dtype,
+        kv_dtype="fp8" if row["kv_cache_dtype"] == "fp8" else "bf16",
+    )
+
+
+def add_errors(out: dict[str, Any], keys: tuple[str, ...]) -> None:
+    """Each figure's signed error (%) against its logged value, where one was logged."""
+    for key in keys:
+        item = out[key]
+        if item["logged"]:  # None (not in the log) or 0: no error to state
+            item["error_pct"] = (item["predicted"] - item["logged"]) / abs(item["logged"]) * 100
 
 
 def predict(row: dict[str, str]) -> dict[str, Any]:
@@ -56,15 +77,7 @@ def predict(row: dict[str, str]) -> dict[str, Any]:
     model_ref = row["model"]
     model = load_model(str(ROOT / model_ref) if model_ref.endswith(".json") else model_ref)
     gpu = load_gpu(row["gpu"])
-    weight_dtype = row["quantization"] or model.checkpoint_dtype
-    layout = Layout(
-        tp=int(row["tp"]),
-        pp=int(row["pp"]),
-        dp=int(row["dp"]),
-        ep=int(row["ep"]),
-        weight_dtype=weight_dtype,
-        kv_dtype="fp8" if row["kv_cache_dtype"] == "fp8" else "bf16",
-    )
+    layout = startup_layout(row, model.checkpoint_dtype)
     stage = int(row["pp_stage"] or 0)  # the stage whose "Model loading took" line it is
     version = _version(row["vllm_version"]) or (1,)  # empty: the current vLLM
     mem = memory_breakdown(
@@ -84,16 +97,13 @@ def predict(row: dict[str, str]) -> dict[str, Any]:
         "vllm_version": row["vllm_version"],
         "source": row["source"],
         "notes": row["notes"],
-        "weights_gib": {"logged": _num(row["weights_gib"]),
+        "weights_gib": {"logged": logged_number(row["weights_gib"]),
                         "predicted": stage_weight_bytes(model, layout, stage, gpu, version) / GIB},
-        "kv_gib": {"logged": _num(row["kv_gib"]), "predicted": mem.kv_cache_bytes / GIB},
-        "kv_tokens": {"logged": _num(row["kv_tokens"]), "predicted": mem.kv_tokens_logged},
+        "kv_gib": {"logged": logged_number(row["kv_gib"]), "predicted": mem.kv_cache_bytes / GIB},
+        "kv_tokens": {"logged": logged_number(row["kv_tokens"]), "predicted": mem.kv_tokens_logged},
         "kv_tokens_effective": mem.kv_capacity_tokens,
     }  # fmt: skip
-    for key in ("weights_gib", "kv_gib", "kv_tokens"):
-        item = out[key]
-        if item["logged"] is not None and item["logged"] != 0:
-            item["error_pct"] = (item["predicted"] - item["logged"]) / abs(item["logged"]) * 100
+    add_errors(out, ("weights_gib", "kv_gib", "kv_tokens"))
     return out
 
 
