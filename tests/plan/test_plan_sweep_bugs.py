@@ -3,12 +3,11 @@ without its fix. Runs `gpufleet plan` through the CLI's own entry in this proces
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import math
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -20,18 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 QWEN_06B = ROOT / "tests" / "plan" / "data" / "unseen_configs" / "Qwen--Qwen3-0.6B.json"
 
 
-def _sweep() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "plan_sweep", ROOT / "benchmarks" / "plan_sweep.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["plan_sweep"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-SWEEP = _sweep()
+# The benchmark is a script beside record.py, not a package: import it from its folder.
+sys.path.insert(0, str(ROOT / "benchmarks"))
+SWEEP = importlib.import_module("plan_sweep")
 
 
 @pytest.mark.parametrize(

@@ -317,11 +317,10 @@ class FleetConfig(_Strict):
             queue["models"] = {**own, **dict(queue.get("models") or {})}
             out["queue"] = queue
         batches = [g.replicas.arg_int("--max-num-seqs") for g in groups]
-        options = dict(out.get("policy_options") or {})
-        if out["policy"] == "prefix_aware" and batches and all(batches):
+        known = [b for b in batches if b]
+        if out["policy"] == "prefix_aware" and known and len(known) == len(batches):
             # prefix_aware's in-flight slack is a share of the batch (the smallest group's).
-            options.setdefault("batch_size", min(b for b in batches if b))
-            out["policy_options"] = options
+            out["policy_options"] = {"batch_size": min(known), **(out.get("policy_options") or {})}
         return out
 
     def capacity(self) -> ReplicaCapacity | None:
