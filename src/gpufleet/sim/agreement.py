@@ -39,19 +39,19 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
+from gpufleet.stats import percentile
 
 TOLERANCE = 0.10  # the relative difference that agrees whatever the noise
 Z = 2.0  # standard errors of the difference that agree whatever the tolerance
 
 
 def pooled_percentile(runs: Sequence[Sequence[float]], p: float) -> float:
-    """The p-th percentile (0..100, numpy's linear method as `gpufleet.stats`) of every
-    value of every run together."""
-    values = [v for run in runs for v in run]
-    if not values:
+    """The p-th percentile (0..100, `gpufleet.stats`'s one definition) of every value of
+    every run together."""
+    got = percentile([v for run in runs for v in run], p)
+    if got is None:
         raise ValueError("no values to take a percentile of")
-    return float(np.percentile(np.asarray(values, dtype=np.float64), p))
+    return got
 
 
 def share_within(values: Sequence[float], limit: float) -> float:
